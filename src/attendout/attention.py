@@ -1,0 +1,541 @@
+"""The one hook into the self-attention of `transformers` encoders.
+
+Every method of attendout that touches attention goes through :func:`attendout_attention`, registered
+with ``transformers.AttentionInterface`` under the name ``"attendout"``. Nothing copies a model's
+forward: the encoder computes its own query, key and value projections and hands them to us.
+
+Per layer and per forward pass the hook can (paper 001, "Not All Attention Is All You Need", §3.2):
+
+* drop attention **scores** before the softmax (eq. 3: a dropped score becomes ``-inf``);
+* multiply the attention **weights** after the softmax by a mask or scale (eq. 2);
+* give a row whose every key was dropped **uniform attention** over its non-padding keys (eq. 4),
+  which also serves to skip a whole layer's attention (attention LayerDrop);
+* **record** the attention probabilities and, on request, keep their gradients.
+
+Padding keys stay masked whatever a method asks. The model's own attention dropout (the ``dropout``
+argument the encoder passes) is applied as stock attention applies it, after the softmax, unless an
+active method replaces it. With the hook installed and nothing to do, the call goes straight to
+``transformers``' SDPA attention, so plain fine-tuning costs the same as stock.
+
+A method is an :class:`AttentionMethod`; the per-model :class:`Controller` holds the active methods
+and recorders. Methods usually reach this module through :func:`attendout.apply`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+HOOK_NAME = "attendout"
+
+__all__ = [
+    "HOOK_NAME",
+    "AttentionCall",
+    "AttentionEdit",
+    "AttentionMethod",
+    "AttentionRecorder",
+    "Controller",
+    "UnsupportedModelError",
+    "attendout_attention",
+    "get_controller",
+    "install",
+    "record_attention",
+    "supported_model_types",
+    "uninstall",
+]
+
+
+class UnsupportedModelError(ValueError):
+    """The model's attention cannot be reached by the hook."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Model families
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """Where a family keeps its self-attention modules and its blocks (module-name regexes).
+
+    ``shared`` families (ALBERT) run one attention module for every layer; their layer index is the
+    call order within one forward pass instead of the module's position.
+    """
+
+    attention: str
+    block: str
+    shared: bool = False
+
+
+_BERT_LIKE = Family(attention=r"(^|\.)encoder\.layer\.(\d+)\.attention\.self$", block=r"(^|\.)encoder\.layer\.(\d+)$")
+
+FAMILIES: dict[str, Family] = {
+    "bert": _BERT_LIKE,
+    "roberta": _BERT_LIKE,
+    "xlm-roberta": _BERT_LIKE,
+    "electra": _BERT_LIKE,
+    "distilbert": Family(
+        attention=r"(^|\.)transformer\.layer\.(\d+)\.attention$", block=r"(^|\.)transformer\.layer\.(\d+)$"
+    ),
+    "albert": Family(
+        attention=r"(^|\.)albert_layer_groups\.\d+\.albert_layers\.\d+\.attention$",
+        block=r"(^|\.)albert_layer_groups\.\d+$",
+        shared=True,
+    ),
+}
+
+# Families whose attention does not go through AttentionInterface in transformers 5.x.
+_WHY_NOT = {
+    "mpnet": "MPNet adds a relative position bias inside its own attention code, outside AttentionInterface",
+    "deberta": "DeBERTa computes disentangled attention in its own code, outside AttentionInterface",
+    "deberta-v2": "DeBERTa-v2 computes disentangled attention in its own code, outside AttentionInterface",
+}
+
+
+def supported_model_types() -> list[str]:
+    return sorted(FAMILIES)
+
+
+def _family_of(model: nn.Module) -> Family:
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in FAMILIES:
+        why = _WHY_NOT.get(model_type, "its attention layout is not one attendout knows")
+        raise UnsupportedModelError(
+            f"attendout cannot hook {type(model).__name__} (model_type {model_type!r}): {why}; "
+            f"supported model types: {', '.join(supported_model_types())}"
+        )
+    return FAMILIES[model_type]
+
+
+# --------------------------------------------------------------------------------------------------
+# What a method sees and says
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AttentionCall:
+    """One attention call of one layer, as methods see it."""
+
+    layer: int
+    num_layers: int
+    module: nn.Module
+    query: torch.Tensor  # (B, H, Lq, d)
+    key: torch.Tensor  # (B, H, Lk, d)
+    value: torch.Tensor  # (B, H, Lk, d)
+    key_valid: torch.Tensor | None  # (B, 1, Lq, Lk) bool, True = a real (non-padding) key; None = no padding
+    training: bool
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(B, H, Lq, Lk) of the attention matrix."""
+        b, h, lq, _ = self.query.shape
+        return b, h, lq, self.key.shape[2]
+
+    def valid(self) -> torch.Tensor:
+        """(B, 1, Lq, Lk) bool mask of non-padding keys (all True without padding)."""
+        if self.key_valid is not None:
+            return self.key_valid
+        b, _, lq, lk = self.shape
+        return torch.ones(b, 1, lq, lk, dtype=torch.bool, device=self.query.device)
+
+    def dropped_fraction(self, dropped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(number of dropped non-padding positions, number of non-padding positions), as tensors.
+
+        ``dropped`` is a bool mask broadcastable to (B, H, Lq, Lk). Returned as tensors so that a
+        caller can sum over many steps without a device sync per call.
+        """
+        b, h, lq, lk = self.shape
+        valid = self.valid().expand(b, h, lq, lk)
+        dropped = dropped.expand(b, h, lq, lk)
+        return (dropped & valid).sum(), valid.sum()
+
+
+@dataclass
+class AttentionEdit:
+    """What one method asks of one attention call. All fields optional; they combine across methods.
+
+    drop_scores:   bool, broadcastable to (B, H, Lq, Lk); True = that score becomes -inf (eq. 3).
+                   A row with every key dropped gets uniform attention over its non-padding keys (eq. 4).
+    scale_weights: float or bool, broadcastable to (B, H, Lq, Lk); multiplies the weights after the
+                   softmax (eq. 2). Rescaling (1/(1-p)) is the method's choice and goes in the values.
+    skip:          the whole layer attends uniformly to its non-padding keys (eq. 4).
+    dropout:       replaces the model's own attention-dropout probability for this call.
+    """
+
+    drop_scores: torch.Tensor | None = None
+    scale_weights: torch.Tensor | None = None
+    skip: bool = False
+    dropout: float | None = None
+
+
+class AttentionMethod:
+    """Base of everything that acts on attention through the hook.
+
+    Subclasses override :meth:`edit` (and, for architectural changes, :meth:`transform_scores` with
+    ``acts_in_eval = True``). Regularisers act only in training mode: the hook never asks them in
+    eval mode, so an eval-mode model is the unmodified model.
+    """
+
+    name: str = "method"
+    #: Architectural changes (Synthesizer) act in eval mode too; regularisers do not.
+    acts_in_eval: bool = False
+    #: Layers this method acts on; None = all.
+    layers: Sequence[int] | None = None
+
+    def acts_on(self, layer: int, training: bool) -> bool:
+        if not (training or self.acts_in_eval):
+            return False
+        return self.layers is None or layer in self.layers
+
+    def edit(self, call: AttentionCall) -> AttentionEdit | None:
+        return None
+
+    def transform_scores(self, call: AttentionCall, scores: torch.Tensor) -> torch.Tensor | None:
+        """Replace or modify the scaled scores (B, H, Lq, Lk); None = leave them."""
+        return None
+
+    # lifecycle -------------------------------------------------------------------------------
+    def attach(self, controller: Controller) -> None:
+        """Called once when the method is added to a model (validate layers, wrap blocks...)."""
+        if self.layers is not None:
+            bad = [i for i in self.layers if not 0 <= i < controller.num_layers]
+            if bad:
+                raise ValueError(
+                    f"{self.name}: layers {bad} do not exist; the model has {controller.num_layers} layers "
+                    f"(0..{controller.num_layers - 1})"
+                )
+
+    def detach(self, controller: Controller) -> None:
+        """Undo :meth:`attach`."""
+
+    def set_progress(self, fraction: float) -> None:
+        """Training progress in [0, 1], for methods with schedules."""
+
+    # statistics ------------------------------------------------------------------------------
+    def stats(self) -> dict[str, float]:
+        """Statistics accumulated since the last call, then reset (e.g. realised drop rate per layer)."""
+        return {}
+
+
+class RateMeter:
+    """Accumulates (dropped, total) counts per key without a device sync per update."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, list[torch.Tensor]] = {}
+
+    def add(self, key: str, dropped: torch.Tensor, total: torch.Tensor) -> None:
+        pair = self._sums.get(key)
+        if pair is None:
+            self._sums[key] = [dropped.detach().float(), total.detach().float()]
+        else:
+            pair[0] = pair[0] + dropped.detach()
+            pair[1] = pair[1] + total.detach()
+
+    def pop(self) -> dict[str, float]:
+        out = {k: (d / t.clamp(min=1)).item() for k, (d, t) in self._sums.items()}
+        self._sums = {}
+        return dict(sorted(out.items()))
+
+
+# --------------------------------------------------------------------------------------------------
+# Recording
+# --------------------------------------------------------------------------------------------------
+
+
+class AttentionRecorder:
+    """Keeps each layer's attention probabilities (B, H, Lq, Lk) of the latest forward pass.
+
+    The probabilities are the softmax output, before any weights mask and before attention dropout.
+    With ``grads=True`` they stay in the autograd graph and keep their gradient after ``backward()``
+    (``recorder.probs[layer].grad``), which attribution methods need. Works in train and eval mode.
+    """
+
+    def __init__(self, layers: Sequence[int] | None = None, grads: bool = False) -> None:
+        self.layers = None if layers is None else set(layers)
+        self.grads = grads
+        self.probs: dict[int, torch.Tensor] = {}
+
+    def wants(self, layer: int) -> bool:
+        return self.layers is None or layer in self.layers
+
+    def record(self, layer: int, probs: torch.Tensor) -> None:
+        if self.grads and probs.requires_grad:
+            probs.retain_grad()
+            self.probs[layer] = probs
+        else:
+            self.probs[layer] = probs.detach()
+
+    def clear(self) -> None:
+        self.probs = {}
+
+
+# --------------------------------------------------------------------------------------------------
+# The controller: per-model state
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Slot:
+    controller: Controller
+    layer: int | None  # None = shared module; index from the call counter
+
+
+@dataclass
+class Controller:
+    """The hook's state for one model: its attention modules, blocks, methods and recorders."""
+
+    model: nn.Module
+    family: Family
+    attention_modules: list[nn.Module]
+    blocks: list[nn.Module]
+    num_layers: int
+    previous_implementation: str | None
+    methods: list[AttentionMethod] = field(default_factory=list)
+    recorders: list[AttentionRecorder] = field(default_factory=list)
+    _calls: int = 0
+    _block_calls: int = 0
+    _pre_hook: object | None = None
+
+    def add(self, method: AttentionMethod) -> None:
+        method.attach(self)
+        self.methods.append(method)
+
+    def remove(self, method: AttentionMethod) -> None:
+        if method in self.methods:
+            self.methods.remove(method)
+            method.detach(self)
+
+    def set_progress(self, fraction: float) -> None:
+        for method in self.methods:
+            method.set_progress(fraction)
+
+    def stats(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for method in self.methods:
+            out.update(method.stats())
+        return out
+
+    # layer index for shared-module families (ALBERT) ------------------------------------------
+    def _reset_counters(self, *_args, **_kwargs) -> None:
+        self._calls = 0
+        self._block_calls = 0
+
+    def next_layer(self) -> int:
+        index = self._calls % self.num_layers
+        self._calls += 1
+        return index
+
+    def next_block(self) -> int:
+        index = self._block_calls % self.num_layers
+        self._block_calls += 1
+        return index
+
+    def block_index(self, position: int | None) -> int:
+        return self.next_block() if position is None else position
+
+
+def get_controller(model: nn.Module) -> Controller | None:
+    """The controller of a model on which the hook is installed, else None."""
+    return model.__dict__.get("_attendout_controller")
+
+
+def _numbered(model: nn.Module, pattern: str, shared: bool) -> list[nn.Module]:
+    regex = re.compile(pattern)
+    found = [(name, module) for name, module in model.named_modules() if regex.search(name)]
+    if shared:
+        return [module for _, module in found]
+    # sort by the layer number captured in the pattern, not by name order ("10" < "2")
+    return [module for _, module in sorted(found, key=lambda item: int(regex.search(item[0]).group(2)))]
+
+
+def install(model: nn.Module) -> Controller:
+    """Install the hook on ``model`` (idempotent) and return its controller.
+
+    Switches the model's attention implementation to ``"attendout"``; :func:`uninstall` restores the
+    previous one. Raises :class:`UnsupportedModelError` naming the model's class for families the
+    hook cannot reach.
+    """
+    controller = get_controller(model)
+    if controller is not None:
+        return controller
+    family = _family_of(model)
+    attention = _numbered(model, family.attention, family.shared)
+    blocks = _numbered(model, family.block, family.shared)
+    num_layers = int(getattr(model.config, "num_hidden_layers", 0) or getattr(model.config, "n_layers", 0))
+    if not attention or (not family.shared and len(attention) != num_layers):
+        raise UnsupportedModelError(
+            f"attendout cannot hook {type(model).__name__}: found {len(attention)} self-attention modules "
+            f"for {num_layers} layers"
+        )
+    _register()
+    previous = getattr(model.config, "_attn_implementation", None)
+    controller = Controller(
+        model=model,
+        family=family,
+        attention_modules=attention,
+        blocks=blocks,
+        num_layers=num_layers,
+        previous_implementation=previous,
+    )
+    for index, module in enumerate(attention):
+        module._attendout_slot = _Slot(controller, None if family.shared else index)
+    if family.shared:
+        controller._pre_hook = model.register_forward_pre_hook(controller._reset_counters)
+    model.set_attn_implementation(HOOK_NAME)
+    model._attendout_controller = controller
+    return controller
+
+
+def uninstall(model: nn.Module) -> None:
+    """Remove every method, recorder and the hook itself; the model is stock again."""
+    controller = get_controller(model)
+    if controller is None:
+        return
+    for method in list(controller.methods):
+        controller.remove(method)
+    controller.recorders.clear()
+    for module in controller.attention_modules:
+        module.__dict__.pop("_attendout_slot", None)
+    if controller._pre_hook is not None:
+        controller._pre_hook.remove()
+    model.set_attn_implementation(controller.previous_implementation or "sdpa")
+    del model._attendout_controller
+
+
+@contextmanager
+def record_attention(
+    model: nn.Module, layers: Sequence[int] | None = None, grads: bool = False
+) -> Iterator[AttentionRecorder]:
+    """Record attention probabilities of ``model`` while the context is open.
+
+    >>> with record_attention(model, layers=[0], grads=True) as rec:
+    ...     model(**batch).logits[:, 1].sum().backward()
+    >>> rec.probs[0].grad  # (B, H, L, L)
+    """
+    controller = install(model)
+    recorder = AttentionRecorder(layers, grads)
+    controller.recorders.append(recorder)
+    try:
+        yield recorder
+    finally:
+        controller.recorders.remove(recorder)
+
+
+# --------------------------------------------------------------------------------------------------
+# The attention function
+# --------------------------------------------------------------------------------------------------
+
+
+def attendout_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The registered attention function. Shapes: query/key/value (B, H, L, d); returns (B, L, H, d)."""
+    slot: _Slot | None = module.__dict__.get("_attendout_slot")
+    if slot is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    controller = slot.controller
+    layer = controller.next_layer() if slot.layer is None else slot.layer
+    training = module.training
+    methods = [m for m in controller.methods if m.acts_on(layer, training)]
+    recorders = [r for r in controller.recorders if r.wants(layer)]
+    if not methods and not recorders:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        raise TypeError(f"attendout expects a boolean attention mask, got {attention_mask.dtype}")
+    call = AttentionCall(layer, controller.num_layers, module, query, key, value, attention_mask, training)
+
+    drop: torch.Tensor | None = None
+    scale: torch.Tensor | None = None
+    skip = False
+    for method in methods:
+        edit = method.edit(call)
+        if edit is None:
+            continue
+        if edit.drop_scores is not None:
+            drop = edit.drop_scores if drop is None else drop | edit.drop_scores
+        if edit.scale_weights is not None:
+            scale = edit.scale_weights if scale is None else scale * edit.scale_weights
+        skip = skip or edit.skip
+        if edit.dropout is not None:
+            dropout = edit.dropout if training else 0.0
+    transforms = any(type(m).transform_scores is not AttentionMethod.transform_scores for m in methods)
+
+    if drop is None and scale is None and not skip and not recorders and not transforms:
+        # Only the dropout probability changed: stock SDPA can still do the work.
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+
+    probs = _attention_probs(call, methods, scaling, drop, skip)  # (B, H, Lq, Lk)
+    for recorder in recorders:
+        recorder.record(layer, probs)
+    weights = probs if scale is None else probs * scale.to(probs.dtype)  # eq. 2
+    weights = nn.functional.dropout(weights, p=dropout, training=training)  # the model's own, as stock
+    output = torch.matmul(weights, value)  # (B, H, Lq, d)
+    return output.transpose(1, 2).contiguous(), weights
+
+
+def _attention_probs(
+    call: AttentionCall,
+    methods: list[AttentionMethod],
+    scaling: float | None,
+    drop: torch.Tensor | None,
+    skip: bool,
+) -> torch.Tensor:
+    """Softmax attention with eq. 3 (dropped scores = -inf) and eq. 4 (all dropped = uniform)."""
+    query, key = call.query, call.key
+    b, h, lq, lk = call.shape
+    valid = call.key_valid  # (B, 1, Lq, Lk) or None
+    if skip:
+        # eq. 4 for the whole layer: Softmax(M) with every score dropped = uniform over real keys.
+        uniform = call.valid().to(query.dtype)
+        uniform = uniform / uniform.sum(-1, keepdim=True).clamp(min=1)
+        return uniform.expand(b, h, lq, lk)
+
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scale  # (B, H, Lq, Lk)
+    for method in methods:
+        changed = method.transform_scores(call, scores)
+        if changed is not None:
+            scores = changed
+    lowest = torch.finfo(scores.dtype).min
+    if drop is None:
+        if valid is not None:
+            scores = scores.masked_fill(~valid, lowest)
+        return torch.softmax(scores, dim=-1)
+
+    allowed = ~drop if valid is None else valid & ~drop  # (B, H|1, Lq, Lk)
+    empty = ~allowed.any(dim=-1, keepdim=True)  # rows with every real key dropped: eq. 4
+    fallback = valid if valid is not None else torch.ones_like(allowed)
+    allowed = torch.where(empty, fallback, allowed)
+    scores = scores.masked_fill(empty, 0.0).masked_fill(~allowed, lowest)
+    return torch.softmax(scores, dim=-1)
+
+
+_REGISTERED = False
+
+
+def _register() -> None:
+    global _REGISTERED
+    if not _REGISTERED:
+        AttentionInterface.register(HOOK_NAME, attendout_attention)
+        AttentionMaskInterface.register(HOOK_NAME, sdpa_mask)  # boolean masks, True = attend
+        _REGISTERED = True
+
+
+_register()

@@ -1,0 +1,34 @@
+"""Attention regularisers, each a config dataclass registered by name (see :mod:`.base`)."""
+
+from . import drophead, dropout, layerdrop, none, scheduled  # noqa: F401  (registers the methods)
+from .base import (
+    METHODS,
+    MethodConfig,
+    MethodHandle,
+    apply,
+    get_method_config,
+    list_methods,
+    register_method,
+)
+from .drophead import DropHeadConfig
+from .dropout import AttnDropoutConfig, ScoresDropoutConfig
+from .layerdrop import AttnLayerDropConfig, LayerDropConfig
+from .none import NoneConfig
+from .scheduled import ScheduledConfig
+
+__all__ = [
+    "METHODS",
+    "AttnDropoutConfig",
+    "AttnLayerDropConfig",
+    "DropHeadConfig",
+    "LayerDropConfig",
+    "MethodConfig",
+    "MethodHandle",
+    "NoneConfig",
+    "ScheduledConfig",
+    "ScoresDropoutConfig",
+    "apply",
+    "get_method_config",
+    "list_methods",
+    "register_method",
+]

@@ -1,0 +1,92 @@
+"""Bernoulli attention dropout on the weights (eq. 2) or on the scores (eq. 3) of paper 001 §3.2.
+
+* ``attn-dropout`` is vanilla attention dropout (paper 001 §7.1, "Vanilla Dropout"): a Bernoulli mask on
+  the weights after the softmax, *in place of* the model's own attention dropout (which is already
+  p = 0.1 in BERT-style models, so the default here is 0.2). It rescales the kept weights by 1/(1-p)
+  like standard dropout (and like the model's own); ``rescale=False`` leaves them as they are.
+* ``scores-dropout`` sets scores to -inf before the softmax; the softmax renormalises the row, which
+  plays the part of the 1/(1-p) rescaling. A row with every key dropped attends uniformly (eq. 4).
+  It *adds to* the model's own attention dropout, which still acts on the weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..attention import AttentionCall, AttentionEdit, AttentionMethod, RateMeter
+from .base import MethodConfig, check_probability, layers_field, register_method
+from .masks import bernoulli_drop, keep_scale
+
+
+class WeightsDropout(AttentionMethod):
+    name = "attn-dropout"
+
+    def __init__(self, p: float, rescale: bool, layers=None):
+        self.p, self.rescale, self.layers = p, rescale, layers
+        self.meter = RateMeter()
+
+    def edit(self, call: AttentionCall) -> AttentionEdit:
+        drop = bernoulli_drop(call.shape, self.p, call.query.device)  # (B, H, Lq, Lk)
+        self.meter.add(f"{self.name}/drop_rate/L{call.layer}", *call.dropped_fraction(drop))
+        return AttentionEdit(scale_weights=keep_scale(drop, self.p, self.rescale, call.query.dtype), dropout=0.0)
+
+    def stats(self) -> dict[str, float]:
+        return self.meter.pop()
+
+
+class ScoresDropout(AttentionMethod):
+    name = "scores-dropout"
+
+    def __init__(self, p: float, layers=None):
+        self.p, self.layers = p, layers
+        self.meter = RateMeter()
+
+    def probability(self, layer: int) -> float:
+        return self.p
+
+    def edit(self, call: AttentionCall) -> AttentionEdit | None:
+        p = self.probability(call.layer)
+        if p <= 0:
+            return None
+        drop = bernoulli_drop(call.shape, p, call.query.device)  # (B, H, Lq, Lk)
+        self.meter.add(f"{self.name}/drop_rate/L{call.layer}", *call.dropped_fraction(drop))
+        return AttentionEdit(drop_scores=drop)
+
+    def stats(self) -> dict[str, float]:
+        return self.meter.pop()
+
+
+@register_method
+@dataclass
+class AttnDropoutConfig(MethodConfig):
+    name = "attn-dropout"
+    summary = "vanilla Bernoulli dropout on the attention weights, in place of the model's own (001 §7.1)"
+    model_dropout = "replaces"
+
+    p: float = field(default=0.2, metadata={"help": "drop probability of each attention weight"})
+    rescale: bool = field(default=True, metadata={"help": "rescale kept weights by 1/(1-p), as standard dropout"})
+    layers: list[int] | None = layers_field()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_probability(self.name, "p", self.p)
+
+    def build(self) -> AttentionMethod:
+        return WeightsDropout(self.p, self.rescale, self.layers)
+
+
+@register_method
+@dataclass
+class ScoresDropoutConfig(MethodConfig):
+    name = "scores-dropout"
+    summary = "Bernoulli dropout on the attention scores (-inf before softmax, eq. 3), on top of the model's own"
+
+    p: float = field(default=0.1, metadata={"help": "drop probability of each attention score"})
+    layers: list[int] | None = layers_field()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_probability(self.name, "p", self.p, allow_one=True)
+
+    def build(self) -> AttentionMethod:
+        return ScoresDropout(self.p, self.layers)

@@ -1,0 +1,122 @@
+"""Layer-level regularisers of paper 001 §7.1.
+
+* ``layerdrop`` (Fan et al., 2019, "Reducing Transformer Depth on Demand with Structured Dropout"):
+  in training, each encoder block is skipped with probability p (the block returns its input). The
+  attention hook cannot skip a feed-forward sub-layer, so this is the one method that wraps a module:
+  it sets an instance ``forward`` on each block that either calls the block's own forward or returns
+  the hidden states unchanged. Parameters and state-dict keys are untouched; ``remove()`` deletes the
+  instance attribute. The decision is per batch, as in LayerDrop.
+* ``attn-layerdrop`` (001 §7.1, "attention LayerDrop"): each layer's attention is skipped with
+  probability p through eq. 4: the layer attends uniformly to its non-padding keys, so W_Q, W_K and
+  their dot product drop out of the computation. The decision is per batch by default
+  (``per_sample=True`` decides per example). Both keep the model's own dropout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..attention import AttentionCall, AttentionEdit, AttentionMethod, Controller, RateMeter
+from .base import MethodConfig, check_probability, layers_field, register_method
+from .masks import bernoulli_drop
+
+
+class BlockDrop(AttentionMethod):
+    name = "layerdrop"
+
+    def __init__(self, p: float, layers=None):
+        self.p, self.layers = p, layers
+        self.meter = RateMeter()
+        self._wrapped: list[torch.nn.Module] = []
+
+    def attach(self, controller: Controller) -> None:
+        super().attach(controller)
+        shared = controller.family.shared
+        for position, block in enumerate(controller.blocks):
+            if "forward" in block.__dict__:
+                raise ValueError(f"{self.name}: block {position} already has a wrapped forward (applied twice?)")
+            block.forward = self._wrap(controller, block, None if shared else position)
+            self._wrapped.append(block)
+
+    def _wrap(self, controller: Controller, block: torch.nn.Module, position: int | None):
+        original = block.forward  # the bound class forward
+
+        def forward(hidden_states, *args, **kwargs):
+            layer = controller.block_index(position)
+            if block.training and (self.layers is None or layer in self.layers):
+                dropped = bool(torch.rand(()) < self.p)
+                self.meter.add(f"{self.name}/drop_rate/L{layer}", torch.tensor(float(dropped)), torch.tensor(1.0))
+                if dropped:
+                    if position is None:  # shared attention module: keep its call counter in step
+                        controller.next_layer()
+                    return hidden_states
+            return original(hidden_states, *args, **kwargs)
+
+        return forward
+
+    def detach(self, controller: Controller) -> None:
+        for block in self._wrapped:
+            block.__dict__.pop("forward", None)
+        self._wrapped = []
+
+    def stats(self) -> dict[str, float]:
+        return self.meter.pop()
+
+
+class AttentionSkip(AttentionMethod):
+    name = "attn-layerdrop"
+
+    def __init__(self, p: float, per_sample: bool, layers=None):
+        self.p, self.per_sample, self.layers = p, per_sample, layers
+        self.meter = RateMeter()
+
+    def edit(self, call: AttentionCall) -> AttentionEdit | None:
+        key = f"{self.name}/drop_rate/L{call.layer}"
+        if self.per_sample:
+            b = call.shape[0]
+            drop = bernoulli_drop((b, 1, 1, 1), self.p, call.query.device)  # every score of the sample
+            self.meter.add(key, drop.sum(), torch.tensor(float(b)))
+            return AttentionEdit(drop_scores=drop)  # all dropped rows -> eq. 4
+        skipped = bool(torch.rand(()) < self.p)
+        self.meter.add(key, torch.tensor(float(skipped)), torch.tensor(1.0))
+        return AttentionEdit(skip=True) if skipped else None
+
+    def stats(self) -> dict[str, float]:
+        return self.meter.pop()
+
+
+@register_method
+@dataclass
+class LayerDropConfig(MethodConfig):
+    name = "layerdrop"
+    summary = "skip whole encoder blocks with probability p in training (LayerDrop, Fan et al. 2019)"
+
+    p: float = field(default=0.2, metadata={"help": "probability of skipping each block, per batch"})
+    layers: list[int] | None = layers_field()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_probability(self.name, "p", self.p, allow_one=True)
+
+    def build(self) -> AttentionMethod:
+        return BlockDrop(self.p, self.layers)
+
+
+@register_method
+@dataclass
+class AttnLayerDropConfig(MethodConfig):
+    name = "attn-layerdrop"
+    summary = "skip a layer's attention with probability p: uniform attention by eq. 4 (001 §7.1)"
+
+    p: float = field(default=0.2, metadata={"help": "probability of skipping each layer's attention"})
+    per_sample: bool = field(default=False, metadata={"help": "decide per example instead of per batch"})
+    layers: list[int] | None = layers_field()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_probability(self.name, "p", self.p, allow_one=True)
+
+    def build(self) -> AttentionMethod:
+        return AttentionSkip(self.p, self.per_sample, self.layers)

@@ -1,0 +1,71 @@
+"""Shared fixtures: tiny random models of each supported family, built in-process (never from a hub)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    AlbertConfig,
+    AutoModelForSequenceClassification,
+    BertConfig,
+    DistilBertConfig,
+    ElectraConfig,
+    RobertaConfig,
+    XLMRobertaConfig,
+)
+
+VOCAB = 99
+COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+              max_position_embeddings=64, num_labels=2)
+
+
+def tiny_config(family: str, **overrides):
+    if family == "bert":
+        config = BertConfig(**COMMON)
+    elif family == "roberta":
+        config = RobertaConfig(**COMMON, pad_token_id=1)
+    elif family == "xlm-roberta":
+        config = XLMRobertaConfig(**COMMON, pad_token_id=1)
+    elif family == "electra":
+        config = ElectraConfig(**COMMON, embedding_size=16)
+    elif family == "distilbert":
+        config = DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=37,
+                                  max_position_embeddings=64, num_labels=2)
+    elif family == "albert":
+        config = AlbertConfig(**COMMON, embedding_size=16)
+    else:
+        raise KeyError(family)
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
+
+
+def tiny_model(family: str = "bert", seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    return AutoModelForSequenceClassification.from_config(tiny_config(family, **overrides))
+
+
+def no_dropout(family: str) -> dict:
+    """Overrides that switch a family's own dropouts off, so only a method's masks remain."""
+    if family == "distilbert":
+        return {"dropout": 0.0, "attention_dropout": 0.0, "seq_classif_dropout": 0.0}
+    return {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+
+
+def make_batch(batch: int = 4, length: int = 12, pad_from: dict[int, int] | None = None, seed: int = 1):
+    """Random ids with some rows padded from the given position: {row: first padding position}."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, VOCAB, (batch, length), generator=g)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    for row, start in (pad_from or {}).items():
+        mask[row, start:] = 0
+        ids[row, start:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "labels": torch.randint(0, 2, (batch,), generator=g)}
+
+
+FAMILIES = ["bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert"]
+
+
+@pytest.fixture
+def bert():
+    return tiny_model("bert", **no_dropout("bert"))

@@ -1,0 +1,266 @@
+"""The hook, measured inside real (tiny) model forwards: eq. 2-4, padding, recording, families."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import FAMILIES, make_batch, no_dropout, tiny_model
+from transformers import MPNetConfig, MPNetForSequenceClassification
+
+import attendout
+from attendout.attention import get_controller
+
+PADDED = {1: 7, 3: 4}  # rows 1 and 3 are padded from positions 7 and 4
+
+
+def capture_weights(model):
+    """Forward hooks that keep each attention module's returned weights (after masks and dropout)."""
+    controller = get_controller(model)
+    captured: dict[int, torch.Tensor] = {}
+    handles = []
+    for index, module in enumerate(controller.attention_modules):
+        def hook(_module, _inputs, output, index=index):
+            captured[index] = output[1]
+        handles.append(module.register_forward_hook(hook))
+    return captured, handles
+
+
+def valid_keys(batch) -> torch.Tensor:
+    return batch["attention_mask"].bool()[:, None, None, :]  # (B, 1, 1, Lk)
+
+
+def test_stock_and_hook_agree_in_eval_and_train(bert):
+    batch = make_batch(pad_from=PADDED)
+    bert.eval()
+    stock = bert(**batch).logits
+    attendout.apply(bert, "none")
+    assert bert.config._attn_implementation == "attendout"
+    torch.testing.assert_close(bert(**batch).logits, stock, rtol=0, atol=0)
+    attendout.remove(bert)
+    assert bert.config._attn_implementation == "sdpa"
+
+
+def test_none_in_train_mode_is_exactly_stock_dropout():
+    model = tiny_model("bert")  # with the model's own dropouts on
+    batch = make_batch(pad_from=PADDED)
+    model.train()
+    torch.manual_seed(3)
+    stock = model(**batch).logits
+    attendout.apply(model, "none")
+    torch.manual_seed(3)
+    torch.testing.assert_close(model(**batch).logits, stock, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.4])
+def test_scores_dropout_rate_and_padding(bert, p):
+    batch = make_batch(batch=16, length=24, pad_from=PADDED)
+    handle = attendout.apply(bert, "scores-dropout", p=p)
+    bert.train()
+    with attendout.record_attention(bert) as rec:
+        bert(**batch)
+    valid = valid_keys(batch)
+    for layer, probs in rec.probs.items():
+        assert probs.shape == (16, 4, 24, 24)
+        assert torch.all(probs.masked_select(~valid.expand_as(probs)) == 0), "padding key got attention"
+        torch.testing.assert_close(probs.sum(-1), torch.ones(16, 4, 24))
+        zero_rate = (probs == 0).logical_and(valid).sum() / valid.expand_as(probs).sum()
+        assert abs(zero_rate.item() - p) < 0.03, (layer, zero_rate)
+    stats = handle.stats()
+    assert set(stats) == {"scores-dropout/drop_rate/L0", "scores-dropout/drop_rate/L1"}
+    assert all(abs(v - p) < 0.03 for v in stats.values())
+    assert handle.stats() == {}, "statistics are reset when read"
+
+
+def test_all_scores_dropped_gives_uniform_attention_over_real_keys(bert):
+    """eq. 4: Softmax(M) with every element -inf is 1/n over the non-padding keys."""
+    batch = make_batch(pad_from=PADDED)
+    attendout.apply(bert, "scores-dropout", p=1.0)
+    bert.train()
+    with attendout.record_attention(bert) as rec:
+        bert(**batch)
+    valid = valid_keys(batch).float()
+    expected = (valid / valid.sum(-1, keepdim=True)).expand(4, 4, 12, 12)
+    for probs in rec.probs.values():
+        torch.testing.assert_close(probs, expected)
+
+
+def test_attn_layerdrop_skip_is_uniform_and_cuts_query_key_gradients(bert):
+    batch = make_batch(pad_from=PADDED)
+    attendout.apply(bert, "attn-layerdrop", p=1.0)
+    bert.train()
+    with attendout.record_attention(bert) as rec:
+        bert(**batch).loss.backward()
+    valid = valid_keys(batch).float()
+    for probs in rec.probs.values():
+        torch.testing.assert_close(probs, (valid / valid.sum(-1, keepdim=True)).expand_as(probs))
+    attn = bert.bert.encoder.layer[0].attention.self
+    assert attn.query.weight.grad is None or attn.query.weight.grad.abs().max() == 0  # W_Q skipped
+    assert attn.value.weight.grad.abs().max() > 0  # values still train
+
+
+def test_attn_layerdrop_per_sample_rate(bert):
+    handle = attendout.apply(bert, "attn-layerdrop", p=0.5, per_sample=True)
+    bert.train()
+    batch = make_batch(batch=64, length=6)
+    for _ in range(4):
+        bert(**batch)
+    rates = handle.stats()
+    assert all(abs(v - 0.5) < 0.1 for v in rates.values()), rates
+
+
+def test_weights_dropout_mask_rate_and_rescaling(bert):
+    batch = make_batch(batch=16, length=24, pad_from=PADDED)
+    attendout.apply(bert, "attn-dropout", p=0.25)
+    bert.train()
+    captured, _ = capture_weights(bert)
+    with attendout.record_attention(bert) as rec:
+        bert(**batch)
+    valid = valid_keys(batch).expand(16, 4, 24, 24)
+    for layer, weights in captured.items():
+        probs = rec.probs[layer]
+        dropped = (weights == 0) & valid
+        assert abs(dropped.sum().item() / valid.sum().item() - 0.25) < 0.03
+        kept = ~dropped & valid
+        torch.testing.assert_close(weights[kept], probs[kept] / 0.75)  # rescaled by 1/(1-p)
+        assert torch.all(weights[~valid] == 0)
+
+
+def test_weights_dropout_replaces_model_dropout():
+    """With the model's own attention dropout at 0.5 and attn-dropout p=0.1, about 10% are dropped."""
+    model = tiny_model("bert", attention_probs_dropout_prob=0.5, hidden_dropout_prob=0.0)
+    attendout.apply(model, "attn-dropout", p=0.1)
+    captured, _ = capture_weights(model)
+    model.train()
+    batch = make_batch(batch=16, length=24)
+    model(**batch)
+    rate = (captured[0] == 0).float().mean().item()
+    assert abs(rate - 0.1) < 0.03
+
+
+def test_drophead_drops_whole_heads_and_rescales(bert):
+    attendout.apply(bert, "drophead", p=0.5)
+    bert.train()
+    captured, _ = capture_weights(bert)
+    with attendout.record_attention(bert) as rec:
+        bert(**make_batch(batch=64, length=8))
+    for layer, weights in captured.items():
+        head_zero = weights.flatten(2).eq(0).all(-1)  # (B, H)
+        assert abs(head_zero.float().mean().item() - 0.5) < 0.1
+        kept = (~head_zero).sum(1, keepdim=True).clamp(min=1)  # (B, 1)
+        scale = (4 / kept)[:, :, None, None].expand_as(weights)
+        live = ~head_zero[:, :, None, None].expand_as(weights)
+        torch.testing.assert_close(weights[live], (rec.probs[layer] * scale)[live])
+
+
+def test_layerdrop_skips_blocks_in_training_only(bert):
+    batch = make_batch(pad_from=PADDED)
+    attendout.apply(bert, "layerdrop", p=1.0)
+    bert.train()
+    hidden = bert.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    embedded = bert.bert.embeddings(input_ids=batch["input_ids"])
+    torch.testing.assert_close(hidden, embedded)  # every block returned its input
+    bert.eval()
+    hidden_eval = bert.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    assert not torch.allclose(hidden_eval, embedded)
+
+
+def test_layerdrop_keeps_state_dict_and_removes_cleanly(bert):
+    keys = list(bert.state_dict())
+    handle = attendout.apply(bert, "layerdrop", p=0.5)
+    assert list(bert.state_dict()) == keys
+    assert "forward" in bert.bert.encoder.layer[0].__dict__
+    handle.remove()
+    assert "forward" not in bert.bert.encoder.layer[0].__dict__
+
+
+@pytest.mark.parametrize("method", ["attn-dropout", "scores-dropout", "layerdrop", "attn-layerdrop", "scheduled", "drophead"])
+def test_eval_mode_is_the_plain_model(method):
+    model = tiny_model("bert")
+    batch = make_batch(pad_from=PADDED)
+    model.eval()
+    stock = model(**batch).logits
+    attendout.apply(model, method)
+    model.train()
+    model(**batch)
+    model.eval()
+    torch.testing.assert_close(model(**batch).logits, stock, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("method", ["attn-dropout", "scores-dropout", "scheduled", "drophead", "attn-layerdrop"])
+def test_gradients_flow_through_masked_attention(method):
+    model = tiny_model("bert", **no_dropout("bert"))
+    attendout.apply(model, method, **({"p": 0.3} if method != "scheduled" else {}))
+    model.train()
+    model(**make_batch(batch=8, pad_from=PADDED)).loss.backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads[:5])
+    assert model.bert.encoder.layer[1].attention.self.value.weight.grad.abs().max() > 0
+
+
+def test_layers_option_limits_masks(bert):
+    handle = attendout.apply(bert, "scores-dropout", p=0.5, layers="1")
+    bert.train()
+    with attendout.record_attention(bert) as rec:
+        bert(**make_batch(batch=8, length=16))
+    assert (rec.probs[0] == 0).sum() == 0
+    assert (rec.probs[1] == 0).float().mean() > 0.3
+    assert list(handle.stats()) == ["scores-dropout/drop_rate/L1"]
+
+
+def test_layer_out_of_range_is_a_clear_error(bert):
+    with pytest.raises(ValueError, match=r"layers \[5\] do not exist; the model has 2 layers"):
+        attendout.apply(bert, "scores-dropout", layers=[5])
+
+
+def test_recording_keeps_gradients_in_train_and_eval(bert):
+    batch = make_batch(pad_from=PADDED)
+    for train in (True, False):
+        bert.train(train)
+        with attendout.record_attention(bert, layers=[0], grads=True) as rec:
+            out = bert(**batch)
+            out.logits[:, 1].sum().backward()
+        assert list(rec.probs) == [0]
+        grad = rec.probs[0].grad
+        assert grad is not None and grad.shape == (4, 4, 12, 12) and grad.abs().max() > 0
+        bert.zero_grad()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_is_hooked_per_layer(family):
+    model = tiny_model(family, num_hidden_layers=3) if family != "distilbert" else tiny_model(family, n_layers=3)
+    handle = attendout.apply(model, "scores-dropout", p=0.5)
+    assert get_controller(model).num_layers == 3
+    batch = make_batch(pad_from=PADDED)
+    if family == "distilbert":
+        batch.pop("token_type_ids", None)
+    model.train()
+    with attendout.record_attention(model) as rec:
+        model(**batch).loss.backward()
+    assert sorted(rec.probs) == [0, 1, 2]
+    valid = valid_keys(batch)
+    for probs in rec.probs.values():
+        assert torch.all(probs.masked_select(~valid.expand_as(probs)) == 0)
+    assert sorted(handle.stats()) == [f"scores-dropout/drop_rate/L{i}" for i in range(3)]
+    model.eval()
+    with attendout.record_attention(model) as rec:
+        model(**batch)
+    assert sorted(rec.probs) == [0, 1, 2]
+
+
+def test_albert_layerdrop_keeps_layer_indices_in_step():
+    model = tiny_model("albert", num_hidden_layers=4)
+    attendout.apply(model, "layerdrop", p=0.5)
+    attendout.apply(model, "scores-dropout", p=0.1)
+    model.train()
+    torch.manual_seed(0)
+    for _ in range(5):
+        with attendout.record_attention(model) as rec:
+            model(**make_batch())
+        assert set(rec.probs) <= {0, 1, 2, 3}
+
+
+def test_unsupported_model_names_its_class():
+    config = MPNetConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+    model = MPNetForSequenceClassification(config)
+    with pytest.raises(attendout.UnsupportedModelError, match="MPNetForSequenceClassification.*'mpnet'"):
+        attendout.apply(model, "none")

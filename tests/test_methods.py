@@ -1,0 +1,99 @@
+"""The method registry, configs, `apply`/`remove`, and the scheduled method's schedule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_batch
+
+import attendout
+from attendout.methods import METHODS, ScheduledConfig, get_method_config
+from attendout.methods.scheduled import schedule_value
+
+PAPER_METHODS = {"none", "attn-dropout", "scores-dropout", "layerdrop", "attn-layerdrop", "scheduled", "drophead"}
+
+
+def test_registry_has_the_paper_methods():
+    assert PAPER_METHODS <= set(attendout.list_methods())
+    for name in PAPER_METHODS:
+        config = get_method_config(name)
+        assert config.name == name and config.to_dict()["name"] == name
+        assert METHODS[name].model_dropout in ("keeps", "replaces")
+    assert METHODS["attn-dropout"].model_dropout == "replaces"
+
+
+def test_defaults_follow_the_issue():
+    assert get_method_config("attn-dropout").p == 0.2
+    assert get_method_config("layerdrop").p == 0.2
+    assert get_method_config("attn-layerdrop").p == 0.2
+    assert get_method_config("scheduled").start == 0.6
+
+
+def test_unknown_method_and_option_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown method 'dropconnect'; known methods: attn-dropout"):
+        get_method_config("dropconnect")
+    with pytest.raises(ValueError, match="method 'scores-dropout' has no option 'q'"):
+        get_method_config("scores-dropout", q=0.1)
+
+
+@pytest.mark.parametrize("name,options,match", [
+    ("scores-dropout", {"p": 1.5}, r"scores-dropout: p must be in \[0, 1\], got 1.5"),
+    ("attn-dropout", {"p": 1.0}, r"attn-dropout: p must be in \[0, 1\), got 1.0"),
+    ("drophead", {"p": -0.1}, "drophead: p must be"),
+    ("scores-dropout", {"layers": "0,x"}, "layers must be 'all' or comma-separated integers"),
+    ("scheduled", {"knots": "0:0.6,0.5"}, "knots must look like"),
+    ("scheduled", {"knots": "0.5:0.6,0.2:0.1"}, "must rise"),
+    ("scheduled", {"knots": "0:0.6,1:0.1", "slopes": "-0.1"}, "either knots or slopes"),
+])
+def test_bad_options_raise_naming_the_field(name, options, match):
+    with pytest.raises(ValueError, match=match):
+        get_method_config(name, **options)
+
+
+def test_apply_and_remove_restore_the_stock_model(bert):
+    batch = make_batch()
+    bert.eval()
+    stock = bert(**batch).logits
+    handle = attendout.apply(bert, attendout.get_method_config("scores-dropout", p=0.5))
+    second = attendout.apply(bert, "drophead", p=0.5)
+    handle.remove()
+    second.remove()
+    bert.train()
+    torch.manual_seed(0)
+    a = bert(**batch).logits
+    torch.manual_seed(0)
+    b = bert(**batch).logits
+    torch.testing.assert_close(a, b)  # no random masks left (no dropout in this model)
+    attendout.remove(bert)
+    bert.eval()
+    torch.testing.assert_close(bert(**batch).logits, stock)
+
+
+def test_schedule_is_piecewise_linear():
+    curve = [(0.0, 0.6), (0.5, 0.2), (1.0, 0.2)]
+    assert schedule_value(curve, 0.0) == pytest.approx(0.6)
+    assert schedule_value(curve, 0.25) == pytest.approx(0.4)
+    assert schedule_value(curve, 0.75) == pytest.approx(0.2)
+    config = ScheduledConfig(start=0.6, slopes="-0.6,-0.2")
+    assert config.curves() == [[(0.0, 0.6), (1.0, 0.0)], [(0.0, 0.6), (1.0, pytest.approx(0.4))]]
+
+
+def test_scheduled_rate_follows_progress(bert):
+    handle = attendout.apply(bert, "scheduled", start=0.6, slopes="-0.6,0.0")
+    bert.train()
+    batch = make_batch(batch=16, length=24)
+    handle.set_progress(0.0)
+    bert(**batch)
+    start = handle.stats()
+    handle.set_progress(1.0)
+    bert(**batch)
+    end = handle.stats()
+    assert abs(start["scheduled/drop_rate/L0"] - 0.6) < 0.03 and abs(start["scheduled/drop_rate/L1"] - 0.6) < 0.03
+    assert "scheduled/drop_rate/L0" not in end  # p reached 0: no mask at all
+    assert abs(end["scheduled/drop_rate/L1"] - 0.6) < 0.03
+    assert end["scheduled/scheduled_p/L1"] == pytest.approx(0.6)
+
+
+def test_scheduled_needs_one_curve_per_layer(bert):
+    with pytest.raises(ValueError, match="got 3 per-layer schedules for a model with 2 layers"):
+        attendout.apply(bert, "scheduled", slopes="-0.1,-0.2,-0.3")
