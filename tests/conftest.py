@@ -15,8 +15,15 @@ from transformers import (
 )
 
 VOCAB = 99
-COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-              max_position_embeddings=64, num_labels=2)
+COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    num_labels=2,
+)
 
 
 def tiny_config(family: str, **overrides):
@@ -29,8 +36,15 @@ def tiny_config(family: str, **overrides):
     elif family == "electra":
         config = ElectraConfig(**COMMON, embedding_size=16)
     elif family == "distilbert":
-        config = DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=37,
-                                  max_position_embeddings=64, num_labels=2)
+        config = DistilBertConfig(
+            vocab_size=VOCAB,
+            dim=32,
+            n_layers=2,
+            n_heads=4,
+            hidden_dim=37,
+            max_position_embeddings=64,
+            num_labels=2,
+        )
     elif family == "albert":
         config = AlbertConfig(**COMMON, embedding_size=16)
     else:
@@ -69,3 +83,70 @@ FAMILIES = ["bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert"]
 @pytest.fixture
 def bert():
     return tiny_model("bert", **no_dropout("bert"))
+
+
+WORDS = [
+    "good",
+    "bad",
+    "great",
+    "awful",
+    "fine",
+    "poor",
+    "film",
+    "plot",
+    "the",
+    "a",
+    "was",
+    "is",
+    "very",
+    "not",
+    "actors",
+    "story",
+    "fun",
+    "dull",
+    "nice",
+    "boring",
+]
+
+
+def save_tiny_model_dir(path, family: str = "bert", **overrides) -> str:
+    """A tiny random model with a word-level BERT tokenizer, saved as a local model folder."""
+    from transformers import BertTokenizer
+
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    vocab += [f"w{i}" for i in range(VOCAB - len(vocab))]
+    BertTokenizer(vocab={word: i for i, word in enumerate(vocab)}).save_pretrained(path)
+    tiny_model(family, **overrides).save_pretrained(path)
+    return str(path)
+
+
+def write_sentiment_csv(path, n: int, seed: int = 0) -> str:
+    """A learnable toy sentiment CSV: label 1 iff the text has more positive than negative words."""
+    import random
+
+    rng = random.Random(seed)
+    pos, neg, filler = (
+        ["good", "great", "fine", "fun", "nice"],
+        ["bad", "awful", "poor", "dull", "boring"],
+        WORDS[6:14],
+    )
+    lines = ["text,label"]
+    for _ in range(n):
+        label = rng.randint(0, 1)
+        words = rng.sample(pos if label else neg, 2) + rng.sample(filler, 4)
+        rng.shuffle(words)
+        lines.append(f"{' '.join(words)},{label}")
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.fixture
+def tiny_run(tmp_path):
+    """Paths of a tiny model folder and train/dev CSVs."""
+    return {
+        "model": save_tiny_model_dir(tmp_path / "model"),
+        "train": write_sentiment_csv(tmp_path / "train.csv", 96, seed=0),
+        "dev": write_sentiment_csv(tmp_path / "dev.csv", 24, seed=1),
+        "tmp": tmp_path,
+    }

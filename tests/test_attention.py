@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import FAMILIES, make_batch, no_dropout, tiny_model
 from transformers import MPNetConfig, MPNetForSequenceClassification
 
 import attendout
 from attendout.attention import get_controller
+from conftest import FAMILIES, make_batch, no_dropout, tiny_model
 
 PADDED = {1: 7, 3: 4}  # rows 1 and 3 are padded from positions 7 and 4
 
@@ -19,8 +19,10 @@ def capture_weights(model):
     captured: dict[int, torch.Tensor] = {}
     handles = []
     for index, module in enumerate(controller.attention_modules):
+
         def hook(_module, _inputs, output, index=index):
             captured[index] = output[1]
+
         handles.append(module.register_forward_hook(hook))
     return captured, handles
 
@@ -160,7 +162,9 @@ def test_layerdrop_skips_blocks_in_training_only(bert):
     embedded = bert.bert.embeddings(input_ids=batch["input_ids"])
     torch.testing.assert_close(hidden, embedded)  # every block returned its input
     bert.eval()
-    hidden_eval = bert.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    hidden_eval = bert.bert(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+    ).last_hidden_state
     assert not torch.allclose(hidden_eval, embedded)
 
 
@@ -173,7 +177,9 @@ def test_layerdrop_keeps_state_dict_and_removes_cleanly(bert):
     assert "forward" not in bert.bert.encoder.layer[0].__dict__
 
 
-@pytest.mark.parametrize("method", ["attn-dropout", "scores-dropout", "layerdrop", "attn-layerdrop", "scheduled", "drophead"])
+@pytest.mark.parametrize(
+    "method", ["attn-dropout", "scores-dropout", "layerdrop", "attn-layerdrop", "scheduled", "drophead"]
+)
 def test_eval_mode_is_the_plain_model(method):
     model = tiny_model("bert")
     batch = make_batch(pad_from=PADDED)
@@ -186,7 +192,9 @@ def test_eval_mode_is_the_plain_model(method):
     torch.testing.assert_close(model(**batch).logits, stock, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("method", ["attn-dropout", "scores-dropout", "scheduled", "drophead", "attn-layerdrop"])
+@pytest.mark.parametrize(
+    "method", ["attn-dropout", "scores-dropout", "scheduled", "drophead", "attn-layerdrop"]
+)
 def test_gradients_flow_through_masked_attention(method):
     model = tiny_model("bert", **no_dropout("bert"))
     attendout.apply(model, method, **({"p": 0.3} if method != "scheduled" else {}))
@@ -227,7 +235,9 @@ def test_recording_keeps_gradients_in_train_and_eval(bert):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_is_hooked_per_layer(family):
-    model = tiny_model(family, num_hidden_layers=3) if family != "distilbert" else tiny_model(family, n_layers=3)
+    model = (
+        tiny_model(family, num_hidden_layers=3) if family != "distilbert" else tiny_model(family, n_layers=3)
+    )
     handle = attendout.apply(model, "scores-dropout", p=0.5)
     assert get_controller(model).num_layers == 3
     batch = make_batch(pad_from=PADDED)
@@ -260,7 +270,9 @@ def test_albert_layerdrop_keeps_layer_indices_in_step():
 
 
 def test_unsupported_model_names_its_class():
-    config = MPNetConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+    config = MPNetConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
+    )
     model = MPNetForSequenceClassification(config)
     with pytest.raises(attendout.UnsupportedModelError, match="MPNetForSequenceClassification.*'mpnet'"):
         attendout.apply(model, "none")

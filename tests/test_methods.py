@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_batch
 
 import attendout
 from attendout.methods import METHODS, ScheduledConfig, get_method_config
 from attendout.methods.scheduled import schedule_value
+from conftest import make_batch
 
-PAPER_METHODS = {"none", "attn-dropout", "scores-dropout", "layerdrop", "attn-layerdrop", "scheduled", "drophead"}
+PAPER_METHODS = {
+    "none",
+    "attn-dropout",
+    "scores-dropout",
+    "layerdrop",
+    "attn-layerdrop",
+    "scheduled",
+    "drophead",
+}
 
 
 def test_registry_has_the_paper_methods():
@@ -36,15 +44,18 @@ def test_unknown_method_and_option_are_clear_errors():
         get_method_config("scores-dropout", q=0.1)
 
 
-@pytest.mark.parametrize("name,options,match", [
-    ("scores-dropout", {"p": 1.5}, r"scores-dropout: p must be in \[0, 1\], got 1.5"),
-    ("attn-dropout", {"p": 1.0}, r"attn-dropout: p must be in \[0, 1\), got 1.0"),
-    ("drophead", {"p": -0.1}, "drophead: p must be"),
-    ("scores-dropout", {"layers": "0,x"}, "layers must be 'all' or comma-separated integers"),
-    ("scheduled", {"knots": "0:0.6,0.5"}, "knots must look like"),
-    ("scheduled", {"knots": "0.5:0.6,0.2:0.1"}, "must rise"),
-    ("scheduled", {"knots": "0:0.6,1:0.1", "slopes": "-0.1"}, "either knots or slopes"),
-])
+@pytest.mark.parametrize(
+    "name,options,match",
+    [
+        ("scores-dropout", {"p": 1.5}, r"scores-dropout: p must be in \[0, 1\], got 1.5"),
+        ("attn-dropout", {"p": 1.0}, r"attn-dropout: p must be in \[0, 1\), got 1.0"),
+        ("drophead", {"p": -0.1}, "drophead: p must be"),
+        ("scores-dropout", {"layers": "0,x"}, "layers must be 'all' or comma-separated integers"),
+        ("scheduled", {"knots": "0:0.6,0.5"}, "knots must look like"),
+        ("scheduled", {"knots": "0.5:0.6,0.2:0.1"}, "must rise"),
+        ("scheduled", {"knots": "0:0.6,1:0.1", "slopes": "-0.1"}, "either knots or slopes"),
+    ],
+)
 def test_bad_options_raise_naming_the_field(name, options, match):
     with pytest.raises(ValueError, match=match):
         get_method_config(name, **options)
@@ -88,7 +99,10 @@ def test_scheduled_rate_follows_progress(bert):
     handle.set_progress(1.0)
     bert(**batch)
     end = handle.stats()
-    assert abs(start["scheduled/drop_rate/L0"] - 0.6) < 0.03 and abs(start["scheduled/drop_rate/L1"] - 0.6) < 0.03
+    assert (
+        abs(start["scheduled/drop_rate/L0"] - 0.6) < 0.03
+        and abs(start["scheduled/drop_rate/L1"] - 0.6) < 0.03
+    )
     assert "scheduled/drop_rate/L0" not in end  # p reached 0: no mask at all
     assert abs(end["scheduled/drop_rate/L1"] - 0.6) < 0.03
     assert end["scheduled/scheduled_p/L1"] == pytest.approx(0.6)

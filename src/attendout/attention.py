@@ -75,7 +75,9 @@ class Family:
     shared: bool = False
 
 
-_BERT_LIKE = Family(attention=r"(^|\.)encoder\.layer\.(\d+)\.attention\.self$", block=r"(^|\.)encoder\.layer\.(\d+)$")
+_BERT_LIKE = Family(
+    attention=r"(^|\.)encoder\.layer\.(\d+)\.attention\.self$", block=r"(^|\.)encoder\.layer\.(\d+)$"
+)
 
 FAMILIES: dict[str, Family] = {
     "bert": _BERT_LIKE,
@@ -448,14 +450,18 @@ def attendout_attention(
     """The registered attention function. Shapes: query/key/value (B, H, L, d); returns (B, L, H, d)."""
     slot: _Slot | None = module.__dict__.get("_attendout_slot")
     if slot is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
     controller = slot.controller
     layer = controller.next_layer() if slot.layer is None else slot.layer
     training = module.training
     methods = [m for m in controller.methods if m.acts_on(layer, training)]
     recorders = [r for r in controller.recorders if r.wants(layer)]
     if not methods and not recorders:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
 
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         raise TypeError(f"attendout expects a boolean attention mask, got {attention_mask.dtype}")
@@ -479,7 +485,9 @@ def attendout_attention(
 
     if drop is None and scale is None and not skip and not recorders and not transforms:
         # Only the dropout probability changed: stock SDPA can still do the work.
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
 
     probs = _attention_probs(call, methods, scaling, drop, skip)  # (B, H, Lq, Lk)
     for recorder in recorders:

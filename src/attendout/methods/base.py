@@ -46,7 +46,9 @@ def get_method_config(name: str, **options: Any) -> MethodConfig:
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - known)
     if unknown:
-        raise ValueError(f"method {name!r} has no option {unknown[0]!r}; its options: {', '.join(sorted(known))}")
+        raise ValueError(
+            f"method {name!r} has no option {unknown[0]!r}; its options: {', '.join(sorted(known))}"
+        )
     return cls(**options)
 
 
@@ -111,7 +113,9 @@ def layers_field() -> Any:
 class MethodHandle:
     """What :func:`apply` returns: the live method, its progress, its statistics, and `remove()`."""
 
-    def __init__(self, model: nn.Module, controller: Controller, config: MethodConfig, method: AttentionMethod):
+    def __init__(
+        self, model: nn.Module, controller: Controller, config: MethodConfig, method: AttentionMethod
+    ):
         self.model = model
         self.controller = controller
         self.config = config

@@ -28,7 +28,9 @@ class WeightsDropout(AttentionMethod):
     def edit(self, call: AttentionCall) -> AttentionEdit:
         drop = bernoulli_drop(call.shape, self.p, call.query.device)  # (B, H, Lq, Lk)
         self.meter.add(f"{self.name}/drop_rate/L{call.layer}", *call.dropped_fraction(drop))
-        return AttentionEdit(scale_weights=keep_scale(drop, self.p, self.rescale, call.query.dtype), dropout=0.0)
+        return AttentionEdit(
+            scale_weights=keep_scale(drop, self.p, self.rescale, call.query.dtype), dropout=0.0
+        )
 
     def stats(self) -> dict[str, float]:
         return self.meter.pop()
@@ -64,7 +66,9 @@ class AttnDropoutConfig(MethodConfig):
     model_dropout = "replaces"
 
     p: float = field(default=0.2, metadata={"help": "drop probability of each attention weight"})
-    rescale: bool = field(default=True, metadata={"help": "rescale kept weights by 1/(1-p), as standard dropout"})
+    rescale: bool = field(
+        default=True, metadata={"help": "rescale kept weights by 1/(1-p), as standard dropout"}
+    )
     layers: list[int] | None = layers_field()
 
     def __post_init__(self) -> None:
@@ -79,7 +83,9 @@ class AttnDropoutConfig(MethodConfig):
 @dataclass
 class ScoresDropoutConfig(MethodConfig):
     name = "scores-dropout"
-    summary = "Bernoulli dropout on the attention scores (-inf before softmax, eq. 3), on top of the model's own"
+    summary = (
+        "Bernoulli dropout on the attention scores (-inf before softmax, eq. 3), on top of the model's own"
+    )
 
     p: float = field(default=0.1, metadata={"help": "drop probability of each attention score"})
     layers: list[int] | None = layers_field()

@@ -36,7 +36,9 @@ class BlockDrop(AttentionMethod):
         shared = controller.family.shared
         for position, block in enumerate(controller.blocks):
             if "forward" in block.__dict__:
-                raise ValueError(f"{self.name}: block {position} already has a wrapped forward (applied twice?)")
+                raise ValueError(
+                    f"{self.name}: block {position} already has a wrapped forward (applied twice?)"
+                )
             block.forward = self._wrap(controller, block, None if shared else position)
             self._wrapped.append(block)
 
@@ -47,7 +49,9 @@ class BlockDrop(AttentionMethod):
             layer = controller.block_index(position)
             if block.training and (self.layers is None or layer in self.layers):
                 dropped = bool(torch.rand(()) < self.p)
-                self.meter.add(f"{self.name}/drop_rate/L{layer}", torch.tensor(float(dropped)), torch.tensor(1.0))
+                self.meter.add(
+                    f"{self.name}/drop_rate/L{layer}", torch.tensor(float(dropped)), torch.tensor(1.0)
+                )
                 if dropped:
                     if position is None:  # shared attention module: keep its call counter in step
                         controller.next_layer()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def bernoulli_drop(shape: tuple[int, ...], p: float | torch.Tensor, device: torch.device | str) -> torch.Tensor:
+def bernoulli_drop(
+    shape: tuple[int, ...], p: float | torch.Tensor, device: torch.device | str
+) -> torch.Tensor:
     """Bool mask of ``shape``, each element True (dropped) with probability ``p``.
 
     ``p`` may be a tensor broadcastable to ``shape`` (a per-layer or per-head probability).

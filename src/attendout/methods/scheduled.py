@@ -37,13 +37,15 @@ def parse_floats(value: str | Sequence[float] | None, what: str) -> list[float] 
 
 
 def parse_knots(value: str | Sequence[Sequence[Sequence[float]]]) -> list[Knots]:
-    """"0:0.6,1:0.1" (one curve for every layer) or "0:0.6,1:0.1;0:0.5,1:0" (one per layer, ';')."""
+    """ "0:0.6,1:0.1" (one curve for every layer) or "0:0.6,1:0.1;0:0.5,1:0" (one per layer, ';')."""
     if not isinstance(value, str):
         return [[(float(t), float(p)) for t, p in curve] for curve in value]
     curves = []
     for curve_text in value.split(";"):
         try:
-            curve = [tuple(float(x) for x in knot.split(":")) for knot in curve_text.split(",") if knot.strip()]
+            curve = [
+                tuple(float(x) for x in knot.split(":")) for knot in curve_text.split(",") if knot.strip()
+            ]
         except ValueError:
             raise ValueError(f"scheduled: knots must look like '0:0.6,1:0.1', got {curve_text!r}") from None
         if not curve or any(len(k) != 2 for k in curve):
@@ -81,7 +83,9 @@ class ScheduledScoresDropout(ScoresDropout):
         if len(self.curves) == 1:
             self.curves = self.curves * n
         if len(self.curves) != n:
-            raise ValueError(f"scheduled: got {len(self.curves)} per-layer schedules for a model with {n} layers")
+            raise ValueError(
+                f"scheduled: got {len(self.curves)} per-layer schedules for a model with {n} layers"
+            )
 
     def set_progress(self, fraction: float) -> None:
         self.progress = fraction
@@ -103,7 +107,9 @@ class ScheduledConfig(MethodConfig):
     name = "scheduled"
     summary = "scores dropout with a per-layer piecewise-linear schedule over training (001 §7.2)"
 
-    start: float = field(default=0.6, metadata={"help": "drop probability of every layer at the start (paper: 0.6)"})
+    start: float = field(
+        default=0.6, metadata={"help": "drop probability of every layer at the start (paper: 0.6)"}
+    )
     slopes: list[float] | None = field(
         default=None,
         metadata={

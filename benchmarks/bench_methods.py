@@ -1,0 +1,189 @@
+"""Training-step time and peak memory of each method, relative to `none`, measured in one run.
+
+Every method trains on the same batches (random token ids with random lengths, seeded), in its own
+child process (peak memory of a process cannot be reset), and the repeats are interleaved
+(none, attn-dropout, ..., none, attn-dropout, ...) so that a slow spell of the machine hits every
+method alike. Two extra rows compare the hook with stock attention:
+
+    stock      the model as `transformers` builds it (SDPA), no attendout import in the step
+    none       the attendout hook installed, no method active (target: at most 1.05x stock)
+
+Usage (from the repository root):
+
+    python benchmarks/bench_methods.py                      # offline MiniLM, batch 32, length 128
+    python benchmarks/bench_methods.py --methods none scores-dropout --steps 5 --repeats 2
+
+Prints a Markdown table; ``--json PATH`` also writes the raw measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+DEFAULT_METHODS = [
+    "stock",
+    "none",
+    "attn-dropout",
+    "scores-dropout",
+    "layerdrop",
+    "attn-layerdrop",
+    "scheduled",
+    "drophead",
+]
+
+
+def make_batches(vocab_size: int, batch_size: int, length: int, count: int, seed: int):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(count):
+        ids = torch.randint(1000, vocab_size, (batch_size, length), generator=g)
+        lengths = torch.randint(length // 2, length + 1, (batch_size,), generator=g)
+        mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
+        ids = ids * mask
+        labels = torch.randint(0, 2, (batch_size,), generator=g)
+        batches.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+    return batches
+
+
+def child(args: argparse.Namespace) -> None:
+    """Train `args.steps` steps with one method; print one JSON line of measurements."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    from attendout.models import resolve_model
+
+    path, _ = resolve_model(args.model)
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    if args.child != "stock":
+        import attendout
+
+        attendout.apply(model, args.child)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    batches = make_batches(
+        model.config.vocab_size, args.batch_size, args.length, args.warmup + args.steps, seed=1
+    )
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    times = []
+    for i, batch in enumerate(batches):
+        start = time.perf_counter()
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if i >= args.warmup:
+            times.append(time.perf_counter() - start)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    print(
+        json.dumps(
+            {
+                "method": args.child,
+                "step_s": statistics.median(times),
+                "peak_rss_mib": peak / 1024,
+                "train_peak_mib": (peak - rss_before) / 1024,
+            }
+        )
+    )
+
+
+def run_child(method: str, args: argparse.Namespace) -> dict:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        method,
+        "--model",
+        args.model,
+        "--batch-size",
+        str(args.batch_size),
+        "--length",
+        str(args.length),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--threads",
+        str(args.threads),
+    ]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"child for {method} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--methods", nargs="+", default=DEFAULT_METHODS)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per child")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per child")
+    parser.add_argument("--repeats", type=int, default=3, help="children per method, interleaved")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--json", default=None, help="write the raw measurements here")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    methods = list(dict.fromkeys(["none", *args.methods]))
+    runs: dict[str, list[dict]] = {m: [] for m in methods}
+    for repeat in range(args.repeats):
+        for method in methods:
+            result = run_child(method, args)
+            runs[method].append(result)
+            print(
+                f"[repeat {repeat + 1}/{args.repeats}] {method}: {result['step_s']:.3f} s/step, "
+                f"peak {result['peak_rss_mib']:.0f} MiB",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def median(method: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[method])
+
+    base_t, base_m, base_tm = (
+        median("none", "step_s"),
+        median("none", "peak_rss_mib"),
+        median("none", "train_peak_mib"),
+    )
+    print(
+        f"\nmodel {args.model}, batch {args.batch_size}, length {args.length} (random lengths {args.length // 2}-"
+        f"{args.length}), {args.steps} timed steps x {args.repeats} interleaved repeats, {args.threads} threads; "
+        "medians\n"
+    )
+    print(
+        "| method | step time (s) | time vs none | peak RSS (MiB) | peak vs none | training increment vs none |"
+    )
+    print("|---|---|---|---|---|---|")
+    for method in methods:
+        t, m, tm = median(method, "step_s"), median(method, "peak_rss_mib"), median(method, "train_peak_mib")
+        print(
+            f"| {method} | {t:.3f} | {t / base_t:.2f}x | {m:.0f} | {m / base_m:.2f}x | {tm / max(base_tm, 1e-9):.2f}x |"
+        )
+    if "stock" in runs:
+        print(
+            f"\nhook installed, nothing active, vs stock SDPA: {base_t / median('stock', 'step_s'):.3f}x step time "
+            "(target: at most 1.05x)"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "runs": runs}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

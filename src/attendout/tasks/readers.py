@@ -1,0 +1,300 @@
+"""Reading CSV / TSV / JSON-lines files into :class:`RawTable` and turning those into Examples.
+
+Reading is in two steps so that label names can come from the train file: :func:`read_file` keeps
+the raw labels with the line each came from, and :func:`to_examples` maps them to class indices
+(or floats) and reports a bad one with its file, line, column and value.
+
+TSV files are read with ``csv.QUOTE_NONE`` (GLUE convention: quotes are ordinary characters);
+CSV files with the standard CSV quoting. Files are decoded as UTF-8 with an optional BOM and may be
+compressed (``.gz``, ``.bz2``).
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from .core import CLASSIFICATION, REGRESSION, DataError, Examples
+
+__all__ = ["FORMATS", "RawTable", "detect_format", "infer_label_names", "read_file", "to_examples"]
+
+FORMATS = ("csv", "tsv", "jsonl")
+_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
+_COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}
+
+
+@dataclass(frozen=True)
+class RawTable:
+    """The rows of one file, column-major, before labels are interpreted."""
+
+    path: str
+    texts: tuple[list[str], ...]  # one list per text column, each [num_rows]
+    labels: list[Any]  # raw label per row: str from CSV/TSV, JSON scalar from JSON lines
+    lines: list[int]  # 1-based line number of each row (last line of a multi-line CSV record)
+    label_column: str
+    groups: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def filter(self, keep: Sequence[bool]) -> RawTable:
+        """The rows where ``keep`` is true."""
+        rows = [i for i, k in enumerate(keep) if k]
+        return RawTable(
+            path=self.path,
+            texts=tuple([column[i] for i in rows] for column in self.texts),
+            labels=[self.labels[i] for i in rows],
+            lines=[self.lines[i] for i in rows],
+            label_column=self.label_column,
+            groups=None if self.groups is None else [self.groups[i] for i in rows],
+        )
+
+
+def detect_format(path: str | Path, file_format: str | None = None) -> str:
+    """``file_format`` if given, else the format named by the extension (``.csv.gz`` -> csv)."""
+    if file_format is not None:
+        fmt = file_format.lower().lstrip(".")
+        fmt = {"json": "jsonl", "ndjson": "jsonl"}.get(fmt, fmt)
+        if fmt not in FORMATS:
+            raise DataError(f"unknown file_format {file_format!r}; use one of {', '.join(FORMATS)}")
+        return fmt
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    if suffixes and suffixes[-1] in _COMPRESSED:
+        suffixes = suffixes[:-1]
+    if suffixes and suffixes[-1] in _EXTENSIONS:
+        return _EXTENSIONS[suffixes[-1]]
+    raise DataError(
+        f"cannot tell the format of {path} from its extension; pass file_format= one of {', '.join(FORMATS)}"
+    )
+
+
+def _open_text(path: Path) -> IO[str]:
+    opener = _COMPRESSED.get(path.suffix.lower())
+    if opener is not None:
+        return opener(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
+
+
+def _check_exists(path: Path, what: str) -> None:
+    if not path.exists():
+        raise DataError(f"file not found: {path} ({what})")
+    if not path.is_file():
+        raise DataError(f"not a file: {path} ({what})")
+
+
+def _column_index(header: Sequence[str], name: str, path: Path) -> int:
+    try:
+        return list(header).index(name)
+    except ValueError:
+        present = ", ".join(repr(h) for h in header)
+        raise DataError(f"{path}: no column {name!r} (columns present: {present})") from None
+
+
+def read_file(
+    path: str | Path,
+    *,
+    text_columns: Sequence[str],
+    label_column: str,
+    file_format: str | None = None,
+    group_column: str | None = None,
+    column_names: Sequence[str] | None = None,
+    what: str = "data file",
+) -> RawTable:
+    """Read the named columns of a CSV/TSV/JSON-lines file.
+
+    ``column_names`` is for CSV/TSV files without a header row (GLUE CoLA): it names the fields,
+    and every line must have exactly that many. Otherwise the first row is the header, and every
+    line must have as many fields as the header. ``what`` says which split the file is, for errors.
+    """
+    path = Path(path)
+    _check_exists(path, what)
+    fmt = detect_format(path, file_format)
+    try:
+        with _open_text(path) as handle:
+            if fmt == "jsonl":
+                return _read_jsonl(handle, path, text_columns, label_column, group_column)
+            delimiter = "\t" if fmt == "tsv" else ","
+            quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
+            reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
+            return _read_delimited(reader, path, fmt, text_columns, label_column, group_column, column_names)
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
+    except (OSError, EOFError) as error:  # unreadable or corrupt compressed file
+        raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
+
+
+def _read_delimited(
+    reader: Any,
+    path: Path,
+    fmt: str,
+    text_columns: Sequence[str],
+    label_column: str,
+    group_column: str | None,
+    column_names: Sequence[str] | None,
+) -> RawTable:
+    rows: Iterator[list[str]] = reader
+    try:
+        if column_names is None:
+            header = next(rows, None)
+            if header is None:
+                raise DataError(f"{path}: file is empty (expected a header row)")
+        else:
+            header = list(column_names)
+        text_idx = [_column_index(header, name, path) for name in text_columns]
+        label_idx = _column_index(header, label_column, path)
+        group_idx = None if group_column is None else _column_index(header, group_column, path)
+        texts: tuple[list[str], ...] = tuple([] for _ in text_columns)
+        labels: list[Any] = []
+        lines: list[int] = []
+        groups: list[str] | None = None if group_idx is None else []
+        kind = "tab-separated" if fmt == "tsv" else "comma-separated"
+        for row in rows:
+            if not row:  # blank line
+                continue
+            if len(row) != len(header):
+                raise DataError(
+                    f"{path} line {reader.line_num}: expected {len(header)} {kind} fields "
+                    f"({', '.join(header)}), found {len(row)}"
+                )
+            for column, i in zip(texts, text_idx, strict=True):
+                column.append(row[i])
+            labels.append(row[label_idx])
+            lines.append(reader.line_num)
+            if groups is not None and group_idx is not None:
+                groups.append(row[group_idx])
+    except csv.Error as error:
+        raise DataError(f"{path} line {reader.line_num}: malformed {fmt.upper()} ({error})") from None
+    return RawTable(str(path), texts, labels, lines, label_column, groups)
+
+
+def _read_jsonl(
+    handle: IO[str],
+    path: Path,
+    text_columns: Sequence[str],
+    label_column: str,
+    group_column: str | None,
+) -> RawTable:
+    texts: tuple[list[str], ...] = tuple([] for _ in text_columns)
+    labels: list[Any] = []
+    lines: list[int] = []
+    groups: list[str] | None = None if group_column is None else []
+    wanted = [*text_columns, label_column] + ([group_column] if group_column else [])
+    for line_no, line in enumerate(handle, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(
+                f"{path} line {line_no}: not valid JSON ({error.msg} at column {error.colno}); "
+                "expected one JSON object per line"
+            ) from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path} line {line_no}: expected a JSON object, found {type(record).__name__}")
+        for name in wanted:
+            if name not in record:
+                present = ", ".join(repr(k) for k in record)
+                raise DataError(f"{path} line {line_no}: no key {name!r} (keys present: {present})")
+        for column, name in zip(texts, text_columns, strict=True):
+            value = record[name]
+            if value is None or isinstance(value, dict | list):
+                raise DataError(f"{path} line {line_no}, key {name!r}: expected text, found {value!r}")
+            column.append(str(value))
+        labels.append(record[label_column])
+        lines.append(line_no)
+        if groups is not None and group_column is not None:
+            groups.append(str(record[group_column]))
+    return RawTable(str(path), texts, labels, lines, label_column, groups)
+
+
+# --------------------------------------------------------------------------------------------------
+# Labels
+
+
+def _label_text(value: Any) -> str:
+    """A raw label as text: JSON numbers/bools as written in JSON, strings unchanged."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return str(value)
+
+
+def infer_label_names(raw: RawTable) -> tuple[str, ...]:
+    """The sorted set of labels in ``raw``: numerically if all are integers, else as text."""
+    seen = {_label_text(v) for v in raw.labels}
+    try:
+        return tuple(sorted(seen, key=int))
+    except ValueError:
+        return tuple(sorted(seen))
+
+
+def _class_index(value: Any, label_names: Sequence[str], index_of: dict[str, int]) -> int | None:
+    """The class of a raw label: an exact label name, else an integer index in range, else None."""
+    text = _label_text(value)
+    if text in index_of:
+        return index_of[text]
+    try:
+        index = int(text.strip())
+    except ValueError:
+        return None
+    return index if 0 <= index < len(label_names) else None
+
+
+def to_examples(
+    raw: RawTable,
+    *,
+    kind: str,
+    label_names: Sequence[str] | None,
+    split: str,
+    label_range: tuple[float, float] | None = None,
+) -> Examples:
+    """Examples from a raw table: labels to class indices (classification) or floats (regression).
+
+    A classification label is matched against ``label_names`` first; failing that, an integer in
+    ``[0, len(label_names))`` is taken as the class index (GLUE files write ``0``/``1``).
+    """
+    if len(raw) == 0:
+        raise DataError(f"split {split!r} is empty: {raw.path} has no data rows")
+    if not 1 <= len(raw.texts) <= 2:
+        raise DataError(f"{raw.path}: {len(raw.texts)} text columns; a task takes 1 or 2")
+    labels: list[Any] = []
+    if kind == CLASSIFICATION:
+        if label_names is None:
+            raise DataError(f"split {split!r} from {raw.path}: classification needs label names")
+        index_of = {name: i for i, name in enumerate(label_names)}
+        for value, line in zip(raw.labels, raw.lines, strict=True):
+            index = _class_index(value, label_names, index_of)
+            if index is None:
+                raise DataError(
+                    f"{raw.path} line {line}, column {raw.label_column!r}: label {value!r} is not in the "
+                    f"label set ({', '.join(label_names)}) nor an index 0..{len(label_names) - 1}"
+                )
+            labels.append(index)
+    elif kind == REGRESSION:
+        for value, line in zip(raw.labels, raw.lines, strict=True):
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                number = math.nan
+            if isinstance(value, bool) or not math.isfinite(number):
+                raise DataError(
+                    f"{raw.path} line {line}, column {raw.label_column!r}: regression label {value!r} is not a number"
+                )
+            if label_range is not None and not label_range[0] <= number <= label_range[1]:
+                raise DataError(
+                    f"{raw.path} line {line}, column {raw.label_column!r}: regression label {value!r} is "
+                    f"outside the range {label_range[0]:g}..{label_range[1]:g}"
+                )
+            labels.append(number)
+    else:
+        raise DataError(f"split {split!r} from {raw.path}: cannot read labels of kind {kind!r} from a table")
+    text_b = raw.texts[1] if len(raw.texts) > 1 else None
+    return Examples(text_a=raw.texts[0], text_b=text_b, labels=labels, groups=raw.groups)

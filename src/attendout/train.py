@@ -1,0 +1,568 @@
+"""The fine-tuning loop: one readable loop for every method.
+
+``finetune(TrainConfig(...))`` loads a task and a model, applies a method through the attention hook,
+trains with AdamW and a linear warm-up/decay schedule, selects the best checkpoint on a validation
+split carved from train (dev is only for reporting), and writes a run directory:
+
+    RUN_DIR/config.json            the full configuration, data sizes, versions
+    RUN_DIR/log.jsonl              one line per logged step (loss, lr, the method's statistics) and per evaluation
+    RUN_DIR/model/                 the best model, saved with save_pretrained (plain `transformers` loads it)
+    RUN_DIR/predictions/SPLIT.jsonl per-example predictions of the best model on each evaluation split
+    RUN_DIR/results.json           final metrics (written last, atomically: its presence means the run finished)
+
+The loop is a small :class:`Trainer` whose state (step, epoch, best score, optimizer, scheduler) is
+held in one place, so resuming and distributed data parallel can be added around it later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import platform
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from . import methods as methods_mod
+from .models import load_for_task
+from .tasks import Examples, Task, TaskData, carve_validation, compute_metrics, load_task_data, subsample
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RunExistsError", "TrainConfig", "Trainer", "TrainingError", "finetune"]
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (NaN loss, ...). Files already written stay as they were."""
+
+
+class RunExistsError(FileExistsError):
+    """The output directory holds a finished run; pass overwrite=True to replace it."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run depends on. Field help texts are the CLI's."""
+
+    # what to train
+    task: str = field(default="rotten-tomatoes", metadata={"help": "task name (see `attendout tasks`)"})
+    model: str = field(
+        default="minilm", metadata={"help": "'minilm' (packaged offline default), a local folder or a hub id"}
+    )
+    method: str = field(default="none", metadata={"help": "regulariser (see `attendout methods`)"})
+    method_options: dict[str, Any] = field(default_factory=dict, metadata={"help": "the method's options"})
+    # data
+    data_dir: str | None = field(
+        default=None, metadata={"help": "local GLUE-format folder (root or task folder)"}
+    )
+    hub: bool = field(
+        default=False, metadata={"help": "load the task from the Hugging Face hub (needs internet)"}
+    )
+    train_file: str | None = field(default=None, metadata={"help": "CSV/TSV/JSONL training file"})
+    eval_files: dict[str, str] | None = field(
+        default=None, metadata={"help": "evaluation files, split name -> path"}
+    )
+    text_columns: list[str] | None = field(
+        default=None, metadata={"help": "one or two text columns of the files"}
+    )
+    label_column: str | None = field(default=None, metadata={"help": "label column of the files"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "subsample the training set"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "subsample every evaluation split"})
+    validation_split: float = field(
+        default=0.1, metadata={"help": "fraction of train held out for model selection"}
+    )
+    data_seed: int = field(
+        default=0, metadata={"help": "seed of the validation split, the subsample and the data order"}
+    )
+    max_length: int = field(
+        default=128, metadata={"help": "maximum tokens per example (longer ones are truncated)"}
+    )
+    # optimisation
+    epochs: float = field(default=3.0, metadata={"help": "training epochs (ignored when max_steps is set)"})
+    max_steps: int | None = field(default=None, metadata={"help": "training steps (overrides epochs)"})
+    batch_size: int = field(default=32, metadata={"help": "training batch size"})
+    eval_batch_size: int = field(default=64, metadata={"help": "evaluation batch size"})
+    learning_rate: float = field(default=5e-5, metadata={"help": "peak AdamW learning rate"})
+    weight_decay: float = field(
+        default=0.01, metadata={"help": "AdamW weight decay (not on biases and LayerNorm)"}
+    )
+    warmup_ratio: float = field(default=0.1, metadata={"help": "fraction of steps of linear warm-up"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm (0 = off)"})
+    seed: int = field(default=42, metadata={"help": "model seed: head initialisation, dropout, masks"})
+    # evaluation, logging, output
+    eval_steps: int | None = field(
+        default=None, metadata={"help": "evaluate every N steps (and at each epoch end)"}
+    )
+    log_steps: int = field(default=10, metadata={"help": "write a log line every N steps"})
+    output_dir: str = field(default="runs/latest", metadata={"help": "run directory"})
+    overwrite: bool = field(default=False, metadata={"help": "replace a finished run in output_dir"})
+    save_model: bool = field(default=True, metadata={"help": "save the best model with save_pretrained"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda, cuda:N or mps"})
+    precision: str = field(default="fp32", metadata={"help": "fp32, bf16 or fp16 (mixed precision, GPU)"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.batch_size >= 1, "batch_size", self.batch_size, "at least 1"),
+            (self.eval_batch_size >= 1, "eval_batch_size", self.eval_batch_size, "at least 1"),
+            (self.learning_rate > 0, "learning_rate", self.learning_rate, "positive"),
+            (self.epochs > 0, "epochs", self.epochs, "positive"),
+            (self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "at least 1"),
+            (0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "in [0, 1)"),
+            (0 < self.validation_split < 1, "validation_split", self.validation_split, "in (0, 1)"),
+            (self.max_length >= 8, "max_length", self.max_length, "at least 8"),
+            (self.log_steps >= 1, "log_steps", self.log_steps, "at least 1"),
+            (self.eval_steps is None or self.eval_steps >= 1, "eval_steps", self.eval_steps, "at least 1"),
+            (self.precision in ("fp32", "bf16", "fp16"), "precision", self.precision, "fp32, bf16 or fp16"),
+        ]
+        for ok, name, value, rule in checks:
+            if not ok:
+                raise ValueError(f"{name} must be {rule}, got {value!r}")
+        # Fail on a bad method name or option now, not after loading data and model.
+        self.method_config()
+
+    def method_config(self) -> methods_mod.MethodConfig:
+        return methods_mod.get_method_config(self.method, **self.method_options)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["method_options"] = self.method_config().to_dict()
+        return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Small utilities
+# --------------------------------------------------------------------------------------------------
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def pick_device(name: str) -> torch.device:
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader never sees half a file (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+        json.dump(data, tmp, indent=2, sort_keys=False, default=str)
+        tmp.write("\n")
+    os.replace(tmp.name, path)
+
+
+def save_model_atomic(model: nn.Module, tokenizer, target: Path) -> None:
+    """save_pretrained into a temporary folder, then swap it in: the old checkpoint survives any failure."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if target.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+    os.replace(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+class Encoded:
+    """Tokenised examples (no padding), batched with dynamic padding."""
+
+    def __init__(self, examples: Examples, tokenizer, max_length: int, regression: bool):
+        pair = examples.text_b
+        enc = tokenizer(
+            examples.text_a,
+            pair,
+            truncation=True,
+            max_length=max_length,
+            padding=False,
+            return_token_type_ids=None,
+        )
+        self.features = [{k: enc[k][i] for k in enc.keys()} for i in range(len(examples))]
+        self.labels = torch.tensor(examples.labels, dtype=torch.float if regression else torch.long)
+        self.tokenizer = tokenizer
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        batch = self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt")
+        batch["labels"] = self.labels[indices]
+        return dict(batch)
+
+    def batches(
+        self, batch_size: int, generator: torch.Generator | None = None
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        order = (
+            torch.randperm(len(self), generator=generator).tolist()
+            if generator is not None
+            else range(len(self))
+        )
+        order = list(order)
+        for start in range(0, len(order), batch_size):
+            yield self.batch(order[start : start + batch_size])
+
+
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def linear_schedule(
+    optimizer: torch.optim.Optimizer, warmup: int, total: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+# --------------------------------------------------------------------------------------------------
+# The trainer
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    epoch: int = 0
+    best_score: float = -math.inf
+    best_step: int | None = None
+    best_validation: dict[str, float] = field(default_factory=dict)
+    validated_at: int | None = None
+
+
+class Trainer:
+    """Owns the model, optimizer, schedule, data and run directory of one run."""
+
+    def __init__(self, config: TrainConfig):
+        self.config = config
+        self.out = Path(config.output_dir)
+        self._check_output_dir()
+        self.device = pick_device(config.device)
+
+        task, data = load_task_data(
+            config.task,
+            data_dir=config.data_dir,
+            hub=config.hub,
+            train_file=config.train_file,
+            eval_files=config.eval_files,
+            text_columns=config.text_columns,
+            label_column=config.label_column,
+        )
+        self.task: Task = task
+        self.data_source = data.source
+        self.train_examples, self.validation_examples, self.eval_examples = self._split(data)
+
+        set_seed(config.seed)  # the head's initialisation depends on the model seed only
+        self.model, self.tokenizer, self.model_description = load_for_task(config.model, task)
+        self.model.to(self.device)
+        self.handle = methods_mod.apply(self.model, config.method_config())
+
+        regression = task.kind == "regression"
+        self.train_set = Encoded(self.train_examples, self.tokenizer, config.max_length, regression)
+        self.validation_set = Encoded(self.validation_examples, self.tokenizer, config.max_length, regression)
+        self.eval_sets = {
+            name: Encoded(ex, self.tokenizer, config.max_length, regression)
+            for name, ex in self.eval_examples.items()
+        }
+
+        self.steps_per_epoch = math.ceil(len(self.train_set) / config.batch_size)
+        self.total_steps = config.max_steps or max(1, math.ceil(config.epochs * self.steps_per_epoch))
+        self.optimizer = torch.optim.AdamW(
+            _param_groups(self.model, config.weight_decay), lr=config.learning_rate
+        )
+        self.scheduler = linear_schedule(
+            self.optimizer, int(config.warmup_ratio * self.total_steps), self.total_steps
+        )
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.precision == "fp16")
+        self.state = TrainState()
+        # Only now, with data and model loaded and the method applied, touch the run directory.
+        self._prepare_output_dir()
+        self._write_config()
+
+    # setup ----------------------------------------------------------------------------------
+    def _check_output_dir(self) -> None:
+        if (self.out / "results.json").exists() and not self.config.overwrite:
+            raise RunExistsError(
+                f"{self.out} holds a finished run (results.json); choose another --output-dir or pass --overwrite"
+            )
+
+    def _prepare_output_dir(self) -> None:
+        self._check_output_dir()
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.config.overwrite:
+            (self.out / "results.json").unlink(missing_ok=True)
+        (self.out / "log.jsonl").write_text("")
+
+    def _split(self, data: TaskData) -> tuple[Examples, Examples, dict[str, Examples]]:
+        c = self.config
+        train, validation = carve_validation(data.train, c.validation_split, c.data_seed)
+        train = subsample(train, c.max_train_samples, c.data_seed)
+        if c.max_eval_samples is not None:
+            validation = subsample(validation, c.max_eval_samples, c.data_seed)
+        evals = {
+            name: subsample(ex, c.max_eval_samples, c.data_seed) for name, ex in data.eval_splits.items()
+        }
+        return train, validation, evals
+
+    def _write_config(self) -> None:
+        sizes = {"train": len(self.train_set), "validation": len(self.validation_set)}
+        sizes.update({name: len(s) for name, s in self.eval_sets.items()})
+        write_json_atomic(
+            self.out / "config.json",
+            {
+                "config": self.config.to_dict(),
+                "task": dataclasses.asdict(self.task),
+                "data_source": self.data_source,
+                "sizes": sizes,
+                "model_description": self.model_description,
+                "model_dropout": self.config.method_config().model_dropout,
+                "total_steps": self.total_steps,
+                "steps_per_epoch": self.steps_per_epoch,
+                "device": str(self.device),
+                "versions": {
+                    "attendout": _version(),
+                    "torch": torch.__version__,
+                    "transformers": _transformers_version(),
+                    "python": platform.python_version(),
+                },
+                "hardware": {
+                    "machine": platform.machine(),
+                    "cpus": os.cpu_count(),
+                    "threads": torch.get_num_threads(),
+                },
+            },
+        )
+
+    # logging --------------------------------------------------------------------------------
+    def log(self, record: dict[str, Any]) -> None:
+        with open(self.out / "log.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # training -------------------------------------------------------------------------------
+    @property
+    def epoch_progress(self) -> float:
+        """Epochs done, fractional."""
+        return round(self.state.step / self.steps_per_epoch, 4)
+
+    def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        self.model.train()
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        with torch.autocast(
+            self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
+        ):
+            loss = self.model(**batch).loss
+        if not torch.isfinite(loss):
+            raise TrainingError(
+                f"loss is {loss.item()} at step {self.state.step + 1} (learning rate "
+                f"{self.scheduler.get_last_lr()[0]:.3g}); the best checkpoint so far is kept in {self.out}"
+            )
+        self.scaler.scale(loss).backward()
+        if self.config.max_grad_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    def fit(self) -> dict[str, Any]:
+        c = self.config
+        started = time.time()
+        bar = tqdm(
+            total=self.total_steps, desc=f"{c.task} {c.method}", disable=not c.progress, dynamic_ncols=True
+        )
+        running: list[torch.Tensor] = []
+        while self.state.step < self.total_steps:
+            order = torch.Generator().manual_seed(c.data_seed * 100_003 + self.state.epoch)
+            for batch in self.train_set.batches(c.batch_size, order):
+                self.handle.set_progress(self.state.step / self.total_steps)
+                lr = self.scheduler.get_last_lr()[0]
+                running.append(self.train_step(batch))
+                self.state.step += 1
+                bar.update(1)
+                if self.state.step % c.log_steps == 0 or self.state.step == self.total_steps:
+                    loss = torch.stack(running).mean().item()
+                    running = []
+                    bar.set_postfix(loss=f"{loss:.4f}")
+                    self.log(
+                        {
+                            "step": self.state.step,
+                            "epoch": self.epoch_progress,
+                            "loss": loss,
+                            "lr": lr,
+                            **self.handle.stats(),
+                        }
+                    )
+                if c.eval_steps and self.state.step % c.eval_steps == 0:
+                    self.validate()
+                if self.state.step >= self.total_steps:
+                    break
+            else:  # a full pass over the training set
+                self.state.epoch += 1
+                self.validate()
+        bar.close()
+        if self.state.validated_at != self.state.step:
+            self.validate()  # the end of a partial epoch
+        train_time = time.time() - started
+        return self.finish(train_time)
+
+    # evaluation -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def predict(self, data: Encoded) -> tuple[np.ndarray, np.ndarray, float]:
+        """(predictions, scores, mean loss): class indices and probabilities, or regression values."""
+        self.model.eval()
+        preds, scores, losses = [], [], []
+        for batch in data.batches(self.config.eval_batch_size):
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            with torch.autocast(
+                self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
+            ):
+                out = self.model(**batch)
+            logits = out.logits.float()
+            losses.append(out.loss.float() * len(logits))
+            if self.task.kind == "regression":
+                values = logits.squeeze(-1)
+                preds.append(values.cpu())
+                scores.append(values.cpu())
+            else:
+                preds.append(logits.argmax(-1).cpu())
+                scores.append(torch.softmax(logits, -1).cpu())
+        loss = (torch.stack(losses).sum() / len(data)).item()
+        return torch.cat(preds).numpy(), torch.cat(scores).numpy(), loss
+
+    def evaluate(self, data: Encoded) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+        preds, scores, loss = self.predict(data)
+        metrics = compute_metrics(self.task, preds, data.labels.numpy())
+        return {**metrics, "loss": loss}, preds, scores
+
+    def validate(self) -> dict[str, float]:
+        """Score the validation split; keep the model if it is the best so far."""
+        metrics, _, _ = self.evaluate(self.validation_set)
+        self.state.validated_at = self.state.step
+        main = self.task.metrics[0]
+        improved = metrics[main] > self.state.best_score
+        if improved:
+            self.state.best_score = metrics[main]
+            self.state.best_step = self.state.step
+            self.state.best_validation = metrics
+            if self.config.save_model:
+                save_model_atomic(self.model, self.tokenizer, self.out / "model")
+            else:
+                self._best_state = {
+                    k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()
+                }
+        self.log(
+            {"step": self.state.step, "epoch": self.epoch_progress, "validation": metrics, "best": improved}
+        )
+        return metrics
+
+    def _restore_best(self) -> None:
+        if self.config.save_model:
+            from transformers import AutoModelForSequenceClassification
+
+            best = AutoModelForSequenceClassification.from_pretrained(self.out / "model")
+            self.model.load_state_dict(best.state_dict())
+        else:
+            self.model.load_state_dict(self._best_state)
+
+    def finish(self, train_time: float) -> dict[str, Any]:
+        """Evaluate the best model on every evaluation split, write predictions and results.json."""
+        if self.state.best_step != self.state.step:
+            self._restore_best()
+        evaluations = {}
+        for name, data in self.eval_sets.items():
+            metrics, preds, scores = self.evaluate(data)
+            evaluations[name] = metrics
+            self._write_predictions(name, preds, scores, data.labels.numpy())
+        results = {
+            "task": self.task.name,
+            "method": self.config.method,
+            "method_options": self.config.method_config().to_dict(),
+            "model": self.config.model,
+            "model_description": self.model_description,
+            "data_source": self.data_source,
+            "seed": self.config.seed,
+            "data_seed": self.config.data_seed,
+            "main_metric": self.task.metrics[0],
+            "best_step": self.state.best_step,
+            "total_steps": self.total_steps,
+            "validation": self.state.best_validation,
+            "eval": evaluations,
+            "train_time_s": round(train_time, 2),
+        }
+        self.log({"step": self.state.step, "eval": evaluations, "best_step": self.state.best_step})
+        write_json_atomic(self.out / "results.json", results)
+        return results
+
+    def _write_predictions(
+        self, split: str, preds: np.ndarray, scores: np.ndarray, labels: np.ndarray
+    ) -> None:
+        path = self.out / "predictions" / f"{split}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w") as f:
+            for i, (p, s, y) in enumerate(zip(preds.tolist(), scores.tolist(), labels.tolist(), strict=True)):
+                f.write(json.dumps({"index": i, "prediction": p, "label": y, "score": s}) + "\n")
+        os.replace(tmp, path)
+
+
+def finetune(config: TrainConfig) -> dict[str, Any]:
+    """Run one fine-tuning job described by ``config``; return the results (also in results.json)."""
+    return Trainer(config).fit()
+
+
+def format_results(results: dict[str, Any]) -> str:
+    """A small Markdown table of the validation and evaluation metrics of a run."""
+    rows = [("validation (model selection)", results["validation"])] + list(results["eval"].items())
+    names = [m for m in next(iter(results["eval"].values()), results["validation"]) if m != "loss"]
+    header = "| split | " + " | ".join(names) + " |"
+    lines = [header, "|" + "---|" * (len(names) + 1)]
+    for split, metrics in rows:
+        lines.append(
+            f"| {split} | " + " | ".join(f"{metrics.get(n, float('nan')):.4f}" for n in names) + " |"
+        )
+    return "\n".join(lines)
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
