@@ -285,7 +285,7 @@ class Trainer:
         set_seed(config.seed)  # the head's initialisation depends on the model seed only
         self.model, self.tokenizer, self.model_description = load_for_task(config.model, task)
         self.model.to(self.device)
-        self.handle = methods_mod.apply(self.model, config.method_config())
+        self.method_config = config.method_config()
 
         regression = task.kind == "regression"
         self.train_set = Encoded(self.train_examples, self.tokenizer, config.max_length, regression)
@@ -306,6 +306,8 @@ class Trainer:
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.precision == "fp16")
         self.state = TrainState()
+        self.strategy = self.method_config.training_strategy()
+        self.strategy.setup(self)
         # Only now, with data and model loaded and the method applied, touch the run directory.
         self._prepare_output_dir()
         self._write_config()
@@ -375,27 +377,44 @@ class Trainer:
         """Epochs done, fractional."""
         return round(self.state.step / self.steps_per_epoch, 4)
 
-    def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        self.model.train()
+    def forward_loss(self, model: nn.Module, batch: dict[str, torch.Tensor], **kwargs: Any) -> torch.Tensor:
+        """The loss of ``model`` on ``batch`` (moved to the device), under mixed precision if asked."""
         batch = {k: v.to(self.device) for k, v in batch.items()}
         with torch.autocast(
             self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
         ):
-            loss = self.model(**batch).loss
+            return model(**batch, **kwargs).loss
+
+    def optimise(
+        self,
+        loss: torch.Tensor,
+        model: nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    ) -> torch.Tensor:
+        """Backward, clip, optimizer and schedule step (defaults: the trainer's own); returns the detached loss.
+
+        A non-finite loss raises :class:`TrainingError` before any parameter changes.
+        """
+        model, optimizer = model or self.model, optimizer or self.optimizer
+        scheduler = scheduler or self.scheduler
         if not torch.isfinite(loss):
             raise TrainingError(
                 f"loss is {loss.item()} at step {self.state.step + 1} (learning rate "
-                f"{self.scheduler.get_last_lr()[0]:.3g}); the best checkpoint so far is kept in {self.out}"
+                f"{scheduler.get_last_lr()[0]:.3g}); the best checkpoint so far is kept in {self.out}"
             )
         self.scaler.scale(loss).backward()
         if self.config.max_grad_norm > 0:
-            self.scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
-        self.scaler.step(self.optimizer)
+            self.scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), self.config.max_grad_norm)
+        self.scaler.step(optimizer)
         self.scaler.update()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
         return loss.detach()
+
+    def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.strategy.step(self, batch)
 
     def fit(self) -> dict[str, Any]:
         c = self.config
@@ -407,7 +426,7 @@ class Trainer:
         while self.state.step < self.total_steps:
             order = torch.Generator().manual_seed(c.data_seed * 100_003 + self.state.epoch)
             for batch in self.train_set.batches(c.batch_size, order):
-                self.handle.set_progress(self.state.step / self.total_steps)
+                self.strategy.set_progress(self.state.step / self.total_steps)
                 lr = self.scheduler.get_last_lr()[0]
                 running.append(self.train_step(batch))
                 self.state.step += 1
@@ -422,7 +441,7 @@ class Trainer:
                             "epoch": self.epoch_progress,
                             "loss": loss,
                             "lr": lr,
-                            **self.handle.stats(),
+                            **self.strategy.stats(),
                         }
                     )
                 if c.eval_steps and self.state.step % c.eval_steps == 0:
@@ -442,14 +461,15 @@ class Trainer:
     @torch.no_grad()
     def predict(self, data: Encoded) -> tuple[np.ndarray, np.ndarray, float]:
         """(predictions, scores, mean loss): class indices and probabilities, or regression values."""
-        self.model.eval()
+        model = self.strategy.eval_model(self)
+        model.eval()
         preds, scores, losses = [], [], []
         for batch in data.batches(self.config.eval_batch_size):
             batch = {k: v.to(self.device) for k, v in batch.items()}
             with torch.autocast(
                 self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
             ):
-                out = self.model(**batch)
+                out = model(**batch)
             logits = out.logits.float()
             losses.append(out.loss.float() * len(logits))
             if self.task.kind == "regression":
@@ -478,10 +498,11 @@ class Trainer:
             self.state.best_step = self.state.step
             self.state.best_validation = metrics
             if self.config.save_model:
-                save_model_atomic(self.model, self.tokenizer, self.out / "model")
+                save_model_atomic(self.strategy.eval_model(self), self.tokenizer, self.out / "model")
             else:
                 self._best_state = {
-                    k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()
+                    k: v.detach().to("cpu", copy=True)
+                    for k, v in self.strategy.eval_model(self).state_dict().items()
                 }
         self.log(
             {"step": self.state.step, "epoch": self.epoch_progress, "validation": metrics, "best": improved}
@@ -493,9 +514,9 @@ class Trainer:
             from transformers import AutoModelForSequenceClassification
 
             best = AutoModelForSequenceClassification.from_pretrained(self.out / "model")
-            self.model.load_state_dict(best.state_dict())
+            self.strategy.eval_model(self).load_state_dict(best.state_dict())
         else:
-            self.model.load_state_dict(self._best_state)
+            self.strategy.eval_model(self).load_state_dict(self._best_state)
 
     def finish(self, train_time: float) -> dict[str, Any]:
         """Evaluate the best model on every evaluation split, write predictions and results.json."""

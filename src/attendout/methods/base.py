@@ -91,6 +91,10 @@ class MethodConfig:
     def build(self) -> AttentionMethod:
         raise NotImplementedError
 
+    def training_strategy(self) -> TrainingStrategy:
+        """How the fine-tuning loop trains with this method (default: one plain step per batch)."""
+        return TrainingStrategy()
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **dataclasses.asdict(self)}
 
@@ -134,6 +138,39 @@ class MethodHandle:
 
     def __repr__(self) -> str:
         return f"MethodHandle({self.config!r})"
+
+
+class TrainingStrategy:
+    """How the fine-tuning loop (:class:`attendout.train.Trainer`) trains with a method.
+
+    The default applies the method to ``trainer.model`` and runs one forward, backward and optimizer
+    step per batch. Methods that need more subclass it and return it from
+    ``MethodConfig.training_strategy()``: AttendOut trains a Defender and an Attacker, AD-DROP runs an
+    attribution pass before the training pass. The loop calls, in order: ``setup`` once (after the
+    model is loaded and the optimizer built), then per batch ``set_progress`` and ``step``, ``stats``
+    at each log line, and ``eval_model`` whenever it evaluates or saves.
+    """
+
+    handle: MethodHandle | None = None
+
+    def setup(self, trainer: Any) -> None:
+        self.handle = apply(trainer.model, trainer.method_config)
+
+    def step(self, trainer: Any, batch: dict[str, Any]) -> Any:
+        """Train on one batch; return the detached loss."""
+        trainer.model.train()
+        return trainer.optimise(trainer.forward_loss(trainer.model, batch))
+
+    def set_progress(self, fraction: float) -> None:
+        if self.handle is not None:
+            self.handle.set_progress(fraction)
+
+    def stats(self) -> dict[str, float]:
+        return self.handle.stats() if self.handle is not None else {}
+
+    def eval_model(self, trainer: Any) -> nn.Module:
+        """The model to evaluate and save."""
+        return trainer.model
 
 
 def apply(model: nn.Module, config: MethodConfig | str, **options: Any) -> MethodHandle:
