@@ -1,7 +1,8 @@
 """Training-step time and peak memory of each method, relative to `none`, measured in one run.
 
-Every method trains on the same batches (random token ids with random lengths, seeded), in its own
-child process (peak memory of a process cannot be reset), and the repeats are interleaved
+Every method trains through the real fine-tuning loop (``Trainer.train_step``, so methods with their
+own training strategy are measured as they train) on the same batches (texts of random vocabulary
+words with random lengths between half the length and the length, seeded), in its own child process (peak memory of a process cannot be reset), and the repeats are interleaved
 (none, attn-dropout, ..., none, attn-dropout, ...) so that a slow spell of the machine hits every
 method alike. Two extra rows compare the hook with stock attention:
 
@@ -39,51 +40,74 @@ DEFAULT_METHODS = [
 ]
 
 
-def make_batches(vocab_size: int, batch_size: int, length: int, count: int, seed: int):
-    import torch
+def write_random_texts(path: str, tokenizer, count: int, length: int, seed: int) -> None:
+    """A CSV of ``count`` texts of random vocabulary words, each between length/2 and length tokens."""
+    import csv
+    import random
 
-    g = torch.Generator().manual_seed(seed)
-    batches = []
-    for _ in range(count):
-        ids = torch.randint(1000, vocab_size, (batch_size, length), generator=g)
-        lengths = torch.randint(length // 2, length + 1, (batch_size,), generator=g)
-        mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
-        ids = ids * mask
-        labels = torch.randint(0, 2, (batch_size,), generator=g)
-        batches.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
-    return batches
+    rng = random.Random(seed)
+    words = [w for w in tokenizer.get_vocab() if w.isalpha() and w.islower() and len(w) > 2]
+    words.sort()
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        for _ in range(count):
+            n = rng.randint(length // 2, length) - 2  # [CLS] and [SEP]
+            writer.writerow([" ".join(rng.choice(words) for _ in range(n)), rng.randint(0, 1)])
 
 
 def child(args: argparse.Namespace) -> None:
-    """Train `args.steps` steps with one method; print one JSON line of measurements."""
+    """Train `args.steps` steps with one method through the real loop; print one JSON line."""
+    import tempfile
+
     import torch
-    from transformers import AutoModelForSequenceClassification
+    from transformers import AutoTokenizer
 
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
     from attendout.models import resolve_model
+    from attendout.train import TrainConfig, Trainer
 
     path, _ = resolve_model(args.model)
-    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
-    if args.child != "stock":
-        import attendout
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    count = args.batch_size * (args.warmup + args.steps)
+    with tempfile.TemporaryDirectory() as tmp:
+        data = f"{tmp}/bench.csv"
+        write_random_texts(
+            data, tokenizer, count + 64, args.length, seed=1
+        )  # the same texts for every method
+        method = "none" if args.child == "stock" else args.child
+        trainer = Trainer(
+            TrainConfig(
+                task="file",
+                train_file=data,
+                eval_files={"dev": data},
+                text_columns=["text"],
+                label_column="label",
+                model=args.model,
+                method=method,
+                max_length=args.length,
+                batch_size=args.batch_size,
+                validation_split=64 / (count + 64),
+                max_steps=args.warmup + args.steps,
+                progress=False,
+                save_model=False,
+                output_dir=f"{tmp}/run",
+                seed=0,
+                data_seed=0,
+            )
+        )
+        if args.child == "stock":
+            import attendout
 
-        attendout.apply(model, args.child)
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    batches = make_batches(
-        model.config.vocab_size, args.batch_size, args.length, args.warmup + args.steps, seed=1
-    )
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    times = []
-    for i, batch in enumerate(batches):
-        start = time.perf_counter()
-        loss = model(**batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if i >= args.warmup:
-            times.append(time.perf_counter() - start)
+            attendout.remove(trainer.model)  # stock transformers attention: no hook at all
+        batches = list(trainer.train_set.batches(args.batch_size))[: args.warmup + args.steps]
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        times = []
+        for i, batch in enumerate(batches):
+            start = time.perf_counter()
+            trainer.train_step(batch)
+            if i >= args.warmup:
+                times.append(time.perf_counter() - start)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     print(
         json.dumps(
