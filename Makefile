@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 # The main job: the offline default (packaged MiniLM, Rotten Tomatoes snippets), a method of paper 001.
 demo: $(STAMP)
 	$(BIN)/attendout finetune --task rotten-tomatoes --model minilm --method scores-dropout --p 0.1 \
-		--max-train-samples 3000 --epochs 2 --max-length 64 --eval-steps 50 \
+		--max-train-samples 2500 --epochs 2 --max-length 64 \
 		--output-dir runs/demo --overwrite
 
 test: $(STAMP)
