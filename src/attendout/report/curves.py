@@ -1,0 +1,109 @@
+"""Convergence curves: the validation metric of several runs over training, on one axis.
+
+Paper 001's Figure 4 plots the accuracy of RoBERTa with and without AttendOut over training.
+:func:`convergence_figure` draws the same kind of figure from run directories: one line per group of
+runs (e.g. ``{"none": [seed1, seed2, seed3], "attendout": [...]}``), the mean over the group's runs
+with a band of ± one standard deviation (the band is absent for a group of one run).
+
+It reads result files only: each run's ``log.jsonl`` (the ``validation`` records the fine-tuning loop
+writes at every evaluation) and ``results.json`` / ``config.json`` (for the main metric's name).
+The validation split is the one carved from train for model selection; dev is not in the log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+__all__ = ["convergence_figure", "main_metric", "read_log", "validation_curve"]
+
+
+def convergence_figure(
+    groups: dict[str, list[Path]], out: Path, metric: str | None = None, title: str = ""
+) -> Path:
+    """Write a PNG of validation ``metric`` vs step, mean ± std over the run directories of each group.
+
+    ``metric`` defaults to the main metric of the first run (its task's first metric). Within a group,
+    the curve uses the evaluation steps that every run of the group shares. Returns ``out``.
+    Raises ``ValueError`` naming the run or group when a run has no validation records or a group's
+    runs share no evaluation step.
+    """
+    if not groups or not any(groups.values()):
+        raise ValueError("convergence_figure: no runs given")
+    first_run = next(Path(p) for runs in groups.values() for p in runs)
+    metric = metric or main_metric(first_run)
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    for label, runs in groups.items():
+        if not runs:
+            continue
+        steps, mean, std = _group_curve([Path(r) for r in runs], metric, label)
+        (line,) = ax.plot(steps, mean, marker="o", markersize=3, label=f"{label} (n={len(runs)})")
+        if len(runs) > 1:
+            ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"validation {metric}")
+    ax.set_title(title or f"Convergence (validation {metric}, mean ± std over runs)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=150)
+    return out
+
+
+def read_log(run_dir: Path) -> list[dict]:
+    """The records of ``RUN_DIR/log.jsonl`` (ValueError if the file is missing)."""
+    path = Path(run_dir) / "log.jsonl"
+    if not path.is_file():
+        raise ValueError(f"{run_dir} is not a run directory: it has no log.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def main_metric(run_dir: Path) -> str:
+    """The run's main metric: ``results.json`` main_metric, else the task's first metric in config.json."""
+    run_dir = Path(run_dir)
+    results = run_dir / "results.json"
+    if results.is_file():
+        return json.loads(results.read_text())["main_metric"]
+    config = run_dir / "config.json"
+    if config.is_file():
+        return json.loads(config.read_text())["task"]["metrics"][0]
+    raise ValueError(f"{run_dir} has neither results.json nor config.json: cannot tell its main metric")
+
+
+def validation_curve(run_dir: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of validation ``metric`` in a run's log, in step order (last record per step)."""
+    by_step: dict[int, float] = {}
+    for record in read_log(run_dir):
+        validation = record.get("validation")
+        if validation is None:
+            continue
+        if metric not in validation:
+            raise ValueError(
+                f"{run_dir}: validation records have no metric {metric!r}; they have {', '.join(validation)}"
+            )
+        by_step[int(record["step"])] = float(validation[metric])
+    if not by_step:
+        raise ValueError(f"{run_dir}: log.jsonl has no validation records")
+    steps = np.array(sorted(by_step))
+    return steps, np.array([by_step[s] for s in steps])
+
+
+def _group_curve(runs: Sequence[Path], metric: str, label: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps shared by every run, mean, std) of one group."""
+    curves = [validation_curve(run, metric) for run in runs]
+    shared = set(curves[0][0].tolist())
+    for steps, _ in curves[1:]:
+        shared &= set(steps.tolist())
+    if not shared:
+        raise ValueError(
+            f"group {label!r}: its runs share no evaluation step; evaluate them at the same steps"
+        )
+    steps = np.array(sorted(shared))
+    values = np.stack([vals[np.searchsorted(s, steps)] for s, vals in curves])  # (runs, steps)
+    return steps, values.mean(axis=0), values.std(axis=0)
