@@ -38,7 +38,7 @@ def test_defaults_follow_the_issue():
 
 
 def test_unknown_method_and_option_are_clear_errors():
-    with pytest.raises(ValueError, match="unknown method 'dropconnect'; known methods: attn-dropout"):
+    with pytest.raises(ValueError, match="unknown method .dropconnect.; known methods: .*scores-dropout"):
         get_method_config("dropconnect")
     with pytest.raises(ValueError, match="method 'scores-dropout' has no option 'q'"):
         get_method_config("scores-dropout", q=0.1)
