@@ -60,6 +60,8 @@ def test_cli_smoke_run_in_a_subprocess(tiny_run):
         "slopes": [-0.5],
         "knots": None,
         "layers": None,
+        "from_run": None,
+        "fit_segments": 3,
     }
 
 

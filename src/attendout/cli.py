@@ -1,4 +1,4 @@
-"""Command line: ``attendout finetune | methods | tasks``.
+"""Command line: ``attendout finetune | methods | tasks | plot``.
 
 Method options come from the method's config dataclass: ``attendout finetune --method scheduled
 --help`` lists them. Errors in user input print one line (``attendout: error: ...``) and exit 2.
@@ -168,7 +168,80 @@ def cmd_tasks(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"finetune": cmd_finetune, "methods": cmd_methods, "tasks": cmd_tasks}
+def cmd_plot(argv: list[str]) -> int:
+    """Figures from run directories: AttendOut's dropout patterns and the convergence curves (001 Fig. 3, 4)."""
+    from pathlib import Path
+
+    from .report.curves import convergence_figure, group_runs
+    from .report.patterns import is_attendout_run, pattern_figure
+
+    parser = argparse.ArgumentParser(
+        prog="attendout plot",
+        description="Draw, as PNG, the convergence curves of the runs on one axis (validation metric vs "
+        "step, mean ± std over the runs of a method; paper 001 Figure 4) and the dropout pattern of every "
+        "AttendOut run (drop probability per layer vs step; Figure 3).",
+    )
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories of `attendout finetune`")
+    parser.add_argument("--out-dir", default="plots", help="folder for the PNG files (default: plots)")
+    parser.add_argument(
+        "--metric", default=None, help="validation metric to plot (default: the task's main metric)"
+    )
+    parser.add_argument(
+        "--group-by",
+        choices=("method", "run"),
+        default="method",
+        help="one curve per method (mean ± std over its runs, e.g. seeds) or per run (default: method)",
+    )
+    parser.add_argument("--title", default="", help="title of the convergence figure")
+    args = parser.parse_args(argv)
+    runs = [Path(run) for run in args.runs]
+    for run in runs:
+        if not (run / "log.jsonl").is_file():
+            raise ValueError(f"{run} is not a run directory: it has no log.jsonl")
+    out = Path(args.out_dir)
+    written = [
+        convergence_figure(group_runs(runs, args.group_by), out / "convergence.png", args.metric, args.title)
+    ]
+    attendout_runs = [run for run in runs if is_attendout_run(run)]
+    if attendout_runs:
+        written.append(pattern_figure(attendout_runs, out / "dropout_pattern.png"))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_bench(argv: list[str]) -> int:
+    """Run (or, with --dry-run, list and check) the grid of an experiment file; see attendout.experiments."""
+    from .experiments.runner import bench_main
+
+    return bench_main(argv)
+
+
+def cmd_table(argv: list[str]) -> int:
+    """The comparison table, CSV and figures of an experiment grid; see attendout.report.table."""
+    from .report.table import table_main
+
+    return table_main(argv)
+
+
+def _quiet_transformers() -> None:
+    """Keep transformers' load reports (the new task head is always "missing") and save bars off the console."""
+    import os
+
+    if os.environ.get("ATTENDOUT_VERBOSE"):
+        return
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+COMMANDS = {
+    "finetune": cmd_finetune,
+    "methods": cmd_methods,
+    "tasks": cmd_tasks,
+    "plot": cmd_plot,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """Attention regularisers, each a config dataclass registered by name (see :mod:`.base`)."""
 
 from . import drophead, dropout, layerdrop, none, scheduled  # noqa: F401  (registers the methods)
+from .attendout import AttendOutConfig
 from .base import (
     METHODS,
     MethodConfig,
@@ -18,6 +19,7 @@ from .scheduled import ScheduledConfig
 
 __all__ = [
     "METHODS",
+    "AttendOutConfig",
     "AttnDropoutConfig",
     "AttnLayerDropConfig",
     "DropHeadConfig",

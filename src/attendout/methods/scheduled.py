@@ -7,6 +7,12 @@ own slope. A schedule here is, per layer, a list of knots (progress, p) with pro
 them. ``start`` + ``slopes`` is the paper's form (two knots: (0, start) and (1, start + slope));
 ``knots`` gives any piecewise-linear curve. Probabilities are clipped to [0, 1].
 
+``from_run`` is the paper's own route to a schedule (§7.2): it fits, per layer, a piecewise-linear
+curve of ``fit_segments`` pieces (equally spaced knots, least squares) to the mean drop probabilities
+that an AttendOut run logged (its Figure 3), and uses those knots. The fitted knots are stored in
+``knots``, so the run's config records the schedule it used; a config with both ``from_run`` and
+``knots`` (a saved one) uses the knots and does not read the run again.
+
 The training loop reports progress through ``MethodHandle.set_progress``; in another loop, call it
 yourself (before it is first called, progress is 0). Keeps the model's own dropout.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -67,6 +74,43 @@ def schedule_value(curve: Knots, progress: float) -> float:
     """The curve's probability at ``progress`` (linear between knots, flat outside, clipped)."""
     times, values = zip(*curve, strict=True)
     return float(np.clip(np.interp(progress, times, values), 0.0, 1.0))
+
+
+def fit_piecewise_linear(x: np.ndarray, y: np.ndarray, segments: int) -> Knots:
+    """Least-squares piecewise-linear fit of y(x), x in [0, 1], with knots at k / segments (clipped to [0, 1]).
+
+    The curve is sum_k v_k h_k(x) with hat functions h_k peaking at knot k; the v_k solve a linear
+    least-squares problem. NaN values of y are ignored.
+    """
+    keep = ~np.isnan(y)
+    x, y = np.asarray(x, dtype=float)[keep], np.asarray(y, dtype=float)[keep]
+    knots = np.linspace(0.0, 1.0, segments + 1)
+    if len(np.unique(x)) < segments + 1:
+        raise ValueError(
+            f"scheduled: {segments} segments need at least {segments + 1} logged points at distinct steps, "
+            f"got {len(np.unique(x))}"
+        )
+    basis = np.stack([np.interp(x, knots, np.eye(segments + 1)[k]) for k in range(segments + 1)], axis=1)
+    values, *_ = np.linalg.lstsq(basis, y, rcond=None)  # (segments + 1,)
+    return [(float(t), float(np.clip(v, 0.0, 1.0))) for t, v in zip(knots, values, strict=True)]
+
+
+def knots_from_run(run_dir: str | Path, segments: int) -> str:
+    """The ``knots`` text of per-layer curves fitted to an AttendOut run's logged drop probabilities.
+
+    Layers the run did not mask get a curve of zeros.
+    """
+    from .attendout.runlog import read_drop_pattern
+
+    pattern = read_drop_pattern(run_dir)
+    curves = []
+    for layer in range(max(pattern.layers) + 1):
+        if layer in pattern.layers:
+            curve = fit_piecewise_linear(pattern.progress, pattern.layers[layer], segments)
+        else:
+            curve = [(0.0, 0.0), (1.0, 0.0)]
+        curves.append(",".join(f"{t:.4g}:{p:.4f}" for t, p in curve))
+    return ";".join(curves)
 
 
 class ScheduledScoresDropout(ScoresDropout):
@@ -122,11 +166,31 @@ class ScheduledConfig(MethodConfig):
         metadata={"help": "explicit curves 'progress:p,...', one for all or one per layer separated by ';'"},
     )
     layers: list[int] | None = layers_field()
+    from_run: str | None = field(
+        default=None,
+        metadata={
+            "help": "an AttendOut run directory: fit each layer's schedule to the drop probabilities it "
+            "logged (001 §7.2); replaces start/slopes"
+        },
+    )
+    fit_segments: int = field(
+        default=3,
+        metadata={"help": "linear pieces per layer when fitting from_run (1 = the paper's line per layer)"},
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_probability(self.name, "start", self.start, allow_one=True)
         self.slopes = parse_floats(self.slopes, "slopes")
+        if not isinstance(self.fit_segments, int) or self.fit_segments < 1:
+            raise ValueError(
+                f"scheduled: fit_segments must be an integer of at least 1, got {self.fit_segments!r}"
+            )
+        if self.from_run is not None:
+            if self.slopes is not None:
+                raise ValueError("scheduled: give either from_run or slopes, not both")
+            if self.knots is None:
+                self.knots = knots_from_run(self.from_run, self.fit_segments)
         check_knots(self.curves())
 
     def curves(self) -> list[Knots]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-__all__ = ["convergence_figure", "main_metric", "read_log", "validation_curve"]
+__all__ = ["convergence_figure", "group_runs", "main_metric", "read_log", "validation_curve"]
 
 
 def convergence_figure(
@@ -54,6 +54,31 @@ def convergence_figure(
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=150)
     return out
+
+
+def group_runs(run_dirs: Sequence[Path], by: str = "method") -> dict[str, list[Path]]:
+    """Group run directories for :func:`convergence_figure`: by their method (``by="method"``; the
+    task is added to the label when the runs span several tasks) or one group per run (``by="run"``)."""
+    if by not in ("method", "run"):
+        raise ValueError(f"group_runs: by must be 'method' or 'run', got {by!r}")
+    described = [(Path(run), *_method_and_task(Path(run))) for run in run_dirs]
+    several_tasks = len({task for _, _, task in described}) > 1
+    groups: dict[str, list[Path]] = {}
+    for run, method, task in described:
+        if by == "run":
+            label = run.name
+        else:
+            label = f"{task} {method}" if several_tasks else method
+        groups.setdefault(label, []).append(run)
+    return groups
+
+
+def _method_and_task(run_dir: Path) -> tuple[str, str]:
+    config = run_dir / "config.json"
+    if not config.is_file():
+        raise ValueError(f"{run_dir} is not a run directory: it has no config.json")
+    saved = json.loads(config.read_text())
+    return saved["config"]["method"], saved["task"]["name"]
 
 
 def read_log(run_dir: Path) -> list[dict]:

@@ -1,0 +1,141 @@
+"""The options of AttendOut, with their defaults and the reason for each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..base import MethodConfig, check_probability, layers_field, register_method
+from .generator import MaskSlot
+
+if TYPE_CHECKING:
+    from .strategy import AttendOutStrategy
+
+REWARDS = ("logprob", "correct", "metric")
+PAIRINGS = ("mean", "sample")
+#: The validation source that is the split carved from train; any other value names an evaluation split.
+CARVED = "validation"
+
+
+@register_method
+@dataclass
+class AttendOutConfig(MethodConfig):
+    """AttendOut (paper 001 §4, Algorithm 1): a Generator learns per-sample scores masks for an Attacker.
+
+    Trains a Defender (the model, default dropout) and an Attacker (a copy, plus the Generator's masks)
+    on the same batches with ``none``'s hyperparameters; every ``dropout_steps`` steps both are scored,
+    the Generator is updated by REINFORCE (eq. 5), and the one sampled by score is copied over the other.
+    """
+
+    name = "attendout"
+    summary = "AttendOut: a learned Generator drops Attacker scores; Defender/Attacker game (001 §4)"
+
+    dropout_steps: int = field(
+        default=10,
+        metadata={
+            "help": "training steps between games (the paper's T, tuned per task there): enough for the "
+            "two models to diverge, few enough for >= 20 Generator updates on small tasks"
+        },
+    )
+    eval_samples: int = field(
+        default=64,
+        metadata={
+            "help": "validation samples each game scores (the paper's T again); two no-grad forwards of "
+            "64 samples are a small fraction of the cost of the 10 training steps between games"
+        },
+    )
+    validation_source: str = field(
+        default=CARVED,
+        metadata={
+            "help": "samples the games score: 'validation' (split carved from train, default: dev stays "
+            "unseen by every decision) or the name of an evaluation split, e.g. 'dev' (the paper's choice)"
+        },
+    )
+    reward: str = field(
+        default="logprob",
+        metadata={
+            "help": "per-sample reward: 'logprob' = log p_A(gold) - log p_D(gold) (default; minus squared "
+            "error for regression), 'correct' = difference of 0/1 correctness (ties almost always), "
+            "'metric' = difference of the task's main metric on the game's samples (one per game)"
+        },
+    )
+    pairing: str = field(
+        default="mean",
+        metadata={
+            "help": "reward of each cached action: 'mean' = the game's mean reward (default, lower "
+            "variance) or 'sample' = the t-th validation sample's reward (the paper's pairing)"
+        },
+    )
+    generator_width: int = field(default=64, metadata={"help": "width of the Generator's one attention head"})
+    temperature: float = field(
+        default=1.0,
+        metadata={
+            "help": "Gumbel temperature: a unit is dropped with probability sigmoid(logit / temperature)"
+        },
+    )
+    init_drop: float = field(
+        default=0.5,
+        metadata={
+            "help": "initial drop probability of every unit (an untrained G-Net's sigmoid(~0); "
+            "the paper's Figure 3 curves start near 0.5-0.6)"
+        },
+    )
+    generator_lr: float = field(default=1e-3, metadata={"help": "Adam learning rate of the Generator"})
+    baseline_decay: float = field(
+        default=0.9, metadata={"help": "decay of the moving-average baseline b of eq. 5 (~10 games)"}
+    )
+    reinit_temperature: float = field(
+        default=0.05,
+        metadata={
+            "help": "the winner is sampled with P(A) = softmax(scores / this) over (D, A); 0 = the better "
+            "always wins (the paper's 'straightforward strategy')"
+        },
+    )
+    layers: list[int] | None = layers_field()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name, value in (
+            ("dropout_steps", self.dropout_steps),
+            ("eval_samples", self.eval_samples),
+            ("generator_width", self.generator_width),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{self.name}: {name} must be an integer of at least 1, got {value!r}")
+        if self.reward not in REWARDS:
+            raise ValueError(f"{self.name}: reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
+        if self.pairing not in PAIRINGS:
+            raise ValueError(
+                f"{self.name}: pairing must be one of {', '.join(PAIRINGS)}, got {self.pairing!r}"
+            )
+        if self.reward == "metric" and self.pairing == "sample":
+            raise ValueError(
+                f"{self.name}: reward 'metric' is one number per game; pairing must be 'mean', got 'sample'"
+            )
+        if not self.temperature > 0:
+            raise ValueError(f"{self.name}: temperature must be positive, got {self.temperature!r}")
+        if not 0 < self.init_drop < 1:
+            raise ValueError(f"{self.name}: init_drop must be in (0, 1), got {self.init_drop!r}")
+        if not self.generator_lr > 0:
+            raise ValueError(f"{self.name}: generator_lr must be positive, got {self.generator_lr!r}")
+        check_probability(self.name, "baseline_decay", self.baseline_decay)
+        if not self.reinit_temperature >= 0:
+            raise ValueError(
+                f"{self.name}: reinit_temperature must be at least 0, got {self.reinit_temperature!r}"
+            )
+        if not self.validation_source:
+            raise ValueError(f"{self.name}: validation_source is empty; use 'validation' or a split name")
+
+    @property
+    def scores_reported_split(self) -> bool:
+        """True when the games score an evaluation split (the paper's choice: dev informs the Generator)."""
+        return self.validation_source != CARVED
+
+    def build(self) -> MaskSlot:
+        """The Attacker's mask slot alone; AttendOut trains through :meth:`training_strategy`."""
+        return MaskSlot(self.layers)
+
+    def training_strategy(self) -> AttendOutStrategy:
+        from .strategy import AttendOutStrategy
+
+        return AttendOutStrategy()

@@ -1,0 +1,66 @@
+"""Reading an AttendOut run's logged drop probabilities back (for plots and the §7.2 schedule fit)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["DROP_PROB_KEY", "DropPattern", "read_drop_pattern"]
+
+#: Log key of a layer's mean drop probability (paper 001 Figure 3): DROP_PROB_KEY.format(layer=i).
+DROP_PROB_KEY = "attendout/drop_prob/L{layer}"
+_KEY = re.compile(r"^attendout/drop_prob/L(\d+)$")
+
+
+@dataclass
+class DropPattern:
+    """Per-layer mean drop probability over training, from one run's log.jsonl.
+
+    steps (S,) are the logged steps; progress (S,) is steps / total_steps in [0, 1]; layers maps a
+    layer index to its (S,) probabilities (NaN where a log line lacks the layer).
+    """
+
+    run_dir: Path
+    steps: np.ndarray
+    progress: np.ndarray
+    layers: dict[int, np.ndarray]
+    total_steps: int
+
+
+def read_drop_pattern(run_dir: str | Path) -> DropPattern:
+    """The drop-probability curves of an AttendOut run directory (ValueError if it has none)."""
+    run_dir = Path(run_dir)
+    log = run_dir / "log.jsonl"
+    if not log.is_file():
+        raise ValueError(f"{run_dir} is not a run directory: it has no log.jsonl")
+    rows: list[tuple[int, dict[int, float]]] = []
+    for line in log.read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        values = {int(m.group(1)): float(v) for k, v in record.items() if (m := _KEY.match(k))}
+        if values:
+            rows.append((int(record["step"]), values))
+    if not rows:
+        raise ValueError(
+            f"{run_dir}: log.jsonl has no AttendOut drop probabilities ({DROP_PROB_KEY.format(layer='N')}); "
+            "is it a run of --method attendout?"
+        )
+    total = _total_steps(run_dir) or max(step for step, _ in rows)
+    steps = np.array([step for step, _ in rows])
+    layers = {
+        layer: np.array([values.get(layer, np.nan) for _, values in rows])
+        for layer in sorted({layer for _, values in rows for layer in values})
+    }
+    return DropPattern(run_dir, steps, np.clip(steps / total, 0.0, 1.0), layers, total)
+
+
+def _total_steps(run_dir: Path) -> int | None:
+    config = run_dir / "config.json"
+    if config.is_file():
+        return json.loads(config.read_text()).get("total_steps")
+    return None

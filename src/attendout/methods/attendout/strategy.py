@@ -1,0 +1,367 @@
+"""How the fine-tuning loop trains with AttendOut: the Defender/Attacker game of Algorithm 1.
+
+Per training step (paper 001 §4.2, Algorithm 1 lines 2-5):
+
+1. the Defender D (the trainer's model, with the model's default dropout) takes an optimizer step on
+   the batch with the trainer's AdamW and linear schedule;
+2. the Generator G reads the Attacker's embedding output for the batch (detached, no gradient) and
+   samples one scores mask per layer; the Attacker A (a deep copy of D) takes a step on the same batch
+   with those masks (eq. 3), with its own AdamW and schedule of identical hyperparameters;
+3. the batch's inputs and the masks actually applied are cached.
+
+Every ``dropout_steps`` steps, a game (lines 6-9): D and A score ``eval_samples`` samples of the
+validation source; the rewards update G by REINFORCE with a moving-average baseline (eq. 5), using
+the log-probabilities of the cached masks recomputed from the cached inputs; then D or A is sampled
+with probability ``softmax(scores / reinit_temperature)`` and its weights, optimizer state and
+schedule position are copied over the other; the cache is released.
+
+**What G reads, and why the embedding output.** The masks of every layer are sampled in one pass
+before A's forward, so A runs unchanged through the hook; G's decisions for layer i do not depend
+on A's own (masked) computation of the layers below; and eq. 5 can recompute the log-probabilities
+from the cached token ids (one embedding lookup), where per-layer hidden states would need A's full
+forward again or a cache of n x B x L x H floats. The embedding output (word + position + segment,
+normalised) carries the tokens and their positions, which is what G's own attention layers need.
+It is computed in eval mode (no embedding dropout), so the recomputation at the game sees the same
+inputs as the sampling did, up to the change of A's embeddings over at most ``dropout_steps`` steps.
+
+**Cost.** Two models and two optimizer states (about 2x the memory of the weights), two training
+passes per step, a small G, and a cache of ``dropout_steps`` x B x n x L x L booleans (the masks).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ...attention import UnsupportedModelError, install
+from ...tasks import compute_metrics
+from ..base import TrainingStrategy
+from .config import CARVED, AttendOutConfig
+from .generator import Generator, MaskSlot, MovingAverageBaseline, reinforce_loss
+from .runlog import DROP_PROB_KEY
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AttendOutStrategy", "CachedAction", "GameScores", "copy_optimizer_state"]
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass
+class CachedAction:
+    """One training step's action: the batch's inputs (on the device) and the masks applied to A."""
+
+    inputs: dict[str, torch.Tensor]
+    masks: dict[int, torch.Tensor]  # layer -> (B, L, L) bool, True = dropped
+
+
+@dataclass
+class GameScores:
+    """One model's results on a game's samples."""
+
+    per_sample: torch.Tensor  # (E,) the reward kind's score of each sample
+    metric: float  # the task's main metric on the samples
+
+    def game_score(self, reward: str) -> float:
+        """The number D and A are compared by: the main metric for reward 'metric', else the mean score."""
+        return self.metric if reward == "metric" else self.per_sample.mean().item()
+
+
+def copy_optimizer_state(source: torch.optim.Optimizer, target: torch.optim.Optimizer) -> None:
+    """Copy ``source``'s state (moments, step counts) and group hyperparameters into ``target``, in place.
+
+    The two optimizers must hold parameters of the same shapes in the same order (two copies of one
+    model). Tensors are copied, never shared, so the two optimizers stay independent afterwards.
+    """
+    for source_group, target_group in zip(source.param_groups, target.param_groups, strict=True):
+        for key, value in source_group.items():
+            if key != "params":
+                target_group[key] = copy.deepcopy(value)
+        for p_source, p_target in zip(source_group["params"], target_group["params"], strict=True):
+            state = source.state.get(p_source)
+            if not state:
+                target.state.pop(p_target, None)
+                continue
+            target_state = target.state[p_target]
+            for key, value in state.items():
+                if torch.is_tensor(value):
+                    old = target_state.get(key)
+                    if torch.is_tensor(old) and old.shape == value.shape and old.dtype == value.dtype:
+                        old.copy_(value)
+                    else:
+                        target_state[key] = value.detach().clone()
+                else:
+                    target_state[key] = copy.deepcopy(value)
+
+
+def _embeddings(model: nn.Module) -> nn.Module:
+    embeddings = getattr(getattr(model, "base_model", model), "embeddings", None)
+    if not isinstance(embeddings, nn.Module):
+        raise UnsupportedModelError(
+            f"attendout: the Generator reads the embedding output, and {type(model).__name__} has no "
+            "base_model.embeddings module"
+        )
+    return embeddings
+
+
+class AttendOutStrategy(TrainingStrategy):
+    """Trains a Defender and an Attacker and plays the game every ``dropout_steps`` steps.
+
+    After :meth:`setup`: ``defender`` (the trainer's model), ``attacker``, ``generator``, and their
+    optimizers (``trainer.optimizer`` / ``trainer.scheduler`` are the Defender's).
+    """
+
+    def setup(self, trainer: Any) -> None:
+        from ...train import _param_groups, linear_schedule  # here: the train module imports methods
+
+        config: AttendOutConfig = trainer.method_config
+        self.config = config
+        c = trainer.config
+        self.defender: nn.Module = trainer.model
+        self.attacker: nn.Module = copy.deepcopy(self.defender)
+        self.slot: MaskSlot = config.build()
+        controller = install(self.attacker)
+        controller.add(self.slot)  # checks that the layers exist
+        self.layers = list(config.layers) if config.layers is not None else list(range(controller.num_layers))
+
+        self.defender_optimizer, self.defender_scheduler = trainer.optimizer, trainer.scheduler
+        self.optimizer = torch.optim.AdamW(_param_groups(self.attacker, c.weight_decay), lr=c.learning_rate)
+        warmup = int(c.warmup_ratio * trainer.total_steps)  # exactly as the trainer builds D's schedule
+        self.scheduler = linear_schedule(self.optimizer, warmup, trainer.total_steps)
+
+        self.embeddings = _embeddings(self.attacker)
+        self._embedding_args = set(inspect.signature(self.embeddings.forward).parameters)
+        self.generator = Generator(
+            input_dim=self.attacker.get_input_embeddings().embedding_dim,
+            num_layers=controller.num_layers,
+            width=config.generator_width,
+            init_drop=config.init_drop,
+            temperature=config.temperature,
+        ).to(trainer.device)
+        self.generator_optimizer = torch.optim.Adam(self.generator.parameters(), lr=config.generator_lr)
+        self.baseline = MovingAverageBaseline(config.baseline_decay)
+
+        self.task = trainer.task
+        if config.reward == "correct" and self.task.kind != "classification":
+            raise ValueError(
+                f"attendout: reward 'correct' needs a classification task; {self.task.name!r} is not"
+            )
+        self.source = self._validation_source(trainer)
+        self.rng = torch.Generator().manual_seed(c.seed + 1)  # the games' samples and the winner draws
+        judge_order = torch.randperm(
+            len(trainer.validation_set), generator=torch.Generator().manual_seed(c.data_seed)
+        )
+        self.judge_indices = judge_order[: config.eval_samples].tolist()
+
+        self.cache: list[CachedAction] = []
+        self.steps_since_game = 0
+        self.games = self.attacker_wins = 0
+        self._chosen: nn.Module = self.defender
+        self._chosen_at: int | None = None
+        self._drop_sums: dict[int, torch.Tensor] = {}
+        self._drop_steps = 0
+        self._window: dict[str, list[float]] = defaultdict(list)
+
+    def _validation_source(self, trainer: Any):
+        name = self.config.validation_source
+        if name == CARVED:
+            data = trainer.validation_set
+        elif name in trainer.eval_sets:
+            data = trainer.eval_sets[name]
+            logger.warning(
+                "attendout: the games score the evaluation split %r (paper 001's choice): the Generator "
+                "learns from data that is reported; the default 'validation' keeps it unseen",
+                name,
+            )
+        else:
+            known = ", ".join([CARVED, *trainer.eval_sets])
+            raise ValueError(
+                f"attendout: validation_source {name!r} is not a split of this run; splits: {known}"
+            )
+        if len(data) == 0:
+            raise ValueError(f"attendout: validation_source {name!r} is empty")
+        return data
+
+    # training ---------------------------------------------------------------------------------
+    def step(self, trainer: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One step of D, one step of A under G's masks; a game every ``dropout_steps`` steps."""
+        self.defender.train()
+        loss = trainer.optimise(trainer.forward_loss(self.defender, batch))
+
+        self.attacker.train()
+        inputs = {k: batch[k].to(trainer.device) for k in MODEL_INPUTS if k in batch}
+        token_valid = inputs["attention_mask"].bool()  # (B, L)
+        sample = self.generator.sample(self.generator_input(inputs), token_valid, self.layers)
+        self.slot.masks = sample.masks
+        try:
+            attacker_loss = trainer.forward_loss(self.attacker, batch)
+        finally:
+            self.slot.masks = None
+        attacker_loss = trainer.optimise(attacker_loss, self.attacker, self.optimizer, self.scheduler)
+
+        self.cache.append(CachedAction(inputs, sample.masks))
+        for layer, p in sample.drop_prob.items():
+            self._drop_sums[layer] = self._drop_sums.get(layer, 0) + p
+        self._drop_steps += 1
+        self._window["loss_attacker"].append(attacker_loss)
+        self.steps_since_game += 1
+        if self.steps_since_game >= self.config.dropout_steps:
+            self.play(trainer)
+        return loss
+
+    @torch.no_grad()
+    def generator_input(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, L, E) the Attacker's embedding output in eval mode (no dropout), detached."""
+        kwargs = {k: v for k, v in inputs.items() if k in self._embedding_args and k != "attention_mask"}
+        was_training = self.embeddings.training
+        self.embeddings.eval()
+        try:
+            return self.embeddings(**kwargs).float()
+        finally:
+            self.embeddings.train(was_training)
+
+    # the game ---------------------------------------------------------------------------------
+    def play(self, trainer: Any) -> None:
+        """Score D and A, update G by eq. 5, re-initialise from the sampled winner, release the cache."""
+        config = self.config
+        order = torch.randperm(len(self.source), generator=self.rng)
+        indices = order[: config.eval_samples].tolist()
+        defender = self.score(trainer, self.defender, self.source, indices)
+        attacker = self.score(trainer, self.attacker, self.source, indices)
+        if config.reward == "metric":
+            rewards = torch.full((len(indices),), attacker.metric - defender.metric)
+        else:
+            rewards = attacker.per_sample - defender.per_sample  # (E,)
+        if config.pairing == "mean":
+            action_rewards = rewards.mean().expand(len(self.cache))  # (T,)
+        else:  # the paper's: the t-th cached action gets the t-th sample's reward (cycled if E < T)
+            action_rewards = rewards[torch.arange(len(self.cache)) % len(rewards)]
+        generator_loss = self.update_generator(action_rewards)
+        self.baseline.update(rewards.mean().item())
+
+        score_d, score_a = defender.game_score(config.reward), attacker.game_score(config.reward)
+        self.games += 1
+        self.attacker_wins += int(score_a > score_d)
+        keep_attacker = self.pick_attacker(score_d, score_a)
+        self.reinitialise(keep_attacker)
+        self.cache.clear()
+        self.steps_since_game = 0
+        for key, value in (
+            ("reward", rewards.mean().item()),
+            ("score_defender", score_d),
+            ("score_attacker", score_a),
+            ("kept_attacker", float(keep_attacker)),
+            ("generator_loss", generator_loss),
+        ):
+            self._window[key].append(value)
+
+    @torch.no_grad()
+    def score(self, trainer: Any, model: nn.Module, data: Any, indices: list[int]) -> GameScores:
+        """``model``'s per-sample score (reward kind) and main metric on ``data[indices]``, in eval mode."""
+        model.eval()
+        per_sample, predictions = [], []
+        regression = self.task.kind == "regression"
+        for start in range(0, len(indices), trainer.config.eval_batch_size):
+            batch = data.batch(indices[start : start + trainer.config.eval_batch_size])
+            labels = batch.pop("labels").to(trainer.device)
+            with torch.autocast(
+                trainer.device.type, dtype=trainer.autocast_dtype, enabled=trainer.autocast_dtype is not None
+            ):
+                logits = model(**{k: v.to(trainer.device) for k, v in batch.items()}).logits.float()
+            if regression:
+                values = logits.squeeze(-1)  # (b,)
+                per_sample.append(-((values - labels) ** 2))
+                predictions.append(values)
+            else:
+                log_p = torch.log_softmax(logits, dim=-1)  # (b, C)
+                predicted = log_p.argmax(-1)
+                if self.config.reward == "correct":
+                    per_sample.append((predicted == labels).float())
+                else:
+                    per_sample.append(log_p.gather(1, labels[:, None]).squeeze(1))
+                predictions.append(predicted)
+        labels = data.labels[indices].numpy()
+        preds = torch.cat(predictions).cpu().numpy()
+        metric = compute_metrics(self.task, preds, labels)[self.task.metrics[0]]
+        return GameScores(torch.cat(per_sample).cpu(), float(np.nan_to_num(metric)))
+
+    def update_generator(self, action_rewards: torch.Tensor) -> float:
+        """One Adam step of G on eq. 5 over the cached actions; returns the loss.
+
+        Each cached action's log-probability is recomputed from its cached inputs, for the cached
+        masks (not new samples), and back-propagated one action at a time to bound memory.
+        """
+        self.generator.train()
+        self.generator_optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for action, reward in zip(self.cache, action_rewards.tolist(), strict=True):
+            token_valid = action.inputs["attention_mask"].bool()
+            log_p = self.generator.log_prob(self.generator_input(action.inputs), token_valid, action.masks)
+            loss = reinforce_loss(log_p.mean()[None], torch.tensor([reward]), self.baseline.value)
+            (loss / len(self.cache)).backward()
+            total += loss.item() / len(self.cache)
+        self.generator_optimizer.step()
+        return total
+
+    def pick_attacker(self, score_defender: float, score_attacker: float) -> bool:
+        """Sample the winner: P(A) = softmax((s_D, s_A) / reinit_temperature)[A]; temperature 0 = argmax."""
+        temperature = self.config.reinit_temperature
+        if temperature == 0:
+            return score_attacker > score_defender
+        p_attacker = torch.sigmoid(torch.tensor((score_attacker - score_defender) / temperature))
+        return bool(torch.rand(1, generator=self.rng) < p_attacker)
+
+    def reinitialise(self, keep_attacker: bool) -> None:
+        """Copy the kept model's weights, optimizer state and schedule position over the other."""
+        models = (self.defender, self.attacker)
+        optimizers = (self.defender_optimizer, self.optimizer)
+        schedulers = (self.defender_scheduler, self.scheduler)
+        src, dst = (1, 0) if keep_attacker else (0, 1)
+        with torch.no_grad():
+            models[dst].load_state_dict(models[src].state_dict())
+        copy_optimizer_state(optimizers[src], optimizers[dst])
+        schedulers[dst].load_state_dict(schedulers[src].state_dict())
+
+    # the loop's other calls -------------------------------------------------------------------
+    def stats(self) -> dict[str, float]:
+        """Mean drop probability per layer (Figure 3) since the last call, and the games' statistics."""
+        out: dict[str, float] = {}
+        if self._drop_steps:
+            for layer, total in sorted(self._drop_sums.items()):
+                out[DROP_PROB_KEY.format(layer=layer)] = (total / self._drop_steps).item()
+        for key, values in self._window.items():
+            if values:
+                out[f"attendout/{key}"] = float(np.mean([float(v) for v in values]))
+        if self.games:
+            out["attendout/games"] = self.games  # = Generator updates so far
+            out["attendout/win_rate"] = self.attacker_wins / self.games  # A's share of the games so far
+            out["attendout/baseline"] = self.baseline.value
+        self._drop_sums, self._drop_steps = {}, 0
+        self._window = defaultdict(list)
+        return out
+
+    def eval_model(self, trainer: Any) -> nn.Module:
+        """The better of D and A, judged on a fixed sample of the carved validation split.
+
+        Right after a game the two are identical and D is returned without judging. The choice is
+        made once per training step, so every call at one step (evaluate, save, restore) gets the same model.
+        """
+        step = trainer.state.step
+        if self._chosen_at != step:
+            self._chosen = self.defender
+            if self.steps_since_game > 0:
+                data = trainer.validation_set
+                reward = self.config.reward
+                d = self.score(trainer, self.defender, data, self.judge_indices).game_score(reward)
+                a = self.score(trainer, self.attacker, data, self.judge_indices).game_score(reward)
+                self._chosen = self.attacker if a > d else self.defender
+            self._chosen_at = step
+        return self._chosen

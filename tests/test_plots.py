@@ -1,0 +1,80 @@
+"""`attendout plot`: convergence curves (paper 001 Figure 4) and AttendOut dropout patterns (Figure 3)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attendout.cli import main
+from attendout.report.curves import convergence_figure, group_runs, validation_curve
+from attendout.report.patterns import pattern_figure
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def fake_run(path, method: str, seed: int, steps=(10, 20, 30), task: str = "cola"):
+    """A run directory as the fine-tuning loop writes it, with made-up numbers."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "config": {"method": method, "seed": seed},
+                "task": {"name": task, "metrics": ["mcc"]},
+                "total_steps": 30,
+            }
+        )
+    )
+    records = []
+    for step in steps:
+        record = {"step": step, "loss": 0.5, "lr": 1e-5}
+        if method == "attendout":
+            record.update({f"attendout/drop_prob/L{i}": 0.5 - 0.01 * step * (i + 1) / 3 for i in range(4)})
+        records.append(record)
+        records.append(
+            {"step": step, "validation": {"mcc": 0.2 + step / 100 + seed / 50, "loss": 0.6}, "best": True}
+        )
+    (path / "log.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    (path / "results.json").write_text(json.dumps({"main_metric": "mcc"}))
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path):
+    return [fake_run(tmp_path / f"{m}-s{s}", m, s) for m in ("none", "attendout") for s in (1, 2, 3)]
+
+
+def test_plot_command_writes_both_figures(runs, tmp_path, capsys):
+    out = tmp_path / "figures"
+    assert main(["plot", *map(str, runs), "--out-dir", str(out)]) == 0
+    for name in ("convergence.png", "dropout_pattern.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG) and len(data) > 10_000
+    assert f"wrote {out / 'convergence.png'}" in capsys.readouterr().out
+
+
+def test_plot_without_attendout_runs_writes_only_the_convergence_figure(runs, tmp_path):
+    out = tmp_path / "figures"
+    assert main(["plot", *map(str, runs[:3]), "--out-dir", str(out)]) == 0
+    assert (out / "convergence.png").exists() and not (out / "dropout_pattern.png").exists()
+
+
+def test_runs_are_grouped_by_method_and_averaged(runs, tmp_path):
+    groups = group_runs(runs)
+    assert list(groups) == ["none", "attendout"] and all(len(g) == 3 for g in groups.values())
+    assert list(group_runs(runs[:2], by="run")) == ["none-s1", "none-s2"]
+    other_task = fake_run(tmp_path / "sst", "none", 1, task="sst2")
+    assert set(group_runs([runs[0], other_task])) == {"cola none", "sst2 none"}
+    steps, values = validation_curve(runs[0], "mcc")
+    assert steps.tolist() == [10, 20, 30] and values[0] == pytest.approx(0.32)
+
+
+def test_convergence_figure_errors_name_the_problem(runs, tmp_path):
+    odd = fake_run(tmp_path / "odd", "none", 1, steps=(15, 25))
+    with pytest.raises(ValueError, match="group 'none': its runs share no evaluation step"):
+        convergence_figure({"none": [runs[0], odd]}, tmp_path / "x.png")
+    with pytest.raises(ValueError, match="validation records have no metric 'f1'; they have mcc, loss"):
+        convergence_figure({"none": runs[:1]}, tmp_path / "x.png", metric="f1")
+    with pytest.raises(ValueError, match="no AttendOut drop probabilities"):
+        pattern_figure([runs[0]], tmp_path / "p.png")
+    assert main(["plot", str(tmp_path / "missing")]) == 2
