@@ -37,6 +37,7 @@ DEFAULT_METHODS = [
     "attn-layerdrop",
     "scheduled",
     "drophead",
+    "attendout",
 ]
 
 
