@@ -241,6 +241,8 @@ COMMANDS = {
     "methods": cmd_methods,
     "tasks": cmd_tasks,
     "plot": cmd_plot,
+    "bench": cmd_bench,
+    "table": cmd_table,
 }
 
 

@@ -1,0 +1,556 @@
+"""``attendout bench``: check, list and run the cells of an experiment grid in a shared results root.
+
+:func:`prepare_cells` builds the grid (with budget and command-line overrides), checks every cell
+(configuration, model and, for local data, the data and its sizes; nothing is downloaded) and picks a
+shard. :func:`format_listing` prints it (the dry run); :func:`run_cells` trains the runnable cells that
+are neither finished nor claimed, one at a time, each in its own work folder published atomically
+(see :mod:`attendout.experiments.store`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..train import TrainConfig, finetune, write_json_atomic
+from .spec import Budget, Cell, Experiment, ExperimentError
+from .store import HEARTBEAT_S, ResultsStore
+
+__all__ = [
+    "CellCheck",
+    "GridPlan",
+    "RunSummary",
+    "parse_shard",
+    "prepare_cells",
+    "format_listing",
+    "run_cells",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """``"k/n"`` (1 <= k <= n) -> (k, n); None -> (1, 1)."""
+    if text is None:
+        return 1, 1
+    k, sep, n = text.partition("/")
+    if not sep or not k.strip().isdigit() or not n.strip().isdigit():
+        raise ExperimentError(f"--shard must look like K/N with 1 <= K <= N (e.g. 2/4), got {text!r}")
+    k_int, n_int = int(k), int(n)
+    if not 1 <= k_int <= n_int:
+        raise ExperimentError(f"--shard {text}: K must be between 1 and N, got K={k_int}, N={n_int}")
+    return k_int, n_int
+
+
+@dataclass
+class CellCheck:
+    """What the pre-flight check learned about one task (or model): sizes and steps, or a problem."""
+
+    note: str = ""
+    error: str | None = None
+    steps: int | None = None
+
+
+@dataclass
+class GridPlan:
+    """The checked cells of a grid and the shard this job runs."""
+
+    experiment: Experiment
+    budget: Budget
+    cells: list[Cell]
+    shard: tuple[int, int] = (1, 1)
+    notes: list[str] = field(default_factory=list)
+    steps: dict[str, int] = field(default_factory=dict)  # cell key -> training steps, when known
+
+    def in_shard(self, cell: Cell) -> bool:
+        k, n = self.shard
+        return cell.index % n == k - 1
+
+    @property
+    def shard_cells(self) -> list[Cell]:
+        return [c for c in self.cells if self.in_shard(c)]
+
+    @property
+    def invalid(self) -> list[Cell]:
+        return [c for c in self.cells if c.invalid is not None]
+
+
+def prepare_cells(
+    experiment: Experiment,
+    budget: Budget,
+    *,
+    shard: tuple[int, int] = (1, 1),
+    data_dir: str | None = None,
+    save_model: bool | None = None,
+    device: str | None = None,
+    check_data: bool = True,
+) -> GridPlan:
+    """The grid with its overrides, every cell checked; bad cells are marked invalid, not raised."""
+    cells = experiment.cells(budget, data_dir=data_dir, save_model=save_model, device=device)
+    plan = GridPlan(experiment=experiment, budget=budget, cells=cells, shard=shard)
+    model_checks = {m.id: _check_model(m.name) for m in experiment.models}
+    task_checks: dict[str, CellCheck] = {}
+    for task in experiment.tasks:
+        first = next((c for c in cells if c.task.id == task.id and c.config is not None), None)
+        if first is None:
+            continue
+        task_checks[task.id] = _check_task_data(first, check_data)
+    for model_id, check in model_checks.items():
+        if check.note:
+            plan.notes.append(f"model {model_id}: {check.note}")
+    for task_id, check in task_checks.items():
+        if check.note:
+            plan.notes.append(f"task {task_id}: {check.note}")
+    checked = []
+    for cell in cells:
+        if cell.config is not None:
+            problem = model_checks[cell.model.id].error or task_checks[cell.task.id].error
+            if problem is not None:
+                cell = dataclasses.replace(cell, config=None, invalid=problem)
+            else:
+                steps = _cell_steps(cell.config, task_checks[cell.task.id])
+                if steps is not None:
+                    plan.steps[cell.key] = steps
+        checked.append(cell)
+    plan.cells = checked
+    return plan
+
+
+def _check_model(name: str) -> CellCheck:
+    """Is the model loadable here, without downloading anything?"""
+    from ..models import ModelNotFoundError, resolve_model
+
+    try:
+        path, description = resolve_model(name)
+    except ModelNotFoundError as error:
+        return CellCheck(error=str(error))
+    if not description.startswith("hub model"):
+        return CellCheck(note="")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(path, "config.json")
+    except Exception:  # any hub-library problem only means "not known to be cached"
+        cached = None
+    where = "in the local cache" if isinstance(cached, str) else "not cached: downloaded at run time"
+    return CellCheck(note=f"hub model {name} ({where})")
+
+
+def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:
+    """Load a task's data as the Trainer will (local sources only) and report its sizes."""
+    from ..tasks import DataError, carve_validation, load_task_data, subsample
+
+    config = cell.config
+    if config is None:
+        return CellCheck()
+    if config.hub:
+        import importlib.util
+
+        missing = "" if importlib.util.find_spec("datasets") else "; needs pip install 'attendout[hub]' (datasets)"
+        return CellCheck(note=f"hub data: not checked (nothing is downloaded before training){missing}")
+    if not check_data:
+        return CellCheck(note="data not checked (--no-data-check)")
+    try:
+        task, data = load_task_data(
+            config.task,
+            data_dir=config.data_dir,
+            train_file=config.train_file,
+            eval_files=config.eval_files,
+            text_columns=config.text_columns,
+            label_column=config.label_column,
+        )
+        train, validation = carve_validation(data.train, config.validation_split, config.data_seed)
+        train = subsample(train, config.max_train_samples, config.data_seed)
+    except DataError as error:
+        return CellCheck(error=f"data: {error}")
+    if cell.task.splits is not None:
+        missing = [s for s in cell.task.splits if s not in data.eval_splits]
+        if missing:
+            return CellCheck(
+                error=f"task {cell.task.id!r}: splits {missing} are not in its data (splits: {', '.join(data.eval_splits)})"
+            )
+    evals = {
+        name: len(subsample(ex, config.max_eval_samples, config.data_seed))
+        for name, ex in data.eval_splits.items()
+    }
+    n_validation = len(subsample(validation, config.max_eval_samples, config.data_seed))
+    sizes = ", ".join(
+        [f"train {len(train)}", f"validation {n_validation}", *(f"{k} {v}" for k, v in evals.items())]
+    )
+    return CellCheck(note=f"{sizes} ({data.source}; task {task.name})", steps=len(train))
+
+
+def _cell_steps(config: TrainConfig, check: CellCheck) -> int | None:
+    if config.max_steps is not None:
+        return config.max_steps
+    if check.steps is None:
+        return None
+    return max(1, math.ceil(config.epochs * math.ceil(check.steps / config.batch_size)))
+
+
+# --------------------------------------------------------------------------------------------------
+# The listing (dry run and status)
+
+
+def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, int]]:
+    """A table of the cells with their shard and status, the notes, and a summary; also the counts."""
+    k, n = plan.shard
+    lines = [
+        f"experiment {plan.experiment.name} ({plan.experiment.path}): {plan.experiment.shape()}",
+        f"results: {store.root}"
+        + (f"  budget: {plan.budget.overrides()}" if not plan.budget.is_empty() else ""),
+    ]
+    lines += [f"  {note}" for note in plan.notes]
+    width = max((len(c.key) for c in plan.cells), default=10)
+    lines.append(f"{'#':>4}  {'shard':<6} {'status':<8} {'cell':<{width}}  detail")
+    counts: dict[str, int] = {}
+    times = _finished_times(plan.cells, store)
+    remaining = 0.0
+    remaining_known = True
+    for cell in plan.cells:
+        status, detail = store.status(cell)
+        mine = plan.in_shard(cell)
+        if mine:
+            counts[status] = counts.get(status, 0) + 1
+        if not detail and cell.config is not None:
+            detail = _cell_summary(cell, plan.steps.get(cell.key))
+        if mine and status in ("todo", "failed", "stale", "running"):
+            estimate = times.get(cell.task.id)
+            if estimate is None:
+                remaining_known = False
+            else:
+                remaining += estimate
+        shard = f"{cell.index % n + 1}/{n}"
+        lines.append(
+            f"{cell.index + 1:>4}  {shard:<6} {status.upper() if status in ('pending', 'invalid') else status:<8} {cell.key:<{width}}  {detail}"
+        )
+    summary = ", ".join(f"{v} {s}" for s, v in sorted(counts.items()))
+    scope = "" if n == 1 else f" (shard {k}/{n})"
+    lines.append(f"summary{scope}: {sum(counts.values())} cells: {summary}")
+    if remaining and remaining_known:
+        lines.append(
+            f"estimated time left for this shard: {remaining / 3600:.1f} h (mean time of finished cells per task)"
+        )
+    return "\n".join(lines), counts
+
+
+def _cell_summary(cell: Cell, steps: int | None) -> str:
+    c = cell.config
+    if c is None:
+        return ""
+    budget = f"{c.max_steps} steps" if c.max_steps is not None else f"{c.epochs:g} epochs"
+    if steps is not None and c.max_steps is None:
+        budget += f" ({steps} steps)"
+    train = "" if c.max_train_samples is None else f", {c.max_train_samples} train examples"
+    return f"{cell.method.describe()}; {budget}{train}"
+
+
+def _finished_times(cells: Iterable[Cell], store: ResultsStore) -> dict[str, float]:
+    """Mean wall time of the finished cells, per task id."""
+    totals: dict[str, list[float]] = {}
+    for cell in cells:
+        record = store.record(cell)
+        if record is not None and isinstance(record.get("wall_time_s"), (int, float)):
+            totals.setdefault(cell.task.id, []).append(float(record["wall_time_s"]))
+    return {task: sum(v) / len(v) for task, v in totals.items()}
+
+
+# --------------------------------------------------------------------------------------------------
+# Running
+
+
+@dataclass
+class RunSummary:
+    """What one bench job did."""
+
+    trained: list[str] = field(default_factory=list)
+    skipped_done: list[str] = field(default_factory=list)
+    skipped_claimed: list[str] = field(default_factory=list)
+    discarded: list[str] = field(default_factory=list)  # trained, but another job published first
+    failed: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        parts = [
+            f"{len(self.trained)} trained",
+            f"{len(self.skipped_done)} already done",
+            f"{len(self.skipped_claimed)} left to other jobs",
+            f"{len(self.failed)} failed",
+            f"{len(self.pending)} pending",
+        ]
+        if self.discarded:
+            parts.append(f"{len(self.discarded)} discarded (another job finished them first)")
+        return ", ".join(parts)
+
+
+def run_cells(
+    plan: GridPlan,
+    store: ResultsStore,
+    *,
+    rerun_stale: bool = False,
+    heartbeat: float = HEARTBEAT_S,
+    echo: Callable[[str], None] = print,
+    train: Callable[[TrainConfig], dict[str, Any]] = finetune,
+) -> RunSummary:
+    """Train every cell of this job's shard that is neither finished nor claimed by a live job."""
+    if plan.invalid:
+        first = plan.invalid[0]
+        raise ExperimentError(
+            f"{len(plan.invalid)} cell(s) of {plan.experiment.path} are invalid; first: {first.key}: {first.invalid} "
+            f"(see attendout bench {plan.experiment.path} --dry-run)"
+        )
+    mine = plan.shard_cells
+    stale = [c for c in mine if store.status(c)[0] == "stale"]
+    if stale and not rerun_stale:
+        raise ExperimentError(
+            f"{len(stale)} finished cell(s) in {store.root} were run with another configuration (first: "
+            f"{stale[0].key}); pass --rerun-stale to replace them, or use another --results folder"
+        )
+    store.prepare(plan.experiment, plan.budget)
+    for name in store.sweep():
+        echo(f"removed leftover {name}")
+    summary = RunSummary()
+    runnable = [c for c in mine if c.config is not None]
+    summary.pending = [c.key for c in mine if c.pending is not None]
+    store.event("job-start", experiment=plan.experiment.name, shard=f"{plan.shard[0]}/{plan.shard[1]}")
+    for position, cell in enumerate(runnable, 1):
+        prefix = f"[{position}/{len(runnable)}] {cell.key}"
+        status, detail = store.status(cell)
+        if status == "done":
+            summary.skipped_done.append(cell.key)
+            continue
+        if status == "running":
+            echo(f"{prefix}: running in another job ({detail})")
+            summary.skipped_claimed.append(cell.key)
+            continue
+        claim = store.try_claim(cell)
+        if claim is None:
+            echo(f"{prefix}: claimed by another job")
+            summary.skipped_claimed.append(cell.key)
+            continue
+        try:
+            if store.status(cell)[0] == "done":  # published between our look and our claim
+                summary.skipped_done.append(cell.key)
+                continue
+            _run_one(
+                cell, claim.work_dir, store, plan, summary, prefix, rerun_stale, heartbeat, claim, echo, train
+            )
+        finally:
+            claim.release()
+    store.event("job-end", summary=summary.line())
+    return summary
+
+
+def _run_one(
+    cell: Cell,
+    work: Path,
+    store: ResultsStore,
+    plan: GridPlan,
+    summary: RunSummary,
+    prefix: str,
+    rerun_stale: bool,
+    heartbeat: float,
+    claim: Any,
+    echo: Callable[[str], None],
+    train: Callable[[TrainConfig], dict[str, Any]],
+) -> None:
+    import shutil
+
+    config = cell.config
+    if config is None:  # runnable cells only
+        return
+    shutil.rmtree(work, ignore_errors=True)
+    echo(f"{prefix}: training ({cell.method.describe()})")
+    store.event("start", cell, work_dir=work.name)
+    claim.start_heartbeat(heartbeat)
+    started = time.time()
+    try:
+        results = train(dataclasses.replace(config, output_dir=str(work), overwrite=False))
+    except Exception as error:  # TrainingError (NaN loss) or a bug: recorded, the grid goes on
+        shutil.rmtree(work, ignore_errors=True)
+        message = f"{type(error).__name__}: {error}"
+        store.record_failure(cell, message)
+        store.event("failed", cell, error=message, traceback=traceback.format_exc(limit=5))
+        summary.failed.append(cell.key)
+        echo(f"{prefix}: FAILED: {message}")
+        return
+    except BaseException:  # KeyboardInterrupt, SystemExit: leave nothing half-done behind
+        shutil.rmtree(work, ignore_errors=True)
+        store.event("interrupted", cell)
+        raise
+    wall = time.time() - started
+    write_json_atomic(work / "cell.json", _cell_record(cell, plan, store, started, wall))
+    if store.publish(cell, work, replace_stale=rerun_stale):
+        store.clear_failure(cell)
+        store.event("done", cell, wall_time_s=round(wall, 2))
+        summary.trained.append(cell.key)
+        scores = ", ".join(
+            f"{split} {results['main_metric']} {metrics.get(results['main_metric'], float('nan')):.4f}"
+            for split, metrics in results["eval"].items()
+        )
+        echo(f"{prefix}: done in {wall:.0f} s: {scores}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        store.event("discarded", cell, reason="another job published this cell first")
+        summary.discarded.append(cell.key)
+        echo(f"{prefix}: another job finished it first; this run is discarded")
+
+
+def _cell_record(
+    cell: Cell, plan: GridPlan, store: ResultsStore, started: float, wall: float
+) -> dict[str, Any]:
+    from .. import __version__
+
+    return {
+        "cell": cell.key,
+        "experiment": plan.experiment.name,
+        "experiment_file": str(plan.experiment.path),
+        "fingerprint": cell.fingerprint,
+        "model": cell.model.id,
+        "task": cell.task.id,
+        "method": cell.method.id,
+        "method_label": cell.method.label,
+        "seed": cell.seed,
+        "data_seed": plan.experiment.data_seed,
+        "budget": plan.budget.overrides(),
+        "host": store.host,
+        "pid": store.pid,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "wall_time_s": round(wall, 2),
+        "attendout": __version__,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# The command line
+
+
+def bench_parser() -> Any:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="attendout bench",
+        description=(
+            "Run a grid of tasks x methods x seeds from an experiment file: one run folder per cell under a "
+            "results root. Resumable (finished cells are skipped; a killed cell restarts from scratch) and "
+            "shareable: several jobs may run on one results root at once (claims), or split it with --shard."
+        ),
+    )
+    parser.add_argument("experiment", help="an experiment file, or the name of one in --experiments-dir")
+    parser.add_argument(
+        "--results", default=None, help="results root (default: results/NAME, suffixed by budget overrides)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="list and check every cell; train nothing")
+    parser.add_argument(
+        "--shard", default=None, metavar="K/N", help="run only cells K, K+N, K+2N, ... (1 <= K <= N)"
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="local data folder for every cell (default: the file's, else $ATTENDOUT_DATA)",
+    )
+    budget = parser.add_argument_group("budget overrides (replace the experiment's value in every cell)")
+    budget.add_argument("--max-train-samples", type=int, default=None, help="subsample every training set")
+    budget.add_argument(
+        "--max-eval-samples", type=int, default=None, help="subsample validation and evaluation splits"
+    )
+    budget.add_argument("--epochs", type=float, default=None, help="training epochs")
+    budget.add_argument("--max-steps", type=int, default=None, help="training steps (overrides epochs)")
+    parser.add_argument(
+        "--save-model", action="store_true", help="keep each cell's best model (default: no weights)"
+    )
+    parser.add_argument(
+        "--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default: the file's, else auto)"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads of this job")
+    parser.add_argument(
+        "--rerun-stale", action="store_true", help="retrain finished cells whose configuration has changed"
+    )
+    parser.add_argument(
+        "--stale-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="a claim from another host without heartbeat for this long is taken over (default: 900)",
+    )
+    parser.add_argument(
+        "--no-data-check", action="store_true", help="do not load local data in the pre-flight check"
+    )
+    parser.add_argument(
+        "--experiments-dir", default="experiments", help="where experiment names are looked up"
+    )
+    return parser
+
+
+def bench_main(argv: list[str]) -> int:
+    """``attendout bench``: returns 0 if every cell of the shard ran or was done, 1 if any failed, 2 if invalid."""
+    import signal
+    import sys
+
+    from .spec import load_experiment
+    from .store import STALE_AFTER_S, default_results_root
+
+    args = bench_parser().parse_args(argv)
+    experiment = load_experiment(args.experiment, args.experiments_dir)
+    budget = Budget(
+        max_train_samples=args.max_train_samples,
+        max_eval_samples=args.max_eval_samples,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+    )
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ExperimentError(f"--threads must be at least 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.stale_after is not None and args.stale_after <= 0:
+        raise ExperimentError(f"--stale-after must be positive, got {args.stale_after}")
+    shard = parse_shard(args.shard)
+    root = Path(args.results) if args.results else default_results_root(experiment, budget)
+    store = ResultsStore(root, stale_after=args.stale_after or STALE_AFTER_S)
+    plan = prepare_cells(
+        experiment,
+        budget,
+        shard=shard,
+        data_dir=args.data_dir,
+        save_model=True if args.save_model else None,
+        device=args.device,
+        check_data=not args.no_data_check,
+    )
+    if args.dry_run or plan.invalid:
+        listing, counts = format_listing(plan, store)
+        print(listing)
+        if plan.invalid:
+            print(
+                f"attendout: error: {len(plan.invalid)} invalid cell(s); fix the experiment file",
+                file=sys.stderr,
+            )
+            return 2
+        return 0
+    _quiet_libraries()
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    print(
+        f"experiment {experiment.name}: {experiment.shape()}; shard {shard[0]}/{shard[1]}; results in {root}"
+    )
+    summary = run_cells(plan, store, rerun_stale=args.rerun_stale, echo=lambda line: print(line, flush=True))
+    print(f"bench {experiment.name} shard {shard[0]}/{shard[1]}: {summary.line()}")
+    return 1 if summary.failed else 0
+
+
+def _quiet_libraries() -> None:
+    """transformers' per-load reports would repeat for every cell."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass

@@ -1,0 +1,100 @@
+"""Figures of a comparison table: a bar chart with error bars, and convergence curves per task.
+
+:func:`bar_chart` draws, for each model, task and evaluation split, one bar per method: the mean over
+seeds of the main metric, the standard deviation as error bar, the baseline's mean as a dashed line
+and the table's significance marks above the bars. :func:`convergence_curves` writes one PNG per
+model and task with :func:`attendout.report.curves.convergence_figure` (validation metric against
+step, mean ± std over seeds, one line per method).
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from .curves import convergence_figure
+from .table import ComparisonTable
+
+__all__ = ["bar_chart", "convergence_curves"]
+
+
+def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
+    """Write a PNG with one panel per model, task and split (scores ×100); returns ``out``."""
+    e = table.experiment
+    panels = [
+        (model, task, split) for model in e.models for task in e.tasks for split in table.splits(model, task)
+    ]
+    if not panels:
+        raise ValueError(f"bar_chart: no finished cell of {e.name} in {table.root}")
+    columns = min(len(panels), 3)
+    rows = math.ceil(len(panels) / columns)
+    width = max(4.0, 0.55 * len(e.methods) + 1.5)
+    fig = Figure(figsize=(width * columns, 3.6 * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False)
+    for ax, (model, task, split) in zip(axes.flat, panels, strict=False):
+        labels, means, stds, marks, colors = [], [], [], [], []
+        base_mean = math.nan
+        for method in e.methods:
+            row = table.row(model.id, task.id, split, method.id)
+            if row is None or not row.values:
+                continue
+            labels.append(method.label)
+            means.append(100 * row.mean)
+            stds.append(100 * row.std if math.isfinite(row.std) else 0.0)
+            marks.append(row.comparison.mark if row.comparison is not None else "")
+            is_base = method.id == e.baseline
+            colors.append("0.55" if is_base else f"C{len(colors) % 10}")
+            if is_base:
+                base_mean = 100 * row.mean
+        positions = range(len(labels))
+        ax.bar(positions, means, yerr=stds, capsize=3, color=colors, edgecolor="0.2", linewidth=0.5)
+        if math.isfinite(base_mean):
+            ax.axhline(base_mean, color="0.3", linestyle="--", linewidth=0.8)
+        for x, (mean, std, mark) in enumerate(zip(means, stds, marks, strict=True)):
+            if mark:
+                ax.annotate(mark, (x, mean + std), ha="center", va="bottom", fontsize=11)
+        if means:
+            low = min(m - s for m, s in zip(means, stds, strict=True))
+            high = max(m + s for m, s in zip(means, stds, strict=True))
+            pad = max(0.5, 0.15 * (high - low))
+            ax.set_ylim(max(0.0, low - 3 * pad) if low > 0 else low - pad, high + 2 * pad)
+        ax.set_xticks(list(positions), labels, rotation=35, ha="right", fontsize=8)
+        metric = next((r.metric for r in table.rows if r.model.id == model.id and r.task.id == task.id), "")
+        prefix = f"{model.label}: " if len(e.models) > 1 else ""
+        ax.set_title(f"{prefix}{task.label} {split}", fontsize=10)
+        ax.set_ylabel(f"{metric} ×100")
+        ax.grid(axis="y", alpha=0.3)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    caption = (
+        f"{e.name}: mean ± std over seeds; dashed line: {e.method(e.baseline).label}; "
+        "* / **: Holm-corrected paired t-test p < 0.05 / 0.01; the y axes do not start at 0"
+    )
+    fig.suptitle(textwrap.fill(caption, width=int(11 * width * columns)), fontsize=9)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=130)
+    return out
+
+
+def convergence_curves(table: ComparisonTable, out_dir: str | Path) -> list[Path]:
+    """One PNG per model and task, ``curves-MODEL-TASK.png``: validation metric vs step, per method."""
+    e = table.experiment
+    written = []
+    for model in e.models:
+        for task in e.tasks:
+            groups = {}
+            for method in e.methods:
+                runs = table.runs_of(model.id, task.id, method.id)
+                if runs:
+                    groups[method.label] = [r.path for r in sorted(runs, key=lambda r: r.cell.seed)]
+            if not groups:
+                continue
+            prefix = f"{model.label}, " if len(e.models) > 1 else ""
+            title = f"{prefix}{task.label}: validation (carved from train), mean ± std over seeds"
+            path = Path(out_dir) / f"curves-{model.id}-{task.id}.png"
+            written.append(convergence_figure(groups, path, title=title))
+    return written

@@ -1,0 +1,303 @@
+"""The statistics of the comparison tables: paired t-test, Holm, bootstrap, detectable difference.
+
+All functions are plain numpy/scipy on arrays; :mod:`attendout.report.table` feeds them result files.
+
+* :func:`paired_t_test`: a method against the baseline over the seeds both ran (seed s of the method
+  paired with seed s of the baseline: same data, same seed of the head initialisation), two-sided.
+* :func:`holm`: Holm's step-down adjustment of a family of p-values (here: every comparison of a
+  table), which controls the family-wise error rate without assuming independence.
+* :func:`bootstrap_difference`: a percentile interval over the evaluation examples: resample the
+  examples with replacement, score every run of both methods on the same resample, take the
+  difference of the seed-means. It measures how much the difference depends on which examples the
+  dev set happens to hold, which the t-test over seeds does not see.
+* :func:`detectable_difference`: the smallest true mean difference the paired t-test with ``n``
+  seeds detects with the given power at level ``alpha``, for a standard deviation of the paired
+  differences ``sd`` (exact, from the noncentral t distribution).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, stats
+
+__all__ = [
+    "BootstrapInterval",
+    "PairedTest",
+    "bootstrap_difference",
+    "detectable_difference",
+    "holm",
+    "paired_t_test",
+    "pooled_sd",
+    "t_test_power",
+]
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """A two-sided paired t-test of ``a - b``."""
+
+    n: int
+    mean: float  # mean of the differences
+    sd: float  # their sample standard deviation (ddof 1)
+    t: float
+    p: float  # NaN when it is undefined (fewer than 2 pairs, or differences without spread)
+
+
+def paired_t_test(a: Sequence[float], b: Sequence[float]) -> PairedTest:
+    """Paired t-test of ``a`` against ``b`` (equal lengths): t = mean(d) / (sd(d) / sqrt(n)), df = n - 1.
+
+    With fewer than 2 pairs, or differences that are all equal, ``t`` and ``p`` are NaN: there is no
+    spread to test against, and such a comparison is left out of the Holm family.
+    """
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(
+            f"paired_t_test: need two 1-D arrays of equal length, got shapes {x.shape} and {y.shape}"
+        )
+    d = x - y
+    n = len(d)
+    if n == 0:
+        return PairedTest(0, float("nan"), float("nan"), float("nan"), float("nan"))
+    mean = float(d.mean())
+    if n < 2:
+        return PairedTest(n, mean, float("nan"), float("nan"), float("nan"))
+    sd = float(d.std(ddof=1))
+    if sd == 0 or not np.isfinite(sd):
+        return PairedTest(n, mean, sd, float("nan"), float("nan"))
+    t = mean / (sd / np.sqrt(n))
+    p = float(2 * stats.t.sf(abs(t), df=n - 1))
+    return PairedTest(n, mean, sd, float(t), p)
+
+
+def holm(pvalues: Sequence[float]) -> np.ndarray:
+    """Holm-adjusted p-values, in the input order; NaN entries stay NaN and are not counted in m.
+
+    Sort the m p-values ascending, p_(1) <= ... <= p_(m); the adjusted value of p_(i) is
+    max over j <= i of min(1, (m - j + 1) p_(j)). Rejecting where the adjusted value is below alpha
+    is Holm's procedure at family-wise level alpha.
+    """
+    p = np.asarray(pvalues, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    valid = np.flatnonzero(~np.isnan(p))
+    m = len(valid)
+    if m == 0:
+        return out
+    order = valid[np.argsort(p[valid], kind="stable")]
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[index]))
+        out[index] = running
+    return out
+
+
+@dataclass(frozen=True)
+class BootstrapInterval:
+    """A bootstrap percentile interval of a difference of seed-means."""
+
+    estimate: float  # the difference on the examples as they are
+    low: float
+    high: float
+    se: float  # standard deviation of the bootstrap distribution
+    n_examples: int
+    n_resamples: int
+
+
+def bootstrap_difference(
+    metric: str | Callable[[np.ndarray, np.ndarray], float],
+    labels: np.ndarray,
+    predictions_a: Sequence[np.ndarray],
+    predictions_b: Sequence[np.ndarray],
+    *,
+    n_resamples: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> BootstrapInterval:
+    """Interval of mean_s metric(a_s) - mean_s metric(b_s) over resamples of the examples.
+
+    ``labels`` (N,) are shared by every run (the same evaluation split); ``predictions_a`` and
+    ``predictions_b`` are lists of (N,) predictions, one per seed. Every resample draws N example
+    indices with replacement and scores all runs on the same draw (the comparison stays paired by
+    example). ``accuracy``, ``f1`` (of class 1) and ``mcc`` are computed from per-resample confusion
+    matrices in one pass; any other metric name (or a callable ``f(predictions, labels)``) is
+    evaluated resample by resample.
+    """
+    from ..tasks.metrics import METRICS
+
+    y = np.asarray(labels)
+    runs_a = [np.asarray(p) for p in predictions_a]
+    runs_b = [np.asarray(p) for p in predictions_b]
+    if not runs_a or not runs_b:
+        raise ValueError("bootstrap_difference: need at least one run on each side")
+    n = len(y)
+    for p in [*runs_a, *runs_b]:
+        if p.shape != y.shape:
+            raise ValueError(
+                f"bootstrap_difference: predictions of shape {p.shape} for labels of shape {y.shape}"
+            )
+    if not 0 < level < 1:
+        raise ValueError(f"bootstrap_difference: level must be in (0, 1), got {level!r}")
+    if n_resamples < 10:
+        raise ValueError(f"bootstrap_difference: n_resamples must be at least 10, got {n_resamples!r}")
+    rng = np.random.default_rng(seed)
+    fast = isinstance(metric, str) and metric in _CONFUSION_METRICS and _is_class_index(y, runs_a + runs_b)
+    if isinstance(metric, str) and not fast:
+        if metric not in METRICS:
+            raise ValueError(
+                f"bootstrap_difference: unknown metric {metric!r}; known: {', '.join(sorted(METRICS))}"
+            )
+        fn = METRICS[metric]
+    else:
+        fn = metric if callable(metric) else None
+
+    def difference_on(indices: np.ndarray | None) -> float:
+        pick = slice(None) if indices is None else indices
+        score_a = np.mean([fn(p[pick], y[pick]) for p in runs_a])
+        score_b = np.mean([fn(p[pick], y[pick]) for p in runs_b])
+        return float(score_a - score_b)
+
+    draws = np.empty(n_resamples)
+    chunk = max(1, min(n_resamples, 4_000_000 // max(n, 1)))
+    if fast:
+        k = int(max(y.max(), *(p.max() for p in runs_a + runs_b))) + 1
+        name = str(metric)
+        estimate = float(
+            np.mean([_confusion_metric(name, _counts(np.ones((1, n)), p, y, k))[0] for p in runs_a])
+            - np.mean([_confusion_metric(name, _counts(np.ones((1, n)), p, y, k))[0] for p in runs_b])
+        )
+        for start in range(0, n_resamples, chunk):
+            b = min(chunk, n_resamples - start)
+            idx = rng.integers(0, n, size=(b, n))
+            weights = np.bincount((idx + n * np.arange(b)[:, None]).ravel(), minlength=b * n).reshape(b, n)
+            score_a = np.mean([_confusion_metric(name, _counts(weights, p, y, k)) for p in runs_a], axis=0)
+            score_b = np.mean([_confusion_metric(name, _counts(weights, p, y, k)) for p in runs_b], axis=0)
+            draws[start : start + b] = score_a - score_b
+    else:
+        estimate = difference_on(None)
+        for i in range(n_resamples):
+            draws[i] = difference_on(rng.integers(0, n, size=n))
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return BootstrapInterval(
+        estimate=estimate,
+        low=float(low),
+        high=float(high),
+        se=float(draws.std(ddof=1)),
+        n_examples=n,
+        n_resamples=n_resamples,
+    )
+
+
+_CONFUSION_METRICS = ("accuracy", "f1", "mcc")
+
+
+def _is_class_index(y: np.ndarray, runs: list[np.ndarray]) -> bool:
+    arrays = [y, *runs]
+    return all(np.issubdtype(a.dtype, np.integer) and (a.size == 0 or a.min() >= 0) for a in arrays)
+
+
+def _counts(weights: np.ndarray, predictions: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+    """Confusion matrices (B, k, k) (rows: true class, columns: predicted) of B weightings of the examples."""
+    codes = labels.astype(np.int64) * k + predictions.astype(np.int64)  # (N,)
+    onehot = np.zeros((len(codes), k * k))
+    onehot[np.arange(len(codes)), codes] = 1.0
+    return (weights @ onehot).reshape(-1, k, k)
+
+
+def _confusion_metric(name: str, c: np.ndarray) -> np.ndarray:
+    """accuracy, f1 of class 1, or multiclass MCC (as in attendout.tasks.metrics) of (B, k, k) matrices."""
+    total = c.sum(axis=(1, 2))
+    trace = np.trace(c, axis1=1, axis2=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if name == "accuracy":
+            return trace / total
+        if name == "f1":
+            if c.shape[1] < 2:
+                return np.zeros(len(c))
+            tp = c[:, 1, 1]
+            fp = c[:, :, 1].sum(axis=1) - tp
+            fn = c[:, 1, :].sum(axis=1) - tp
+            denominator = 2 * tp + fp + fn
+            return np.where(denominator == 0, 0.0, 2 * tp / np.where(denominator == 0, 1, denominator))
+        # mcc: (c s - t.q) / sqrt((s^2 - q.q)(s^2 - t.t)), 0 when the denominator is 0
+        t = c.sum(axis=2)
+        q = c.sum(axis=1)
+        tq = (t * q).sum(axis=1)
+        denominator = np.sqrt((total**2 - (q * q).sum(axis=1)) * (total**2 - (t * t).sum(axis=1)))
+        return np.where(
+            denominator == 0, 0.0, (trace * total - tq) / np.where(denominator == 0, 1, denominator)
+        )
+
+
+def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true mean difference a two-sided paired t-test over ``n`` pairs detects with ``power``.
+
+    Solves P(|T| > t_{1-alpha/2, n-1}) = power for delta, where T follows the noncentral t
+    distribution with n - 1 degrees of freedom and noncentrality delta / (sd / sqrt(n))
+    (:func:`t_test_power`). Returns
+    NaN for n < 2 or an unknown ``sd``, and 0 for ``sd == 0``.
+    """
+    if not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError(
+            f"detectable_difference: alpha and power must be in (0, 1), got {alpha!r}, {power!r}"
+        )
+    if n < 2 or not np.isfinite(sd) or sd < 0:
+        return float("nan")
+    if sd == 0:
+        return 0.0
+    df = n - 1
+    critical = stats.t.ppf(1 - alpha / 2, df)
+    se = sd / np.sqrt(n)
+
+    s = _chi_nodes(df)
+
+    def shortfall(delta: float) -> float:
+        return t_test_power(delta / se, df, critical, nodes=s) - power
+
+    high = se
+    while shortfall(high) < 0:
+        high *= 2
+    return float(optimize.brentq(shortfall, 0.0, high, xtol=1e-10 * sd))
+
+
+_QUADRATURE = np.polynomial.legendre.leggauss(512)
+
+
+def _chi_nodes(df: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes over the quantiles u of V ~ chi-square(df): (sqrt(V(u) / df), weights)."""
+    x, w = _QUADRATURE
+    u = (x + 1) / 2
+    return np.sqrt(stats.chi2.ppf(u, df) / df), w / 2
+
+
+def t_test_power(
+    noncentrality: float, df: int, critical: float, nodes: tuple[np.ndarray, np.ndarray] | None = None
+) -> float:
+    """P(|T| > critical) for T noncentral t with ``df`` degrees of freedom and this noncentrality.
+
+    T = (Z + nc) / sqrt(V / df) with Z standard normal and V chi-square(df), so given V = v the
+    probability is Phi(nc - c s) + Phi(-nc - c s) with s = sqrt(v / df); it is integrated over the
+    quantiles of V (a bounded integrand on [0, 1], Gauss-Legendre with 512 nodes). scipy's ``nct``
+    gives NaN for the large noncentralities that few seeds and a Holm-corrected level need.
+    """
+    from scipy import special
+
+    s, w = nodes if nodes is not None else _chi_nodes(df)
+    value = np.sum(
+        w * (special.ndtr(noncentrality - critical * s) + special.ndtr(-noncentrality - critical * s))
+    )
+    return float(min(max(value, 0.0), 1.0))
+
+
+def pooled_sd(sds: Sequence[float], ns: Sequence[int]) -> float:
+    """sqrt(sum (n_i - 1) sd_i^2 / sum (n_i - 1)) over the finite entries with n_i >= 2 (NaN if none)."""
+    num = 0.0
+    den = 0
+    for sd, n in zip(sds, ns, strict=True):
+        if n >= 2 and np.isfinite(sd):
+            num += (n - 1) * sd * sd
+            den += n - 1
+    return float(np.sqrt(num / den)) if den else float("nan")

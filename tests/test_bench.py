@@ -1,0 +1,346 @@
+"""attendout bench: experiment files, the dry run, pending cells, claims, SIGKILL recovery, shards."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from attendout.cli import main
+from attendout.experiments import Budget, ExperimentError, ResultsStore, load_experiment
+from attendout.experiments.store import process_start_time
+
+REPO = Path(__file__).resolve().parents[1]
+METHODS = """
+[[methods]]
+name = "none"
+
+[[methods]]
+name = "scores-dropout"
+options = { p = 0.2 }
+"""
+
+
+def write_experiment(
+    tiny_run, *, methods: str = METHODS, seeds=(1, 2), max_steps: int = 8, extra: str = ""
+) -> Path:
+    """A tiny grid on the toy CSVs of conftest (1 model x 1 task x methods x seeds)."""
+    path = tiny_run["tmp"] / "tiny.toml"
+    path.write_text(
+        f"""
+[experiment]
+name = "tiny"
+seeds = {list(seeds)}
+data_seed = 0
+
+[training]
+max_steps = {max_steps}
+batch_size = 16
+max_length = 16
+eval_steps = 4
+log_steps = 1
+{extra}
+
+[[models]]
+id = "tiny-bert"
+name = "{tiny_run["model"]}"
+
+[[tasks]]
+id = "toy"
+name = "file"
+train_file = "{tiny_run["train"]}"
+eval_files = {{ dev = "{tiny_run["dev"]}" }}
+text_columns = ["text"]
+label_column = "label"
+{methods}
+"""
+    )
+    return path
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models train much faster on one thread on a busy machine; restore afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _bench_child(argv: list[str], log: str) -> None:
+    """Body of a forked job: its output goes to ``log``; it exits with bench's return code."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = sys.stdout
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    code = 1
+    try:
+        code = main(["bench", *argv, "--threads", "1"])
+    finally:
+        sys.stdout.flush()
+        os._exit(code)
+
+
+def bench_process(experiment: Path, root: Path, *extra: str, log: Path) -> multiprocessing.Process:
+    """``attendout bench`` in a child process of its own (forked: it need not import torch again)."""
+    job = multiprocessing.get_context("fork").Process(
+        target=_bench_child, args=([str(experiment), "--results", str(root), *extra], str(log))
+    )
+    job.start()
+    return job
+
+
+def finished_cells(root: Path) -> list[str]:
+    return sorted(str(p.parent.relative_to(root)) for p in root.glob("*/*/*/seed-*/results.json"))
+
+
+def events(root: Path, kind: str) -> list[dict]:
+    lines = (root / ".bench" / "events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["event"] == kind]
+
+
+def assert_complete_cell(folder: Path, steps: int) -> None:
+    """One whole run: every file, and a log with each step exactly once (no remains of a killed attempt)."""
+    for name in ("cell.json", "config.json", "log.jsonl", "results.json", "predictions/dev.jsonl"):
+        assert (folder / name).is_file(), f"{folder} has no {name}"
+    assert not (folder / "model").exists()  # no weights unless --save-model
+    records = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+    logged = [r["step"] for r in records]
+    train_steps = [r["step"] for r in records if "loss" in r]  # one line per training step (log_steps 1)
+    assert train_steps == list(range(1, steps + 1)), logged
+
+
+# --------------------------------------------------------------------------------------------------
+# Experiment files
+
+
+def test_experiment_file_errors_name_the_file_key_and_value(tiny_run):
+    cases = {
+        "epoch = 2": ("epoch = 2", "did you mean 'epochs'"),
+        'epochs = "two"': ("epochs = 'two'", "must be a number"),
+        "seed = 3": ("seed = 3", "set by the grid"),
+    }
+    for extra, expected in cases.items():
+        path = write_experiment(tiny_run, extra=extra)
+        with pytest.raises(ExperimentError) as error:
+            load_experiment(path)
+        message = str(error.value)
+        assert str(path) in message and all(e in message for e in expected), message
+    path = write_experiment(tiny_run, methods=METHODS + '[[methods]]\nname = "none"\nlearning_rate = 1e-3\n')
+    with pytest.raises(ExperimentError, match="learning_rate = 0.001.*methods take options only"):
+        load_experiment(path)
+    path = write_experiment(tiny_run, methods=METHODS + '[[methods]]\nname = "none"\n')
+    with pytest.raises(ExperimentError, match=r"\[\[methods\]\] #3 id = 'none'.*repeats"):
+        load_experiment(path)
+
+
+def test_grid_order_keys_and_budget_overrides(tiny_run):
+    experiment = load_experiment(write_experiment(tiny_run, seeds=(1, 2, 3)))
+    cells = experiment.cells(Budget(max_train_samples=50, epochs=1))
+    assert [c.key for c in cells[:3]] == [
+        "tiny-bert/toy/none/seed-1",
+        "tiny-bert/toy/scores-dropout/seed-1",
+        "tiny-bert/toy/none/seed-2",
+    ]  # seed-major: an interrupted grid has whole seeds
+    config = cells[0].config
+    assert config.max_train_samples == 50 and config.epochs == 1.0 and config.save_model is False
+    assert config.data_seed == 0 and {c.config.seed for c in cells} == {1, 2, 3}
+    assert Budget(max_train_samples=50, epochs=1).suffix() == "-train50-ep1"
+    # the fingerprint ignores where the data is, but not what the run does
+    same = experiment.cells(Budget(max_train_samples=50, epochs=1), data_dir="/elsewhere")[0]
+    other = experiment.cells(Budget(max_train_samples=60, epochs=1))[0]
+    assert same.fingerprint == cells[0].fingerprint != other.fingerprint
+
+
+# --------------------------------------------------------------------------------------------------
+# Dry run and pending cells
+
+
+def test_dry_run_lists_every_cell_flags_a_bad_option_and_lists_pending_ones(tiny_run, capsys):
+    methods = (
+        METHODS
+        + '[[methods]]\nid = "bad"\nname = "scores-dropout"\noptions = { q = 0.1 }\n'
+        + '[[methods]]\nname = "future-method"\n'
+    )
+    path = write_experiment(tiny_run, methods=methods)
+    root = tiny_run["tmp"] / "results"
+    assert main(["bench", str(path), "--results", str(root), "--dry-run"]) == 2
+    out = capsys.readouterr()
+    lines = [line for line in out.out.splitlines() if "tiny-bert/toy/" in line]
+    assert len(lines) == 8  # 4 methods x 2 seeds, none dropped
+    bad = [line for line in lines if "/bad/" in line]
+    assert all("INVALID" in line and "'q'" in line for line in bad) and len(bad) == 2
+    pending = [line for line in lines if "/future-method/" in line]
+    assert all("PENDING" in line and "not registered" in line for line in pending) and len(pending) == 2
+    assert sum("todo" in line for line in lines) == 4
+    assert "train 86, validation 10, dev 24" in out.out  # the data was loaded and measured
+    assert "invalid cell" in out.err
+    assert not root.exists()  # a dry run writes nothing
+    # A run refuses to start while a cell is invalid.
+    assert main(["bench", str(path), "--results", str(root)]) == 2
+
+
+def test_presets_pass_the_dry_run_offline(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(REPO)
+    presets = sorted((REPO / "experiments").glob("*.toml"))
+    assert {p.stem for p in presets} >= {"paper-table1", "paper-table3", "paper-table4", "cpu-small"}
+    for preset in presets:
+        extra = [] if preset.stem.startswith("paper-") else ["--no-data-check"]
+        code = main(["bench", preset.stem, "--dry-run", "--results", str(tmp_path / preset.stem), *extra])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert "INVALID" not in out
+    assert main(["bench", "paper-table1", "--dry-run", "--results", str(tmp_path / "t1")]) == 0
+    out = capsys.readouterr().out
+    assert "2 models x 5 tasks x 2 methods x 5 seeds = 100 cells" in out
+    assert "dev_mismatched" not in out or "mnli" in out
+    assert main(["bench", "paper-table4", "--dry-run", "--results", str(tmp_path / "t4")]) == 0
+    out = capsys.readouterr().out
+    swag = [line for line in out.splitlines() if "/swag/" in line]
+    assert len(swag) == 15 and all("PENDING" in line and "'swag' is not built yet" in line for line in swag)
+
+
+# --------------------------------------------------------------------------------------------------
+# Claims and publication (in-process, no training)
+
+
+def test_claims_are_exclusive_and_stale_ones_are_taken_over(tiny_run):
+    experiment = load_experiment(write_experiment(tiny_run))
+    cell = experiment.cells()[0]
+    store = ResultsStore(tiny_run["tmp"] / "results", stale_after=60)
+    store.prepare(experiment, Budget())
+    claim = store.try_claim(cell)
+    assert claim is not None and store.status(cell)[0] == "running"
+    assert store.try_claim(cell) is None  # a live owner keeps it
+    claim.release()
+    assert not store.claim_path(cell).exists()
+
+    def plant(**fields) -> None:
+        info = {"cell": cell.key, "token": "old", "started": 0.0, "work_dir": "leftover", **fields}
+        store.claim_path(cell).write_text(json.dumps(info))
+        (store.work_root / "leftover").mkdir(exist_ok=True)
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    plant(host=socket.gethostname(), pid=dead.pid, pid_start=None)
+    taken = store.try_claim(cell)  # dead process on this host: stale
+    assert taken is not None and not (store.work_root / "leftover").exists()
+    taken.release()
+    plant(host=socket.gethostname(), pid=os.getpid(), pid_start="1")  # our pid, another start: reused pid
+    if process_start_time(os.getpid()) is not None:
+        taken = store.try_claim(cell)
+        assert taken is not None
+        taken.release()
+    plant(host="elsewhere", pid=1, pid_start=None)
+    assert store.try_claim(cell) is None  # another host with a fresh heartbeat
+    old = time.time() - 120
+    os.utime(store.claim_path(cell), (old, old))
+    taken = store.try_claim(cell)  # another host, silent for longer than stale_after
+    assert taken is not None
+    taken.release()
+
+
+def test_only_the_first_publication_of_a_cell_counts(tiny_run):
+    experiment = load_experiment(write_experiment(tiny_run))
+    cell = experiment.cells()[0]
+    store = ResultsStore(tiny_run["tmp"] / "results")
+    store.prepare(experiment, Budget())
+    for name in ("a", "b"):
+        work = store.work_root / name
+        work.mkdir()
+        (work / "results.json").write_text(json.dumps({"who": name}))
+        (work / "cell.json").write_text(json.dumps({"fingerprint": cell.fingerprint}))
+    assert store.publish(cell, store.work_root / "a") is True
+    assert store.publish(cell, store.work_root / "b") is False
+    assert json.loads((store.cell_dir(cell) / "results.json").read_text()) == {"who": "a"}
+    assert store.status(cell)[0] == "done"
+
+
+def test_changed_configuration_makes_finished_cells_stale(tiny_run, capsys):
+    path = write_experiment(tiny_run)
+    experiment = load_experiment(path)
+    root = tiny_run["tmp"] / "results"
+    store = ResultsStore(root)
+    store.prepare(experiment, Budget())
+    cell = experiment.cells()[0]
+    folder = store.cell_dir(cell)
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text("{}")
+    (folder / "cell.json").write_text(json.dumps({"fingerprint": "from-an-older-file"}))
+    assert main(["bench", str(path), "--results", str(root), "--dry-run", "--no-data-check"]) == 0
+    assert "stale" in [line for line in capsys.readouterr().out.splitlines() if cell.key in line][0]
+    assert main(["bench", str(path), "--results", str(root)]) == 2
+    assert "--rerun-stale" in capsys.readouterr().err
+    # a job with another budget may not write into this root
+    with pytest.raises(ExperimentError, match="use another --results folder"):
+        store.prepare(experiment, Budget(max_steps=3))
+
+
+# --------------------------------------------------------------------------------------------------
+# Real jobs: SIGKILL inside a cell, and two shards at once
+
+
+def test_sigkill_inside_a_running_cell_then_a_rerun_completes_the_grid_once(tiny_run, one_thread):
+    steps = 16
+    path = write_experiment(tiny_run, seeds=(1,), max_steps=steps)
+    root = tiny_run["tmp"] / "results"
+    job = bench_process(path, root, log=tiny_run["tmp"] / "killed.log")
+    deadline = time.time() + 120
+    victim = None
+    while victim is None and time.time() < deadline and job.is_alive():
+        for log in root.glob(".work/*/log.jsonl"):
+            if log.read_text().count('"loss"') >= 2:  # the cell is training: its log grows
+                victim = log.parent
+                break
+        time.sleep(0.01)
+    assert victim is not None, (tiny_run["tmp"] / "killed.log").read_text()[-2000:]
+    os.kill(job.pid, signal.SIGKILL)
+    job.join()
+    assert job.exitcode == -signal.SIGKILL
+    killed_cell = "/".join(victim.name.split("--")[:4])  # KEY--HOST-PID-TOKEN, KEY with / as --
+    assert killed_cell not in finished_cells(root)  # never counted half-done
+    assert list(root.glob(".claims/*.json"))  # the dead job's claim is still there
+
+    assert main(["bench", str(path), "--results", str(root)]) == 0  # the rerun
+    expected = ["tiny-bert/toy/none/seed-1", "tiny-bert/toy/scores-dropout/seed-1"]
+    assert finished_cells(root) == expected
+    for key in expected:
+        assert_complete_cell(root / key, steps)
+    done = [e["cell"] for e in events(root, "done")]
+    assert sorted(done) == expected  # each cell published exactly once over both jobs
+    assert [e["cell"] for e in events(root, "takeover")] == [killed_cell]
+    assert not list(root.glob(".work/*")) and not list(root.glob(".claims/*"))
+
+
+def test_two_shards_at_the_same_time_complete_the_grid_exactly_once(tiny_run):
+    methods = METHODS + '[[methods]]\nname = "future-method"\n'
+    path = write_experiment(tiny_run, methods=methods, seeds=(1,))
+    root = tiny_run["tmp"] / "results"
+    jobs = [
+        bench_process(path, root, "--shard", f"{k}/2", log=tiny_run["tmp"] / f"shard{k}.log") for k in (1, 2)
+    ]
+    for job in jobs:
+        job.join(timeout=300)
+    logs = [(tiny_run["tmp"] / f"shard{k}.log").read_text() for k in (1, 2)]
+    assert [job.exitcode for job in jobs] == [0, 0], logs
+    expected = ["tiny-bert/toy/none/seed-1", "tiny-bert/toy/scores-dropout/seed-1"]
+    assert finished_cells(root) == expected  # future-method: pending, neither run nor failed
+    done = events(root, "done")
+    assert sorted(e["cell"] for e in done) == expected and not events(root, "discarded")
+    # cells 1, 2, 3 are none, scores-dropout, future-method: shard 1/2 takes 1 and 3, shard 2/2 takes 2
+    assert {e["pid"]: e["cell"] for e in done} == {jobs[0].pid: expected[0], jobs[1].pid: expected[1]}
+    assert "1 pending" in logs[0] and "0 pending" in logs[1]
+    for key in expected:
+        assert_complete_cell(root / key, 8)
