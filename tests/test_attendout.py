@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+import attendout
 from attendout.attention import get_controller, record_attention, uninstall
 from attendout.cli import main
 from attendout.methods import AttendOutConfig, get_method_config
@@ -21,6 +22,7 @@ from attendout.methods.attendout.generator import (
 from attendout.methods.attendout.strategy import GameScores
 from attendout.methods.scheduled import fit_piecewise_linear, schedule_value
 from attendout.train import TrainConfig, Trainer
+from conftest import FAMILIES, save_tiny_model_dir
 
 
 @pytest.fixture(autouse=True)
@@ -279,6 +281,29 @@ def test_eval_mode_is_the_plain_model(tiny_run):
     assert s.eval_model(trainer) is s.eval_model(trainer)  # one choice per step
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_supported_family_plays_a_game(tiny_run, family):
+    model = save_tiny_model_dir(tiny_run["tmp"] / family, family)
+    trainer = make_trainer({**tiny_run, "model": model}, dropout_steps=2)
+    train_steps(trainer, 2)
+    assert trainer.strategy.games == 1
+    assert "attendout/drop_prob/L1" in trainer.strategy.stats()
+
+
+def test_apply_adds_only_the_mask_slot_and_warns(bert):
+    from conftest import make_batch
+
+    with pytest.warns(UserWarning, match="adds only the Attacker's mask slot"):
+        handle = attendout.apply(bert, "attendout")
+    batch = make_batch(batch=2, length=6)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    bert.train()
+    handle.method.masks = {0: torch.eye(6, dtype=torch.bool).expand(2, 6, 6)}  # no token sees itself
+    with record_attention(bert, layers=[0]) as recorder:
+        bert(**inputs)
+    assert (recorder.probs[0].diagonal(dim1=-2, dim2=-1) == 0).all()
+
+
 def test_validation_source_can_be_the_dev_split_and_must_exist(tiny_run):
     trainer = make_trainer(tiny_run, validation_source="dev")
     assert trainer.strategy.source is trainer.eval_sets["dev"]
@@ -309,6 +334,7 @@ def test_defaults():
     config = AttendOutConfig()
     assert (config.dropout_steps, config.eval_samples, config.validation_source) == (10, 64, "validation")
     assert (config.reward, config.pairing, config.layers) == ("logprob", "mean", None)
+    assert (config.init_drop, config.generator_lr, config.temperature) == (0.5, 1e-2, 1.0)
 
 
 # --------------------------------------------------------------------------------------------------

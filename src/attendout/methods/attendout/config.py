@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -80,7 +81,14 @@ class AttendOutConfig(MethodConfig):
             "the paper's Figure 3 curves start near 0.5-0.6)"
         },
     )
-    generator_lr: float = field(default=1e-3, metadata={"help": "Adam learning rate of the Generator"})
+    generator_lr: float = field(
+        default=1e-2,
+        metadata={
+            "help": "Adam learning rate of the Generator: Adam moves a parameter by about this much per game "
+            "whatever the reward scale, so over the 20-100 games of a fine-tuning run a consistent reward "
+            "can move a layer's drop logit by 0.2-1, while pure noise moves it by ~lr * sqrt(games)"
+        },
+    )
     baseline_decay: float = field(
         default=0.9, metadata={"help": "decay of the moving-average baseline b of eq. 5 (~10 games)"}
     )
@@ -132,7 +140,17 @@ class AttendOutConfig(MethodConfig):
         return self.validation_source != CARVED
 
     def build(self) -> MaskSlot:
-        """The Attacker's mask slot alone; AttendOut trains through :meth:`training_strategy`."""
+        """The Attacker's mask slot alone, for :func:`attendout.apply`: it drops only masks you set.
+
+        AttendOut itself (Defender, Attacker, Generator, the game) runs through the fine-tuning loop:
+        ``attendout finetune --method attendout`` or ``Trainer`` with ``method="attendout"``.
+        """
+        warnings.warn(
+            "attendout: apply() adds only the Attacker's mask slot, which drops the scores of the masks you "
+            "set in handle.method.masks ({layer: (B, L, L) bool}); the Defender/Attacker/Generator game runs "
+            "through the fine-tuning loop (attendout finetune --method attendout)",
+            stacklevel=2,
+        )
         return MaskSlot(self.layers)
 
     def training_strategy(self) -> AttendOutStrategy:

@@ -127,7 +127,7 @@ class AttendOutStrategy(TrainingStrategy):
         c = trainer.config
         self.defender: nn.Module = trainer.model
         self.attacker: nn.Module = copy.deepcopy(self.defender)
-        self.slot: MaskSlot = config.build()
+        self.slot = MaskSlot(config.layers)
         controller = install(self.attacker)
         controller.add(self.slot)  # checks that the layers exist
         self.layers = list(config.layers) if config.layers is not None else list(range(controller.num_layers))
