@@ -37,8 +37,13 @@ DEFAULT_METHODS = [
     "attn-layerdrop",
     "scheduled",
     "drophead",
+    "addrop",
     "attendout",
 ]
+
+# Options that make a child measure the method's own step: AD-DROP's cross-tuning would otherwise
+# start with plain fine-tuning, and every benchmark step is step 0 of the loop.
+BENCH_OPTIONS: dict[str, dict] = {"addrop": {"cross_tuning": "off"}}
 
 
 def write_random_texts(path: str, tokenizer, count: int, length: int, seed: int) -> None:
@@ -86,6 +91,7 @@ def child(args: argparse.Namespace) -> None:
                 label_column="label",
                 model=args.model,
                 method=method,
+                method_options=BENCH_OPTIONS.get(method, {}),
                 max_length=args.length,
                 batch_size=args.batch_size,
                 validation_split=64 / (count + 64),

@@ -1,6 +1,7 @@
 """Attention regularisers, each a config dataclass registered by name (see :mod:`.base`)."""
 
-from . import drophead, dropout, layerdrop, none, scheduled  # noqa: F401  (registers the methods)
+from . import addrop, drophead, dropout, layerdrop, none, scheduled  # noqa: F401  (registers the methods)
+from .addrop import ADDropConfig
 from .attendout import AttendOutConfig
 from .base import (
     METHODS,
@@ -19,6 +20,7 @@ from .scheduled import ScheduledConfig
 
 __all__ = [
     "METHODS",
+    "ADDropConfig",
     "AttendOutConfig",
     "AttnDropoutConfig",
     "AttnLayerDropConfig",

@@ -1,0 +1,442 @@
+"""AD-DROP (paper 002): masks, attribution checks, train mode, cross-tuning, the loop, the CLI, inspect."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import attendout
+from attendout.attention import AttentionEdit, AttentionMethod, get_controller, install
+from attendout.cli import main
+from attendout.methods.addrop import (
+    ADDropConfig,
+    addrop_active,
+    attribute,
+    candidate_region,
+    modes_restored,
+    sample_drops,
+)
+from attendout.train import TrainConfig, Trainer
+from conftest import FAMILIES, make_batch, no_dropout, tiny_model
+
+PADDED = {1: 7, 3: 4}  # rows 1 and 3 are padded from positions 7 and 4
+
+
+def key_valid(batch) -> torch.Tensor:
+    """(B, 1, L, L) bool, True = non-padding key (what the hook sees)."""
+    mask = batch["attention_mask"].bool()  # (B, L)
+    return mask[:, None, None, :].expand(-1, 1, mask.shape[1], -1)
+
+
+def inputs(batch) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in batch.items() if k != "labels"}
+
+
+# --------------------------------------------------------------------------------------------------
+# Masks
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 1.0])
+def test_candidate_region_is_exactly_the_top_p_of_non_padding_keys(p):
+    batch = make_batch(batch=6, length=13, pad_from={0: 1, 1: 7, 3: 4, 5: 2})
+    valid = key_valid(batch)  # (B, 1, L, L)
+    scores = torch.randn(6, 3, 13, 13)  # distinct values: the top-k is unique
+    candidate = candidate_region(scores, valid, p)
+    assert candidate.dtype == torch.bool and candidate.shape == (6, 3, 13, 13)
+    assert not (candidate & ~valid).any(), "a padding key is in the candidate region"
+    for b in range(6):
+        keys = valid[b, 0, 0].nonzero().squeeze(-1)  # the row's non-padding keys
+        k = int(p * len(keys) + 0.5)
+        for h in range(3):
+            for i in range(13):
+                expected = set(keys[scores[b, h, i, keys].topk(k).indices].tolist())
+                assert set(candidate[b, h, i].nonzero().squeeze(-1).tolist()) == expected
+
+
+def test_ties_are_broken_at_random_not_by_position():
+    valid = torch.ones(1, 1, 1, 20, dtype=torch.bool)
+    picks = torch.stack(
+        [candidate_region(torch.zeros(1, 1, 1, 20), valid, 0.25)[0, 0, 0] for _ in range(200)]
+    )  # (200, 20)
+    assert (picks.sum(-1) == 5).all()
+    share = picks.float().mean(0)  # each key ~ 5/20 of the time
+    assert share.min() > 0.1 and share.max() < 0.45, share
+
+
+def test_drop_rate_inside_the_candidate_region_is_q():
+    valid = key_valid(make_batch(batch=16, length=40, pad_from={2: 10, 5: 25}))
+    candidate = candidate_region(torch.randn(16, 4, 40, 40), valid, 0.3)
+    for q in (0.2, 0.5):
+        drop = sample_drops(candidate, q)
+        assert drop.dtype == torch.bool and not (drop & ~candidate).any()
+        assert abs(drop.sum().item() / candidate.sum().item() - q) < 0.02
+
+
+def test_training_pass_drops_exactly_the_sampled_candidates(bert):
+    """q = 1: the training forward's zero-probability real keys are exactly the top-p by attribution."""
+    batch = make_batch(batch=4, length=12, pad_from=PADDED)
+    handle = attendout.apply(bert, "addrop", p=0.5, q=1.0, layers="0,1")
+    handle.method.keep_masks = True
+    bert.train()
+    expected = attribute(bert, batch, [0, 1], "ga")
+    handle.method.prepare(bert, batch)
+    with attendout.record_attention(bert) as rec:
+        bert(**batch)
+    valid = key_valid(batch)
+    for layer in (0, 1):
+        zeros = (rec.probs[layer] == 0) & valid  # (B, H, L, L) dropped real keys
+        n = valid.sum(-1, keepdim=True)  # (B, 1, L, 1)
+        assert (zeros.sum(-1, keepdim=True) == torch.floor(n * 0.5 + 0.5)).all()
+        candidate, dropped = handle.method.last_masks[layer]
+        assert torch.equal(dropped, candidate) and torch.equal(zeros, candidate)
+        # the ranking of an independent attribution pass, in rows without ties (padding queries and,
+        # in the last layer, every query but [CLS] have zero gradient: their candidates are random)
+        scores = expected.scores[layer]  # (B, H, L, L)
+        ranked = scores.masked_fill(~valid, 0).abs().sum(-1) > 0  # (B, H, L)
+        assert ranked.sum() >= (16 if layer == 1 else 100)
+        independent = candidate_region(scores, valid, 0.5)
+        assert torch.equal(candidate[ranked], independent[ranked])
+    stats = handle.stats()
+    assert stats["addrop/drop_rate_in_candidates"] == 1.0
+    assert abs(stats["addrop/candidate_fraction"] - 0.5) < 0.1
+    with attendout.record_attention(bert) as rec:
+        bert(**batch)  # masks are consumed: the next forward is plain
+    assert not ((rec.probs[0] == 0) & valid).any()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_trains_a_step_with_addrop(family):
+    model = tiny_model(family, **no_dropout(family))
+    batch = make_batch(pad_from=PADDED)
+    handle = attendout.apply(model, "addrop", layers="all", q=1.0)
+    model.train()
+    handle.method.prepare(model, batch)
+    model(**batch).loss.backward()
+    stats = handle.stats()
+    assert (
+        abs(stats["addrop/candidate_fraction"] - 0.3) < 0.05 and stats["addrop/drop_rate_in_candidates"] == 1
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Attribution
+# --------------------------------------------------------------------------------------------------
+
+
+class Perturb(AttentionMethod):
+    """Test probe: multiplies the weights of one layer by ``factor`` (bool-free tensor) in every mode."""
+
+    acts_in_eval = True
+
+    def __init__(self, layer: int, factor: torch.Tensor | float):
+        self.layers = [layer]
+        self.factor = torch.as_tensor(factor)
+
+    def edit(self, call):
+        return AttentionEdit(scale_weights=self.factor)
+
+
+def label_logit(model, batch, label, probe=None) -> torch.Tensor:
+    controller = install(model)
+    if probe is not None:
+        controller.add(probe)
+    try:
+        with torch.no_grad():
+            return model(**inputs(batch)).logits.gather(-1, label[:, None]).squeeze(-1)  # (B,)
+    finally:
+        if probe is not None:
+            controller.remove(probe)
+
+
+def test_ga_matches_finite_differences():
+    model = tiny_model("bert", initializer_range=0.2, **no_dropout("bert")).double()
+    batch = make_batch(batch=3, length=9, pad_from={1: 6})
+    model.eval()
+    result = attribute(model, batch, [0, 1], "ga")
+    label = result.predicted
+    eps = 1e-4
+    for layer, b, h, i, j in [(0, 0, 0, 0, 0), (0, 1, 2, 3, 5), (1, 2, 1, 0, 4), (1, 0, 3, 8, 2)]:
+        weight = result.probs[layer][b, h, i, j].item()
+        assert weight > 1e-3
+        factor = torch.ones(3, 4, 9, 9, dtype=torch.float64)
+        factor[b, h, i, j] = 1 + eps / weight  # weight + eps
+        up = label_logit(model, batch, label, Perturb(layer, factor))[b]
+        factor[b, h, i, j] = 1 - eps / weight  # weight - eps
+        down = label_logit(model, batch, label, Perturb(layer, factor))[b]
+        numeric = ((up - down) / (2 * eps)).item()
+        assert result.scores[layer][b, h, i, j].item() == pytest.approx(numeric, rel=1e-4, abs=1e-7)
+    assert not any(p.grad is not None for p in model.parameters()), "attribution touched .grad"
+
+
+def test_iga_approaches_completeness_as_steps_grow():
+    """sum of attributions -> F(A) - F(0 weights) for the label logit, per example (002 eq. 4)."""
+    model = tiny_model("bert", initializer_range=0.3, **no_dropout("bert")).double()
+    batch = make_batch(pad_from=PADDED)
+    model.eval()
+    errors = []
+    for steps in (1, 4, 32):
+        result = attribute(model, batch, [0], "iga", ig_steps=steps)
+        total = result.scores[0].sum(dim=(1, 2, 3))  # (B,)
+        gap = label_logit(model, batch, result.predicted) - label_logit(
+            model, batch, result.predicted, Perturb(0, 0.0)
+        )
+        errors.append(((total - gap).abs() / gap.abs().max()).max().item())
+    assert errors[0] > errors[1] > errors[2] and errors[2] < 0.1, errors
+    # m = 1 is gradient x weights (the "ga times weights" variant)
+    ga = attribute(model, batch, [0], "ga")
+    one = attribute(model, batch, [0], "iga", ig_steps=1)
+    torch.testing.assert_close(one.scores[0], ga.scores[0] * ga.probs[0].float())
+
+
+def test_aa_is_the_attention_and_regression_uses_the_gold_loss():
+    model = tiny_model("bert", num_labels=1, problem_type="regression", **no_dropout("bert"))
+    batch = make_batch(pad_from=PADDED)
+    batch["labels"] = torch.randn(4)
+    aa = attribute(model, batch, [0], "aa")
+    with attendout.record_attention(model) as rec, torch.no_grad():
+        model.eval()(**inputs(batch))
+    torch.testing.assert_close(aa.scores[0], rec.probs[0])
+    ga = attribute(model, batch, [0], "ga")
+    assert ga.predicted is None and ga.scores[0].abs().sum() > 0
+    with pytest.raises(ValueError, match="gold 'labels'"):
+        attribute(model, inputs(batch), [0], "ga")
+
+
+# --------------------------------------------------------------------------------------------------
+# Train mode and dropout
+# --------------------------------------------------------------------------------------------------
+
+
+def mode_map(model: nn.Module) -> dict[str, bool]:
+    return {name: module.training for name, module in model.named_modules()}
+
+
+@pytest.mark.parametrize("method", ["ga", "iga", "aa"])
+def test_attribution_restores_every_modules_mode(method):
+    model = tiny_model("bert")
+    model.train()
+    model.bert.embeddings.eval()  # a deliberately mixed state must come back as it was
+    before = mode_map(model)
+    attribute(model, make_batch(pad_from=PADDED), [0], method, ig_steps=2)
+    assert mode_map(model) == before
+    model.eval()
+    with modes_restored(model, dropout=True):
+        pass
+    assert not any(mode_map(model).values())
+
+
+def config(tiny_run, **overrides) -> TrainConfig:
+    base = dict(
+        task="file",
+        train_file=tiny_run["train"],
+        eval_files={"dev": tiny_run["dev"]},
+        text_columns=["text"],
+        label_column="label",
+        model=tiny_run["model"],
+        method="addrop",
+        method_options={"cross_tuning": "off", "layers": "all"},
+        batch_size=16,
+        max_steps=2,
+        log_steps=1,
+        max_length=16,
+        progress=False,
+        output_dir=str(tiny_run["tmp"] / "run"),
+    )
+    base.update(overrides)
+    return TrainConfig(**base)
+
+
+def test_training_pass_runs_with_dropout_on_after_an_eval_mode_attribution(tiny_run):
+    trainer = Trainer(config(tiny_run))
+    seen: list[tuple[bool, ...]] = []  # per forward: every dropout module's mode
+    dropouts = [m for m in trainer.model.modules() if isinstance(m, nn.Dropout)]
+    attention = get_controller(trainer.model).attention_modules
+    modules = dropouts + attention
+    trainer.model.bert.encoder.layer[0].attention.register_forward_pre_hook(
+        lambda *_: seen.append(tuple(m.training for m in modules))
+    )
+    trainer.model.train()
+    before = mode_map(trainer.model)
+    batch = next(trainer.train_set.batches(16))
+    loss = trainer.train_step(batch)
+    assert torch.isfinite(loss)
+    assert len(seen) == 2, "one attribution and one training forward"
+    assert not any(seen[0]), "the attribution pass runs without dropout (default)"
+    assert all(seen[1]), "the training pass runs with every dropout on"
+    assert mode_map(trainer.model) == before
+    stats = trainer.strategy.stats()
+    assert stats["addrop/active"] == 1.0 and abs(stats["addrop/drop_rate_in_candidates"] - 0.2) < 0.1
+
+    kept = Trainer(config(tiny_run, method_options={"cross_tuning": "off", "attribution_dropout": True}))
+    kept_dropouts = [m for m in kept.model.modules() if isinstance(m, nn.Dropout)]
+    kept.model.bert.encoder.layer[0].attention.register_forward_pre_hook(
+        lambda *_: seen.append(tuple(m.training for m in kept_dropouts))
+    )
+    seen.clear()
+    kept.train_step(batch)
+    assert len(seen) == 2 and all(seen[0]) and all(seen[1])
+
+
+# --------------------------------------------------------------------------------------------------
+# Cross-tuning
+# --------------------------------------------------------------------------------------------------
+
+
+def test_cross_tuning_alternates_by_steps_and_by_epochs():
+    by_steps = [addrop_active(s, 10, "step", 3, "finetune") for s in range(12)]
+    assert by_steps == [False] * 3 + [True] * 3 + [False] * 3 + [True] * 3
+    by_epochs = [addrop_active(s, 4, "epoch", 1, "addrop") for s in range(12)]
+    assert by_epochs == [True] * 4 + [False] * 4 + [True] * 4
+    assert all(addrop_active(s, 4, "off", 1, "finetune") for s in range(12))
+
+
+def test_cross_tuning_in_the_loop_by_epoch_and_by_step(tiny_run):
+    # 86 training examples, batch 32: 3 steps per epoch; 3 epochs -> finetune, addrop, finetune
+    trainer = Trainer(
+        config(
+            tiny_run,
+            method_options={},
+            batch_size=32,
+            max_steps=None,
+            epochs=3,
+            log_steps=3,
+            save_model=False,
+        )
+    )
+    assert trainer.steps_per_epoch == 3
+    trainer.fit()
+    log = [json.loads(line) for line in (tiny_run["tmp"] / "run" / "log.jsonl").read_text().splitlines()]
+    lines = [r for r in log if "loss" in r]
+    assert [r["addrop/active"] for r in lines] == [0.0, 1.0, 0.0]
+    assert (
+        "addrop/candidate_fraction" not in lines[0]
+        and abs(lines[1]["addrop/candidate_fraction"] - 0.3) < 0.05
+    )
+
+    trainer = Trainer(
+        config(
+            tiny_run,
+            method_options={"cross_tuning": "step", "period": 2, "start": "addrop"},
+            max_steps=8,
+            log_steps=2,
+            save_model=False,
+            overwrite=True,
+        )
+    )
+    trainer.fit()
+    log = [json.loads(line) for line in (tiny_run["tmp"] / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["addrop/active"] for r in log if "loss" in r] == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_never_active_schedule_warns(tiny_run, caplog):
+    with caplog.at_level("WARNING"):
+        Trainer(config(tiny_run, method_options={}, max_steps=3))
+    assert "AD-DROP never acts" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"attribution": "grad"}, "attribution must be one of ga, iga, aa, rd, got 'grad'"),
+        ({"p": 0.0}, "p must be in \\(0, 1\\], got 0.0"),
+        ({"q": 1.5}, "q must be in \\[0, 1\\], got 1.5"),
+        ({"period": 0}, "period must be an integer of at least 1, got 0"),
+        ({"cross_tuning": "epochs"}, "cross_tuning must be one of epoch, step, off, got 'epochs'"),
+        ({"start": "plain"}, "start must be one of finetune, addrop, got 'plain'"),
+        ({"ig_steps": 0}, "ig_steps must be an integer of at least 1"),
+    ],
+)
+def test_bad_options_name_the_field_and_value(options, message):
+    with pytest.raises(ValueError, match=message):
+        ADDropConfig(**options)
+
+
+def test_defaults_are_the_public_codes():
+    c = ADDropConfig()
+    assert (c.attribution, c.p, c.q, c.layers, c.cross_tuning, c.start) == (
+        "ga",
+        0.3,
+        0.2,
+        [0],
+        "epoch",
+        "finetune",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------------
+
+
+def test_cli_finetune_with_addrop(tiny_run, capsys):
+    args = [
+        "finetune",
+        "--task",
+        "file",
+        "--train-file",
+        tiny_run["train"],
+        "--eval-file",
+        f"dev={tiny_run['dev']}",
+        "--text-columns",
+        "text",
+        "--label-column",
+        "label",
+        "--model",
+        tiny_run["model"],
+        "--method",
+        "addrop",
+        "--attribution",
+        "iga",
+        "--ig-steps",
+        "2",
+        "--cross-tuning",
+        "off",
+        "--layers",
+        "0,1",
+        "--max-steps",
+        "2",
+        "--log-steps",
+        "2",
+        "--batch-size",
+        "16",
+        "--max-length",
+        "16",
+        "--no-progress",
+        "--output-dir",
+        str(tiny_run["tmp"] / "cli"),
+    ]
+    assert main(args) == 0
+    results = json.loads((tiny_run["tmp"] / "cli" / "results.json").read_text())
+    assert results["method_options"]["attribution"] == "iga" and results["method_options"]["layers"] == [0, 1]
+    assert "| dev |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["finetune", "--method", "addrop", "--help"])
+    help_text = capsys.readouterr().out
+    for text in ("(default: 0.3)", "(default: 0.2)", "first layer", "--cross-tuning", "--start"):
+        assert text in " ".join(help_text.split()), text
+
+
+def test_inspect_writes_a_png(tiny_run, capsys):
+    out = tiny_run["tmp"] / "figs" / "map.png"
+    code = main(
+        [
+            "inspect",
+            "--model",
+            tiny_run["model"],
+            "--text",
+            "the film was very good",
+            "--text-pair",
+            "a dull plot",
+            "--head",
+            "mean",
+            "--output",
+            str(out),
+        ]
+    )
+    assert code == 0 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "candidate" in capsys.readouterr().out
+    assert main(["inspect", "--model", tiny_run["model"], "--text", "good", "--head", "x"]) == 2
