@@ -344,3 +344,33 @@ def test_two_shards_at_the_same_time_complete_the_grid_exactly_once(tiny_run):
     assert "1 pending" in logs[0] and "0 pending" in logs[1]
     for key in expected:
         assert_complete_cell(root / key, 8)
+
+
+def test_a_failing_cell_is_recorded_the_grid_goes_on_and_a_rerun_retries_it(tiny_run):
+    from attendout.experiments import prepare_cells, run_cells
+    from attendout.train import TrainingError
+
+    experiment = load_experiment(write_experiment(tiny_run))
+    plan = prepare_cells(experiment, Budget(), check_data=False)
+    store = ResultsStore(tiny_run["tmp"] / "results")
+
+    def fake_train(config, fail: str | None):
+        if fail and f"/{config.method}/seed-{config.seed}" in fail:
+            raise TrainingError("loss is nan at step 3")
+        out = Path(config.output_dir)
+        out.mkdir(parents=True)
+        results = {"main_metric": "accuracy", "eval": {"dev": {"accuracy": 0.5}}}
+        (out / "results.json").write_text(json.dumps(results))
+        return results
+
+    lines: list[str] = []
+    failing = "tiny-bert/toy/scores-dropout/seed-1"
+    summary = run_cells(plan, store, echo=lines.append, train=lambda c: fake_train(c, failing))
+    assert summary.failed == [failing] and len(summary.trained) == 3
+    assert any("FAILED: TrainingError: loss is nan at step 3" in line for line in lines)
+    cell = next(c for c in plan.cells if c.key == failing)
+    assert store.status(cell) == ("failed", "TrainingError: loss is nan at step 3")
+    assert not store.cell_dir(cell).exists() and not list(store.work_root.iterdir())
+    summary = run_cells(plan, store, echo=lines.append, train=lambda c: fake_train(c, None))
+    assert summary.trained == [failing] and len(summary.skipped_done) == 3
+    assert store.status(cell)[0] == "done"

@@ -10,8 +10,8 @@ are neither finished nor claimed, one at a time, each in its own work folder pub
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
+import shutil
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -21,19 +21,19 @@ from typing import Any
 
 from ..train import TrainConfig, finetune, write_json_atomic
 from .spec import Budget, Cell, Experiment, ExperimentError
-from .store import HEARTBEAT_S, ResultsStore
+from .store import HEARTBEAT_S, Claim, ResultsStore
 
 __all__ = [
+    "BenchJob",
     "CellCheck",
     "GridPlan",
     "RunSummary",
+    "bench_main",
+    "format_listing",
     "parse_shard",
     "prepare_cells",
-    "format_listing",
     "run_cells",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 def parse_shard(text: str | None) -> tuple[int, int]:
@@ -153,7 +153,9 @@ def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:
     if config.hub:
         import importlib.util
 
-        missing = "" if importlib.util.find_spec("datasets") else "; needs pip install 'attendout[hub]' (datasets)"
+        missing = (
+            "" if importlib.util.find_spec("datasets") else "; needs pip install 'attendout[hub]' (datasets)"
+        )
         return CellCheck(note=f"hub data: not checked (nothing is downloaded before training){missing}")
     if not check_data:
         return CellCheck(note="data not checked (--no-data-check)")
@@ -299,108 +301,123 @@ def run_cells(
     echo: Callable[[str], None] = print,
     train: Callable[[TrainConfig], dict[str, Any]] = finetune,
 ) -> RunSummary:
-    """Train every cell of this job's shard that is neither finished nor claimed by a live job."""
-    if plan.invalid:
-        first = plan.invalid[0]
-        raise ExperimentError(
-            f"{len(plan.invalid)} cell(s) of {plan.experiment.path} are invalid; first: {first.key}: {first.invalid} "
-            f"(see attendout bench {plan.experiment.path} --dry-run)"
-        )
-    mine = plan.shard_cells
-    stale = [c for c in mine if store.status(c)[0] == "stale"]
-    if stale and not rerun_stale:
-        raise ExperimentError(
-            f"{len(stale)} finished cell(s) in {store.root} were run with another configuration (first: "
-            f"{stale[0].key}); pass --rerun-stale to replace them, or use another --results folder"
-        )
-    store.prepare(plan.experiment, plan.budget)
-    for name in store.sweep():
-        echo(f"removed leftover {name}")
-    summary = RunSummary()
-    runnable = [c for c in mine if c.config is not None]
-    summary.pending = [c.key for c in mine if c.pending is not None]
-    store.event("job-start", experiment=plan.experiment.name, shard=f"{plan.shard[0]}/{plan.shard[1]}")
-    for position, cell in enumerate(runnable, 1):
-        prefix = f"[{position}/{len(runnable)}] {cell.key}"
-        status, detail = store.status(cell)
-        if status == "done":
-            summary.skipped_done.append(cell.key)
-            continue
-        if status == "running":
-            echo(f"{prefix}: running in another job ({detail})")
-            summary.skipped_claimed.append(cell.key)
-            continue
-        claim = store.try_claim(cell)
-        if claim is None:
-            echo(f"{prefix}: claimed by another job")
-            summary.skipped_claimed.append(cell.key)
-            continue
-        try:
-            if store.status(cell)[0] == "done":  # published between our look and our claim
-                summary.skipped_done.append(cell.key)
-                continue
-            _run_one(
-                cell, claim.work_dir, store, plan, summary, prefix, rerun_stale, heartbeat, claim, echo, train
+    """Train every cell of this job's shard that is neither finished nor claimed by a live job.
+
+    ``train`` runs one configuration (default: :func:`attendout.train.finetune`); ``echo`` gets one
+    line per cell event. Raises :class:`ExperimentError` before training anything if a cell is
+    invalid, or if finished cells are stale and ``rerun_stale`` is not set.
+    """
+    job = BenchJob(
+        plan=plan, store=store, rerun_stale=rerun_stale, heartbeat=heartbeat, echo=echo, train=train
+    )
+    return job.run()
+
+
+@dataclass
+class BenchJob:
+    """One bench process working through its shard of a grid (see :func:`run_cells`)."""
+
+    plan: GridPlan
+    store: ResultsStore
+    rerun_stale: bool = False
+    heartbeat: float = HEARTBEAT_S
+    echo: Callable[[str], None] = print
+    train: Callable[[TrainConfig], dict[str, Any]] = finetune
+    summary: RunSummary = field(default_factory=RunSummary)
+
+    def run(self) -> RunSummary:
+        mine = self.plan.shard_cells
+        self._refuse_invalid_or_stale(mine)
+        self.store.prepare(self.plan.experiment, self.plan.budget)
+        for name in self.store.sweep():
+            self.echo(f"removed leftover {name}")
+        self.summary.pending = [c.key for c in mine if c.pending is not None]
+        runnable = [c for c in mine if c.config is not None]
+        k, n = self.plan.shard
+        self.store.event("job-start", experiment=self.plan.experiment.name, shard=f"{k}/{n}")
+        for position, cell in enumerate(runnable, 1):
+            self._visit(cell, f"[{position}/{len(runnable)}] {cell.key}")
+        self.store.event("job-end", summary=self.summary.line())
+        return self.summary
+
+    def _refuse_invalid_or_stale(self, cells: list[Cell]) -> None:
+        if self.plan.invalid:
+            first = self.plan.invalid[0]
+            raise ExperimentError(
+                f"{len(self.plan.invalid)} cell(s) of {self.plan.experiment.path} are invalid; first: "
+                f"{first.key}: {first.invalid} (see attendout bench {self.plan.experiment.path} --dry-run)"
             )
+        stale = [c for c in cells if self.store.status(c)[0] == "stale"]
+        if stale and not self.rerun_stale:
+            raise ExperimentError(
+                f"{len(stale)} finished cell(s) in {self.store.root} were run with another configuration "
+                f"(first: {stale[0].key}); pass --rerun-stale to replace them, or use another --results folder"
+            )
+
+    def _visit(self, cell: Cell, prefix: str) -> None:
+        """Skip a finished or claimed cell; otherwise claim, train, publish and release it."""
+        status, detail = self.store.status(cell)
+        if status == "done":
+            self.summary.skipped_done.append(cell.key)
+            return
+        if status == "running":
+            self.echo(f"{prefix}: running in another job ({detail})")
+            self.summary.skipped_claimed.append(cell.key)
+            return
+        claim = self.store.try_claim(cell)
+        if claim is None:
+            self.echo(f"{prefix}: claimed by another job")
+            self.summary.skipped_claimed.append(cell.key)
+            return
+        try:
+            if self.store.status(cell)[0] == "done":  # published between our look and our claim
+                self.summary.skipped_done.append(cell.key)
+                return
+            self._train(cell, claim, prefix)
         finally:
             claim.release()
-    store.event("job-end", summary=summary.line())
-    return summary
 
-
-def _run_one(
-    cell: Cell,
-    work: Path,
-    store: ResultsStore,
-    plan: GridPlan,
-    summary: RunSummary,
-    prefix: str,
-    rerun_stale: bool,
-    heartbeat: float,
-    claim: Any,
-    echo: Callable[[str], None],
-    train: Callable[[TrainConfig], dict[str, Any]],
-) -> None:
-    import shutil
-
-    config = cell.config
-    if config is None:  # runnable cells only
-        return
-    shutil.rmtree(work, ignore_errors=True)
-    echo(f"{prefix}: training ({cell.method.describe()})")
-    store.event("start", cell, work_dir=work.name)
-    claim.start_heartbeat(heartbeat)
-    started = time.time()
-    try:
-        results = train(dataclasses.replace(config, output_dir=str(work), overwrite=False))
-    except Exception as error:  # TrainingError (NaN loss) or a bug: recorded, the grid goes on
+    def _train(self, cell: Cell, claim: Claim, prefix: str) -> None:
+        config = cell.config
+        if config is None:  # only runnable cells get here
+            return
+        work = claim.work_dir
         shutil.rmtree(work, ignore_errors=True)
-        message = f"{type(error).__name__}: {error}"
-        store.record_failure(cell, message)
-        store.event("failed", cell, error=message, traceback=traceback.format_exc(limit=5))
-        summary.failed.append(cell.key)
-        echo(f"{prefix}: FAILED: {message}")
-        return
-    except BaseException:  # KeyboardInterrupt, SystemExit: leave nothing half-done behind
-        shutil.rmtree(work, ignore_errors=True)
-        store.event("interrupted", cell)
-        raise
-    wall = time.time() - started
-    write_json_atomic(work / "cell.json", _cell_record(cell, plan, store, started, wall))
-    if store.publish(cell, work, replace_stale=rerun_stale):
-        store.clear_failure(cell)
-        store.event("done", cell, wall_time_s=round(wall, 2))
-        summary.trained.append(cell.key)
-        scores = ", ".join(
-            f"{split} {results['main_metric']} {metrics.get(results['main_metric'], float('nan')):.4f}"
-            for split, metrics in results["eval"].items()
-        )
-        echo(f"{prefix}: done in {wall:.0f} s: {scores}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-        store.event("discarded", cell, reason="another job published this cell first")
-        summary.discarded.append(cell.key)
-        echo(f"{prefix}: another job finished it first; this run is discarded")
+        self.echo(f"{prefix}: training ({cell.method.describe()})")
+        self.store.event("start", cell, work_dir=work.name)
+        claim.start_heartbeat(self.heartbeat)
+        started = time.time()
+        try:
+            results = self.train(dataclasses.replace(config, output_dir=str(work), overwrite=False))
+        except Exception as error:  # TrainingError (NaN loss) or a bug: recorded, the grid goes on
+            shutil.rmtree(work, ignore_errors=True)
+            message = f"{type(error).__name__}: {error}"
+            self.store.record_failure(cell, message)
+            self.store.event("failed", cell, error=message, traceback=traceback.format_exc(limit=5))
+            self.summary.failed.append(cell.key)
+            self.echo(f"{prefix}: FAILED: {message}")
+            return
+        except BaseException:  # KeyboardInterrupt, SystemExit (SIGTERM): leave nothing half-done
+            shutil.rmtree(work, ignore_errors=True)
+            self.store.event("interrupted", cell)
+            raise
+        wall = time.time() - started
+        write_json_atomic(work / "cell.json", _cell_record(cell, self.plan, self.store, started, wall))
+        if self.store.publish(cell, work, replace_stale=self.rerun_stale):
+            self.store.clear_failure(cell)
+            self.store.event("done", cell, wall_time_s=round(wall, 2))
+            self.summary.trained.append(cell.key)
+            main = results["main_metric"]
+            scores = ", ".join(
+                f"{split} {main} {metrics.get(main, float('nan')):.4f}"
+                for split, metrics in results["eval"].items()
+            )
+            self.echo(f"{prefix}: done in {wall:.0f} s: {scores}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+            self.store.event("discarded", cell, reason="another job published this cell first")
+            self.summary.discarded.append(cell.key)
+            self.echo(f"{prefix}: another job finished it first; this run is discarded")
 
 
 def _cell_record(

@@ -37,7 +37,7 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
     for ax, (model, task, split) in zip(axes.flat, panels, strict=False):
         labels, means, stds, marks, colors = [], [], [], [], []
         base_mean = math.nan
-        for method in e.methods:
+        for number, method in enumerate(e.methods):
             row = table.row(model.id, task.id, split, method.id)
             if row is None or not row.values:
                 continue
@@ -46,7 +46,7 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
             stds.append(100 * row.std if math.isfinite(row.std) else 0.0)
             marks.append(row.comparison.mark if row.comparison is not None else "")
             is_base = method.id == e.baseline
-            colors.append("0.55" if is_base else f"C{len(colors) % 10}")
+            colors.append("0.55" if is_base else f"C{number % 10}")  # one colour per method in every panel
             if is_base:
                 base_mean = 100 * row.mean
         positions = range(len(labels))

@@ -436,14 +436,17 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
         first = task_runs[0]
         sizes = first.config.get("sizes", {})
         c = first.config.get("config", {})
-        budget = f"{c.get('max_steps')} steps" if c.get("max_steps") else f"{c.get('epochs'):g} epochs"
         steps = first.config.get("total_steps")
+        budget = (
+            f"{steps} steps of batch {c.get('batch_size')}"
+            if c.get("max_steps")
+            else f"{c.get('epochs'):g} epochs ({steps} steps of batch {c.get('batch_size')})"
+        )
         size_text = ", ".join(f"{k} {v:,}" for k, v in sizes.items())
+        every = f"{c['eval_steps']} steps and every epoch" if c.get("eval_steps") else "epoch"
         lines.append(
-            f"- {task.label}: {size_text}; {budget} ({steps} steps of batch {c.get('batch_size')}, "
-            f"lr {c.get('learning_rate')}, max length {c.get('max_length')}); validation every "
-            f"{c.get('eval_steps') or 'epoch'}{' steps and every epoch' if c.get('eval_steps') else ''}; "
-            f"data: {first.results.get('data_source')}."
+            f"- {task.label}: {size_text}; {budget}, lr {c.get('learning_rate')}, max length "
+            f"{c.get('max_length')}; validation every {every}; data: {first.results.get('data_source')}."
         )
     method_text = "; ".join(
         f"{m.label} = `{m.describe()}`" + (" (baseline)" if m.id == baseline.id else "") for m in e.methods
@@ -536,7 +539,7 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
     out += ["", "## What this design can detect", ""]
     out.append(
         f"Smallest true difference (×100) detected with {int(100 * table.power)}% power. *Seeds*: a two-sided "
-        f"paired t-test over {len(e.seeds)} seeds, exact from the noncentral t distribution, with the standard "
+        f"paired t-test over {len(e.seeds)} seeds, computed from the noncentral t distribution, with the standard "
         "deviation of the paired differences pooled over the methods of the task and split; at α = "
         f"{table.alpha:g}, and at α / m = {table.alpha:g} / {max(table.planned_comparisons, 1)} (m: the comparisons "
         "of the full grid; the threshold of Holm's "
