@@ -1,1 +1,11 @@
-"""Tables and figures, built from result files (run directories) only."""
+"""Tables and figures, built from result files (run directories) only.
+
+* :mod:`.table`: ``attendout table``, the comparison table of an experiment grid (Markdown, CSV).
+* :mod:`.stats`: paired t-test, Holm, bootstrap over examples, detectable difference.
+* :mod:`.figures`: the bar chart with error bars and per-task convergence curves of a grid.
+* :mod:`.curves`: convergence curves of any runs (validation metric against step).
+* :mod:`.inspect`: AD-DROP's view of one example.
+
+The modules are imported on use (``from attendout.report.table import build_table``), so that
+``import attendout.report`` stays light.
+"""
