@@ -27,7 +27,7 @@ def pattern_figure(run_dirs: Sequence[Path], out: Path, title: str = "") -> Path
     patterns = [read_drop_pattern(run) for run in run_dirs]
     columns = min(len(patterns), 3)
     rows = math.ceil(len(patterns) / columns)
-    fig = Figure(figsize=(4.6 * columns, 3.4 * rows), layout="constrained")
+    fig = Figure(figsize=(max(6.4, 4.6 * columns), 3.4 * rows), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     for ax, pattern in zip(axes, patterns, strict=False):
         for layer, values in pattern.layers.items():
