@@ -95,8 +95,9 @@ class AttendOutConfig(MethodConfig):
     reinit_temperature: float = field(
         default=0.05,
         metadata={
-            "help": "the winner is sampled with P(A) = softmax(scores / this) over (D, A); 0 = the better "
-            "always wins (the paper's 'straightforward strategy')"
+            "help": "the winner is sampled with P(A) = softmax(scores / this) over (D, A), scores in the "
+            "reward kind's units (mean log p(gold), accuracy or the metric); 0 = the better always wins "
+            "(the paper's 'straightforward strategy')"
         },
     )
     layers: list[int] | None = layers_field()
