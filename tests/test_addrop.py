@@ -320,9 +320,9 @@ def test_cross_tuning_in_the_loop_by_epoch_and_by_step(tiny_run):
     trainer = Trainer(
         config(
             tiny_run,
-            method_options={"cross_tuning": "step", "period": 2, "start": "addrop"},
-            max_steps=8,
-            log_steps=2,
+            method_options={"cross_tuning": "step", "period": 1, "start": "addrop"},
+            max_steps=4,
+            log_steps=1,
             save_model=False,
             overwrite=True,
         )
@@ -406,6 +406,7 @@ def test_cli_finetune_with_addrop(tiny_run, capsys):
         "--max-length",
         "16",
         "--no-progress",
+        "--no-save-model",
         "--output-dir",
         str(tiny_run["tmp"] / "cli"),
     ]
