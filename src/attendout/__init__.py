@@ -19,6 +19,15 @@ from .methods import (
     list_methods,
     register_method,
 )
+from .methods.synthesizer import (
+    SequenceTooLongError,
+    SynthesizerConfig,
+    is_synthesized_checkpoint,
+    load_model,
+    load_synthesized,
+    save_synthesized,
+    synthesize,
+)
 
 __version__ = "0.1.0"
 
@@ -35,15 +44,22 @@ __all__ = [
     "AttentionMethod",
     "MethodConfig",
     "MethodHandle",
+    "SequenceTooLongError",
+    "SynthesizerConfig",
     "UnsupportedModelError",
     "__version__",
     "apply",
     "get_method_config",
     "install",
+    "is_synthesized_checkpoint",
     "list_methods",
+    "load_model",
+    "load_synthesized",
     "record_attention",
     "register_method",
     "remove",
+    "save_synthesized",
     "supported_model_types",
+    "synthesize",
     "uninstall",
 ]

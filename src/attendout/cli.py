@@ -88,6 +88,12 @@ def _finetune_parser(method: str | None) -> argparse.ArgumentParser:
         "--method", default="none", help=f"one of: {', '.join(list_methods())} (default: none)"
     )
     parser.add_argument(
+        "--attention",
+        metavar="VARIANT",
+        default=None,
+        help="shorthand for --method synthesizer --variant VARIANT (e.g. random+dot; see --method synthesizer --help)",
+    )
+    parser.add_argument(
         "--eval-file",
         action="append",
         default=None,
@@ -118,9 +124,25 @@ def _parse_eval_files(values: list[str] | None) -> dict[str, str] | None:
     return out
 
 
+def _expand_attention(argv: list[str]) -> list[str]:
+    """``--attention VARIANT`` -> ``--method synthesizer --variant VARIANT`` (Synthesizer attention)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--attention", default=None)
+    pre.add_argument("--method", default=None)
+    known, rest = pre.parse_known_args(argv)
+    if known.attention is None:
+        return argv
+    if known.method not in (None, "synthesizer"):
+        raise ValueError(
+            f"--attention {known.attention} means --method synthesizer; it cannot go with --method {known.method}"
+        )
+    return ["--method", "synthesizer", "--variant", known.attention, *rest]
+
+
 def cmd_finetune(argv: list[str]) -> int:
     from .train import TrainConfig, finetune, format_results
 
+    argv = _expand_attention(argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--method", default="none")
     known, _ = pre.parse_known_args(argv)

@@ -6,7 +6,8 @@ split carved from train (dev is only for reporting), and writes a run directory:
 
     RUN_DIR/config.json            the full configuration, data sizes, versions
     RUN_DIR/log.jsonl              one line per logged step (loss, lr, the method's statistics) and per evaluation
-    RUN_DIR/model/                 the best model, saved with save_pretrained (plain `transformers` loads it)
+    RUN_DIR/model/                 the best model, saved with save_pretrained (plain `transformers` loads it;
+                                   a Synthesizer model is saved in attendout's form: attendout.load_model)
     RUN_DIR/predictions/SPLIT.jsonl per-example predictions of the best model on each evaluation split
     RUN_DIR/results.json           final metrics (written last, atomically: its presence means the run finished)
 
@@ -26,7 +27,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,12 +174,23 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp.name, path)
 
 
-def save_model_atomic(model: nn.Module, tokenizer, target: Path) -> None:
-    """save_pretrained into a temporary folder, then swap it in: the old checkpoint survives any failure."""
+def save_model_atomic(
+    model: nn.Module,
+    tokenizer,
+    target: Path,
+    save: Callable[[nn.Module, Path], Any] | None = None,
+) -> None:
+    """Save into a temporary folder, then swap it in: the old checkpoint survives any failure.
+
+    ``save(model, folder)`` writes the model (default: ``model.save_pretrained(folder)``).
+    """
     tmp = target.with_name(f".{target.name}.tmp")
     old = target.with_name(f".{target.name}.old")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    if save is None:
+        model.save_pretrained(tmp)
+    else:
+        save(model, tmp)
     tokenizer.save_pretrained(tmp)
     if target.exists():
         shutil.rmtree(old, ignore_errors=True)
@@ -225,10 +237,12 @@ class Encoded:
             yield self.batch(order[start : start + batch_size])
 
 
-def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+def _param_groups(
+    model: nn.Module, weight_decay: float, skip: set[int] | frozenset[int] = frozenset()
+) -> list[dict[str, Any]]:
     decay, no_decay = [], []
     for name, param in model.named_parameters():
-        if not param.requires_grad:
+        if not param.requires_grad or id(param) in skip:
             continue
         (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -297,12 +311,7 @@ class Trainer:
 
         self.steps_per_epoch = math.ceil(len(self.train_set) / config.batch_size)
         self.total_steps = config.max_steps or max(1, math.ceil(config.epochs * self.steps_per_epoch))
-        self.optimizer = torch.optim.AdamW(
-            _param_groups(self.model, config.weight_decay), lr=config.learning_rate
-        )
-        self.scheduler = linear_schedule(
-            self.optimizer, int(config.warmup_ratio * self.total_steps), self.total_steps
-        )
+        self.build_optimizer()
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.precision == "fp16")
         self.state = TrainState()
@@ -364,6 +373,22 @@ class Trainer:
                     "threads": torch.get_num_threads(),
                 },
             },
+        )
+
+    def build_optimizer(self, extra_groups: list[dict[str, Any]] | None = None) -> None:
+        """(Re)build the AdamW optimizer and its warm-up/decay schedule over the model's parameters.
+
+        ``extra_groups`` are parameter groups with their own options (a learning rate for new
+        parameters, say); every other trainable parameter gets the run's learning rate and weight
+        decay. A strategy that adds parameters in ``setup`` calls this again.
+        """
+        c = self.config
+        extra = list(extra_groups or [])
+        claimed = {id(p) for group in extra for p in group["params"]}
+        groups = _param_groups(self.model, c.weight_decay, skip=claimed) + [g for g in extra if g["params"]]
+        self.optimizer = torch.optim.AdamW(groups, lr=c.learning_rate)
+        self.scheduler = linear_schedule(
+            self.optimizer, int(c.warmup_ratio * self.total_steps), self.total_steps
         )
 
     # logging --------------------------------------------------------------------------------
@@ -498,7 +523,7 @@ class Trainer:
             self.state.best_step = self.state.step
             self.state.best_validation = metrics
             if self.config.save_model:
-                save_model_atomic(self.strategy.eval_model(self), self.tokenizer, self.out / "model")
+                self.strategy.save_model(self, self.out / "model")
             else:
                 self._best_state = {
                     k: v.detach().to("cpu", copy=True)
@@ -511,10 +536,7 @@ class Trainer:
 
     def _restore_best(self) -> None:
         if self.config.save_model:
-            from transformers import AutoModelForSequenceClassification
-
-            best = AutoModelForSequenceClassification.from_pretrained(self.out / "model")
-            self.strategy.eval_model(self).load_state_dict(best.state_dict())
+            self.strategy.load_best(self, self.out / "model")
         else:
             self.strategy.eval_model(self).load_state_dict(self._best_state)
 

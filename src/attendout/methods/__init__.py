@@ -17,6 +17,7 @@ from .dropout import AttnDropoutConfig, ScoresDropoutConfig
 from .layerdrop import AttnLayerDropConfig, LayerDropConfig
 from .none import NoneConfig
 from .scheduled import ScheduledConfig
+from .synthesizer import SynthesizerConfig
 
 __all__ = [
     "METHODS",
@@ -31,6 +32,7 @@ __all__ = [
     "NoneConfig",
     "ScheduledConfig",
     "ScoresDropoutConfig",
+    "SynthesizerConfig",
     "apply",
     "get_method_config",
     "list_methods",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from torch import nn
@@ -148,7 +149,8 @@ class TrainingStrategy:
     ``MethodConfig.training_strategy()``: AttendOut trains a Defender and an Attacker, AD-DROP runs an
     attribution pass before the training pass. The loop calls, in order: ``setup`` once (after the
     model is loaded and the optimizer built), then per batch ``set_progress`` and ``step``, ``stats``
-    at each log line, and ``eval_model`` whenever it evaluates or saves.
+    at each log line, ``eval_model`` whenever it evaluates or saves, ``save_model`` to keep the best
+    checkpoint and ``load_best`` to restore it at the end.
     """
 
     handle: MethodHandle | None = None
@@ -171,6 +173,23 @@ class TrainingStrategy:
     def eval_model(self, trainer: Any) -> nn.Module:
         """The model to evaluate and save."""
         return trainer.model
+
+    def save_model(self, trainer: Any, path: Path) -> None:
+        """Save ``eval_model`` as the run's best checkpoint in the folder ``path`` (with the tokenizer).
+
+        Default: ``save_pretrained``, atomically, a plain `transformers` checkpoint. Methods that change
+        the architecture (Synthesizer) save their own documented form and load it in :meth:`load_best`.
+        """
+        from ..train import save_model_atomic
+
+        save_model_atomic(self.eval_model(trainer), trainer.tokenizer, path)
+
+    def load_best(self, trainer: Any, path: Path) -> None:
+        """Load the checkpoint that :meth:`save_model` wrote in ``path`` back into ``eval_model``."""
+        from transformers import AutoModelForSequenceClassification
+
+        best = AutoModelForSequenceClassification.from_pretrained(path)
+        self.eval_model(trainer).load_state_dict(best.state_dict())
 
 
 def apply(model: nn.Module, config: MethodConfig | str, **options: Any) -> MethodHandle:

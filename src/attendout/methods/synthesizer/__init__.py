@@ -1,0 +1,45 @@
+"""Synthesizer attention (Tay et al., "Synthesizer: Rethinking Self-Attention in Transformer Models",
+ICML 2021): dense, random (trainable or fixed), factorized dense/random, and their mixtures with
+dot-product attention, inserted into a pretrained encoder through the attendout hook.
+
+The paper pre-trains with synthetic attention; attendout mostly inserts it into a *pretrained*
+encoder at fine-tuning (``attendout finetune --attention random+dot``). For the paper's setting,
+training from scratch, see ``experiments/synthesizer_from_scratch.py``.
+
+>>> model = attendout.synthesize(model, "dense+dot", max_length=128)  # step 0: same outputs as before
+>>> ...  # train
+>>> attendout.save_synthesized(model, "out/", tokenizer)
+>>> model = attendout.load_synthesized("out/")  # transformers' from_pretrained refuses this folder
+"""
+
+from .checkpoint import (
+    MODEL_TYPE,
+    WEIGHTS_NAME,
+    is_synthesized_checkpoint,
+    load_model,
+    load_synthesized,
+    load_synthesized_weights,
+    save_synthesized,
+)
+from .config import SynthesizerConfig
+from .layer import VARIANTS, SynthesizerLayer
+from .method import SequenceTooLongError, Synthesizer, get_synthesizer, synthesize
+from .training import SynthesizerStrategy
+
+__all__ = [
+    "MODEL_TYPE",
+    "VARIANTS",
+    "WEIGHTS_NAME",
+    "SequenceTooLongError",
+    "Synthesizer",
+    "SynthesizerConfig",
+    "SynthesizerLayer",
+    "SynthesizerStrategy",
+    "get_synthesizer",
+    "is_synthesized_checkpoint",
+    "load_model",
+    "load_synthesized",
+    "load_synthesized_weights",
+    "save_synthesized",
+    "synthesize",
+]

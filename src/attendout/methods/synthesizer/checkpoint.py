@@ -1,0 +1,185 @@
+"""Saving and loading synthesized models: a documented form that attendout loads back and plain
+``transformers`` refuses.
+
+A synthesized model has parameters a stock architecture does not know; ``from_pretrained`` would
+warn about "unused weights" and silently return the model without its synthesizer. So a synthesized
+checkpoint is a folder with:
+
+``config.json``
+    ``{"model_type": "attendout-synthesizer", "architectures": ["AttendoutSynthesizedModel"],
+    "attendout_format": 1, "synthesizer": {...SynthesizerConfig...}, "base_class":
+    "BertForSequenceClassification", "base_config": {...the model's own config...}, ...}``.
+    ``AutoConfig``/``AutoModel*.from_pretrained`` stop at the unknown ``model_type``.
+``synthesized.safetensors``
+    every tensor of the model's ``state_dict`` (base weights, synthesizer parameters, fixed random
+    matrices). There is no ``model.safetensors``, so ``BertForSequenceClassification.from_pretrained``
+    stops too.
+tokenizer files
+    as ``tokenizer.save_pretrained`` writes them (``AutoTokenizer.from_pretrained(path)`` works).
+
+:func:`load_synthesized` rebuilds the base model from ``base_config``, synthesizes it with the
+recorded options and loads every tensor strictly (a missing or unexpected key is an error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from safetensors.torch import load_model as load_safetensors_model
+from safetensors.torch import save_model as save_safetensors_model
+from torch import nn
+
+from .config import SynthesizerConfig
+from .method import get_synthesizer, synthesize
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MODEL_TYPE",
+    "WEIGHTS_NAME",
+    "is_synthesized_checkpoint",
+    "load_model",
+    "load_synthesized",
+    "load_synthesized_weights",
+    "save_synthesized",
+]
+
+MODEL_TYPE = "attendout-synthesizer"
+ARCHITECTURE = "AttendoutSynthesizedModel"
+WEIGHTS_NAME = "synthesized.safetensors"
+FORMAT_VERSION = 1
+_NOTE = (
+    "Saved by attendout: a transformers model whose self-attention was replaced or mixed with "
+    "Synthesizer attention. Load it with attendout.load_synthesized(path) (or attendout.load_model); "
+    "plain transformers cannot run it."
+)
+
+
+def save_synthesized(model: nn.Module, path: str | os.PathLike, tokenizer: Any = None) -> Path:
+    """Save a synthesized ``model`` (and ``tokenizer``) in the folder ``path``; returns the path."""
+    synthesizer = get_synthesizer(model)
+    if synthesizer is None:
+        raise ValueError(
+            f"{type(model).__name__} is not synthesized; save it with save_pretrained (a plain checkpoint)"
+        )
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_safetensors_model(model, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    base_config = model.config.to_dict()
+    for private in [k for k in base_config if k.startswith("_attn_implementation")]:
+        base_config.pop(private)
+    config = {
+        "model_type": MODEL_TYPE,
+        "architectures": [ARCHITECTURE],
+        "attendout_format": FORMAT_VERSION,
+        "note": _NOTE,
+        "attendout_version": _attendout_version(),
+        "synthesizer": synthesizer.resolved_config().to_dict(),
+        "base_class": type(model).__name__,
+        "base_config": base_config,
+    }
+    (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    file = path / "config.json"
+    if not file.is_file():
+        raise FileNotFoundError(f"{path} has no config.json")
+    return json.loads(file.read_text())
+
+
+def is_synthesized_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether the folder ``path`` holds a checkpoint written by :func:`save_synthesized`."""
+    file = Path(path) / "config.json"
+    return file.is_file() and json.loads(file.read_text()).get("model_type") == MODEL_TYPE
+
+
+def _checked_config(path: Path) -> dict[str, Any]:
+    config = _read_config(path)
+    if config.get("model_type") != MODEL_TYPE:
+        raise ValueError(
+            f"{path} is not a synthesized checkpoint (model_type {config.get('model_type')!r}, expected "
+            f"{MODEL_TYPE!r}); load it with transformers or attendout.load_model"
+        )
+    version = config.get("attendout_format")
+    if version != FORMAT_VERSION:
+        raise ValueError(
+            f"{path} has attendout_format {version!r}; this attendout reads format {FORMAT_VERSION}"
+        )
+    return config
+
+
+def _synthesizer_config(config: dict[str, Any]) -> SynthesizerConfig:
+    options = {k: v for k, v in config["synthesizer"].items() if k != "name"}
+    return SynthesizerConfig(**options)
+
+
+def load_synthesized(path: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:
+    """Load a model saved by :func:`save_synthesized` (in eval mode, on ``device``).
+
+    The tokenizer loads as usual: ``AutoTokenizer.from_pretrained(path)``.
+    """
+    path = Path(path)
+    config = _checked_config(path)
+    base_class = getattr(transformers, config["base_class"], None)
+    if not (isinstance(base_class, type) and issubclass(base_class, transformers.PreTrainedModel)):
+        raise ValueError(f"{path}: base_class {config['base_class']!r} is not a transformers model class")
+    base = dict(config["base_config"])
+    base_config = transformers.AutoConfig.for_model(base.pop("model_type"), **base)
+    model = base_class(base_config)
+    options = _synthesizer_config(config)
+    synthesize(
+        model,
+        options.variant,
+        layers=options.layers,
+        max_length=options.l_max,
+        init=options.init,
+        rank=options.rank,
+        fixed=options.fixed,
+        shared_heads=options.shared_heads,
+    )
+    _load_weights(model, path)
+    return model.to(device).eval()
+
+
+def load_synthesized_weights(model: nn.Module, path: str | os.PathLike) -> None:
+    """Load the tensors of a synthesized checkpoint into a model synthesized the same way (strict)."""
+    path = Path(path)
+    config = _checked_config(path)
+    synthesizer = get_synthesizer(model)
+    if synthesizer is None:
+        raise ValueError(f"{type(model).__name__} is not synthesized; it cannot take the weights in {path}")
+    saved, ours = _synthesizer_config(config), synthesizer.resolved_config()
+    if saved != ours:
+        raise ValueError(f"{path} was synthesized with {saved}, the model with {ours}")
+    _load_weights(model, path)
+
+
+def _load_weights(model: nn.Module, path: Path) -> None:
+    missing, unexpected = load_safetensors_model(model, str(path / WEIGHTS_NAME), strict=False)
+    if missing or unexpected:
+        raise ValueError(
+            f"{path / WEIGHTS_NAME} does not match the model: missing {sorted(missing)[:5]}, "
+            f"unexpected {sorted(unexpected)[:5]}"
+        )
+
+
+def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:
+    """Load a fine-tuned model from a run's ``model/`` folder, synthesized or plain (eval mode)."""
+    if is_synthesized_checkpoint(path):
+        return load_synthesized(path, device)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(path)
+    return model.to(device).eval()
+
+
+def _attendout_version() -> str:
+    from ... import __version__
+
+    return __version__

@@ -1,0 +1,104 @@
+"""The ``synthesizer`` method's config: which variant, in which layers, how initialised."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...attention import AttentionMethod
+from ..base import MethodConfig, TrainingStrategy, layers_field, register_method
+from .layer import RANDOM_VARIANTS, VARIANTS, base_variant, is_mixture
+
+__all__ = ["INITS", "SynthesizerConfig"]
+
+INITS = ("exact", "paper")
+
+
+@register_method
+@dataclass
+class SynthesizerConfig(MethodConfig):
+    """Synthesizer attention (Tay et al., "Synthesizer: Rethinking Self-Attention in Transformer Models").
+
+    An architectural change, not a regulariser: it acts in training and in eval mode, adds
+    parameters, and a model trained with it is saved in attendout's synthesized form
+    (:func:`attendout.save_synthesized`), which plain ``transformers`` refuses to load.
+    """
+
+    name = "synthesizer"
+    summary = "Synthesizer attention (dense/random/factorized, or mixed with dot-product) (paper 003)"
+
+    variant: str = field(
+        default="random+dot",
+        metadata={
+            "help": f"one of {', '.join(VARIANTS)}; '+dot' mixes with the model's dot-product attention"
+        },
+    )
+    layers: list[int] | None = layers_field()
+    l_max: int | None = field(
+        default=None,
+        metadata={
+            "help": "longest sequence the synthesized attention accepts (default: the run's --max-length; "
+            "for attendout.synthesize, the model's max_position_embeddings); longer inputs raise an error"
+        },
+    )
+    rank: int = field(
+        default=8, metadata={"help": "k of factorized-random (R1 R2^T, rank k) and a of factorized-dense"}
+    )
+    fixed: bool = field(
+        default=False, metadata={"help": "random variants: keep the random matrix fixed (not trained)"}
+    )
+    shared_heads: bool = field(
+        default=False, metadata={"help": "one synthesizer for all heads of a layer (default: one per head)"}
+    )
+    init: str | None = field(
+        default=None,
+        metadata={
+            "help": "'exact' (mixtures: mixing weight 0, so step 0 computes what the pretrained model did) "
+            "or 'paper' (mixing weight 1/2); default: exact for mixtures, paper otherwise"
+        },
+    )
+    synthesizer_lr: float = field(
+        default=1e-3,
+        metadata={
+            "help": "peak learning rate of the new synthesizer parameters and mixing weights "
+            "(the pretrained weights keep --learning-rate)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.variant not in VARIANTS:
+            raise ValueError(
+                f"{self.name}: variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}"
+            )
+        if self.l_max is not None and self.l_max < 1:
+            raise ValueError(f"{self.name}: l_max must be at least 1 (or None), got {self.l_max!r}")
+        if self.rank < 1:
+            raise ValueError(f"{self.name}: rank must be at least 1, got {self.rank!r}")
+        if self.l_max is not None and self.rank > self.l_max:
+            raise ValueError(f"{self.name}: rank must be at most l_max ({self.l_max}), got {self.rank!r}")
+        if self.fixed and base_variant(self.variant) not in RANDOM_VARIANTS:
+            raise ValueError(
+                f"{self.name}: fixed=True keeps a random matrix fixed; variant {self.variant!r} has none "
+                f"(use random, factorized-random or their +dot mixtures)"
+            )
+        if self.init is None:
+            self.init = "exact" if is_mixture(self.variant) else "paper"
+        if self.init not in INITS:
+            raise ValueError(f"{self.name}: init must be one of {', '.join(INITS)}, got {self.init!r}")
+        if self.init == "exact" and not is_mixture(self.variant):
+            raise ValueError(
+                f"{self.name}: init='exact' needs a mixture with dot-product attention (variant 'X+dot'); "
+                f"variant {self.variant!r} replaces the dot-product scores, so it cannot start from them"
+            )
+        if not self.synthesizer_lr > 0:
+            raise ValueError(f"{self.name}: synthesizer_lr must be positive, got {self.synthesizer_lr!r}")
+
+    def build(self) -> AttentionMethod:
+        from .method import Synthesizer
+
+        return Synthesizer(self)
+
+    def training_strategy(self) -> TrainingStrategy:
+        from .training import SynthesizerStrategy
+
+        return SynthesizerStrategy(self)

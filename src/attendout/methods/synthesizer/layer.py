@@ -1,0 +1,266 @@
+"""Synthetic attention logits: the variants of the Synthesizer paper as small modules.
+
+Tay, Bahri, Metzler, Juan, Zhao, Zheng, "Synthesizer: Rethinking Self-Attention in Transformer
+Models", ICML 2021 (arXiv:2005.00743). A synthesizer replaces the query-key logits ``Q K^T / sqrt(d)``
+of a self-attention layer by logits that involve no token-token interaction:
+
+==================  ============================================  ==========================  =========
+variant             logits of query position i over key j          parameters per layer         paper
+==================  ============================================  ==========================  =========
+dense               ``F(X_i)_j``, F = W2 ReLU(W1 X_i + b1) + b2     d^2 + d + H (d + 1) l        §3.1
+factorized-dense    ``A(X_i)[j // b] * B(X_i)[j mod b]``, a*b >= l  d^2 + d + H (d + 1)(a + b)  §3.1
+random              ``R[i, j]``, R learned or ``fixed``            H l^2                       §3.2
+factorized-random   ``(R1 R2^T)[i, j]``, R1, R2 of rank k          2 H l k                     §3.2
+==================  ============================================  ==========================  =========
+
+(d the hidden size, H the heads, l = ``l_max``; with ``shared_heads`` read H = 1.) Every variant is
+per head by default: each head has its own logits (its own R, or its own rows of the dense output
+layer W2), while the dense hidden layer W1 (d -> d) is shared by the heads of a layer. With
+``shared_heads=True`` one set of logits serves all heads (cheaper, but every head of the layer then
+attends alike).
+
+A mixture (§3.3, "Mixture of Synthesizers") adds the dot-product logits: ``(1 - a_h) * dot + a_h *
+synth`` with one learned weight ``a_h`` per head (the paper's weights sum to 1). ``a_h = 0`` at
+initialisation (``init="exact"``) makes the mixture compute exactly what the dot-product attention
+computed; ``init="paper"`` starts from ``a_h = 1/2``.
+
+The modules here only produce logits; the attention hook (:mod:`attendout.attention`) masks padding
+keys, applies the softmax, the model's attention dropout, and the layer's own value projection.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = [
+    "BASE_VARIANTS",
+    "DenseLogits",
+    "FactorizedDenseLogits",
+    "FactorizedRandomLogits",
+    "RandomLogits",
+    "SynthesizerLayer",
+    "VARIANTS",
+    "base_variant",
+    "is_mixture",
+]
+
+BASE_VARIANTS = ("dense", "factorized-dense", "random", "factorized-random")
+#: Every variant: the four synthesizers and each one mixed with dot-product attention ("+dot").
+VARIANTS = BASE_VARIANTS + tuple(f"{v}+dot" for v in BASE_VARIANTS)
+RANDOM_VARIANTS = ("random", "factorized-random")
+MIX_SUFFIX = "+dot"
+
+
+def base_variant(variant: str) -> str:
+    """'random+dot' -> 'random'."""
+    return variant.removesuffix(MIX_SUFFIX)
+
+
+def is_mixture(variant: str) -> bool:
+    return variant.endswith(MIX_SUFFIX)
+
+
+class RandomLogits(nn.Module):
+    """Random Synthesizer (Tay et al. 2021, §3.2): one l x l logits matrix per head, input-independent.
+
+    ``fixed=True`` keeps R as a buffer (saved, never trained: the paper's "Fixed Random"). R is drawn
+    from N(0, 1), so a fixed R gives each query a distinct, mildly peaked attention row.
+    """
+
+    needs_input = False
+
+    def __init__(self, heads: int, l_max: int, fixed: bool = False) -> None:
+        super().__init__()
+        logits = torch.randn(heads, l_max, l_max)  # (H, l, l)
+        if fixed:
+            self.register_buffer("logits", logits)
+        else:
+            self.logits = nn.Parameter(logits)
+
+    def forward(self, x: torch.Tensor | None, length: int) -> torch.Tensor:
+        return self.logits[:, :length, :length].unsqueeze(0)  # (1, H, L, L)
+
+
+class FactorizedRandomLogits(nn.Module):
+    """Factorized Random Synthesizer (Tay et al. 2021, §3.2): R = R1 R2^T with R1, R2 of shape (l, k).
+
+    Entries are drawn from N(0, k^-1/2) so that the entries of R1 R2^T have unit variance, as in
+    :class:`RandomLogits`. ``fixed=True`` keeps both factors as buffers.
+    """
+
+    needs_input = False
+
+    def __init__(self, heads: int, l_max: int, rank: int, fixed: bool = False) -> None:
+        super().__init__()
+        std = rank**-0.25
+        left = torch.randn(heads, l_max, rank) * std  # (H, l, k)
+        right = torch.randn(heads, l_max, rank) * std  # (H, l, k)
+        if fixed:
+            self.register_buffer("left", left)
+            self.register_buffer("right", right)
+        else:
+            self.left = nn.Parameter(left)
+            self.right = nn.Parameter(right)
+
+    def forward(self, x: torch.Tensor | None, length: int) -> torch.Tensor:
+        left = self.left[:, :length]  # (H, L, k)
+        right = self.right[:, :length]  # (H, L, k)
+        return torch.matmul(left, right.transpose(-1, -2)).unsqueeze(0)  # (1, H, L, L)
+
+
+class _Hidden(nn.Module):
+    """The dense synthesizers' first layer, ReLU(W1 X + b1), d -> d, shared by the heads of a layer."""
+
+    def __init__(self, hidden_size: int, init_std: float) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, hidden_size)
+        nn.init.normal_(self.linear.weight, std=init_std)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x))  # (B, L, d)
+
+
+def _head_rows(heads: int, rows: int, hidden_size: int, init_std: float) -> tuple[nn.Parameter, nn.Parameter]:
+    """A per-head output layer: weight (H, rows, d) ~ N(0, init_std), bias (H, rows) = 0."""
+    weight = nn.Parameter(torch.randn(heads, rows, hidden_size) * init_std)
+    bias = nn.Parameter(torch.zeros(heads, rows))
+    return weight, bias
+
+
+class DenseLogits(nn.Module):
+    """Dense Synthesizer (Tay et al. 2021, §3.1): ``F(X_i) = W2 ReLU(W1 X_i + b1) + b2`` in R^l.
+
+    Token i's logits over key positions come from token i alone. W1 (d x d) is shared by the heads;
+    W2 (l x d per head) and b2 have one block of rows per head. Rows of W2 beyond the batch's length
+    are not computed. Weights start as the encoder's own (N(0, initializer_range)), biases at 0.
+    """
+
+    needs_input = True
+
+    def __init__(self, hidden_size: int, heads: int, l_max: int, init_std: float = 0.02) -> None:
+        super().__init__()
+        self.hidden = _Hidden(hidden_size, init_std)
+        self.weight, self.bias = _head_rows(heads, l_max, hidden_size, init_std)  # (H, l, d), (H, l)
+
+    def forward(self, x: torch.Tensor | None, length: int) -> torch.Tensor:
+        if x is None:
+            raise ValueError("the dense synthesizer needs the layer's input hidden states")
+        hidden = self.hidden(x)  # (B, L, d)
+        weight = self.weight[:, :length]  # (H, L, d)
+        logits = torch.einsum("bid,hjd->bhij", hidden, weight)  # (B, H, L, L)
+        return logits + self.bias[:, :length].unsqueeze(0).unsqueeze(2)  # + (1, H, 1, L)
+
+
+class FactorizedDenseLogits(nn.Module):
+    """Factorized Dense Synthesizer (Tay et al. 2021, §3.1): two small heads A (a values), B (b values).
+
+    The paper tiles A and B to length a*b >= l and multiplies them; we lay the products out so that
+    every pair appears once: the logit of key position j is ``A[j // b] * B[j mod b]`` (the flattened
+    outer product A B^T). Here a = ``rank`` and b = ceil(l / a). W1 is shared as in
+    :class:`DenseLogits`.
+    """
+
+    needs_input = True
+
+    def __init__(self, hidden_size: int, heads: int, l_max: int, rank: int, init_std: float = 0.02) -> None:
+        super().__init__()
+        self.a = rank
+        self.b = math.ceil(l_max / rank)
+        self.hidden = _Hidden(hidden_size, init_std)
+        self.weight_a, self.bias_a = _head_rows(heads, self.a, hidden_size, init_std)  # (H, a, d), (H, a)
+        self.weight_b, self.bias_b = _head_rows(heads, self.b, hidden_size, init_std)  # (H, b, d), (H, b)
+
+    def forward(self, x: torch.Tensor | None, length: int) -> torch.Tensor:
+        if x is None:
+            raise ValueError("the factorized dense synthesizer needs the layer's input hidden states")
+        hidden = self.hidden(x)  # (B, L, d)
+        used = math.ceil(length / self.b)  # the A values that reach positions < length
+        a = torch.einsum("bid,had->bhia", hidden, self.weight_a[:, :used])  # (B, H, L, a')
+        a = a + self.bias_a[:, :used].unsqueeze(0).unsqueeze(2)
+        b = torch.einsum("bid,hcd->bhic", hidden, self.weight_b)  # (B, H, L, b)
+        b = b + self.bias_b.unsqueeze(0).unsqueeze(2)
+        logits = (a.unsqueeze(-1) * b.unsqueeze(-2)).flatten(-2)  # (B, H, L, a' * b)
+        return logits[..., :length]  # (B, H, L, L)
+
+
+def build_logits(
+    variant: str,
+    *,
+    hidden_size: int,
+    heads: int,
+    l_max: int,
+    rank: int,
+    fixed: bool,
+    init_std: float,
+) -> nn.Module:
+    """The logits module of a base variant ('dense', 'factorized-dense', 'random', 'factorized-random')."""
+    if variant == "dense":
+        return DenseLogits(hidden_size, heads, l_max, init_std)
+    if variant == "factorized-dense":
+        return FactorizedDenseLogits(hidden_size, heads, l_max, rank, init_std)
+    if variant == "random":
+        return RandomLogits(heads, l_max, fixed)
+    if variant == "factorized-random":
+        return FactorizedRandomLogits(heads, l_max, rank, fixed)
+    raise ValueError(f"variant must be one of {', '.join(BASE_VARIANTS)}, got {variant!r}")
+
+
+class SynthesizerLayer(nn.Module):
+    """The synthesized attention logits of one layer, alone or mixed with the dot-product logits.
+
+    ``forward(dot, x)`` takes the scaled dot-product scores (B, H, L, L) that the hook computed and the
+    layer's input hidden states x (B, L, d) (None for the random variants) and returns the logits the
+    hook feeds to its padding mask and softmax.
+
+    Mixture (Tay et al. 2021, §3.3): ``(1 - a_h) dot + a_h synth``, one ``a_h`` per head in ``mix``.
+    """
+
+    def __init__(
+        self,
+        variant: str,
+        *,
+        hidden_size: int,
+        heads: int,
+        l_max: int,
+        rank: int = 8,
+        fixed: bool = False,
+        shared_heads: bool = False,
+        init: str = "paper",
+        init_std: float = 0.02,
+    ) -> None:
+        super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+        self.variant = variant
+        self.heads = heads
+        self.l_max = l_max
+        self.logits = build_logits(
+            base_variant(variant),
+            hidden_size=hidden_size,
+            heads=1 if shared_heads else heads,
+            l_max=l_max,
+            rank=rank,
+            fixed=fixed,
+            init_std=init_std,
+        )
+        self.mix: nn.Parameter | None = None
+        if is_mixture(variant):
+            start = 0.0 if init == "exact" else 0.5
+            self.mix = nn.Parameter(torch.full((heads,), start))  # (H,) weight of the synthetic logits
+
+    @property
+    def needs_input(self) -> bool:
+        return self.logits.needs_input
+
+    def forward(self, dot: torch.Tensor, x: torch.Tensor | None) -> torch.Tensor:
+        b, h, lq, lk = dot.shape
+        synth = self.logits(x, lk)  # (B|1, H|1, L, L)
+        if self.mix is None:
+            return synth.expand(b, h, lq, lk)  # (B, H, L, L), a view
+        weight = self.mix.view(1, h, 1, 1).to(dot.dtype)  # (1, H, 1, 1)
+        # (1 - a) dot + a synth in one fused op; with a = 0 it returns dot bit for bit
+        return torch.lerp(dot, synth.to(dot.dtype), weight)  # (B, H, L, L)

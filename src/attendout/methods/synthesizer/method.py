@@ -1,0 +1,215 @@
+"""Synthesizer attention through the attendout hook: :func:`synthesize` and the method behind it.
+
+The method keeps each layer's value and output projections and replaces (or, for '+dot' mixtures,
+joins) the query-key scores through :meth:`AttentionMethod.transform_scores`; the hook then masks
+padding keys, applies the softmax, the model's attention dropout and the values, in training and in
+eval mode alike (Tay et al., "Synthesizer: Rethinking Self-Attention in Transformer Models").
+
+The new parameters live in one submodule of the model, ``model.attendout_synthesizer`` (a
+``ModuleDict`` keyed by layer index), so ``model.parameters()``, ``state_dict()``, ``.to()`` and any
+optimizer see them.
+
+**Where the dense variants get X.** A dense synthesizer maps each token's layer input X_i to its
+logits, but the hook receives only the projected queries, keys and values. Recovering X from them
+would need an invertible projection (and the pretrained Q/K/V were not trained for that), and
+feeding Q instead of X would change the paper's function class and tie it to the query weights. So
+a forward pre-hook on each hooked attention module keeps the ``hidden_states`` it is called with
+(its first argument in every family we hook), and the scores transform takes it back for that
+module's call. No copy of any forward; the reference is dropped as soon as it is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...attention import AttentionCall, AttentionMethod, Controller, get_controller
+from ..base import apply
+from .config import SynthesizerConfig
+from .layer import SynthesizerLayer, is_mixture
+
+__all__ = ["MODULE_NAME", "SequenceTooLongError", "Synthesizer", "get_synthesizer", "synthesize"]
+
+#: The attribute of the model that holds the synthesizer parameters.
+MODULE_NAME = "attendout_synthesizer"
+
+
+class SequenceTooLongError(ValueError):
+    """A sequence is longer than the synthesizer's l_max (its logits have no row for it)."""
+
+
+def _save_pretrained(model: nn.Module, save_directory: str | Path, **kwargs: Any) -> None:
+    """``save_pretrained`` of a synthesized model: writes attendout's synthesized form, never a plain
+    checkpoint that `transformers` would load without the synthesizer."""
+    from .checkpoint import save_synthesized
+
+    if kwargs:
+        raise ValueError(
+            f"a synthesized model is saved in attendout's form (attendout.save_synthesized); "
+            f"save_pretrained options {sorted(kwargs)} are not supported"
+        )
+    save_synthesized(model, save_directory)
+
+
+def _hidden_states(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    if args and isinstance(args[0], torch.Tensor):
+        return args[0]
+    return kwargs.get("hidden_states")
+
+
+class Synthesizer(AttentionMethod):
+    """The attention method behind :func:`synthesize` and ``--method synthesizer``."""
+
+    name = "synthesizer"
+    acts_in_eval = True
+
+    def __init__(self, config: SynthesizerConfig) -> None:
+        self.config = config
+        self.layers = config.layers
+        self.l_max: int | None = config.l_max
+        self.modules: nn.ModuleDict | None = None
+        self._inputs: dict[int, torch.Tensor] = {}  # id(attention module) -> its latest input (B, L, d)
+        self._hooks: list[torch.utils.hooks.RemovableHandle] = []
+
+    # lifecycle -----------------------------------------------------------------------------
+    def attach(self, controller: Controller) -> None:
+        super().attach(controller)
+        model = controller.model
+        if MODULE_NAME in model._modules:
+            raise ValueError(
+                f"{type(model).__name__} is already synthesized ({MODULE_NAME} exists); "
+                f"a model takes one synthesizer"
+            )
+        config = model.config
+        if self.l_max is None:
+            self.l_max = int(config.max_position_embeddings)
+        if self.config.rank > self.l_max:
+            raise ValueError(
+                f"{self.name}: rank must be at most l_max ({self.l_max}), got {self.config.rank!r}"
+            )
+        reference = next(model.parameters())
+        layers = range(controller.num_layers) if self.layers is None else self.layers
+        self.modules = nn.ModuleDict(
+            {
+                str(layer): SynthesizerLayer(
+                    self.config.variant,
+                    hidden_size=int(config.hidden_size),
+                    heads=int(config.num_attention_heads),
+                    l_max=self.l_max,
+                    rank=self.config.rank,
+                    fixed=self.config.fixed,
+                    shared_heads=self.config.shared_heads,
+                    init=self.config.init,
+                    init_std=float(getattr(config, "initializer_range", 0.02)),
+                )
+                for layer in layers
+            }
+        ).to(device=reference.device, dtype=reference.dtype)
+        model.add_module(MODULE_NAME, self.modules)
+        model.__dict__["save_pretrained"] = functools.partial(_save_pretrained, model)
+        if next(iter(self.modules.values())).needs_input:
+            for module in controller.attention_modules:
+                self._hooks.append(module.register_forward_pre_hook(self._keep_input, with_kwargs=True))
+
+    def detach(self, controller: Controller) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        self._inputs.clear()
+        controller.model._modules.pop(MODULE_NAME, None)
+        controller.model.__dict__.pop("save_pretrained", None)
+        self.modules = None
+
+    def _keep_input(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        hidden = _hidden_states(args, kwargs)
+        if hidden is not None:
+            self._inputs[id(module)] = hidden  # (B, L, d)
+
+    # the scores --------------------------------------------------------------------------------
+    def transform_scores(self, call: AttentionCall, scores: torch.Tensor) -> torch.Tensor:
+        """Synthesized logits (or the mixture with ``scores``), (B, H, L, L)."""
+        if self.modules is None or self.l_max is None:
+            raise RuntimeError(f"{self.name}: the method is not attached to a model")
+        layer = self.modules[str(call.layer)]
+        b, h, lq, lk = call.shape
+        if lq != lk:
+            raise ValueError(f"{self.name}: self-attention expected, got {lq} queries and {lk} keys")
+        if lk > self.l_max:
+            raise SequenceTooLongError(
+                f"{self.name}: sequence length {lk} exceeds the synthesizer's l_max {self.l_max} "
+                f"(layer {call.layer}); truncate inputs to at most {self.l_max} tokens (--max-length) "
+                f"or synthesize with a larger l_max"
+            )
+        x = None
+        if layer.needs_input:
+            x = self._inputs.pop(id(call.module), None)
+            if x is None or x.shape[:2] != (b, lq):
+                raise RuntimeError(
+                    f"{self.name}: the input of layer {call.layer}'s attention was not captured "
+                    f"(got {None if x is None else tuple(x.shape)} for {b} sequences of {lq} tokens)"
+                )
+        return layer(scores, x)  # (B, H, L, L)
+
+    # reporting -------------------------------------------------------------------------------
+    def resolved_config(self) -> SynthesizerConfig:
+        """The config with l_max as built (what a checkpoint must record to be rebuilt)."""
+        return dataclasses.replace(self.config, l_max=self.l_max)
+
+    def stats(self) -> dict[str, float]:
+        """Mean mixing weight of the synthetic logits per layer (mixtures only)."""
+        if self.modules is None or not is_mixture(self.config.variant):
+            return {}
+        with torch.no_grad():
+            return {f"{self.name}/mix/L{k}": float(m.mix.mean()) for k, m in self.modules.items()}
+
+
+def get_synthesizer(model: nn.Module) -> Synthesizer | None:
+    """The synthesizer of ``model``, or None if it is not synthesized."""
+    controller = get_controller(model)
+    if controller is None:
+        return None
+    return next((m for m in controller.methods if isinstance(m, Synthesizer)), None)
+
+
+def synthesize(
+    model: nn.Module,
+    variant: str = "random+dot",
+    *,
+    layers: list[int] | str | None = None,
+    max_length: int | None = None,
+    init: str | None = None,
+    rank: int = 8,
+    fixed: bool = False,
+    shared_heads: bool = False,
+) -> nn.Module:
+    """Give ``model`` Synthesizer attention in ``layers`` (all by default), in place; returns ``model``.
+
+    Tay et al., "Synthesizer: Rethinking Self-Attention in Transformer Models" (ICML 2021). The value
+    and output projections stay; the query-key scores are replaced ('dense', 'random',
+    'factorized-dense', 'factorized-random') or mixed with synthetic ones ('random+dot', ...).
+
+    ``max_length`` is l_max, the longest sequence accepted (default: the model's
+    ``max_position_embeddings``; random variants cost H * l_max^2 parameters per layer, so pass your
+    data's length). ``init='exact'`` (the default for mixtures) starts the mixing weights at 0: the
+    model then computes exactly what it computed before. Save with :func:`attendout.save_synthesized`
+    (``model.save_pretrained(path)`` is redirected to it, so no save writes a plain checkpoint that
+    `transformers` would load without the synthesizer); load with :func:`attendout.load_synthesized`.
+
+    >>> model = attendout.synthesize(model, "dense+dot", layers=[4, 5], max_length=128)
+    """
+    config = SynthesizerConfig(
+        variant=variant,
+        layers=layers,
+        l_max=max_length,
+        init=init,
+        rank=rank,
+        fixed=fixed,
+        shared_heads=shared_heads,
+    )
+    apply(model, config)
+    return model

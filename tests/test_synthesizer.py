@@ -1,0 +1,276 @@
+"""Synthesizer attention (paper 003): variants, padding, the step-0 equivalence, checkpoints, the loop."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertForSequenceClassification
+
+import attendout
+from attendout import record_attention
+from attendout.methods.synthesizer import (
+    MODEL_TYPE,
+    VARIANTS,
+    SequenceTooLongError,
+    SynthesizerConfig,
+    SynthesizerLayer,
+    get_synthesizer,
+)
+from attendout.train import TrainConfig, Trainer
+from conftest import FAMILIES, make_batch, no_dropout, tiny_model
+
+MIXTURES = [v for v in VARIANTS if v.endswith("+dot")]
+PADDED = {1: 7, 3: 4}  # rows 1 and 3 are padded from positions 7 and 4
+
+
+def synth_params(model) -> dict[str, torch.nn.Parameter]:
+    return {n: p for n, p in model.named_parameters() if n.startswith("attendout_synthesizer.")}
+
+
+def reference_logits(model, batch) -> torch.Tensor:
+    """The model's logits through the hook's own (eager) softmax path, before any synthesizer."""
+    with record_attention(model):
+        return model(**batch).logits
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("shared_heads", [False, True])
+def test_layer_shapes(variant, shared_heads):
+    layer = SynthesizerLayer(
+        variant, hidden_size=32, heads=4, l_max=16, rank=3, shared_heads=shared_heads, init="paper"
+    )
+    dot = torch.randn(2, 4, 10, 10)  # (B, H, L, L)
+    x = torch.randn(2, 10, 32)  # (B, L, d)
+    assert layer(dot, x).shape == (2, 4, 10, 10)
+    raw = layer.logits(x, 10)
+    assert raw.shape[-2:] == (10, 10) and raw.shape[1] == (1 if shared_heads else 4)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_trains_in_a_model(variant):
+    model = tiny_model("bert", **no_dropout("bert"))
+    attendout.synthesize(model, variant, max_length=16, init="paper")
+    model.train()
+    out = model(**make_batch(pad_from=PADDED))
+    assert out.logits.shape == (4, 2)
+    out.loss.backward()
+    params = synth_params(model)
+    assert params and all(p.grad is not None and p.grad.abs().sum() > 0 for p in params.values())
+    query = model.bert.encoder.layer[0].attention.self.query.weight
+    # replacing variants leave the query-key projections unused; mixtures still train them
+    assert (query.grad is not None) == variant.endswith("+dot")
+
+
+@pytest.mark.parametrize("variant", ["dense", "random", "factorized-dense+dot", "factorized-random"])
+def test_padding_is_respected_and_rows_sum_to_one(variant):
+    model = tiny_model("bert", **no_dropout("bert"))
+    attendout.synthesize(model, variant, max_length=16, init="paper")
+    model.eval()
+    batch = make_batch(pad_from=PADDED)
+    with torch.no_grad(), record_attention(model) as rec:
+        logits = model(**batch).logits
+    for layer, probs in rec.probs.items():  # (B, H, L, L)
+        valid = batch["attention_mask"].bool()[:, None, None, :]  # (B, 1, 1, L)
+        assert torch.all(probs.masked_select(~valid) == 0), layer
+        torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:-1]))
+    # a padded row gives what the same sequence gives alone, without padding
+    for row, length in PADDED.items():
+        alone = {k: v[row : row + 1, :length] for k, v in batch.items() if k != "labels"}
+        with torch.no_grad():
+            torch.testing.assert_close(model(**alone).logits[0], logits[row], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", MIXTURES)
+def test_exact_init_computes_the_pretrained_model_at_step_0(variant):
+    model = tiny_model("bert", **no_dropout("bert"))
+    batch = make_batch(pad_from=PADDED)
+    model.eval()
+    with torch.no_grad():
+        stock = model(**batch).logits  # transformers' SDPA
+        eager = reference_logits(model, batch)
+        attendout.synthesize(model, variant, max_length=16)  # init="exact" is the mixtures' default
+        assert get_synthesizer(model).config.init == "exact"
+        synthesized = model(**batch).logits
+    assert torch.equal(synthesized, eager)  # bit for bit: (1 - 0) * dot + 0 * synth
+    torch.testing.assert_close(synthesized, stock, atol=1e-5, rtol=1e-5)
+    model.train()  # train mode too (the model's dropouts are off here)
+    assert torch.equal(model(**batch).logits, synthesized)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_is_exact_at_step_0_and_dense_gets_its_input(family):
+    model = tiny_model(family, **no_dropout(family))
+    batch = make_batch(pad_from=PADDED)
+    batch.pop("labels")
+    model.eval()
+    with torch.no_grad():
+        eager = reference_logits(model, batch)
+        attendout.synthesize(model, "dense+dot", max_length=16)
+        assert torch.equal(model(**batch).logits, eager)
+        get_synthesizer(model).modules["0"].mix.data.fill_(0.5)
+        assert not torch.equal(model(**batch).logits, eager)
+
+
+def test_mixing_weight_receives_gradient_then_the_synthesizer_learns():
+    model = tiny_model("bert", **no_dropout("bert"))
+    attendout.synthesize(model, "random+dot", max_length=16)
+    layer = get_synthesizer(model).modules["0"]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    model(**make_batch(pad_from=PADDED)).loss.backward()
+    assert layer.mix.grad is not None and layer.mix.grad.abs().sum() > 0
+    assert layer.logits.logits.grad is None or layer.logits.logits.grad.abs().sum() == 0  # weight 0
+    optimizer.step()
+    optimizer.zero_grad()
+    assert layer.mix.abs().sum() > 0
+    model(**make_batch(pad_from=PADDED)).loss.backward()
+    assert layer.logits.logits.grad.abs().sum() > 0
+
+
+def test_eval_mode_is_deterministic():
+    model = tiny_model("bert")  # with its own dropouts (0.1)
+    attendout.synthesize(model, "dense", max_length=16)
+    batch = make_batch(pad_from=PADDED)
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(**batch).logits, model(**batch).logits)
+    model.train()
+    assert not torch.equal(model(**batch).logits, model(**batch).logits)
+
+
+def test_a_longer_sequence_is_an_error_naming_both_lengths():
+    model = tiny_model("bert")
+    attendout.synthesize(model, "random", max_length=8)
+    with pytest.raises(SequenceTooLongError, match=r"sequence length 12 exceeds the synthesizer's l_max 8"):
+        model(**make_batch(length=12))
+    model(**make_batch(length=8))  # up to l_max is fine
+
+
+def test_l_max_defaults_to_max_position_embeddings_and_layers_are_chosen():
+    model = tiny_model("bert")
+    attendout.synthesize(model, "factorized-random", layers=[1])
+    synthesizer = get_synthesizer(model)
+    assert synthesizer.l_max == 64 and list(synthesizer.modules) == ["1"]
+    assert synthesizer.modules["1"].logits.left.shape == (4, 64, 8)  # (H, l, k)
+    with pytest.raises(ValueError, match="already synthesized"):
+        attendout.synthesize(model, "dense")
+    with pytest.raises(ValueError, match=r"layers \[5\] do not exist"):
+        attendout.synthesize(tiny_model("bert"), "dense", layers=[5])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"variant": "sparse"}, "variant must be one of"),
+        ({"variant": "dense", "fixed": True}, "fixed=True keeps a random matrix fixed"),
+        ({"variant": "dense", "init": "exact"}, "init='exact' needs a mixture"),
+        ({"variant": "random+dot", "init": "zeros"}, "init must be one of exact, paper, got 'zeros'"),
+        ({"rank": 0}, "rank must be at least 1, got 0"),
+        ({"l_max": 4, "rank": 8}, r"rank must be at most l_max \(4\), got 8"),
+        ({"synthesizer_lr": 0.0}, "synthesizer_lr must be positive"),
+    ],
+)
+def test_config_checks_name_field_and_value(options, message):
+    with pytest.raises(ValueError, match=message):
+        SynthesizerConfig(**options)
+
+
+def test_remove_restores_the_stock_model():
+    model = tiny_model("bert", **no_dropout("bert"))
+    batch = make_batch(pad_from=PADDED)
+    model.eval()
+    with torch.no_grad():
+        before = model(**batch).logits
+        handle = attendout.apply(model, SynthesizerConfig(variant="dense", l_max=16))
+        assert not torch.allclose(model(**batch).logits, before)
+        handle.remove()
+        assert not synth_params(model)
+        torch.testing.assert_close(model(**batch).logits, before)
+
+
+def test_plain_transformers_refuses_a_synthesized_checkpoint_and_attendout_loads_it(tmp_path):
+    model = tiny_model("bert", **no_dropout("bert"))
+    attendout.synthesize(model, "random+dot", max_length=16, fixed=True)
+    get_synthesizer(model).modules["1"].mix.data.fill_(0.3)
+    batch = make_batch(pad_from=PADDED)
+    model.eval()
+    with torch.no_grad():
+        expected = model(**batch).logits
+    attendout.save_synthesized(model, tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["model_type"] == MODEL_TYPE and config["base_config"]["model_type"] == "bert"
+    assert config["synthesizer"]["l_max"] == 16 and config["synthesizer"]["fixed"] is True
+    with pytest.raises(ValueError, match=MODEL_TYPE):
+        AutoModelForSequenceClassification.from_pretrained(tmp_path / "m")
+    with pytest.raises(OSError):
+        BertForSequenceClassification.from_pretrained(tmp_path / "m")
+    model.save_pretrained(tmp_path / "p")  # redirected: never a plain checkpoint without the synthesizer
+    with pytest.raises(ValueError, match=MODEL_TYPE):
+        AutoModelForSequenceClassification.from_pretrained(tmp_path / "p")
+    for path in (tmp_path / "m", tmp_path / "p"):
+        for loaded in (attendout.load_synthesized(path), attendout.load_model(path)):
+            assert not loaded.training
+            with torch.no_grad():
+                torch.testing.assert_close(loaded(**batch).logits, expected, atol=0, rtol=0)
+
+
+def test_the_loop_trains_saves_and_restores_a_synthesized_model(tiny_run):
+    trainer = Trainer(
+        TrainConfig(
+            task="file",
+            train_file=tiny_run["train"],
+            eval_files={"dev": tiny_run["dev"]},
+            text_columns=["text"],
+            label_column="label",
+            model=tiny_run["model"],
+            method="synthesizer",
+            method_options={"variant": "random+dot", "fixed": True, "synthesizer_lr": 0.01},
+            batch_size=16,
+            max_steps=4,
+            eval_steps=2,
+            max_length=16,
+            progress=False,
+            output_dir=str(tiny_run["tmp"] / "run"),
+        )
+    )
+    synthesizer = get_synthesizer(trainer.model)
+    assert synthesizer.l_max == 16  # the run's max length
+    fixed = synthesizer.modules["0"].logits.logits.clone()
+    lrs = {group["initial_lr"] for group in trainer.optimizer.param_groups}
+    assert lrs == {0.01, 5e-5}  # the mixing weights train at synthesizer_lr (R is fixed)
+    results = trainer.fit()
+    assert torch.equal(synthesizer.modules["0"].logits.logits, fixed)  # fixed: unchanged by training
+    path = tiny_run["tmp"] / "run" / "model"
+    assert attendout.is_synthesized_checkpoint(path)
+    assert isinstance(AutoTokenizer.from_pretrained(path), type(trainer.tokenizer))
+    # load_best puts the saved weights back into the live model
+    saved = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    trainer.strategy.save_model(trainer, path)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(1.0)
+    trainer.strategy.load_best(trainer, path)
+    assert all(torch.equal(v, saved[k]) for k, v in trainer.model.state_dict().items())
+    assert 0 <= results["eval"]["dev"]["accuracy"] <= 1
+
+
+def test_cli_attention_shorthand_runs_and_saves_the_synthesized_form(tiny_run, capsys):
+    from attendout.cli import main
+    from test_cli import finetune_args
+
+    assert main(finetune_args(tiny_run, "--attention", "dense+dot", "--layers", "1")) == 0
+    run = tiny_run["tmp"] / "run"
+    results = json.loads((run / "results.json").read_text())
+    assert results["method"] == "synthesizer"
+    assert results["method_options"]["variant"] == "dense+dot" and results["method_options"]["layers"] == [1]
+    assert results["method_options"]["init"] == "exact"
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert any("synthesizer/mix/L1" in record for record in log)
+    model = attendout.load_model(run / "model")
+    assert get_synthesizer(model).config.variant == "dense+dot"
+    with pytest.raises(ValueError):
+        AutoModelForSequenceClassification.from_pretrained(run / "model")
+    assert main(finetune_args(tiny_run, "--attention", "dense", "--method", "attn-dropout")) == 2
+    assert "cannot go with --method attn-dropout" in capsys.readouterr().err
