@@ -221,13 +221,18 @@ def test_a_game_updates_the_generator_and_reinitialises(tiny_run, monkeypatch):
     trainer = make_trainer(tiny_run, dropout_steps=2, reinit_temperature=0.0)
     s = trainer.strategy
     before = copy.deepcopy(s.generator.state_dict())
-    train_steps(trainer, 2)  # the second step plays the game
-    assert s.games == 1 and s.cache == [] and s.steps_since_game == 0
+    train_steps(trainer, 2)  # the second step plays the first game: it sets the baseline only
+    assert s.games == 1 and s.generator_updates == 0 and s.cache == [] and s.steps_since_game == 0
+    assert all(torch.equal(v, before[k]) for k, v in s.generator.state_dict().items())
+    assert s.baseline.count == 1 and s.baseline.value != 0
+    train_steps(trainer, 2)
+    assert s.games == 2 and s.generator_updates == 1
     assert any(not torch.equal(v, before[k]) for k, v in s.generator.state_dict().items())
     for d, a in zip(s.defender.parameters(), s.attacker.parameters(), strict=True):
         assert torch.equal(d, a)
     stats = s.stats()
-    assert stats["attendout/games"] == 1 and 0 <= stats["attendout/win_rate"] <= 1
+    assert stats["attendout/games"] == 2 and stats["attendout/generator_updates"] == 1
+    assert 0 <= stats["attendout/win_rate"] <= 1
     assert {
         "attendout/drop_prob/L0",
         "attendout/drop_prob/L1",
@@ -248,6 +253,7 @@ def test_rewards_are_paired_with_the_cached_actions(tiny_run, monkeypatch, pairi
         return 0.0
 
     scores = iter([torch.tensor([-1.0, -1.0]), torch.tensor([-0.5, -0.9])])  # D's, then A's
+    s.baseline.update(0.0)  # as after a first game: b = 0
     monkeypatch.setattr(s, "update_generator", record)
     monkeypatch.setattr(s, "score", lambda *args: GameScores(next(scores), 0.0))
     train_steps(trainer, 3)
@@ -365,7 +371,7 @@ def test_cli_run_logs_generator_updates_and_saves_a_plain_checkpoint(tiny_run):
             "--eval-samples",
             "8",
             "--max-steps",
-            "5",
+            "6",
             "--log-steps",
             "1",
             "--batch-size",
@@ -379,7 +385,7 @@ def test_cli_run_logs_generator_updates_and_saves_a_plain_checkpoint(tiny_run):
     )
     assert code == 0
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
-    assert max(r.get("attendout/games", 0) for r in log) >= 2
+    assert max(r.get("attendout/generator_updates", 0) for r in log) >= 2  # 3 games, the first sets b
     assert all("attendout/drop_prob/L1" in r for r in log if "loss" in r)
     results = json.loads((run / "results.json").read_text())
     assert (

@@ -84,13 +84,16 @@ class AttendOutConfig(MethodConfig):
     generator_lr: float = field(
         default=1e-2,
         metadata={
-            "help": "Adam learning rate of the Generator: Adam moves a parameter by about this much per game "
-            "whatever the reward scale, so over the 20-100 games of a fine-tuning run a consistent reward "
-            "can move a layer's drop logit by 0.2-1, while pure noise moves it by ~lr * sqrt(games)"
+            "help": "Adam learning rate of the Generator (one step per game): 1e-2 moved MiniLM's per-layer "
+            "drop rates on CoLA by ~0.05 in 9 games, 1e-3 by 0.003 (a static policy over a run's 20-100 games)"
         },
     )
     baseline_decay: float = field(
-        default=0.9, metadata={"help": "decay of the moving-average baseline b of eq. 5 (~10 games)"}
+        default=0.9,
+        metadata={
+            "help": "decay of the moving-average baseline b of eq. 5 (~10 games); b starts at the first "
+            "game's mean reward, and that game updates only b"
+        },
     )
     reinit_temperature: float = field(
         default=0.05,

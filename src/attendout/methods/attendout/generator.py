@@ -162,17 +162,25 @@ def reinforce_loss(log_probs: torch.Tensor, rewards: torch.Tensor, baseline: flo
 
 
 class MovingAverageBaseline:
-    """b of eq. 5: an exponential moving average of the games' mean rewards, starting at 0.
+    """b of eq. 5: an exponential moving average of the games' mean rewards.
 
-    0 is the reward of a tie between Attacker and Defender, so the first games are judged against a tie.
+    It starts at the first game's mean reward (``count`` = games seen), not at 0: early in
+    fine-tuning the Attacker typically trails the Defender by a steady margin, and a baseline of 0
+    would turn that margin into a run of same-sign advantages that carry no information about the
+    masks. The first game therefore only sets b (its advantage would be 0 under 'mean' pairing).
     """
 
     def __init__(self, decay: float) -> None:
         self.decay = decay
         self.value = 0.0
+        self.count = 0
 
     def update(self, mean_reward: float) -> None:
-        self.value = self.decay * self.value + (1 - self.decay) * mean_reward
+        if self.count == 0:
+            self.value = mean_reward
+        else:
+            self.value = self.decay * self.value + (1 - self.decay) * mean_reward
+        self.count += 1
 
 
 class MaskSlot(AttentionMethod):

@@ -11,7 +11,8 @@ Per training step (paper 001 §4.2, Algorithm 1 lines 2-5):
 
 Every ``dropout_steps`` steps, a game (lines 6-9): D and A score ``eval_samples`` samples of the
 validation source; the rewards update G by REINFORCE with a moving-average baseline (eq. 5), using
-the log-probabilities of the cached masks recomputed from the cached inputs; then D or A is sampled
+the log-probabilities of the cached masks recomputed from the cached inputs (the first game only
+sets the baseline, see :class:`~.generator.MovingAverageBaseline`); then D or A is sampled
 with probability ``softmax(scores / reinit_temperature)`` and its weights, optimizer state and
 schedule position are copied over the other; the cache is released.
 
@@ -163,7 +164,7 @@ class AttendOutStrategy(TrainingStrategy):
 
         self.cache: list[CachedAction] = []
         self.steps_since_game = 0
-        self.games = self.attacker_wins = 0
+        self.games = self.attacker_wins = self.generator_updates = 0
         self._chosen: nn.Module = self.defender
         self._chosen_at: int | None = None
         self._drop_sums: dict[int, torch.Tensor] = {}
@@ -244,7 +245,9 @@ class AttendOutStrategy(TrainingStrategy):
             action_rewards = rewards.mean().expand(len(self.cache))  # (T,)
         else:  # the paper's: the t-th cached action gets the t-th sample's reward (cycled if E < T)
             action_rewards = rewards[torch.arange(len(self.cache)) % len(rewards)]
-        generator_loss = self.update_generator(action_rewards)
+        if self.baseline.count > 0:  # the first game only sets the baseline
+            self._window["generator_loss"].append(self.update_generator(action_rewards))
+            self.generator_updates += 1
         self.baseline.update(rewards.mean().item())
 
         score_d, score_a = defender.game_score(config.reward), attacker.game_score(config.reward)
@@ -259,7 +262,6 @@ class AttendOutStrategy(TrainingStrategy):
             ("score_defender", score_d),
             ("score_attacker", score_a),
             ("kept_attacker", float(keep_attacker)),
-            ("generator_loss", generator_loss),
         ):
             self._window[key].append(value)
 
@@ -341,7 +343,8 @@ class AttendOutStrategy(TrainingStrategy):
             if values:
                 out[f"attendout/{key}"] = float(np.mean([float(v) for v in values]))
         if self.games:
-            out["attendout/games"] = self.games  # = Generator updates so far
+            out["attendout/games"] = self.games
+            out["attendout/generator_updates"] = self.generator_updates  # games - 1: the first sets b
             out["attendout/win_rate"] = self.attacker_wins / self.games  # A's share of the games so far
             out["attendout/baseline"] = self.baseline.value
         self._drop_sums, self._drop_steps = {}, 0
