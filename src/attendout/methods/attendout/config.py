@@ -26,6 +26,20 @@ class AttendOutConfig(MethodConfig):
     Trains a Defender (the model, default dropout) and an Attacker (a copy, plus the Generator's masks)
     on the same batches with ``none``'s hyperparameters; every ``dropout_steps`` steps both are scored,
     the Generator is updated by REINFORCE (eq. 5), and the one sampled by score is copied over the other.
+
+    Choices the paper leaves open, and why the defaults:
+
+    * games score the validation split carved from train, not dev (the paper's choice, offered as
+      ``validation_source="dev"`` and then recorded in the run's config): dev stays unseen by every
+      decision, as for model selection;
+    * reward ``log p_A(gold) - log p_D(gold)`` per sample: two close models are almost always equally
+      right or wrong on a sample, so a 0/1 correctness reward is mostly ties;
+    * ``pairing="mean"``: the t-th validation sample has nothing to do with the t-th cached action, so
+      the paper's pairing adds that sample's deviation from the game mean as noise to the action's
+      reward; the mean keeps the expected reward and drops the noise;
+    * the initial drop probability 0.5 is where an untrained G-Net starts (sigmoid of scores near 0);
+    * the Generator reads the Attacker's embedding output (see :mod:`.strategy` for why);
+    * one default set for every task: the paper tuned T per task on dev, we do not.
     """
 
     name = "attendout"
