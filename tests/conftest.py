@@ -14,6 +14,9 @@ from transformers import (
     XLMRobertaConfig,
 )
 
+# Tiny models run fastest on one thread, and CI machines are shared: no oversubscription.
+torch.set_num_threads(1)
+
 VOCAB = 99
 COMMON = dict(
     vocab_size=VOCAB,
