@@ -153,3 +153,42 @@ def tiny_run(tmp_path):
         "dev": write_sentiment_csv(tmp_path / "dev.csv", 24, seed=1),
         "tmp": tmp_path,
     }
+
+
+def toy_train_config(tiny_run, **overrides):
+    """A TrainConfig of the toy task and tiny model of `tiny_run`; ``overrides`` replace any field."""
+    from attendout.train import TrainConfig
+
+    base = dict(
+        task="file",
+        train_file=tiny_run["train"],
+        eval_files={"dev": tiny_run["dev"]},
+        text_columns=["text"],
+        label_column="label",
+        model=tiny_run["model"],
+        batch_size=16,
+        max_steps=4,
+        max_length=16,
+        progress=False,
+        output_dir=str(tiny_run["tmp"] / "run"),
+    )
+    base.update(overrides)
+    return TrainConfig(**base)
+
+
+def toy_cli_args(tiny_run, *extra: str, output_dir=None) -> list[str]:
+    """`attendout finetune` arguments for the toy task and tiny model; ``extra`` may override any of them."""
+    return [
+        "finetune",
+        "--task", "file",
+        "--train-file", tiny_run["train"],
+        "--eval-file", f"dev={tiny_run['dev']}",
+        "--text-columns", "text",
+        "--label-column", "label",
+        "--model", tiny_run["model"],
+        "--batch-size", "16",
+        "--max-length", "16",
+        "--no-progress",
+        "--output-dir", str(output_dir or tiny_run["tmp"] / "run"),
+        *extra,
+    ]  # fmt: skip

@@ -20,7 +20,7 @@ from attendout.methods.addrop import (
     sample_drops,
 )
 from attendout.train import TrainConfig, Trainer
-from conftest import FAMILIES, make_batch, no_dropout, tiny_model
+from conftest import FAMILIES, make_batch, no_dropout, tiny_model, toy_cli_args, toy_train_config
 
 PADDED = {1: 7, 3: 4}  # rows 1 and 3 are padded from positions 7 and 4
 
@@ -230,24 +230,10 @@ def test_attribution_restores_every_modules_mode(method):
 
 
 def config(tiny_run, **overrides) -> TrainConfig:
-    base = dict(
-        task="file",
-        train_file=tiny_run["train"],
-        eval_files={"dev": tiny_run["dev"]},
-        text_columns=["text"],
-        label_column="label",
-        model=tiny_run["model"],
-        method="addrop",
-        method_options={"cross_tuning": "off", "layers": "all"},
-        batch_size=16,
-        max_steps=2,
-        log_steps=1,
-        max_length=16,
-        progress=False,
-        output_dir=str(tiny_run["tmp"] / "run"),
+    options = dict(
+        method="addrop", method_options={"cross_tuning": "off", "layers": "all"}, max_steps=2, log_steps=1
     )
-    base.update(overrides)
-    return TrainConfig(**base)
+    return toy_train_config(tiny_run, **{**options, **overrides})
 
 
 def test_training_pass_runs_with_dropout_on_after_an_eval_mode_attribution(tiny_run):
@@ -373,43 +359,12 @@ def test_defaults_are_the_public_codes():
 
 
 def test_cli_finetune_with_addrop(tiny_run, capsys):
-    args = [
-        "finetune",
-        "--task",
-        "file",
-        "--train-file",
-        tiny_run["train"],
-        "--eval-file",
-        f"dev={tiny_run['dev']}",
-        "--text-columns",
-        "text",
-        "--label-column",
-        "label",
-        "--model",
-        tiny_run["model"],
-        "--method",
-        "addrop",
-        "--attribution",
-        "iga",
-        "--ig-steps",
-        "2",
-        "--cross-tuning",
-        "off",
-        "--layers",
-        "0,1",
-        "--max-steps",
-        "2",
-        "--log-steps",
-        "2",
-        "--batch-size",
-        "16",
-        "--max-length",
-        "16",
-        "--no-progress",
-        "--no-save-model",
-        "--output-dir",
-        str(tiny_run["tmp"] / "cli"),
-    ]
+    args = toy_cli_args(
+        tiny_run,
+        *("--method", "addrop", "--attribution", "iga", "--ig-steps", "2", "--cross-tuning", "off"),
+        *("--layers", "0,1", "--max-steps", "2", "--log-steps", "2", "--no-save-model"),
+        output_dir=tiny_run["tmp"] / "cli",
+    )
     assert main(args) == 0
     results = json.loads((tiny_run["tmp"] / "cli" / "results.json").read_text())
     assert results["method_options"]["attribution"] == "iga" and results["method_options"]["layers"] == [0, 1]

@@ -21,8 +21,8 @@ from attendout.methods.attendout.generator import (
 )
 from attendout.methods.attendout.strategy import GameScores
 from attendout.methods.scheduled import fit_piecewise_linear, schedule_value
-from attendout.train import TrainConfig, Trainer
-from conftest import FAMILIES, save_tiny_model_dir
+from attendout.train import Trainer
+from conftest import FAMILIES, save_tiny_model_dir, toy_cli_args, toy_train_config
 
 
 @pytest.fixture(autouse=True)
@@ -46,23 +46,7 @@ def padded_inputs(batch: int = 4, length: int = 10, dim: int = 16, seed: int = 0
 
 def make_trainer(tiny_run, **options) -> Trainer:
     method_options = {"dropout_steps": 100, "eval_samples": 8, **options}
-    return Trainer(
-        TrainConfig(
-            task="file",
-            train_file=tiny_run["train"],
-            eval_files={"dev": tiny_run["dev"]},
-            text_columns=["text"],
-            label_column="label",
-            model=tiny_run["model"],
-            method="attendout",
-            method_options=method_options,
-            batch_size=16,
-            max_steps=8,
-            max_length=16,
-            progress=False,
-            output_dir=str(tiny_run["tmp"] / "run"),
-        )
-    )
+    return Trainer(toy_train_config(tiny_run, method="attendout", method_options=method_options, max_steps=8))
 
 
 def train_steps(trainer: Trainer, count: int) -> list[dict]:
@@ -350,38 +334,12 @@ def test_defaults():
 def test_cli_run_logs_generator_updates_and_saves_a_plain_checkpoint(tiny_run):
     run = tiny_run["tmp"] / "cli-run"
     code = main(
-        [
-            "finetune",
-            "--task",
-            "file",
-            "--train-file",
-            tiny_run["train"],
-            "--eval-file",
-            f"dev={tiny_run['dev']}",
-            "--text-columns",
-            "text",
-            "--label-column",
-            "label",
-            "--model",
-            tiny_run["model"],
-            "--method",
-            "attendout",
-            "--dropout-steps",
-            "2",
-            "--eval-samples",
-            "8",
-            "--max-steps",
-            "6",
-            "--log-steps",
-            "1",
-            "--batch-size",
-            "16",
-            "--max-length",
-            "16",
-            "--no-progress",
-            "--output-dir",
-            str(run),
-        ]
+        toy_cli_args(
+            tiny_run,
+            *("--method", "attendout", "--dropout-steps", "2", "--eval-samples", "8"),
+            *("--max-steps", "6", "--log-steps", "1"),
+            output_dir=run,
+        )
     )
     assert code == 0
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]

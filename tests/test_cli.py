@@ -9,34 +9,11 @@ import sys
 import pytest
 
 from attendout.cli import main
+from conftest import toy_cli_args
 
 
 def finetune_args(tiny_run, *extra):
-    return [
-        "finetune",
-        "--task",
-        "file",
-        "--train-file",
-        tiny_run["train"],
-        "--eval-file",
-        f"dev={tiny_run['dev']}",
-        "--text-columns",
-        "text",
-        "--label-column",
-        "label",
-        "--model",
-        tiny_run["model"],
-        "--max-steps",
-        "4",
-        "--batch-size",
-        "16",
-        "--max-length",
-        "16",
-        "--no-progress",
-        "--output-dir",
-        str(tiny_run["tmp"] / "run"),
-        *extra,
-    ]
+    return toy_cli_args(tiny_run, "--max-steps", "4", *extra)
 
 
 def test_cli_smoke_run_in_a_subprocess(tiny_run):

@@ -18,8 +18,8 @@ from attendout.methods.synthesizer import (
     SynthesizerLayer,
     get_synthesizer,
 )
-from attendout.train import TrainConfig, Trainer
-from conftest import FAMILIES, make_batch, no_dropout, tiny_model
+from attendout.train import Trainer
+from conftest import FAMILIES, make_batch, no_dropout, tiny_model, toy_train_config
 
 MIXTURES = [v for v in VARIANTS if v.endswith("+dot")]
 PADDED = {1: 7, 3: 4}  # rows 1 and 3 are padded from positions 7 and 4
@@ -217,23 +217,9 @@ def test_plain_transformers_refuses_a_synthesized_checkpoint_and_attendout_loads
 
 
 def test_the_loop_trains_saves_and_restores_a_synthesized_model(tiny_run):
+    options = {"variant": "random+dot", "fixed": True, "synthesizer_lr": 0.01}
     trainer = Trainer(
-        TrainConfig(
-            task="file",
-            train_file=tiny_run["train"],
-            eval_files={"dev": tiny_run["dev"]},
-            text_columns=["text"],
-            label_column="label",
-            model=tiny_run["model"],
-            method="synthesizer",
-            method_options={"variant": "random+dot", "fixed": True, "synthesizer_lr": 0.01},
-            batch_size=16,
-            max_steps=4,
-            eval_steps=2,
-            max_length=16,
-            progress=False,
-            output_dir=str(tiny_run["tmp"] / "run"),
-        )
+        toy_train_config(tiny_run, method="synthesizer", method_options=options, max_steps=4, eval_steps=2)
     )
     synthesizer = get_synthesizer(trainer.model)
     assert synthesizer.l_max == 16  # the run's max length

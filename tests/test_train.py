@@ -14,28 +14,12 @@ import attendout
 from attendout.attention import AttentionEdit, AttentionMethod
 from attendout.methods import MethodConfig, register_method
 from attendout.train import RunExistsError, TrainConfig, Trainer, TrainingError, finetune
+from conftest import toy_train_config
 
 
 def config(tiny_run, **overrides) -> TrainConfig:
-    base = dict(
-        task="file",
-        train_file=tiny_run["train"],
-        eval_files={"dev": tiny_run["dev"]},
-        text_columns=["text"],
-        label_column="label",
-        model=tiny_run["model"],
-        method="scores-dropout",
-        method_options={"p": 0.2},
-        batch_size=16,
-        max_steps=6,
-        eval_steps=3,
-        log_steps=2,
-        max_length=16,
-        progress=False,
-        output_dir=str(tiny_run["tmp"] / "run"),
-    )
-    base.update(overrides)
-    return TrainConfig(**base)
+    options = dict(method="scores-dropout", method_options={"p": 0.2}, max_steps=6, eval_steps=3, log_steps=2)
+    return toy_train_config(tiny_run, **{**options, **overrides})
 
 
 def read_log(run_dir):
