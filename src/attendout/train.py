@@ -138,6 +138,18 @@ class TrainConfig:
     def method_config(self) -> methods_mod.MethodConfig:
         return methods_mod.get_method_config(self.method, **self.method_options)
 
+    def load_data(self) -> tuple[Task, TaskData]:
+        """The task and its data, from the sources this config names."""
+        return load_task_data(
+            self.task,
+            data_dir=self.data_dir,
+            hub=self.hub,
+            train_file=self.train_file,
+            eval_files=self.eval_files,
+            text_columns=self.text_columns,
+            label_column=self.label_column,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["method_options"] = self.method_config().to_dict()
@@ -264,6 +276,16 @@ def linear_schedule(
 # --------------------------------------------------------------------------------------------------
 
 
+def split_for_training(data: TaskData, c: TrainConfig) -> tuple[Examples, Examples, dict[str, Examples]]:
+    """(train, validation, evaluation splits): validation carved from train, then the subsamples; all by data_seed."""
+    train, validation = carve_validation(data.train, c.validation_split, c.data_seed)
+    train = subsample(train, c.max_train_samples, c.data_seed)
+    if c.max_eval_samples is not None:
+        validation = subsample(validation, c.max_eval_samples, c.data_seed)
+    evals = {name: subsample(ex, c.max_eval_samples, c.data_seed) for name, ex in data.eval_splits.items()}
+    return train, validation, evals
+
+
 @dataclass
 class TrainState:
     step: int = 0
@@ -283,15 +305,7 @@ class Trainer:
         self._check_output_dir()
         self.device = pick_device(config.device)
 
-        task, data = load_task_data(
-            config.task,
-            data_dir=config.data_dir,
-            hub=config.hub,
-            train_file=config.train_file,
-            eval_files=config.eval_files,
-            text_columns=config.text_columns,
-            label_column=config.label_column,
-        )
+        task, data = config.load_data()
         self.task: Task = task
         self.data_source = data.source
         self.train_examples, self.validation_examples, self.eval_examples = self._split(data)
@@ -336,15 +350,7 @@ class Trainer:
         (self.out / "log.jsonl").write_text("")
 
     def _split(self, data: TaskData) -> tuple[Examples, Examples, dict[str, Examples]]:
-        c = self.config
-        train, validation = carve_validation(data.train, c.validation_split, c.data_seed)
-        train = subsample(train, c.max_train_samples, c.data_seed)
-        if c.max_eval_samples is not None:
-            validation = subsample(validation, c.max_eval_samples, c.data_seed)
-        evals = {
-            name: subsample(ex, c.max_eval_samples, c.data_seed) for name, ex in data.eval_splits.items()
-        }
-        return train, validation, evals
+        return split_for_training(data, self.config)
 
     def _write_config(self) -> None:
         sizes = {"train": len(self.train_set), "validation": len(self.validation_set)}

@@ -145,7 +145,8 @@ def _check_model(name: str) -> CellCheck:
 
 def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:
     """Load a task's data as the Trainer will (local sources only) and report its sizes."""
-    from ..tasks import DataError, carve_validation, load_task_data, subsample
+    from ..tasks import DataError
+    from ..train import split_for_training
 
     config = cell.config
     if config is None:
@@ -160,16 +161,8 @@ def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:
     if not check_data:
         return CellCheck(note="data not checked (--no-data-check)")
     try:
-        task, data = load_task_data(
-            config.task,
-            data_dir=config.data_dir,
-            train_file=config.train_file,
-            eval_files=config.eval_files,
-            text_columns=config.text_columns,
-            label_column=config.label_column,
-        )
-        train, validation = carve_validation(data.train, config.validation_split, config.data_seed)
-        train = subsample(train, config.max_train_samples, config.data_seed)
+        task, data = config.load_data()
+        train, validation, evals = split_for_training(data, config)
     except DataError as error:
         return CellCheck(error=f"data: {error}")
     if cell.task.splits is not None:
@@ -178,13 +171,8 @@ def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:
             return CellCheck(
                 error=f"task {cell.task.id!r}: splits {missing} are not in its data (splits: {', '.join(data.eval_splits)})"
             )
-    evals = {
-        name: len(subsample(ex, config.max_eval_samples, config.data_seed))
-        for name, ex in data.eval_splits.items()
-    }
-    n_validation = len(subsample(validation, config.max_eval_samples, config.data_seed))
     sizes = ", ".join(
-        [f"train {len(train)}", f"validation {n_validation}", *(f"{k} {v}" for k, v in evals.items())]
+        [f"train {len(train)}", f"validation {len(validation)}", *(f"{k} {len(v)}" for k, v in evals.items())]
     )
     return CellCheck(note=f"{sizes} ({data.source}; task {task.name})", steps=len(train))
 
