@@ -86,6 +86,46 @@ def test_all_scores_dropped_gives_uniform_attention_over_real_keys(bert):
         torch.testing.assert_close(probs, expected)
 
 
+class FixedEdit(attendout.attention.AttentionMethod):
+    """Drops a fixed random half of the scores (one row of each sample entirely) and scales each head."""
+
+    def __init__(self, scale_heads: bool) -> None:
+        self.scale_heads = scale_heads
+
+    def edit(self, call):
+        b, h, lq, lk = call.shape
+        g = torch.Generator().manual_seed(call.layer)
+        drop = torch.rand(b, h, lq, lk, generator=g) < 0.5
+        drop[:, :, 2, :] = True  # eq. 4 rows
+        scale = torch.rand(b, h, 1, 1, generator=g) + 0.5 if self.scale_heads else None
+        return attendout.attention.AttentionEdit(drop_scores=drop, scale_weights=scale)
+
+
+@pytest.mark.parametrize("scale_heads", [False, True])
+def test_sdpa_path_for_dropped_scores_equals_the_explicit_softmax(bert, scale_heads):
+    """Drops and per-head scales go through SDPA; recording forces the explicit path: same logits, grads."""
+    batch = make_batch(pad_from=PADDED)
+    attendout.apply(bert, "none")
+    get_controller(bert).add(FixedEdit(scale_heads))
+    bert.train()
+    results = []
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    weights = torch.randn(12, bert.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    for explicit in (False, True):
+        bert.zero_grad()
+        if explicit:
+            with attendout.record_attention(bert):
+                hidden = bert.bert(**inputs).last_hidden_state  # every position, not only [CLS]
+        else:
+            hidden = bert.bert(**inputs).last_hidden_state
+        (hidden * weights).sum().backward()
+        results.append((hidden.detach(), bert.bert.encoder.layer[0].attention.self.query.weight.grad.clone()))
+    (fast, fast_grad), (slow, slow_grad) = results
+    torch.testing.assert_close(fast, slow)
+    torch.testing.assert_close(fast_grad, slow_grad)
+    assert fast_grad.abs().max() > 0
+
+
 def test_attn_layerdrop_skip_is_uniform_and_cuts_query_key_gradients(bert):
     batch = make_batch(pad_from=PADDED)
     attendout.apply(bert, "attn-layerdrop", p=1.0)
