@@ -223,7 +223,7 @@ def build_table(
             task_runs = [
                 r for r in runs.values() if r.cell.model.id == model.id and r.cell.task.id == task.id
             ]
-            metric = _main_metric(task_runs)
+            metric = _main_metric(task_runs, task)
             for split in _task_splits(task, task_runs):
                 for method in experiment.methods:
                     row = Row(model=model, task=task, split=split, method=method, metric=metric or "?")
@@ -291,11 +291,19 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _main_metric(runs: Sequence[RunRecord]) -> str | None:
+def _main_metric(runs: Sequence[RunRecord], task: TaskSpec) -> str | None:
+    """The main metric the runs report; before any has finished, the registered task's."""
     names = {r.results.get("main_metric") for r in runs} - {None}
     if len(names) > 1:
         raise ValueError(f"runs of one task disagree on the main metric: {sorted(names)}")
-    return next(iter(names), None)
+    if names:
+        return next(iter(names))
+    from ..tasks import DataError, get_task
+
+    try:
+        return get_task(task.name).metrics[0]
+    except DataError:  # a file task: its metric is known once a run has read the data
+        return None
 
 
 def _task_splits(task: TaskSpec, runs: Sequence[RunRecord]) -> list[str]:
