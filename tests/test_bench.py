@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -203,7 +204,10 @@ def test_selection_runs_only_the_chosen_cells_and_names_unknown_ids(tiny_run, on
         main(["bench", str(path), "--results", str(root), "--methods", "scores-dropout", "--seeds", "2"]) == 0
     )
     assert finished_cells(root) == ["tiny-bert/toy/scores-dropout/seed-2"]
-    capsys.readouterr()
+    out = capsys.readouterr().out
+    assert re.search(
+        r"scores-dropout/seed-2: step 2/2: validation accuracy [\d.]+, f1 [\d.]+ \([\d.]+ min\)\n", out
+    ), out
     assert main(["bench", str(path), "--results", str(root), "--dry-run", "--seeds", "1"]) == 0
     out = capsys.readouterr().out
     assert "summary (only seeds 1): 2 cells: 2 todo" in out  # the finished seed-2 cell is not this job's
@@ -383,12 +387,12 @@ def test_a_failing_cell_is_recorded_the_grid_goes_on_and_a_rerun_retries_it(tiny
 
     lines: list[str] = []
     failing = "tiny-bert/toy/scores-dropout/seed-1"
-    summary = run_cells(plan, store, echo=lines.append, train=lambda c: fake_train(c, failing))
+    summary = run_cells(plan, store, echo=lines.append, train=lambda c, on_log: fake_train(c, failing))
     assert summary.failed == [failing] and len(summary.trained) == 3
     assert any("FAILED: TrainingError: loss is nan at step 3" in line for line in lines)
     cell = next(c for c in plan.cells if c.key == failing)
     assert store.status(cell) == ("failed", "TrainingError: loss is nan at step 3")
     assert not store.cell_dir(cell).exists() and not list(store.work_root.iterdir())
-    summary = run_cells(plan, store, echo=lines.append, train=lambda c: fake_train(c, None))
+    summary = run_cells(plan, store, echo=lines.append, train=lambda c, on_log: fake_train(c, None))
     assert summary.trained == [failing] and len(summary.skipped_done) == 3
     assert store.status(cell)[0] == "done"

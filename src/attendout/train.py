@@ -313,6 +313,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig):
         self.config = config
+        self.on_log: Callable[[dict[str, Any]], None] | None = None  # sees every log.jsonl record
         self.out = Path(config.output_dir)
         self._check_output_dir()
         self.device = pick_device(config.device)
@@ -413,6 +414,8 @@ class Trainer:
     def log(self, record: dict[str, Any]) -> None:
         with open(self.out / "log.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
+        if self.on_log is not None:
+            self.on_log(record)
 
     # training -------------------------------------------------------------------------------
     @property
@@ -599,9 +602,15 @@ class Trainer:
         os.replace(tmp, path)
 
 
-def finetune(config: TrainConfig) -> dict[str, Any]:
-    """Run one fine-tuning job described by ``config``; return the results (also in results.json)."""
-    return Trainer(config).fit()
+def finetune(config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run one fine-tuning job described by ``config``; return the results (also in results.json).
+
+    ``on_log`` is called with every record written to log.jsonl (training steps, validations, the
+    final evaluation): ``attendout bench`` prints its progress from the validation records.
+    """
+    trainer = Trainer(config)
+    trainer.on_log = on_log
+    return trainer.fit()
 
 
 def format_results(results: dict[str, Any]) -> str:

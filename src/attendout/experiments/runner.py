@@ -324,12 +324,12 @@ def run_cells(
     rerun_stale: bool = False,
     heartbeat: float = HEARTBEAT_S,
     echo: Callable[[str], None] = print,
-    train: Callable[[TrainConfig], dict[str, Any]] = finetune,
+    train: Callable[..., dict[str, Any]] = finetune,
 ) -> RunSummary:
     """Train every cell of this job's shard that is neither finished nor claimed by a live job.
 
-    ``train`` runs one configuration (default: :func:`attendout.train.finetune`); ``echo`` gets one
-    line per cell event. Raises :class:`ExperimentError` before training anything if a cell is
+    ``train(config, on_log)`` runs one configuration (default: :func:`attendout.train.finetune`);
+    ``echo`` gets one line per cell event and per validation of a training cell. Raises :class:`ExperimentError` before training anything if a cell is
     invalid, or if finished cells are stale and ``rerun_stale`` is not set.
     """
     job = BenchJob(
@@ -347,7 +347,7 @@ class BenchJob:
     rerun_stale: bool = False
     heartbeat: float = HEARTBEAT_S
     echo: Callable[[str], None] = print
-    train: Callable[[TrainConfig], dict[str, Any]] = finetune
+    train: Callable[..., dict[str, Any]] = finetune
     summary: RunSummary = field(default_factory=RunSummary)
 
     def run(self) -> RunSummary:
@@ -413,7 +413,10 @@ class BenchJob:
         claim.start_heartbeat(self.heartbeat)
         started = time.time()
         try:
-            results = self.train(dataclasses.replace(config, output_dir=str(work), overwrite=False))
+            results = self.train(
+                dataclasses.replace(config, output_dir=str(work), overwrite=False),
+                self._progress(prefix, self.plan.steps.get(cell.key), started),
+            )
         except Exception as error:  # TrainingError (NaN loss) or a bug: recorded, the grid goes on
             shutil.rmtree(work, ignore_errors=True)
             message = f"{type(error).__name__}: {error}"
@@ -443,6 +446,26 @@ class BenchJob:
             self.store.event("discarded", cell, reason="another job published this cell first")
             self.summary.discarded.append(cell.key)
             self.echo(f"{prefix}: another job finished it first; this run is discarded")
+
+    def _progress(self, prefix: str, steps: int | None, started: float) -> Callable[[dict[str, Any]], None]:
+        """A log listener that echoes one line per validation: step, score, elapsed and remaining time."""
+
+        def listen(record: dict[str, Any]) -> None:
+            validation = record.get("validation")
+            if not validation:
+                return
+            step, elapsed = record["step"], time.time() - started
+            score = ", ".join(f"{k} {v:.4f}" for k, v in validation.items() if k != "loss")
+            left = (
+                f", about {elapsed * (steps - step) / step / 60:.0f} min left"
+                if steps and 0 < step < steps
+                else ""
+            )
+            self.echo(
+                f"{prefix}: step {step}/{steps or '?'}: validation {score} ({elapsed / 60:.1f} min{left})"
+            )
+
+        return listen
 
 
 def _cell_record(
