@@ -13,13 +13,17 @@ from attendout.report.patterns import pattern_figure
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def fake_run(path, method: str, seed: int, steps=(10, 20, 30), task: str = "cola"):
+def fake_run(path, method: str, seed: int, steps=(10, 20, 30), task: str = "cola", options=None):
     """A run directory as the fine-tuning loop writes it, with made-up numbers."""
     path.mkdir(parents=True)
     (path / "config.json").write_text(
         json.dumps(
             {
-                "config": {"method": method, "seed": seed},
+                "config": {
+                    "method": method,
+                    "seed": seed,
+                    "method_options": {"name": method, **(options or {})},
+                },
                 "task": {"name": task, "metrics": ["mcc"]},
                 "total_steps": 30,
             }
@@ -65,6 +69,10 @@ def test_runs_are_grouped_by_method_and_averaged(runs, tmp_path):
     assert list(group_runs(runs[:2], by="run")) == ["none-s1", "none-s2"]
     other_task = fake_run(tmp_path / "sst", "none", 1, task="sst2")
     assert set(group_runs([runs[0], other_task])) == {"cola none", "sst2 none"}
+    # one method name with different options: the options that differ name the groups
+    ga = [fake_run(tmp_path / f"ga{s}", "addrop", s, options={"attribution": "ga", "p": 0.3}) for s in (1, 2)]
+    rd = fake_run(tmp_path / "rd1", "addrop", 1, options={"attribution": "rd", "p": 0.3})
+    assert group_runs([*ga, rd]) == {"addrop (attribution=ga)": ga, "addrop (attribution=rd)": [rd]}
     steps, values = validation_curve(runs[0], "mcc")
     assert steps.tolist() == [10, 20, 30] and values[0] == pytest.approx(0.32)
 

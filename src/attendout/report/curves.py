@@ -58,27 +58,40 @@ def convergence_figure(
 
 def group_runs(run_dirs: Sequence[Path], by: str = "method") -> dict[str, list[Path]]:
     """Group run directories for :func:`convergence_figure`: by their method (``by="method"``; the
-    task is added to the label when the runs span several tasks) or one group per run (``by="run"``)."""
+    options that differ between runs of one method name join the label, e.g. ``addrop (attribution=ga)``,
+    and the task does when the runs span several tasks) or one group per run (``by="run"``)."""
     if by not in ("method", "run"):
         raise ValueError(f"group_runs: by must be 'method' or 'run', got {by!r}")
     described = [(Path(run), *_method_and_task(Path(run))) for run in run_dirs]
-    several_tasks = len({task for _, _, task in described}) > 1
+    several_tasks = len({task for _, _, _, task in described}) > 1
+    # per method name, the options whose values differ between its runs
+    values: dict[str, dict[str, set[str]]] = {}
+    for _, method, options, _ in described:
+        for key, value in options.items():
+            values.setdefault(method, {}).setdefault(key, set()).add(json.dumps(value, sort_keys=True))
     groups: dict[str, list[Path]] = {}
-    for run, method, task in described:
+    for run, method, options, task in described:
         if by == "run":
             label = run.name
         else:
-            label = f"{task} {method}" if several_tasks else method
+            varying = [k for k, seen in values.get(method, {}).items() if len(seen) > 1]
+            detail = ", ".join(f"{k}={options.get(k)}" for k in varying)
+            label = f"{method} ({detail})" if detail else method
+            label = f"{task} {label}" if several_tasks else label
         groups.setdefault(label, []).append(run)
     return groups
 
 
-def _method_and_task(run_dir: Path) -> tuple[str, str]:
+def _method_and_task(run_dir: Path) -> tuple[str, dict, str]:
+    """(method name, its options and the attention variant, task name) from RUN_DIR/config.json."""
     config = run_dir / "config.json"
     if not config.is_file():
         raise ValueError(f"{run_dir} is not a run directory: it has no config.json")
     saved = json.loads(config.read_text())
-    return saved["config"]["method"], saved["task"]["name"]
+    options = {k: v for k, v in (saved["config"].get("method_options") or {}).items() if k != "name"}
+    if saved["config"].get("attention"):
+        options["attention"] = saved["config"]["attention"]
+    return saved["config"]["method"], options, saved["task"]["name"]
 
 
 def read_log(run_dir: Path) -> list[dict]:
