@@ -115,6 +115,35 @@ def test_reinforce_moves_probability_toward_the_rewarded_masks():
     assert after[0] > before[0] + 0.2 and after[1] < before[1] - 0.2
 
 
+def test_rewards_that_ignore_the_masks_leave_the_default_policy_near_its_start():
+    """Eq. 5 with pure-noise rewards, at the default learning rate and a MiniLM-sized input: Adam turns
+    noise into full-size steps, so too high a rate random-walks the drop rates (1e-2 moved them by
+    0.35-0.5 here); the default must keep them near init_drop."""
+    config = AttendOutConfig()
+    torch.manual_seed(0)
+    generator = Generator(
+        input_dim=384, num_layers=6, width=config.generator_width, init_drop=config.init_drop
+    )
+    optimizer = torch.optim.Adam(generator.parameters(), lr=config.generator_lr)
+    baseline = MovingAverageBaseline(config.baseline_decay)
+    x, valid = torch.randn(64, 16, 384), torch.ones(64, 16, dtype=torch.bool)
+    drift = 0.0
+    for _ in range(40):  # games
+        cache = [torch.randint(0, 64, (16,)) for _ in range(5)]
+        cache = [(i, generator.sample(x[i], valid[i], range(6)).masks) for i in cache]
+        reward = torch.randn(()).item() * 0.003  # the size of MiniLM's game rewards on CoLA
+        if baseline.count:
+            optimizer.zero_grad()
+            log_p = torch.stack([generator.log_prob(x[i], valid[i], m).mean() for i, m in cache])
+            reinforce_loss(log_p, torch.full((5,), reward), baseline.value).backward()
+            optimizer.step()
+        baseline.update(reward)
+        with torch.no_grad():
+            p = generator.drop_probability(generator(x[:16], valid[:16])).mean(dim=(1, 2, 3))
+        drift = max(drift, (p - config.init_drop).abs().max().item())
+    assert drift < 0.06
+
+
 def test_a_zero_advantage_moves_nothing():
     x, valid = padded_inputs()
     generator = Generator(input_dim=16, num_layers=2, width=8)
@@ -324,7 +353,7 @@ def test_defaults():
     config = AttendOutConfig()
     assert (config.dropout_steps, config.eval_samples, config.validation_source) == (10, 64, "validation")
     assert (config.reward, config.pairing, config.layers) == ("logprob", "mean", None)
-    assert (config.init_drop, config.generator_lr, config.temperature) == (0.5, 1e-2, 1.0)
+    assert (config.init_drop, config.generator_lr, config.temperature) == (0.5, 3e-3, 1.0)
 
 
 # --------------------------------------------------------------------------------------------------
