@@ -25,8 +25,14 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
     """Write a PNG with one panel per model, task and split (scores ×100); returns ``out``."""
     e = table.experiment
     panels = [
-        (model, task, split) for model in e.models for task in e.tasks for split in table.splits(model, task)
-    ]
+        (model, task, split)
+        for model in e.models
+        for task in e.tasks
+        for split in table.splits(model, task)
+        if any(
+            (row := table.row(model.id, task.id, split, m.id)) is not None and row.values for m in e.methods
+        )
+    ]  # panels with at least one finished cell
     if not panels:
         raise ValueError(f"bar_chart: no finished cell of {e.name} in {table.root}")
     columns = min(len(panels), 3)

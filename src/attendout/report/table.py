@@ -471,7 +471,8 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
     hardware = next((r.config.get("hardware") for r in runs if r.config.get("hardware")), None)
     hw_text = ""
     if hardware:
-        hw_text = f" on {hardware.get('machine')} with {hardware.get('cpus')} CPUs (torch threads: {hardware.get('threads')})"
+        threads = sorted({str(r.config["hardware"].get("threads")) for r in runs if r.config.get("hardware")})
+        hw_text = f" on {hardware.get('machine')} with {hardware.get('cpus')} CPUs (torch threads: {' or '.join(threads)})"
         device = next((r.config.get("device") for r in runs if r.config.get("device")), None)
         if device:
             hw_text += f", device {device}"
