@@ -254,3 +254,31 @@ def test_table_command_writes_markdown_csv_and_figures(grid, capsys):
     assert main(["table", str(grid["path"]), "--results", str(grid["root"]), "--bootstrap", "100"]) == 0
     assert "## Differences against none" in capsys.readouterr().out  # no output file: Markdown on stdout
     assert main(["table", str(grid["path"]), "--results", str(Path(grid["tmp"]) / "nowhere")]) == 2
+
+
+def test_a_task_without_finished_cells_is_named_by_its_metric_and_gets_no_empty_panel(grid, capsys):
+    """MRPC added to the grid with no cell run: its column says f1 (from the task registry), the bar
+    chart is as wide as without it (no empty panel)."""
+    import struct
+
+    def png_width(path: Path) -> int:
+        return struct.unpack(">I", path.read_bytes()[16:20])[0]
+
+    before = grid["tmp"] / "before.png"
+    assert main(["table", str(grid["path"]), "--results", str(grid["root"]), "--bar-chart", str(before)]) == 0
+    with_mrpc = grid["tmp"] / "with-mrpc.toml"
+    text = (
+        grid["path"]
+        .read_text()
+        .replace(
+            '[[methods]]\nname = "none"',
+            '[[tasks]]\nid = "mrpc"\nname = "mrpc"\nlabel = "MRPC"\n\n[[methods]]\nname = "none"',
+            1,
+        )
+    )
+    with_mrpc.write_text(text)
+    after = grid["tmp"] / "after.png"
+    capsys.readouterr()
+    assert main(["table", str(with_mrpc), "--results", str(grid["root"]), "--bar-chart", str(after)]) == 0
+    assert "MRPC dev (f1)" in capsys.readouterr().out
+    assert png_width(after) == png_width(before)
