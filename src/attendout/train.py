@@ -311,9 +311,9 @@ class TrainState:
 class Trainer:
     """Owns the model, optimizer, schedule, data and run directory of one run."""
 
-    def __init__(self, config: TrainConfig):
+    def __init__(self, config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | None = None):
         self.config = config
-        self.on_log: Callable[[dict[str, Any]], None] | None = None  # sees every log.jsonl record
+        self.on_log = on_log  # sees every log.jsonl record
         self.out = Path(config.output_dir)
         self._check_output_dir()
         self.device = pick_device(config.device)
@@ -608,9 +608,7 @@ def finetune(config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | Non
     ``on_log`` is called with every record written to log.jsonl (training steps, validations, the
     final evaluation): ``attendout bench`` prints its progress from the validation records.
     """
-    trainer = Trainer(config)
-    trainer.on_log = on_log
-    return trainer.fit()
+    return Trainer(config, on_log).fit()
 
 
 def format_results(results: dict[str, Any]) -> str:
