@@ -8,7 +8,7 @@ import pytest
 
 from attendout.cli import main
 from attendout.report.curves import convergence_figure, group_runs, validation_curve
-from attendout.report.patterns import pattern_figure
+from attendout.report.patterns import panel_labels, pattern_figure
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -86,3 +86,15 @@ def test_convergence_figure_errors_name_the_problem(runs, tmp_path):
     with pytest.raises(ValueError, match="no AttendOut drop probabilities"):
         pattern_figure([runs[0]], tmp_path / "p.png")
     assert main(["plot", str(tmp_path / "missing")]) == 2
+
+
+def test_pattern_panels_are_titled_by_task_differing_options_and_seed(tmp_path):
+    low = fake_run(tmp_path / "a", "attendout", 1, options={"init_drop": 0.1, "generator_lr": 3e-3})
+    high = fake_run(tmp_path / "b", "attendout", 1, options={"init_drop": 0.5, "generator_lr": 3e-3})
+    same = fake_run(tmp_path / "c", "attendout", 2, options={"init_drop": 0.1, "generator_lr": 3e-3})
+    assert panel_labels([low, high, same]) == [
+        "cola, init_drop=0.1, seed 1",
+        "cola, init_drop=0.5, seed 1",
+        "cola, init_drop=0.1, seed 2",
+    ]
+    assert panel_labels([low, same]) == ["cola, seed 1", "cola, seed 2"]

@@ -16,8 +16,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from ..methods.attendout.runlog import read_drop_pattern
+from .curves import group_runs
 
-__all__ = ["is_attendout_run", "pattern_figure"]
+__all__ = ["is_attendout_run", "panel_labels", "pattern_figure"]
 
 
 def pattern_figure(run_dirs: Sequence[Path], out: Path, title: str = "") -> Path:
@@ -25,14 +26,15 @@ def pattern_figure(run_dirs: Sequence[Path], out: Path, title: str = "") -> Path
     if not run_dirs:
         raise ValueError("pattern_figure: no runs given")
     patterns = [read_drop_pattern(run) for run in run_dirs]
+    labels = panel_labels(run_dirs)
     columns = min(len(patterns), 3)
     rows = math.ceil(len(patterns) / columns)
     fig = Figure(figsize=(max(6.4, 4.6 * columns), 3.4 * rows), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
-    for ax, pattern in zip(axes, patterns, strict=False):
+    for ax, pattern, label in zip(axes, patterns, labels, strict=False):
         for layer, values in pattern.layers.items():
             ax.plot(pattern.steps, values, label=f"L{layer}", linewidth=1.2)
-        ax.set_title(_run_label(pattern.run_dir), fontsize=10)
+        ax.set_title(label, fontsize=10)
         ax.set_xlabel("training step")
         ax.set_ylabel("drop probability")
         ax.set_xlim(0, pattern.total_steps)
@@ -53,10 +55,22 @@ def is_attendout_run(run_dir: Path) -> bool:
     return config.is_file() and json.loads(config.read_text())["config"]["method"] == "attendout"
 
 
-def _run_label(run_dir: Path) -> str:
-    config = Path(run_dir) / "config.json"
-    if config.is_file():
-        task = json.loads(config.read_text()).get("task", {}).get("name")
-        if task:
-            return f"{task} ({Path(run_dir).name})"
-    return Path(run_dir).name
+def panel_labels(run_dirs: Sequence[Path]) -> list[str]:
+    """A title per run: its task, the options that differ between the runs, and its seed
+    (``cola, init_drop=0.1, seed 1``); the folder name when a run has no config.json."""
+    detail = {}
+    for label, runs in group_runs(run_dirs).items():
+        for run in runs:
+            detail[Path(run)] = label.partition(" (")[2].rstrip(")")  # "attendout (a=1, b=2)" -> "a=1, b=2"
+    labels = []
+    for run in map(Path, run_dirs):
+        config = run / "config.json"
+        if not config.is_file():
+            labels.append(run.name)
+            continue
+        saved = json.loads(config.read_text())
+        parts = [saved.get("task", {}).get("name") or run.name, detail.get(run, "")]
+        seed = saved.get("config", {}).get("seed")
+        parts.append(f"seed {seed}" if seed is not None else "")
+        labels.append(", ".join(p for p in parts if p))
+    return labels
