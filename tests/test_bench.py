@@ -18,7 +18,7 @@ import torch
 
 from attendout.cli import main
 from attendout.experiments import Budget, ExperimentError, ResultsStore, load_experiment
-from attendout.experiments.store import process_start_time
+from attendout.experiments.store import default_results_root, process_start_time
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = """
@@ -211,6 +211,38 @@ def test_selection_runs_only_the_chosen_cells_and_names_unknown_ids(tiny_run, on
     assert main(["bench", str(path), "--results", str(root), "--dry-run", "--seeds", "1"]) == 0
     out = capsys.readouterr().out
     assert "summary (only seeds 1): 2 cells: 2 todo" in out  # the finished seed-2 cell is not this job's
+
+
+def test_experiments_sharing_a_results_folder_run_a_common_cell_once(tiny_run, one_thread, capsys):
+    first = write_experiment(tiny_run, seeds=(1,), max_steps=2)
+    text = first.read_text()
+    second = first.with_name("other.toml")  # name "other", results "tiny": none is the same cell
+    second.write_text(
+        text.replace('name = "tiny"', 'name = "other"\nresults = "tiny"').replace(
+            'name = "scores-dropout"\noptions = { p = 0.2 }', 'name = "drophead"'
+        )
+    )
+    assert default_results_root(load_experiment(second)) == Path("results") / "tiny"
+    root = tiny_run["tmp"] / "results"
+    assert main(["bench", str(first), "--results", str(root)]) == 0
+    assert main(["bench", str(second), "--results", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "bench other shard 1/1: 1 trained, 1 already done" in out
+    assert finished_cells(root) == [
+        "tiny-bert/toy/drophead/seed-1",
+        "tiny-bert/toy/none/seed-1",
+        "tiny-bert/toy/scores-dropout/seed-1",
+    ]
+    assert len(events(root, "done")) == 3  # none trained once, by the first experiment
+    # an experiment that does not declare the folder is still refused, and told how to share it
+    third = first.with_name("third.toml")
+    third.write_text(text.replace('name = "tiny"', 'name = "third"'))
+    assert main(["bench", str(third), "--results", str(root)]) == 2
+    assert "results = 'tiny'" in capsys.readouterr().err
+    bad = first.with_name("bad.toml")
+    bad.write_text(text.replace('name = "tiny"', 'name = "bad"\nresults = "../elsewhere"'))
+    with pytest.raises(ExperimentError, match="a folder name under results/"):
+        load_experiment(bad)
 
 
 def test_presets_pass_the_dry_run_offline(tmp_path, monkeypatch, capsys):

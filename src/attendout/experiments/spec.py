@@ -11,6 +11,8 @@ data seed shared by the whole grid, and the training options shared by every cel
     baseline = "none"                   # the method id every other method is compared against
     recipe = "ours: ..."                # where the hyperparameters come from (printed in the table)
     tuning = "none: ..."                # how method options were chosen (printed in the table)
+    results = "cpu-small"               # results folder (default: name): experiments that share one
+                                        # run a cell with the same key and configuration once for all
 
     [training]                          # TrainConfig fields, the same for every cell
     epochs = 2
@@ -81,7 +83,7 @@ FINGERPRINT_EXCLUDE = frozenset(
     {"output_dir", "overwrite", "progress", "device", "data_dir", "save_model", "eval_batch_size"}
 )
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
-_EXPERIMENT_KEYS = ("name", "description", "seeds", "data_seed", "baseline", "recipe", "tuning")
+_EXPERIMENT_KEYS = ("name", "description", "seeds", "data_seed", "baseline", "recipe", "tuning", "results")
 _TOP_LEVEL = ("experiment", "training", "models", "tasks", "methods")
 DEFAULT_TUNING = "none: every method runs with the options listed here; nothing was tuned on dev"
 DEFAULT_RECIPE = "ours (see [training] of the experiment file)"
@@ -241,6 +243,12 @@ class Experiment:
     description: str = ""
     recipe: str = DEFAULT_RECIPE
     tuning: str = DEFAULT_TUNING
+    results: str = ""  # the results folder's name; "" = the experiment's name
+
+    @property
+    def results_name(self) -> str:
+        """The results folder under ``results/``: ``results`` when set, else the experiment's name."""
+        return self.results or self.name
 
     @property
     def size(self) -> int:
@@ -400,13 +408,18 @@ class _Parser:
         if not isinstance(data_seed, int) or isinstance(data_seed, bool):
             raise self.error(f"[experiment] data_seed = {data_seed!r}", "must be an integer")
         texts = {}
-        for key in ("name", "description", "baseline", "recipe", "tuning"):
+        for key in ("name", "description", "baseline", "recipe", "tuning", "results"):
             if key in head and not isinstance(head[key], str):
                 raise self.error(f"[experiment] {key} = {head[key]!r}", "must be a string")
             texts[key] = head.get(key)
         name = texts["name"] or self.path.stem
         if not _ID.match(name):
             raise self.error(f"[experiment] name = {name!r}", "use letters, digits and . _ + = - only")
+        if texts["results"] is not None and not _ID.match(texts["results"]):
+            raise self.error(
+                f"[experiment] results = {texts['results']!r}",
+                "a folder name under results/: letters, digits and . _ + = - only",
+            )
 
         training = self.training(data.get("training", {}), "[training]")
         models = self.entries(data, "models", self.model)
@@ -431,6 +444,7 @@ class _Parser:
             description=texts["description"] or "",
             recipe=texts["recipe"] or DEFAULT_RECIPE,
             tuning=texts["tuning"] or DEFAULT_TUNING,
+            results=texts["results"] or "",
         )
 
     def entries(self, data: dict[str, Any], table: str, parse: Any) -> tuple[Any, ...]:

@@ -55,9 +55,10 @@ GITIGNORE = ".work/\n.claims/\n.bench/\nmodel/\n"
 
 
 def default_results_root(experiment: Experiment, budget: Budget | None = None) -> Path:
-    """``results/NAME`` (relative to the working directory), suffixed by the budget overrides."""
+    """``results/NAME`` (relative to the working directory; NAME is the file's ``results`` or the
+    experiment's name), suffixed by the budget overrides."""
     suffix = budget.suffix() if budget is not None else ""
-    return Path("results") / f"{experiment.name}{suffix}"
+    return Path("results") / f"{experiment.results_name}{suffix}"
 
 
 def this_host() -> str:
@@ -182,18 +183,19 @@ class ResultsStore:
         gitignore = self.root / ".gitignore"
         if not gitignore.exists():
             _create_exclusive(gitignore, GITIGNORE)
-        manifest = {"experiment": experiment.name, "file": str(experiment.path), "budget": budget.overrides()}
+        # The manifest names the results folder's owner: the experiment itself, or the one whose folder it
+        # shares (``results = ...``); cells are told apart by key and configuration fingerprint.
+        owner = experiment.results_name
+        manifest = {"experiment": owner, "file": str(experiment.path), "budget": budget.overrides()}
         path = self.root / "experiment.json"
         if not _create_exclusive(path, json.dumps(manifest, indent=2) + "\n"):
             existing = self.manifest()
-            if (
-                existing.get("experiment") != experiment.name
-                or existing.get("budget", {}) != budget.overrides()
-            ):
+            if existing.get("experiment") != owner or existing.get("budget", {}) != budget.overrides():
                 raise ExperimentError(
                     f"results root {self.root} holds experiment {existing.get('experiment')!r} with budget "
-                    f"{existing.get('budget', {})}; this job is {experiment.name!r} with budget {budget.overrides()}: "
-                    "use another --results folder"
+                    f"{existing.get('budget', {})}; this job is {experiment.name!r} (results folder {owner!r}) "
+                    f"with budget {budget.overrides()}: use another --results folder, or share this one "
+                    f"with results = {existing.get('experiment')!r} in the file's [experiment] table"
                 )
 
     def manifest(self) -> dict[str, Any]:
