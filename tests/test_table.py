@@ -282,3 +282,11 @@ def test_a_task_without_finished_cells_is_named_by_its_metric_and_gets_no_empty_
     assert main(["table", str(with_mrpc), "--results", str(grid["root"]), "--bar-chart", str(after)]) == 0
     assert "MRPC dev (f1)" in capsys.readouterr().out
     assert png_width(after) == png_width(before)
+
+
+def test_bar_colours_are_distinct_and_only_the_baseline_is_grey():
+    from attendout.report.figures import BASELINE_COLOUR, method_colour
+
+    colours = [method_colour(n, is_baseline=False) for n in range(9)]
+    assert len(set(colours)) == 9 and BASELINE_COLOUR not in colours and "C7" not in colours
+    assert method_colour(3, is_baseline=True) == BASELINE_COLOUR

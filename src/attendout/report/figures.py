@@ -18,7 +18,17 @@ from matplotlib.figure import Figure
 from .curves import convergence_figure
 from .table import ComparisonTable
 
-__all__ = ["bar_chart", "convergence_curves"]
+__all__ = ["bar_chart", "convergence_curves", "method_colour"]
+
+BASELINE_COLOUR = "0.55"
+#: matplotlib's tab10 without its grey (C7), which is the baseline's
+_PALETTE = tuple(f"C{i}" for i in range(10) if i != 7)
+
+
+def method_colour(number: int, is_baseline: bool) -> str:
+    """The bar colour of the ``number``-th method of an experiment: grey for the baseline, else one of
+    nine distinct colours (never the baseline's grey), the same in every panel."""
+    return BASELINE_COLOUR if is_baseline else _PALETTE[number % len(_PALETTE)]
 
 
 def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
@@ -41,7 +51,7 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
     fig = Figure(figsize=(width * columns, 3.6 * rows + 0.6), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False)
     for ax, (model, task, split) in zip(axes.flat, panels, strict=False):
-        labels, means, stds, marks, colors = [], [], [], [], []
+        labels, means, stds, marks, colors, counts = [], [], [], [], [], []
         base_mean = math.nan
         for number, method in enumerate(e.methods):
             row = table.row(model.id, task.id, split, method.id)
@@ -51,12 +61,18 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
             means.append(100 * row.mean)
             stds.append(100 * row.std if math.isfinite(row.std) else 0.0)
             marks.append(row.comparison.mark if row.comparison is not None else "")
+            counts.append(len(row.values))
             is_base = method.id == e.baseline
-            colors.append("0.55" if is_base else f"C{number % 10}")  # one colour per method in every panel
+            colors.append(method_colour(number, is_base))
             if is_base:
                 base_mean = 100 * row.mean
         positions = range(len(labels))
-        ax.bar(positions, means, yerr=stds, capsize=3, color=colors, edgecolor="0.2", linewidth=0.5)
+        yerr = [std if count >= 2 else math.nan for std, count in zip(stds, counts, strict=True)]
+        bars = ax.bar(positions, means, yerr=yerr, capsize=3, color=colors, edgecolor="0.2", linewidth=0.5)
+        for bar, count in zip(bars, counts, strict=True):
+            if count < 2:  # one seed: no error bar to draw, and it should not look like a tight one
+                bar.set_hatch("///")
+                bar.set_alpha(0.6)
         if math.isfinite(base_mean):
             ax.axhline(base_mean, color="0.3", linestyle="--", linewidth=0.8)
         for x, (mean, std, mark) in enumerate(zip(means, stds, marks, strict=True)):
@@ -77,7 +93,8 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
         ax.set_visible(False)
     caption = (
         f"{e.name}: mean ± std over seeds; dashed line: {e.method(e.baseline).label}; "
-        "* / **: Holm-corrected paired t-test p < 0.05 / 0.01; the y axes do not start at 0"
+        "* / **: Holm-corrected paired t-test p < 0.05 / 0.01; hatched: one seed so far (no error bar); "
+        "the y axes do not start at 0"
     )
     fig.suptitle(textwrap.fill(caption, width=int(11 * width * columns)), fontsize=9)
     out = Path(out)
