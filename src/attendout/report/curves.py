@@ -64,22 +64,35 @@ def group_runs(run_dirs: Sequence[Path], by: str = "method") -> dict[str, list[P
         raise ValueError(f"group_runs: by must be 'method' or 'run', got {by!r}")
     described = [(Path(run), *_method_and_task(Path(run))) for run in run_dirs]
     several_tasks = len({task for _, _, _, task in described}) > 1
-    # per method name, the options whose values differ between its runs
+    details = _varying_options(described)
+    groups: dict[str, list[Path]] = {}
+    for run, method, _, task in described:
+        if by == "run":
+            label = run.name
+        else:
+            label = f"{method} ({details[run]})" if details[run] else method
+            label = f"{task} {label}" if several_tasks else label
+        groups.setdefault(label, []).append(run)
+    return groups
+
+
+def option_details(run_dirs: Sequence[Path]) -> dict[Path, str]:
+    """Per run, the options whose values differ between the runs of its method (``"init_drop=0.1"``;
+    ``""`` when none do), as :func:`group_runs` puts them in its labels."""
+    return _varying_options([(Path(run), *_method_and_task(Path(run))) for run in run_dirs])
+
+
+def _varying_options(described: list[tuple[Path, str, dict, str]]) -> dict[Path, str]:
+    """(run, method, options, task) rows -> per run, ``k=v, ...`` of its method's varying options."""
     values: dict[str, dict[str, set[str]]] = {}
     for _, method, options, _ in described:
         for key, value in options.items():
             values.setdefault(method, {}).setdefault(key, set()).add(json.dumps(value, sort_keys=True))
-    groups: dict[str, list[Path]] = {}
-    for run, method, options, task in described:
-        if by == "run":
-            label = run.name
-        else:
-            varying = [k for k, seen in values.get(method, {}).items() if len(seen) > 1]
-            detail = ", ".join(f"{k}={options.get(k)}" for k in varying)
-            label = f"{method} ({detail})" if detail else method
-            label = f"{task} {label}" if several_tasks else label
-        groups.setdefault(label, []).append(run)
-    return groups
+    details = {}
+    for run, method, options, _ in described:
+        varying = [k for k, seen in values.get(method, {}).items() if len(seen) > 1]
+        details[run] = ", ".join(f"{k}={options.get(k)}" for k in varying)
+    return details
 
 
 def _method_and_task(run_dir: Path) -> tuple[str, dict, str]:

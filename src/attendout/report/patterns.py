@@ -16,7 +16,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from ..methods.attendout.runlog import read_drop_pattern
-from .curves import group_runs
+from .curves import option_details
 
 __all__ = ["is_attendout_run", "panel_labels", "pattern_figure"]
 
@@ -58,10 +58,7 @@ def is_attendout_run(run_dir: Path) -> bool:
 def panel_labels(run_dirs: Sequence[Path]) -> list[str]:
     """A title per run: its task, the options that differ between the runs, and its seed
     (``cola, init_drop=0.1, seed 1``); the folder name when a run has no config.json."""
-    detail = {}
-    for label, runs in group_runs(run_dirs).items():
-        for run in runs:
-            detail[Path(run)] = label.partition(" (")[2].rstrip(")")  # "attendout (a=1, b=2)" -> "a=1, b=2"
+    detail = option_details([run for run in run_dirs if (Path(run) / "config.json").is_file()])
     labels = []
     for run in map(Path, run_dirs):
         config = run / "config.json"
