@@ -316,3 +316,27 @@ def test_unsupported_model_names_its_class():
     model = MPNetForSequenceClassification(config)
     with pytest.raises(attendout.UnsupportedModelError, match="MPNetForSequenceClassification.*'mpnet'"):
         attendout.apply(model, "none")
+
+
+def test_weights_dropout_at_the_models_rate_is_the_same_noise_as_the_models_own_dropout():
+    """`none` keeps the model's attention dropout inside SDPA; `attn-dropout` at that p replaces it.
+
+    Same regulariser, so the logits' spread over dropout draws must match (stacked dropouts would
+    give ~1.4x the spread, a lost dropout none at all).
+    """
+    model = tiny_model("bert", attention_probs_dropout_prob=0.3, hidden_dropout_prob=0.0)
+    batch = make_batch(batch=2)
+    model.train()
+
+    def spread() -> float:
+        with torch.no_grad():
+            draws = torch.stack([model(**batch).logits for _ in range(400)])
+        return draws.std(0).mean().item()
+
+    torch.manual_seed(0)
+    stock = spread()
+    attendout.apply(model, "attn-dropout", p=0.3)
+    torch.manual_seed(1)
+    replaced = spread()
+    assert stock > 0
+    assert abs(replaced / stock - 1) < 0.15, (stock, replaced)
