@@ -250,12 +250,17 @@ def test_presets_pass_the_dry_run_offline(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(REPO)
     presets = sorted((REPO / "experiments").glob("*.toml"))
     assert {p.stem for p in presets} >= {"paper-table1", "paper-table3", "paper-table4", "cpu-small"}
+    outs = {}
     for preset in presets:
         extra = [] if preset.stem.startswith("paper-") else ["--no-data-check"]
         code = main(["bench", preset.stem, "--dry-run", "--results", str(tmp_path / preset.stem), *extra])
-        out = capsys.readouterr().out
+        out = outs[preset.stem] = capsys.readouterr().out
         assert code == 0, out
         assert "INVALID" not in out
+    # a task's own learning rate reaches its cells, and only its cells
+    cells = [line for line in outs["cpu-small"].splitlines() if "minilm/" in line]
+    assert all(("lr 0.0001" in line) == ("/mrpc/" in line) for line in cells), cells
+    assert all("lr 5e-05" in line for line in cells if "/cola/" in line)
     assert main(["bench", "paper-table1", "--dry-run", "--results", str(tmp_path / "t1")]) == 0
     out = capsys.readouterr().out
     assert "2 models x 5 tasks x 2 methods x 5 seeds = 100 cells" in out

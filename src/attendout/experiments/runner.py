@@ -276,7 +276,7 @@ def _cell_summary(cell: Cell, steps: int | None) -> str:
     if steps is not None and c.max_steps is None:
         budget += f" ({steps} steps)"
     train = "" if c.max_train_samples is None else f", {c.max_train_samples} train examples"
-    return f"{cell.method.describe()}; {budget}{train}"
+    return f"{cell.method.describe()}; {budget}, lr {c.learning_rate:g}{train}"
 
 
 def _finished_times(cells: Iterable[Cell], store: ResultsStore) -> dict[str, float]:
