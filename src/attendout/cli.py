@@ -331,14 +331,34 @@ COMMANDS = {
 }
 
 
+SUMMARIES = {
+    "finetune": "fine-tune a pretrained encoder on a task with one attention method",
+    "methods": "list the attention methods and their options",
+    "tasks": "list the built-in tasks and where their data comes from",
+    "inspect": "draw a layer's attention, AD-DROP attribution and dropped positions as PNG",
+    "plot": "draw convergence curves of finished runs, and AttendOut's dropout patterns, as PNG",
+    "bench": "run (or resume, or --dry-run) a grid of tasks x methods x seeds from an experiment file",
+    "table": "aggregate a grid: mean ± std, paired tests against the baseline, Markdown, CSV, PNG",
+}
+
+
+def _usage() -> str:
+    lines = ["usage: attendout COMMAND [options]   (attendout COMMAND --help for details)", "", "commands:"]
+    lines += [f"  {name:10s} {SUMMARIES[name]}" for name in COMMANDS]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="attendout: %(levelname)s: %(message)s")
     _quiet_transformers()
+    if argv and argv[0] == "--version":
+        from . import __version__
+
+        print(f"attendout {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help"):
-        print(
-            "usage: attendout {" + ",".join(COMMANDS) + "} [options]  (attendout COMMAND --help for details)"
-        )
+        print(_usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else EXIT_USAGE
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
