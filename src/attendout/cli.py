@@ -320,31 +320,27 @@ def _quiet_transformers() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
+#: name -> (handler, the line `attendout --help` shows for it)
 COMMANDS = {
-    "finetune": cmd_finetune,
-    "methods": cmd_methods,
-    "tasks": cmd_tasks,
-    "inspect": cmd_inspect,
-    "plot": cmd_plot,
-    "bench": cmd_bench,
-    "table": cmd_table,
-}
-
-
-SUMMARIES = {
-    "finetune": "fine-tune a pretrained encoder on a task with one attention method",
-    "methods": "list the attention methods and their options",
-    "tasks": "list the built-in tasks and where their data comes from",
-    "inspect": "draw a layer's attention, AD-DROP attribution and dropped positions as PNG",
-    "plot": "draw convergence curves of finished runs, and AttendOut's dropout patterns, as PNG",
-    "bench": "run (or resume, or --dry-run) a grid of tasks x methods x seeds from an experiment file",
-    "table": "aggregate a grid: mean ± std, paired tests against the baseline, Markdown, CSV, PNG",
+    "finetune": (cmd_finetune, "fine-tune a pretrained encoder on a task with one attention method"),
+    "methods": (cmd_methods, "list the attention methods and their options"),
+    "tasks": (cmd_tasks, "list the built-in tasks and where their data comes from"),
+    "inspect": (cmd_inspect, "draw a layer's attention, AD-DROP attribution and dropped positions as PNG"),
+    "plot": (cmd_plot, "draw convergence curves of finished runs, and AttendOut's dropout patterns, as PNG"),
+    "bench": (
+        cmd_bench,
+        "run (or resume, or --dry-run) a grid of tasks x methods x seeds from an experiment file",
+    ),
+    "table": (
+        cmd_table,
+        "aggregate a grid: mean ± std, paired tests against the baseline, Markdown, CSV, PNG",
+    ),
 }
 
 
 def _usage() -> str:
     lines = ["usage: attendout COMMAND [options]   (attendout COMMAND --help for details)", "", "commands:"]
-    lines += [f"  {name:10s} {SUMMARIES[name]}" for name in COMMANDS]
+    lines += [f"  {name:10s} {summary}" for name, (_, summary) in COMMANDS.items()]
     return "\n".join(lines)
 
 
@@ -372,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     from .train import RunExistsError, TrainingError
 
     try:
-        return COMMANDS[command](rest)
+        return COMMANDS[command][0](rest)
     except (DataError, UnsupportedModelError, ModelNotFoundError, RunExistsError, ValueError) as error:
         print(f"attendout: error: {error}", file=sys.stderr)
         return EXIT_USAGE
