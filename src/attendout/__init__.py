@@ -28,6 +28,7 @@ from .methods.synthesizer import (
     save_synthesized,
     synthesize,
 )
+from .predict import Predictions, Predictor
 
 __version__ = "0.1.0"
 
@@ -44,6 +45,8 @@ __all__ = [
     "AttentionMethod",
     "MethodConfig",
     "MethodHandle",
+    "Predictions",
+    "Predictor",
     "SequenceTooLongError",
     "SynthesizerConfig",
     "UnsupportedModelError",

@@ -301,6 +301,81 @@ def cmd_bench(argv: list[str]) -> int:
     return bench_main(argv)
 
 
+def cmd_predict(argv: list[str]) -> int:
+    """Label a file, or score a split of the run's own data, with a fine-tuned model."""
+    from .predict import Predictor, prediction_rows, write_predictions
+
+    parser = argparse.ArgumentParser(
+        prog="attendout predict",
+        description="Predict with a fine-tuned model: a run directory of `attendout finetune` (it knows its "
+        "task, max length and data) or a model folder (a run's model/, a transformers classifier, a "
+        "synthesized checkpoint). Inputs: a CSV/TSV/JSON-lines file (--input) or a split of the run's data "
+        "(--split dev). With labels (--label-column, or a split) the task's metrics are printed too.",
+    )
+    parser.add_argument("model", help="run directory or model folder")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", help="CSV/TSV/JSON-lines file of texts to predict")
+    source.add_argument(
+        "--split", help="a split of the run's data: train, validation (carved from train), dev, dev_ood..."
+    )
+    parser.add_argument(
+        "--text-columns",
+        help="one or two input columns (default: the run's text columns, else the task's text fields; "
+        "'text' for a model folder)",
+    )
+    parser.add_argument("--label-column", help="gold labels in the input file: print the task's metrics")
+    parser.add_argument(
+        "--format", dest="file_format", help="input format: csv, tsv or jsonl (default: extension)"
+    )
+    parser.add_argument("--data-dir", help="the run's data folder, if it moved (with --split)")
+    parser.add_argument(
+        "--output", help="write the predictions here (.jsonl, .csv or .tsv; default: print TSV to stdout)"
+    )
+    parser.add_argument("--max-length", type=int, help="tokens per input (default: the run's max length)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    parser.add_argument("--precision", default="fp32", help="fp32, bf16 or fp16 (autocast, GPU)")
+    args = parser.parse_args(argv)
+    if args.split is not None and (args.text_columns or args.label_column or args.file_format):
+        raise ValueError(
+            "--text-columns, --label-column and --format describe an --input file, not a --split"
+        )
+
+    predictor = Predictor.load(
+        args.model,
+        max_length=args.max_length,
+        batch_size=args.batch_size,
+        device=args.device,
+        precision=args.precision,
+    )
+    if args.split is not None:
+        examples = predictor.split(args.split, data_dir=args.data_dir)
+        what = f"split {args.split!r} ({len(examples)} examples)"
+    else:
+        columns = args.text_columns.split(",") if args.text_columns else None
+        examples = predictor.read(
+            args.input, text_columns=columns, label_column=args.label_column, file_format=args.file_format
+        )
+        what = f"{args.input} ({len(examples)} examples)"
+    if examples.labels is not None:
+        metrics, predictions = predictor.evaluate(examples)
+    else:
+        metrics, predictions = None, predictor.predict_examples(examples)
+    names = predictor.task.label_names
+    if args.output:
+        write_predictions(args.output, predictions, examples, label_names=names)
+        print(f"wrote {len(predictions)} predictions to {args.output}", file=sys.stderr)
+    else:
+        rows = prediction_rows(predictions, examples, label_names=names)
+        print("\t".join(rows[0]))
+        for row in rows:
+            print("\t".join(str(v).replace("\t", " ").replace("\n", " ") for v in row.values()))
+    if metrics is not None:
+        scores = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if v is not None)
+        print(f"{predictor.task.name} | {what} | {scores}", file=sys.stderr)
+    return 0
+
+
 def cmd_table(argv: list[str]) -> int:
     """The comparison table, CSV and figures of an experiment grid; see attendout.report.table."""
     from .report.table import table_main
@@ -327,6 +402,7 @@ COMMANDS = {
     "tasks": (cmd_tasks, "list the built-in tasks and where their data comes from"),
     "inspect": (cmd_inspect, "draw a layer's attention, AD-DROP attribution and dropped positions as PNG"),
     "plot": (cmd_plot, "draw convergence curves of finished runs, and AttendOut's dropout patterns, as PNG"),
+    "predict": (cmd_predict, "label a file, or score a split of the run's data, with a fine-tuned model"),
     "bench": (
         cmd_bench,
         "run (or resume, or --dry-run) a grid of tasks x methods x seeds from an experiment file",

@@ -155,6 +155,18 @@ class TrainConfig:
         out["method_options"] = self.method_config().to_dict()
         return out
 
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """The config :meth:`to_dict` wrote (a run's config.json); an unknown field is an error."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown training option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        options = {k: v for k, v in (values.get("method_options") or {}).items() if k != "name"}
+        return cls(**{**values, "method_options": options})
+
 
 # --------------------------------------------------------------------------------------------------
 # Small utilities
@@ -165,6 +177,14 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    """The autocast dtype of a ``precision`` setting: None for fp32 (no autocast)."""
+    dtypes = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if precision not in dtypes:
+        raise ValueError(f"precision must be one of {', '.join(dtypes)}, got {precision!r}")
+    return dtypes[precision]
 
 
 def pick_device(name: str) -> torch.device:
@@ -225,7 +245,12 @@ class Encoded:
             return_token_type_ids=None,
         )
         self.features = [{k: enc[k][i] for k in enc.keys()} for i in range(len(examples))]
-        self.labels = torch.tensor(examples.labels, dtype=torch.float if regression else torch.long)
+        # Unlabelled examples (``labels`` None: text to predict) give batches without labels.
+        self.labels = (
+            None
+            if examples.labels is None
+            else torch.tensor(examples.labels, dtype=torch.float if regression else torch.long)
+        )
         self.tokenizer = tokenizer
 
     def __len__(self) -> int:
@@ -233,7 +258,8 @@ class Encoded:
 
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
         batch = self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt")
-        batch["labels"] = self.labels[indices]
+        if self.labels is not None:
+            batch["labels"] = self.labels[indices]
         return dict(batch)
 
     def batches(
@@ -247,6 +273,41 @@ class Encoded:
         order = list(order)
         for start in range(0, len(order), batch_size):
             yield self.batch(order[start : start + batch_size])
+
+
+@torch.no_grad()
+def predict_batches(
+    model: nn.Module,
+    data: Encoded,
+    batch_size: int,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None = None,
+    *,
+    regression: bool = False,
+) -> tuple[np.ndarray, np.ndarray, float | None]:
+    """Run ``model`` (in eval mode) over ``data`` in order: (predictions, scores, mean loss).
+
+    Classification: predictions are class indices, scores the softmax probabilities [n, classes].
+    Regression: both are the predicted values [n]. The loss is ``None`` for unlabelled data.
+    """
+    model.eval()
+    preds, scores, losses = [], [], []
+    for batch in data.batches(batch_size):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            out = model(**batch)
+        logits = out.logits.float()
+        if out.loss is not None:
+            losses.append(out.loss.float() * len(logits))
+        if regression:
+            values = logits.squeeze(-1)
+            preds.append(values.cpu())
+            scores.append(values.cpu())
+        else:
+            preds.append(logits.argmax(-1).cpu())
+            scores.append(torch.softmax(logits, -1).cpu())
+    loss = (torch.stack(losses).sum() / len(data)).item() if losses else None
+    return torch.cat(preds).numpy(), torch.cat(scores).numpy(), loss
 
 
 def adamw(groups: Any, lr: float) -> torch.optim.AdamW:
@@ -339,7 +400,7 @@ class Trainer:
         self.steps_per_epoch = math.ceil(len(self.train_set) / config.batch_size)
         self.total_steps = config.max_steps or max(1, math.ceil(config.epochs * self.steps_per_epoch))
         self.build_optimizer()
-        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+        self.autocast_dtype = autocast_dtype(config.precision)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.precision == "fp16")
         self.state = TrainState()
         self.strategy = self.method_config.training_strategy()
@@ -504,29 +565,17 @@ class Trainer:
         return self.finish(train_time)
 
     # evaluation -----------------------------------------------------------------------------
-    @torch.no_grad()
-    def predict(self, data: Encoded) -> tuple[np.ndarray, np.ndarray, float]:
+    def predict(self, data: Encoded) -> tuple[np.ndarray, np.ndarray, float | None]:
         """(predictions, scores, mean loss): class indices and probabilities, or regression values."""
         model = self.strategy.eval_model(self)
-        model.eval()
-        preds, scores, losses = [], [], []
-        for batch in data.batches(self.config.eval_batch_size):
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            with torch.autocast(
-                self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
-            ):
-                out = model(**batch)
-            logits = out.logits.float()
-            losses.append(out.loss.float() * len(logits))
-            if self.task.kind == "regression":
-                values = logits.squeeze(-1)
-                preds.append(values.cpu())
-                scores.append(values.cpu())
-            else:
-                preds.append(logits.argmax(-1).cpu())
-                scores.append(torch.softmax(logits, -1).cpu())
-        loss = (torch.stack(losses).sum() / len(data)).item()
-        return torch.cat(preds).numpy(), torch.cat(scores).numpy(), loss
+        return predict_batches(
+            model,
+            data,
+            self.config.eval_batch_size,
+            self.device,
+            self.autocast_dtype,
+            regression=self.task.kind == "regression",
+        )
 
     def evaluate(self, data: Encoded) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
         preds, scores, loss = self.predict(data)

@@ -38,7 +38,7 @@ class RawTable:
     texts: tuple[list[str], ...]  # one list per text column, each [num_rows]
     labels: list[Any]  # raw label per row: str from CSV/TSV, JSON scalar from JSON lines
     lines: list[int]  # 1-based line number of each row (last line of a multi-line CSV record)
-    label_column: str
+    label_column: str | None  # None: an unlabelled file (text to predict); labels are then all None
     groups: list[str] | None = None
 
     def __len__(self) -> int:
@@ -101,13 +101,13 @@ def read_file(
     path: str | Path,
     *,
     text_columns: Sequence[str],
-    label_column: str,
+    label_column: str | None,
     file_format: str | None = None,
     group_column: str | None = None,
     column_names: Sequence[str] | None = None,
     what: str = "data file",
 ) -> RawTable:
-    """Read the named columns of a CSV/TSV/JSON-lines file.
+    """Read the named columns of a CSV/TSV/JSON-lines file (``label_column`` None: no labels).
 
     ``column_names`` is for CSV/TSV files without a header row (GLUE CoLA): it names the fields,
     and every line must have exactly that many. Otherwise the first row is the header, and every
@@ -135,7 +135,7 @@ def _read_delimited(
     path: Path,
     fmt: str,
     text_columns: Sequence[str],
-    label_column: str,
+    label_column: str | None,
     group_column: str | None,
     column_names: Sequence[str] | None,
 ) -> RawTable:
@@ -148,7 +148,7 @@ def _read_delimited(
         else:
             header = list(column_names)
         text_idx = [_column_index(header, name, path) for name in text_columns]
-        label_idx = _column_index(header, label_column, path)
+        label_idx = None if label_column is None else _column_index(header, label_column, path)
         group_idx = None if group_column is None else _column_index(header, group_column, path)
         texts: tuple[list[str], ...] = tuple([] for _ in text_columns)
         labels: list[Any] = []
@@ -165,7 +165,7 @@ def _read_delimited(
                 )
             for column, i in zip(texts, text_idx, strict=True):
                 column.append(row[i])
-            labels.append(row[label_idx])
+            labels.append(None if label_idx is None else row[label_idx])
             lines.append(reader.line_num)
             if groups is not None and group_idx is not None:
                 groups.append(row[group_idx])
@@ -178,14 +178,14 @@ def _read_jsonl(
     handle: IO[str],
     path: Path,
     text_columns: Sequence[str],
-    label_column: str,
+    label_column: str | None,
     group_column: str | None,
 ) -> RawTable:
     texts: tuple[list[str], ...] = tuple([] for _ in text_columns)
     labels: list[Any] = []
     lines: list[int] = []
     groups: list[str] | None = None if group_column is None else []
-    wanted = [*text_columns, label_column] + ([group_column] if group_column else [])
+    wanted = [*text_columns] + [c for c in (label_column, group_column) if c is not None]
     for line_no, line in enumerate(handle, start=1):
         if not line.strip():
             continue
@@ -207,7 +207,7 @@ def _read_jsonl(
             if value is None or isinstance(value, dict | list):
                 raise DataError(f"{path} line {line_no}, key {name!r}: expected text, found {value!r}")
             column.append(str(value))
-        labels.append(record[label_column])
+        labels.append(None if label_column is None else record[label_column])
         lines.append(line_no)
         if groups is not None and group_column is not None:
             groups.append(str(record[group_column]))

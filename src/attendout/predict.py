@@ -1,0 +1,395 @@
+"""Predictions from a fine-tuned model: :class:`Predictor` and ``attendout predict``.
+
+Two kinds of folder load with :meth:`Predictor.load`:
+
+* a **run directory** written by ``attendout finetune`` (``config.json`` with the run's settings and
+  ``model/``): the predictor knows the task (label names, text fields, metrics), the maximum length
+  the model was trained with and where the data came from, so :meth:`Predictor.split` can rebuild
+  any split of the run (``dev``, ``dev_ood``, the carved ``validation``...) exactly as the run saw it;
+* a **model folder**: a run's ``model/``, any ``transformers`` sequence-classification checkpoint,
+  or a synthesized checkpoint (:func:`attendout.load_model` reads both). Only its labels are known:
+  texts are read from a ``text`` column unless told otherwise, and scored by accuracy (regression:
+  Pearson).
+
+>>> predictor = Predictor.load("runs/cola")
+>>> predictor.predict(["The cat sat on the mat.", "Mat the on sat cat."]).labels
+['acceptable', 'unacceptable']
+>>> metrics, predictions = predictor.evaluate(predictor.split("dev"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from .tasks import CLASSIFICATION, REGRESSION, DataError, Examples, Task, compute_metrics
+from .tasks.readers import read_file, to_examples
+from .train import Encoded, TrainConfig, autocast_dtype, pick_device, predict_batches, split_for_training
+
+__all__ = ["PredictError", "Predictions", "Predictor", "read_inputs", "write_predictions"]
+
+
+class PredictError(ValueError):
+    """A folder that cannot be predicted with, or inputs that do not fit the model."""
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """The model's outputs for n examples, in input order.
+
+    ``predictions``: class indices [n] (regression: values [n]); ``scores``: class probabilities
+    [n, classes] (regression: the values again); ``label_names``: the class names (None for
+    regression); ``loss``: the mean loss when the examples had labels.
+    """
+
+    predictions: np.ndarray
+    scores: np.ndarray
+    label_names: tuple[str, ...] | None
+    loss: float | None = None
+
+    def __len__(self) -> int:
+        return len(self.predictions)
+
+    @property
+    def labels(self) -> list[str] | list[float]:
+        """The predicted class names (regression: the predicted values)."""
+        if self.label_names is None:
+            return [float(v) for v in self.predictions]
+        return [self.label_names[int(i)] for i in self.predictions]
+
+    def records(self) -> list[dict[str, Any]]:
+        """One dict per example: ``prediction`` (name or value) and, for classes, each probability."""
+        if self.label_names is None:
+            return [{"prediction": value} for value in self.labels]
+        return [
+            {
+                "prediction": name,
+                **{f"p_{label}": round(float(p), 6) for label, p in zip(self.label_names, row, strict=True)},
+            }
+            for name, row in zip(self.labels, self.scores, strict=True)
+        ]
+
+
+def _run_settings(path: Path) -> dict[str, Any] | None:
+    """The settings of the run directory ``path`` (its config.json), or None for a model folder."""
+    file = path / "config.json"
+    if not file.is_file():
+        return None
+    try:
+        settings = json.loads(file.read_text())
+    except json.JSONDecodeError as error:
+        raise PredictError(f"{file}: not valid JSON ({error.msg}, line {error.lineno})") from None
+    return settings if isinstance(settings, dict) and "config" in settings and "task" in settings else None
+
+
+def _model_task(model: nn.Module, name: str) -> Task:
+    """A task described by a bare classification checkpoint: its labels, a ``text`` field, accuracy."""
+    config = model.config
+    if config.problem_type == "regression" or config.num_labels == 1:
+        return Task(
+            name=name,
+            kind=REGRESSION,
+            text_fields=("text",),
+            label_names=None,
+            metrics=("pearson", "spearman"),
+            eval_split_names=("input",),
+            description=f"the regression head of {name}",
+        )
+    names = tuple(str(config.id2label[i]) for i in range(config.num_labels))
+    return Task(
+        name=name,
+        kind=CLASSIFICATION,
+        text_fields=("text",),
+        label_names=names,
+        metrics=("accuracy",),
+        eval_split_names=("input",),
+        description=f"the {len(names)} classes of {name}",
+    )
+
+
+def _task_from_settings(settings: dict[str, Any]) -> Task:
+    fields = {f.name for f in dataclasses.fields(Task)}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in settings["task"].items() if k in fields}
+    return Task(**values)
+
+
+def _longest_input(model: nn.Module, tokenizer: Any) -> int:
+    """The most tokens the model takes: a synthesizer's l_max, else its position embeddings."""
+    from .methods.synthesizer.method import get_synthesizer
+
+    synthesizer = get_synthesizer(model)
+    if synthesizer is not None and synthesizer.resolved_config().l_max is not None:
+        return int(synthesizer.resolved_config().l_max)
+    limits = (
+        getattr(model.config, "max_position_embeddings", None),
+        getattr(tokenizer, "model_max_length", None),
+    )
+    return min((v for v in limits if isinstance(v, int) and 0 < v < 1_000_000), default=512)
+
+
+class Predictor:
+    """A fine-tuned sequence classifier (or regressor) with its tokenizer, ready to label text.
+
+    ``max_length``: inputs are truncated to this many tokens (a run directory's own max length by
+    default). ``precision`` "bf16"/"fp16" runs under autocast (GPU).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        task: Task,
+        *,
+        max_length: int = 128,
+        batch_size: int = 64,
+        device: str = "auto",
+        precision: str = "fp32",
+        settings: dict[str, Any] | None = None,
+        source: str = "",
+    ):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.device = pick_device(device)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.task = task
+        self.batch_size = batch_size
+        self.autocast_dtype = autocast_dtype(precision)
+        self.settings = settings  # the run's config.json, when loaded from a run directory
+        self.source = source
+        longest = _longest_input(model, tokenizer)
+        if max_length > longest:
+            raise PredictError(f"max_length {max_length} is more than this model takes ({longest} tokens)")
+        self.max_length = max_length
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike,
+        *,
+        max_length: int | None = None,
+        batch_size: int = 64,
+        device: str = "auto",
+        precision: str = "fp32",
+    ) -> Predictor:
+        """Load a run directory or a model folder (see the module's docstring)."""
+        from transformers import AutoTokenizer
+
+        from .methods.synthesizer.checkpoint import load_model
+
+        path = Path(path)
+        if not path.is_dir():
+            raise PredictError(f"{path} is not a folder (expected a run directory or a model folder)")
+        settings = _run_settings(path)
+        model_dir = path / "model" if settings is not None else path
+        if settings is not None and not (model_dir / "config.json").is_file():
+            raise PredictError(
+                f"run {path} kept no model (no {model_dir}/config.json): it ran with save_model off, "
+                "as `attendout bench` cells do unless asked; fine-tune again with --save-model"
+            )
+        if not (model_dir / "config.json").is_file():
+            raise PredictError(f"{path} has no config.json: it is neither a run directory nor a model folder")
+        try:
+            model = load_model(model_dir)
+            tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        except (OSError, ValueError, KeyError) as error:
+            raise PredictError(
+                f"cannot load the model in {model_dir} ({type(error).__name__}: {str(error).splitlines()[0]})"
+            ) from None
+        if settings is not None:
+            task = _task_from_settings(settings)
+            expected = task.num_labels
+            if model.config.num_labels != expected:
+                raise PredictError(
+                    f"{model_dir} has {model.config.num_labels} outputs but the run's task {task.name!r} has {expected}"
+                )
+            max_length = max_length or int(settings["config"]["max_length"])
+        else:
+            task = _model_task(model, path.name)
+            max_length = max_length or _longest_input(model, tokenizer)
+        return cls(
+            model,
+            tokenizer,
+            task,
+            max_length=max_length,
+            batch_size=batch_size,
+            device=device,
+            precision=precision,
+            settings=settings,
+            source=str(path),
+        )
+
+    # predicting -----------------------------------------------------------------------------------
+    def predict(self, text_a: Sequence[str], text_b: Sequence[str] | None = None) -> Predictions:
+        """Predict texts (``text_b``: the second text of each pair, for pair tasks)."""
+        return self.predict_examples(
+            Examples(text_a=list(text_a), text_b=None if text_b is None else list(text_b), labels=None)
+        )
+
+    def predict_examples(self, examples: Examples) -> Predictions:
+        """Predict :class:`~attendout.tasks.Examples` (their labels, if any, give the loss)."""
+        if len(examples) == 0:
+            raise PredictError("nothing to predict: no examples")
+        pair_model = self.task.is_pair
+        if pair_model != (examples.text_b is not None):
+            raise PredictError(
+                f"task {self.task.name!r} takes {'pairs of texts' if pair_model else 'single texts'} "
+                f"({', '.join(self.task.text_fields)}) but the inputs are "
+                f"{'pairs' if examples.text_b is not None else 'single texts'}"
+            )
+        regression = self.task.kind == REGRESSION
+        data = Encoded(examples, self.tokenizer, self.max_length, regression)
+        preds, scores, loss = predict_batches(
+            self.model, data, self.batch_size, self.device, self.autocast_dtype, regression=regression
+        )
+        return Predictions(preds, scores, self.task.label_names, loss)
+
+    def evaluate(self, examples: Examples) -> tuple[dict[str, float], Predictions]:
+        """(the task's metrics and the loss, the predictions) on labelled examples."""
+        if examples.labels is None:
+            raise PredictError("cannot evaluate examples without labels")
+        predictions = self.predict_examples(examples)
+        metrics = compute_metrics(self.task, predictions.predictions, np.asarray(examples.labels))
+        return {**metrics, "loss": predictions.loss}, predictions
+
+    # data -----------------------------------------------------------------------------------------
+    def split(self, name: str, data_dir: str | None = None) -> Examples:
+        """Split ``name`` of the run's data, as the run saw it (run directories only).
+
+        ``train`` and ``validation`` are the run's training part and the validation part carved
+        from train; any other name is one of the task's evaluation splits (subsampled like the
+        run's). ``data_dir`` replaces the run's data folder (a run made elsewhere, or a path that
+        was relative to another working directory).
+        """
+        if self.settings is None:
+            raise PredictError(
+                f"{self.source} is a model folder, not a run directory: it does not know its data; "
+                "predict a file instead"
+            )
+        values = dict(self.settings["config"])
+        if data_dir is not None:
+            values["data_dir"] = str(data_dir)
+        config = TrainConfig.from_dict(values)
+        _, data = config.load_data()
+        train, validation, evals = split_for_training(data, config)
+        splits = {"train": train, "validation": validation, **evals}
+        if name not in splits:
+            raise PredictError(f"run {self.source} has no split {name!r}; its splits: {', '.join(splits)}")
+        return splits[name]
+
+    def read(
+        self,
+        path: str | os.PathLike,
+        *,
+        text_columns: Sequence[str] | None = None,
+        label_column: str | None = None,
+        file_format: str | None = None,
+    ) -> Examples:
+        """Read a CSV/TSV/JSON-lines file of inputs (labels too when ``label_column`` is given).
+
+        Text columns default to the run's own (``text_columns`` of a file task, else the task's text
+        fields: ``sentence`` for CoLA, ``sentence1``/``sentence2`` for MRPC...).
+        """
+        return read_inputs(
+            path,
+            self.task,
+            text_columns=text_columns or self._default_columns(),
+            label_column=label_column,
+            file_format=file_format,
+        )
+
+    def _default_columns(self) -> tuple[str, ...]:
+        if self.settings is not None and self.settings["config"].get("text_columns"):
+            return tuple(self.settings["config"]["text_columns"])
+        return self.task.text_fields
+
+
+def read_inputs(
+    path: str | os.PathLike,
+    task: Task,
+    *,
+    text_columns: Sequence[str],
+    label_column: str | None = None,
+    file_format: str | None = None,
+) -> Examples:
+    """Examples from a file of inputs for ``task`` (unlabelled unless ``label_column`` is given)."""
+    if len(text_columns) != len(task.text_fields):
+        raise DataError(
+            f"task {task.name!r} takes {len(task.text_fields)} text column(s) "
+            f"({', '.join(task.text_fields)}), got {list(text_columns)!r}"
+        )
+    raw = read_file(
+        path, text_columns=text_columns, label_column=label_column, file_format=file_format, what="input file"
+    )
+    if label_column is not None:
+        return to_examples(
+            raw, kind=task.kind, label_names=task.label_names, split="input", label_range=task.label_range
+        )
+    if len(raw) == 0:
+        raise DataError(f"{path}: no rows to predict")
+    text_b = raw.texts[1] if len(raw.texts) > 1 else None
+    return Examples(text_a=raw.texts[0], text_b=text_b, labels=None)
+
+
+def write_predictions(
+    path: str | os.PathLike,
+    predictions: Predictions,
+    examples: Examples,
+    *,
+    label_names: Sequence[str] | None = None,
+) -> Path:
+    """Write one row per example (texts, gold label if known, prediction, probabilities) atomically.
+
+    The format follows the extension: ``.jsonl``, ``.csv`` or ``.tsv``. The file appears complete or
+    not at all.
+    """
+    import csv
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".csv", ".tsv"):
+        raise PredictError(f"{path}: the output must end in .jsonl, .csv or .tsv")
+    rows = prediction_rows(predictions, examples, label_names=label_names)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w", newline="") as handle:
+            if suffix == ".jsonl":
+                for row in rows:
+                    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            else:
+                writer = csv.DictWriter(
+                    handle, fieldnames=list(rows[0]), delimiter="\t" if suffix == ".tsv" else ","
+                )
+                writer.writeheader()
+                writer.writerows(rows)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def prediction_rows(
+    predictions: Predictions, examples: Examples, *, label_names: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """The rows :func:`write_predictions` writes: texts, gold label (when known), prediction, probabilities."""
+    if len(predictions) != len(examples):
+        raise ValueError(f"{len(predictions)} predictions for {len(examples)} examples")
+    rows = []
+    for i, record in enumerate(predictions.records()):
+        row: dict[str, Any] = {"text_a": examples.text_a[i]}
+        if examples.text_b is not None:
+            row["text_b"] = examples.text_b[i]
+        if examples.labels is not None:
+            gold = examples.labels[i]
+            row["label"] = label_names[int(gold)] if label_names is not None else gold
+        rows.append({**row, **record})
+    return rows
