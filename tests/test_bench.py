@@ -383,6 +383,43 @@ def test_sigkill_inside_a_running_cell_then_a_rerun_completes_the_grid_once(tiny
     assert not list(root.glob(".work/*")) and not list(root.glob(".claims/*"))
 
 
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_cell_killed_after_a_checkpoint_resumes_there_to_the_uninterrupted_numbers(
+    tiny_run, one_thread, how
+):
+    steps = 16
+    path = write_experiment(tiny_run, seeds=(1,), max_steps=steps)  # the model's dropout: generators matter
+    root = tiny_run["tmp"] / "results"
+    job = bench_process(path, root, log=tiny_run["tmp"] / "killed.log")
+    deadline = time.time() + 120
+    while not list(root.glob(".work/*/checkpoint/state.json")) and time.time() < deadline and job.is_alive():
+        time.sleep(0.005)
+    assert list(root.glob(".work/*/checkpoint/state.json")), (tiny_run["tmp"] / "killed.log").read_text()[
+        -2000:
+    ]
+    os.kill(job.pid, how)
+    job.join()
+    assert finished_cells(root) == []
+    # SIGKILL leaves the dead job's claim; SIGTERM releases it, and the kept folder must survive the sweep.
+    assert bool(list(root.glob(".claims/*.json"))) == (how == signal.SIGKILL)
+
+    assert main(["bench", str(path), "--results", str(root)]) == 0  # the rerun resumes the cell
+    (start,) = [e for e in events(root, "start") if e.get("resumed_at")]
+    assert start["resumed_at"] % 4 == 0 and 4 <= start["resumed_at"] < steps  # a validation's checkpoint
+    cell = root / start["cell"]
+    assert_complete_cell(cell, steps)
+    assert not (cell / "checkpoint").exists() and not list(root.glob(".work/*"))
+    assert json.loads((cell / "results.json").read_text())["resumed"]["step"] == start["resumed_at"]
+
+    whole = tiny_run["tmp"] / "whole"
+    assert main(["bench", str(path), "--results", str(whole)]) == 0  # the same grid, uninterrupted
+    ours, theirs = (json.loads((r / start["cell"] / "results.json").read_text()) for r in (root, whole))
+    assert ours["eval"] == theirs["eval"] and ours["validation"] == theirs["validation"]
+    assert (cell / "predictions" / "dev.jsonl").read_text() == (
+        whole / start["cell"] / "predictions" / "dev.jsonl"
+    ).read_text()
+
+
 def test_two_shards_at_the_same_time_complete_the_grid_exactly_once(tiny_run):
     methods = METHODS + '[[methods]]\nname = "future-method"\n'
     path = write_experiment(tiny_run, methods=methods, seeds=(1,))

@@ -10,9 +10,13 @@ split carved from train (dev is only for reporting), and writes a run directory:
                                    a Synthesizer model is saved in attendout's form: attendout.load_model)
     RUN_DIR/predictions/SPLIT.jsonl per-example predictions of the best model on each evaluation split
     RUN_DIR/results.json           final metrics (written last, atomically: its presence means the run finished)
+    RUN_DIR/checkpoint/state.pt    with ``checkpoint_steps``: the training state of an unfinished run
+                                   (removed when the run finishes); ``resume`` continues from it
 
-The loop is a small :class:`Trainer` whose state (step, epoch, best score, optimizer, scheduler) is
-held in one place, so resuming and distributed data parallel can be added around it later.
+The loop is a small :class:`Trainer` whose state (step, epoch, best score, optimizer, scheduler, the
+method's own state, the random generators) is held in one place, so a run killed midway resumes from
+its last checkpoint to the very numbers it would have reached uninterrupted (on CPU; on GPUs
+nondeterministic kernels may make the continuation differ slightly).
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ __all__ = ["RunExistsError", "TrainConfig", "Trainer", "TrainingError", "finetun
 
 class TrainingError(RuntimeError):
     """Training cannot go on (NaN loss, ...). Files already written stay as they were."""
+
+
+class CheckpointError(TrainingError):
+    """The checkpoint to resume from cannot be used: unreadable, another format, or other settings."""
 
 
 class RunExistsError(FileExistsError):
@@ -109,6 +117,19 @@ class TrainConfig:
     )
     log_steps: int = field(default=10, metadata={"help": "write a log line every N steps"})
     output_dir: str = field(default="runs/latest", metadata={"help": "run directory"})
+    checkpoint_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "save a resumable training state every N steps and after each new best validation "
+            "(RUN_DIR/checkpoint, removed when the run finishes)"
+        },
+    )
+    resume: bool = field(
+        default=False,
+        metadata={
+            "help": "continue the unfinished run in output_dir from its checkpoint (afresh if it has none)"
+        },
+    )
     overwrite: bool = field(default=False, metadata={"help": "replace a finished run in output_dir"})
     save_model: bool = field(default=True, metadata={"help": "save the best model with save_pretrained"})
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda, cuda:N or mps"})
@@ -127,6 +148,12 @@ class TrainConfig:
             (self.max_length >= 8, "max_length", self.max_length, "at least 8"),
             (self.log_steps >= 1, "log_steps", self.log_steps, "at least 1"),
             (self.eval_steps is None or self.eval_steps >= 1, "eval_steps", self.eval_steps, "at least 1"),
+            (
+                self.checkpoint_steps is None or self.checkpoint_steps >= 1,
+                "checkpoint_steps",
+                self.checkpoint_steps,
+                "at least 1",
+            ),
             (self.precision in ("fp32", "bf16", "fp16"), "precision", self.precision, "fp32, bf16 or fp16"),
         ]
         for ok, name, value, rule in checks:
@@ -263,15 +290,16 @@ class Encoded:
         return dict(batch)
 
     def batches(
-        self, batch_size: int, generator: torch.Generator | None = None
+        self, batch_size: int, generator: torch.Generator | None = None, skip: int = 0
     ) -> Iterator[dict[str, torch.Tensor]]:
+        """Batches in order (or shuffled by ``generator``), leaving out the first ``skip``."""
         order = (
             torch.randperm(len(self), generator=generator).tolist()
             if generator is not None
             else range(len(self))
         )
         order = list(order)
-        for start in range(0, len(order), batch_size):
+        for start in range(skip * batch_size, len(order), batch_size):
             yield self.batch(order[start : start + batch_size])
 
 
@@ -359,6 +387,28 @@ def split_for_training(data: TaskData, c: TrainConfig) -> tuple[Examples, Exampl
     return train, validation, evals
 
 
+CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_FILE = "state.pt"
+CHECKPOINT_SUMMARY = "state.json"  # the step of state.pt, readable without loading it
+CHECKPOINT_FORMAT = 1
+
+
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    """Every random generator a training step may draw from (dropout, masks, the methods' samples)."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"].cpu())
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
 @dataclass
 class TrainState:
     step: int = 0
@@ -405,8 +455,16 @@ class Trainer:
         self.state = TrainState()
         self.strategy = self.method_config.training_strategy()
         self.strategy.setup(self)
+        self._running: list[float] = []  # losses since the last log line
+        self._elapsed = 0.0  # training seconds before a resume
+        self._started: float | None = None  # when fit() began
+        self._checkpointed_at: int | None = None
+        self._resumed_at: int | None = None
+        checkpoint = self._read_checkpoint() if config.resume else None
         # Only now, with data and model loaded and the method applied, touch the run directory.
-        self._prepare_output_dir()
+        self._prepare_output_dir(resumed_at=None if checkpoint is None else checkpoint["state"]["step"])
+        if checkpoint is not None:
+            self._restore(checkpoint)
         self._write_config()
 
     # setup ----------------------------------------------------------------------------------
@@ -416,12 +474,21 @@ class Trainer:
                 f"{self.out} holds a finished run (results.json); choose another --output-dir or pass --overwrite"
             )
 
-    def _prepare_output_dir(self) -> None:
+    def _prepare_output_dir(self, resumed_at: int | None = None) -> None:
         self._check_output_dir()
         self.out.mkdir(parents=True, exist_ok=True)
         if self.config.overwrite:
             (self.out / "results.json").unlink(missing_ok=True)
-        (self.out / "log.jsonl").write_text("")
+        log = self.out / "log.jsonl"
+        if resumed_at is None:
+            log.write_text("")
+            shutil.rmtree(self.out / CHECKPOINT_DIR, ignore_errors=True)  # an older run's state
+            return
+        # Keep the log up to the checkpoint: what a killed run wrote after it is done again.
+        kept = [
+            line for line in log.read_text().splitlines() if json.loads(line).get("step", 0) <= resumed_at
+        ]
+        log.write_text("".join(line + "\n" for line in kept))
 
     def _split(self, data: TaskData) -> tuple[Examples, Examples, dict[str, Examples]]:
         return split_for_training(data, self.config)
@@ -470,6 +537,82 @@ class Trainer:
         self.scheduler = linear_schedule(
             self.optimizer, int(c.warmup_ratio * self.total_steps), self.total_steps
         )
+
+    # checkpoints ----------------------------------------------------------------------------
+    def _checkpoint_config(self) -> dict[str, Any]:
+        """The settings a checkpoint must agree with to be resumed (not paths or progress bars)."""
+        free = {"output_dir", "overwrite", "progress", "resume", "checkpoint_steps", "device", "data_dir"}
+        return {k: v for k, v in self.config.to_dict().items() if k not in free}
+
+    def save_checkpoint(self) -> None:
+        """Write the whole training state to RUN_DIR/checkpoint/state.pt, atomically."""
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "config": self._checkpoint_config(),
+            "state": dataclasses.asdict(self.state),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "strategy": self.strategy.state_dict(self),
+            "best_state": getattr(self, "_best_state", None),
+            "running": [float(x) for x in self._running],
+            "elapsed": self._elapsed + (0.0 if self._started is None else time.time() - self._started),
+            "rng": _rng_state(self.device),
+        }
+        path = self.out / CHECKPOINT_DIR / CHECKPOINT_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+        summary = {
+            "step": self.state.step,
+            "total_steps": self.total_steps,
+            "best_step": self.state.best_step,
+        }
+        write_json_atomic(path.parent / CHECKPOINT_SUMMARY, summary)
+        self._checkpointed_at = self.state.step
+
+    def _read_checkpoint(self) -> dict[str, Any] | None:
+        path = self.out / CHECKPOINT_DIR / CHECKPOINT_FILE
+        if not path.is_file():
+            if (self.out / "log.jsonl").is_file():
+                logger.warning("%s has no checkpoint to resume from: the run starts afresh", self.out)
+            return None
+        try:
+            checkpoint = torch.load(path, map_location=self.device, weights_only=False)
+        except Exception as error:  # a truncated or foreign file
+            raise CheckpointError(
+                f"cannot read the checkpoint {path} ({type(error).__name__}: {error})"
+            ) from None
+        if checkpoint.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(
+                f"{path} has checkpoint format {checkpoint.get('format')!r}, not {CHECKPOINT_FORMAT}"
+            )
+        ours, theirs = self._checkpoint_config(), checkpoint["config"]
+        differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+        if differ:
+            shown = ", ".join(f"{k} {theirs.get(k)!r} -> {ours.get(k)!r}" for k in differ[:4])
+            raise CheckpointError(
+                f"{path} belongs to a run with other settings ({shown}); resume with the same settings, "
+                "or start afresh without --resume"
+            )
+        return checkpoint
+
+    def _restore(self, checkpoint: dict[str, Any]) -> None:
+        self.state = TrainState(**checkpoint["state"])
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        self.scaler.load_state_dict(checkpoint["scaler"])
+        self.strategy.load_state_dict(self, checkpoint["strategy"])
+        if checkpoint["best_state"] is not None:
+            self._best_state = checkpoint["best_state"]
+        self._running = [torch.tensor(x) for x in checkpoint["running"]]
+        self._elapsed = float(checkpoint["elapsed"])
+        self._resumed_at = self.state.step
+        _set_rng_state(checkpoint["rng"], self.device)
+        logger.info("resuming %s at step %d of %d", self.out, self.state.step, self.total_steps)
 
     # logging --------------------------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
@@ -525,14 +668,19 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         c = self.config
-        started = time.time()
+        self._started = time.time()
         bar = tqdm(
-            total=self.total_steps, desc=f"{c.task} {c.method}", disable=not c.progress, dynamic_ncols=True
+            total=self.total_steps,
+            initial=self.state.step,
+            desc=f"{c.task} {c.method}",
+            disable=not c.progress,
+            dynamic_ncols=True,
         )
-        running: list[torch.Tensor] = []
+        running = self._running
         while self.state.step < self.total_steps:
             order = torch.Generator().manual_seed(c.data_seed * 100_003 + self.state.epoch)
-            for batch in self.train_set.batches(c.batch_size, order):
+            done = self.state.step - self.state.epoch * self.steps_per_epoch  # batches of this epoch (resume)
+            for batch in self.train_set.batches(c.batch_size, order, skip=done):
                 self.strategy.set_progress(self.state.step / self.total_steps)
                 lr = self.scheduler.get_last_lr()[0]
                 running.append(self.train_step(batch))
@@ -540,7 +688,7 @@ class Trainer:
                 bar.update(1)
                 if self.state.step % c.log_steps == 0 or self.state.step == self.total_steps:
                     loss = torch.stack(running).mean().item()
-                    running = []
+                    running.clear()
                     bar.set_postfix(loss=f"{loss:.4f}")
                     self.log(
                         {
@@ -553,6 +701,12 @@ class Trainer:
                     )
                 if c.eval_steps and self.state.step % c.eval_steps == 0:
                     self.validate()
+                if (
+                    c.checkpoint_steps
+                    and self.state.step % c.checkpoint_steps == 0
+                    and self._checkpointed_at != self.state.step
+                ):
+                    self.save_checkpoint()
                 if self.state.step >= self.total_steps:
                     break
             else:  # a full pass over the training set
@@ -561,7 +715,7 @@ class Trainer:
         bar.close()
         if self.state.validated_at != self.state.step:
             self.validate()  # the end of a partial epoch
-        train_time = time.time() - started
+        train_time = self._elapsed + time.time() - self._started
         return self.finish(train_time)
 
     # evaluation -----------------------------------------------------------------------------
@@ -602,6 +756,8 @@ class Trainer:
         self.log(
             {"step": self.state.step, "epoch": self.epoch_progress, "validation": metrics, "best": improved}
         )
+        if improved and self.config.checkpoint_steps:
+            self.save_checkpoint()  # the kept best model is never newer than the state that resumes
         return metrics
 
     def _restore_best(self) -> None:
@@ -635,8 +791,11 @@ class Trainer:
             "eval": evaluations,
             "train_time_s": round(train_time, 2),
         }
+        if self._resumed_at is not None:  # the time before the resume is in train_time_s too
+            results["resumed"] = {"step": self._resumed_at, "train_time_before_s": round(self._elapsed, 2)}
         self.log({"step": self.state.step, "eval": evaluations, "best_step": self.state.best_step})
         write_json_atomic(self.out / "results.json", results)
+        shutil.rmtree(self.out / CHECKPOINT_DIR, ignore_errors=True)  # finished: nothing to resume
         return results
 
     def _write_predictions(

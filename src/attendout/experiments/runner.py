@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..train import TrainConfig, finetune, write_json_atomic
+from ..train import CheckpointError, TrainConfig, finetune, write_json_atomic
 from .spec import Budget, Cell, Experiment, ExperimentError
-from .store import HEARTBEAT_S, Claim, ResultsStore
+from .store import HEARTBEAT_S, Claim, ResultsStore, has_checkpoint
 
 __all__ = [
     "BenchJob",
@@ -408,15 +408,29 @@ class BenchJob:
             return
         work = claim.work_dir
         shutil.rmtree(work, ignore_errors=True)
-        self.echo(f"{prefix}: training ({cell.method.describe()})")
-        self.store.event("start", cell, work_dir=work.name)
+        resumed_at = self.store.adopt_work(cell, work)  # a killed job's checkpoint of this cell
+        resume = has_checkpoint(work)
+        if resume:
+            self.echo(f"{prefix}: resuming at step {resumed_at} ({cell.method.describe()})")
+        else:
+            self.echo(f"{prefix}: training ({cell.method.describe()})")
+        self.store.event("start", cell, work_dir=work.name, resumed_at=resumed_at if resume else None)
         claim.start_heartbeat(self.heartbeat)
         started = time.time()
+        run = dataclasses.replace(
+            config,
+            output_dir=str(work),
+            overwrite=False,
+            resume=resume,
+            checkpoint_steps=config.checkpoint_steps or config.eval_steps,  # at every validation
+        )
+        listener = self._progress(prefix, self.plan.steps.get(cell.key), started, resumed_at or 0)
         try:
-            results = self.train(
-                dataclasses.replace(config, output_dir=str(work), overwrite=False),
-                self._progress(prefix, self.plan.steps.get(cell.key), started),
-            )
+            try:
+                results = self.train(run, listener)
+            except CheckpointError as error:  # unreadable, or a default changed since it was written
+                self.echo(f"{prefix}: cannot resume ({error}); training afresh")
+                results = self.train(dataclasses.replace(run, resume=False), listener)
         except Exception as error:  # TrainingError (NaN loss) or a bug: recorded, the grid goes on
             shutil.rmtree(work, ignore_errors=True)
             message = f"{type(error).__name__}: {error}"
@@ -425,11 +439,13 @@ class BenchJob:
             self.summary.failed.append(cell.key)
             self.echo(f"{prefix}: FAILED: {message}")
             return
-        except BaseException:  # KeyboardInterrupt, SystemExit (SIGTERM): leave nothing half-done
-            shutil.rmtree(work, ignore_errors=True)
-            self.store.event("interrupted", cell)
+        except BaseException:  # KeyboardInterrupt, SystemExit (SIGTERM): nothing half-done is published
+            resumable = has_checkpoint(work)  # kept for the next run to resume from; else removed
+            if not resumable:
+                shutil.rmtree(work, ignore_errors=True)
+            self.store.event("interrupted", cell, resumable=resumable)
             raise
-        wall = time.time() - started
+        wall = time.time() - started + results.get("resumed", {}).get("train_time_before_s", 0.0)
         write_json_atomic(work / "cell.json", _cell_record(cell, self.plan, self.store, started, wall))
         if self.store.publish(cell, work, replace_stale=self.rerun_stale):
             self.store.clear_failure(cell)
@@ -447,8 +463,13 @@ class BenchJob:
             self.summary.discarded.append(cell.key)
             self.echo(f"{prefix}: another job finished it first; this run is discarded")
 
-    def _progress(self, prefix: str, steps: int | None, started: float) -> Callable[[dict[str, Any]], None]:
-        """A log listener that echoes one line per validation: step, score, elapsed and remaining time."""
+    def _progress(
+        self, prefix: str, steps: int | None, started: float, first_step: int = 0
+    ) -> Callable[[dict[str, Any]], None]:
+        """A log listener that echoes one line per validation: step, score, elapsed and remaining time.
+
+        ``first_step``: the step a resumed cell started from (its pace counts the steps since).
+        """
 
         def listen(record: dict[str, Any]) -> None:
             validation = record.get("validation")
@@ -457,8 +478,8 @@ class BenchJob:
             step, elapsed = record["step"], time.time() - started
             score = ", ".join(f"{k} {v:.4f}" for k, v in validation.items() if k != "loss")
             left = (
-                f", about {elapsed * (steps - step) / step / 60:.0f} min left"
-                if steps and 0 < step < steps
+                f", about {elapsed * (steps - step) / (step - first_step) / 60:.0f} min left"
+                if steps and first_step < step < steps
                 else ""
             )
             self.echo(

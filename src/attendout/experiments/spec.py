@@ -75,12 +75,33 @@ __all__ = [
 
 #: TrainConfig fields an experiment file may not set in [training] or a task: the grid sets them.
 RESERVED_TRAINING_KEYS = frozenset(
-    {"task", "model", "method", "method_options", "seed", "data_seed", "output_dir", "overwrite", "progress"}
+    {
+        "task",
+        "model",
+        "method",
+        "method_options",
+        "seed",
+        "data_seed",
+        "output_dir",
+        "overwrite",
+        "progress",
+        "resume",
+    }
 )
 #: TrainConfig fields that do not change a run's numbers: left out of the fingerprint, so that
 #: shards on machines with different data paths or devices agree on which cells are done.
 FINGERPRINT_EXCLUDE = frozenset(
-    {"output_dir", "overwrite", "progress", "device", "data_dir", "save_model", "eval_batch_size"}
+    {
+        "output_dir",
+        "overwrite",
+        "progress",
+        "device",
+        "data_dir",
+        "save_model",
+        "eval_batch_size",
+        "checkpoint_steps",
+        "resume",
+    }
 )
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 _EXPERIMENT_KEYS = ("name", "description", "seeds", "data_seed", "baseline", "recipe", "tuning", "results")

@@ -21,8 +21,10 @@ Guarantees, for any number of jobs on any number of machines sharing ``ROOT``:
 * A claim is stale when its owner is gone: on the same host, its pid is not running (or was
   reused by another process, told by the process start time); from another host, its heartbeat
   (the claim's modification time, refreshed every ``HEARTBEAT_S`` seconds while training) is older
-  than ``stale_after`` seconds. A stale claim is moved aside atomically and its work folder removed
-  before the cell is claimed again.
+  than ``stale_after`` seconds. A stale claim is moved aside atomically before the cell is claimed
+  again; its work folder is removed, unless it holds a training checkpoint (cells checkpoint at
+  every validation): then the new owner moves it under its own name and resumes the cell from
+  there (:meth:`ResultsStore.adopt_work`), to the numbers an uninterrupted run gives.
 * Should two jobs still train one cell (a stale-claim race, or a job paused longer than
   ``stale_after``), only the first ``rename`` publishes; the other result is discarded. A cell is
   therefore never counted twice.
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..train import write_json_atomic
+from ..train import CHECKPOINT_DIR, CHECKPOINT_FILE, CHECKPOINT_SUMMARY, write_json_atomic
 from .spec import Budget, Cell, Experiment, ExperimentError
 
 __all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "Claim", "ClaimInfo", "ResultsStore", "default_results_root"]
@@ -287,8 +289,34 @@ class ResultsStore:
                 return None
             if self._take_over(path, current, token):
                 self.event("takeover", cell, previous_owner=current.owner(), previous_work=current.work_dir)
-                shutil.rmtree(self.work_root / current.work_dir, ignore_errors=True)
+                if not has_checkpoint(self.work_root / current.work_dir):  # else it resumes: adopt_work
+                    shutil.rmtree(self.work_root / current.work_dir, ignore_errors=True)
         return None
+
+    def _work_folders(self, cell: Cell) -> list[Path]:
+        """The work folders of ``cell`` (any job's), newest first."""
+        if not self.work_root.is_dir():
+            return []
+        found = [f for f in self.work_root.iterdir() if f.name.rsplit("--", 1)[0] == cell.flat_key]
+        return sorted(found, key=lambda f: f.stat().st_mtime, reverse=True)
+
+    def adopt_work(self, cell: Cell, work: Path) -> int | None:
+        """Move the newest resumable work folder of ``cell`` to ``work`` (which we claimed).
+
+        Called with the cell's claim held, so every other work folder of the cell belongs to a job
+        that is gone; the others are removed. Returns the step of the adopted checkpoint, or None.
+        """
+        adopted = None
+        for folder in self._work_folders(cell):
+            if folder == work:
+                continue
+            if adopted is None and has_checkpoint(folder):
+                shutil.rmtree(work, ignore_errors=True)
+                os.rename(folder, work)
+                adopted = checkpoint_step(work)
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+        return adopted
 
     def _take_over(self, path: Path, stale: ClaimInfo, token: str) -> bool:
         """Move the stale claim aside; if what moved is not the claim judged stale, put it back."""
@@ -315,6 +343,7 @@ class ResultsStore:
         """
         final = self.cell_dir(cell)
         final.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(work / CHECKPOINT_DIR, ignore_errors=True)  # the trainer's; never published
         record = self.record(cell)
         if record is not None and replace_stale and record.get("fingerprint") != cell.fingerprint:
             graveyard = self.bench_root / "replaced"
@@ -335,7 +364,8 @@ class ResultsStore:
         """Remove what dead jobs left behind; returns the names removed.
 
         Stale claims of published cells (a job killed between publishing and releasing) and work
-        folders of dead processes of this host that no claim refers to.
+        folders of dead processes of this host that no claim refers to, unless they hold a checkpoint
+        of a cell not yet published (the cell's next run resumes from it).
         """
         removed: list[str] = []
         if not self.work_root.is_dir():
@@ -356,6 +386,9 @@ class ResultsStore:
             host, _, rest = owner.rpartition("-")  # HOST-PID-TOKEN -> (HOST-PID, TOKEN)
             host, _, pid = host.rpartition("-")
             if folder.name in claimed or host != self.host or not pid.isdigit() or pid_alive(int(pid)):
+                continue
+            cell_key = folder.name.rsplit("--", 1)[0].replace("--", "/")
+            if has_checkpoint(folder) and not (self.root / cell_key / "results.json").is_file():
                 continue
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder.name)
@@ -394,6 +427,19 @@ class ResultsStore:
 
 # --------------------------------------------------------------------------------------------------
 # File primitives
+
+
+def has_checkpoint(work: Path) -> bool:
+    """Whether the work folder ``work`` holds a training checkpoint to resume from."""
+    return (work / CHECKPOINT_DIR / CHECKPOINT_FILE).is_file()
+
+
+def checkpoint_step(work: Path) -> int | None:
+    """The training step of the checkpoint in ``work``, from its summary (None if unreadable)."""
+    try:
+        return int(json.loads((work / CHECKPOINT_DIR / CHECKPOINT_SUMMARY).read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _create_exclusive(path: Path, content: str) -> bool:

@@ -150,7 +150,9 @@ class TrainingStrategy:
     attribution pass before the training pass. The loop calls, in order: ``setup`` once (after the
     model is loaded and the optimizer built), then per batch ``set_progress`` and ``step``, ``stats``
     at each log line, ``eval_model`` whenever it evaluates or saves, ``save_model`` to keep the best
-    checkpoint and ``load_best`` to restore it at the end.
+    checkpoint and ``load_best`` to restore it at the end. A strategy with state beyond the trainer's
+    model, optimizer and random generators (AttendOut's Attacker and Generator) returns it from
+    ``state_dict`` and takes it back in ``load_state_dict``, so a run resumes exactly.
     """
 
     handle: MethodHandle | None = None
@@ -173,6 +175,15 @@ class TrainingStrategy:
     def eval_model(self, trainer: Any) -> nn.Module:
         """The model to evaluate and save."""
         return trainer.model
+
+    def state_dict(self, trainer: Any) -> dict[str, Any]:
+        """What a resumed run needs besides the trainer's own state (default: nothing)."""
+        return {}
+
+    def load_state_dict(self, trainer: Any, state: dict[str, Any]) -> None:
+        """Take back what :meth:`state_dict` returned (after ``setup``)."""
+        if state:
+            raise ValueError(f"{type(self).__name__} keeps no state, but a checkpoint holds {sorted(state)}")
 
     def save_model(self, trainer: Any, path: Path) -> None:
         """Save ``eval_model`` as the run's best checkpoint in the folder ``path`` (with the tokenizer).

@@ -332,6 +332,41 @@ class AttendOutStrategy(TrainingStrategy):
         copy_optimizer_state(optimizers[src], optimizers[dst])
         schedulers[dst].load_state_dict(schedulers[src].state_dict())
 
+    # resuming ---------------------------------------------------------------------------------
+    def state_dict(self, trainer: Any) -> dict[str, Any]:
+        """A, G, their optimizers, the baseline, the games' generator, the cached actions, counters.
+
+        D (the trainer's model), its optimizer and schedule are in the trainer's own checkpoint.
+        """
+        return {
+            "attacker": self.attacker.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.state_dict(),
+            "generator_optimizer": self.generator_optimizer.state_dict(),
+            "baseline": (self.baseline.value, self.baseline.count),
+            "rng": self.rng.get_state(),
+            "cache": [(action.inputs, action.masks) for action in self.cache],
+            "counters": (self.steps_since_game, self.games, self.attacker_wins, self.generator_updates),
+            "chosen": ("attacker" if self._chosen is self.attacker else "defender", self._chosen_at),
+            "window": (self._drop_sums, self._drop_steps, dict(self._window)),
+        }
+
+    def load_state_dict(self, trainer: Any, state: dict[str, Any]) -> None:
+        self.attacker.load_state_dict(state["attacker"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.load_state_dict(state["generator"])
+        self.generator_optimizer.load_state_dict(state["generator_optimizer"])
+        self.baseline.value, self.baseline.count = state["baseline"]
+        self.rng.set_state(state["rng"])
+        self.cache = [CachedAction(inputs, masks) for inputs, masks in state["cache"]]
+        self.steps_since_game, self.games, self.attacker_wins, self.generator_updates = state["counters"]
+        chosen, self._chosen_at = state["chosen"]
+        self._chosen = self.attacker if chosen == "attacker" else self.defender
+        self._drop_sums, self._drop_steps, window = state["window"]
+        self._window = defaultdict(list, window)
+
     # the loop's other calls -------------------------------------------------------------------
     def stats(self) -> dict[str, float]:
         """Mean drop probability per layer (Figure 3) since the last call, and the games' statistics."""

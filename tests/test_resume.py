@@ -1,0 +1,107 @@
+"""Resuming a killed run from its checkpoint reaches the numbers of the uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attendout.train import CHECKPOINT_DIR, CHECKPOINT_FILE, Trainer, TrainingError, finetune
+from conftest import toy_train_config
+
+KILL_AT = 5  # the step after which the "killed" run stops; its last checkpoint is at step 4
+
+
+class Killed(Exception):
+    pass
+
+
+def kill_at(step: int):
+    def on_log(record: dict) -> None:
+        if record.get("step") == step and "loss" in record:
+            raise Killed
+
+    return on_log
+
+
+def run_config(tiny_run, name: str, method: str, options: dict, **overrides):
+    settings = dict(
+        method=method,
+        method_options=options,
+        max_steps=9,  # 96 - 9 validation examples = 87 -> 6 batches an epoch: the resume crosses an epoch
+        eval_steps=3,
+        log_steps=1,
+        checkpoint_steps=2,
+        output_dir=str(tiny_run["tmp"] / name),
+        # Dropout in the model too, so that the random generators' state matters.
+        model=tiny_run["model"],
+    )
+    settings.update(overrides)
+    return toy_train_config(tiny_run, **settings)
+
+
+def read_log(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+
+
+METHODS = [
+    ("none", {}),
+    ("scores-dropout", {"p": 0.3}),
+    ("drophead", {"p": 0.3}),
+    ("addrop", {"cross_tuning": "off", "start": "addrop"}),
+    ("synthesizer", {"variant": "random+dot", "synthesizer_lr": 0.01}),
+    ("attendout", {"dropout_steps": 3, "eval_samples": 8}),
+]
+
+
+@pytest.mark.parametrize("method,options", METHODS, ids=[m for m, _ in METHODS])
+def test_a_killed_run_resumes_to_the_uninterrupted_runs_numbers(tiny_run, method, options):
+    whole = finetune(run_config(tiny_run, "whole", method, options))
+
+    killed = run_config(tiny_run, "killed", method, options)
+    with pytest.raises(Killed):
+        Trainer(killed, on_log=kill_at(KILL_AT)).fit()
+    run = tiny_run["tmp"] / "killed"
+    assert (run / CHECKPOINT_DIR / CHECKPOINT_FILE).is_file() and not (run / "results.json").exists()
+    assert max(r["step"] for r in read_log(run)) == KILL_AT
+
+    resumed = Trainer(run_config(tiny_run, "killed", method, options, resume=True))
+    assert resumed.state.step == 4
+    results = resumed.fit()
+
+    assert results["eval"] == whole["eval"] and results["validation"] == whole["validation"]
+    assert results["best_step"] == whole["best_step"]
+    whole_dir = tiny_run["tmp"] / "whole"
+    assert (run / "predictions" / "dev.jsonl").read_text() == (
+        whole_dir / "predictions" / "dev.jsonl"
+    ).read_text()
+    # The log reads as one run: what the killed run wrote after its checkpoint was dropped and redone.
+    assert read_log(run) == read_log(whole_dir)
+    assert not (run / CHECKPOINT_DIR).exists()  # finished: nothing left to resume
+
+
+def test_without_a_checkpoint_resume_starts_afresh(tiny_run, caplog):
+    config = run_config(tiny_run, "fresh", "none", {}, resume=True, checkpoint_steps=None)
+    results = finetune(config)
+    assert results["total_steps"] == 9 and read_log(tiny_run["tmp"] / "fresh")[0]["step"] == 1
+
+
+def test_a_run_without_resume_discards_an_old_checkpoint(tiny_run):
+    with pytest.raises(Killed):
+        Trainer(run_config(tiny_run, "again", "none", {}), on_log=kill_at(KILL_AT)).fit()
+    trainer = Trainer(run_config(tiny_run, "again", "none", {}, checkpoint_steps=None))
+    assert trainer.state.step == 0 and not (tiny_run["tmp"] / "again" / CHECKPOINT_DIR).exists()
+
+
+def test_resuming_with_other_settings_or_a_broken_checkpoint_is_a_clear_error(tiny_run):
+    with pytest.raises(Killed):
+        Trainer(run_config(tiny_run, "run", "none", {}), on_log=kill_at(KILL_AT)).fit()
+    with pytest.raises(TrainingError, match=r"other settings \(learning_rate 5e-05 -> 0.001\)"):
+        Trainer(run_config(tiny_run, "run", "none", {}, resume=True, learning_rate=1e-3))
+    # The paths, devices and the checkpoint interval may change between the two.
+    resumed = Trainer(run_config(tiny_run, "run", "none", {}, resume=True, checkpoint_steps=3, progress=True))
+    assert resumed.state.step == 4
+    state = tiny_run["tmp"] / "run" / CHECKPOINT_DIR / CHECKPOINT_FILE
+    state.write_bytes(state.read_bytes()[:100])
+    with pytest.raises(TrainingError, match="cannot read the checkpoint"):
+        Trainer(run_config(tiny_run, "run", "none", {}, resume=True))
