@@ -335,6 +335,9 @@ def cmd_predict(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     parser.add_argument("--precision", default="fp32", help="fp32, bf16 or fp16 (autocast, GPU)")
+    parser.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=True, help="a progress bar on stderr"
+    )
     args = parser.parse_args(argv)
     if args.split is not None and (args.text_columns or args.label_column or args.file_format):
         raise ValueError(
@@ -347,6 +350,7 @@ def cmd_predict(argv: list[str]) -> int:
         batch_size=args.batch_size,
         device=args.device,
         precision=args.precision,
+        progress=args.progress,
     )
     if args.split is not None:
         examples = predictor.split(args.split, data_dir=args.data_dir)

@@ -154,6 +154,7 @@ class Predictor:
         precision: str = "fp32",
         settings: dict[str, Any] | None = None,
         source: str = "",
+        progress: bool = False,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -165,6 +166,7 @@ class Predictor:
         self.autocast_dtype = autocast_dtype(precision)
         self.settings = settings  # the run's config.json, when loaded from a run directory
         self.source = source
+        self.progress = progress  # a bar over the batches of each prediction
         longest = _longest_input(model, tokenizer)
         if max_length > longest:
             raise PredictError(f"max_length {max_length} is more than this model takes ({longest} tokens)")
@@ -179,6 +181,7 @@ class Predictor:
         batch_size: int = 64,
         device: str = "auto",
         precision: str = "fp32",
+        progress: bool = False,
     ) -> Predictor:
         """Load a run directory or a model folder (see the module's docstring)."""
         from transformers import AutoTokenizer
@@ -225,6 +228,7 @@ class Predictor:
             precision=precision,
             settings=settings,
             source=str(path),
+            progress=progress,
         )
 
     # predicting -----------------------------------------------------------------------------------
@@ -248,7 +252,13 @@ class Predictor:
         regression = self.task.kind == REGRESSION
         data = Encoded(examples, self.tokenizer, self.max_length, regression)
         preds, scores, loss = predict_batches(
-            self.model, data, self.batch_size, self.device, self.autocast_dtype, regression=regression
+            self.model,
+            data,
+            self.batch_size,
+            self.device,
+            self.autocast_dtype,
+            regression=regression,
+            progress=self.progress,
         )
         return Predictions(preds, scores, self.task.label_names, loss)
 

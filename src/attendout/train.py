@@ -312,15 +312,20 @@ def predict_batches(
     autocast_dtype: torch.dtype | None = None,
     *,
     regression: bool = False,
+    progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, float | None]:
     """Run ``model`` (in eval mode) over ``data`` in order: (predictions, scores, mean loss).
 
     Classification: predictions are class indices, scores the softmax probabilities [n, classes].
     Regression: both are the predicted values [n]. The loss is ``None`` for unlabelled data.
+    ``progress`` shows a bar of the batches (on stderr).
     """
     model.eval()
     preds, scores, losses = [], [], []
-    for batch in data.batches(batch_size):
+    batches = data.batches(batch_size)
+    if progress:
+        batches = tqdm(batches, total=math.ceil(len(data) / batch_size), desc="predicting", unit="batch")
+    for batch in batches:
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             out = model(**batch)
