@@ -14,7 +14,7 @@ from scipy import stats
 from attendout.cli import main
 from attendout.experiments import Budget, ResultsStore, load_experiment
 from attendout.report.stats import bootstrap_difference, detectable_difference, holm, paired_t_test, pooled_sd
-from attendout.report.table import build_table, to_csv, to_markdown
+from attendout.report.table import build_table, majority_floor, to_csv, to_markdown
 from attendout.tasks.metrics import accuracy, f1, mcc
 
 # --------------------------------------------------------------------------------------------------
@@ -232,6 +232,37 @@ def test_table_statistics_of_a_synthetic_grid(grid):
     assert len(rows) == 8  # 2 splits x 4 methods
     first = next(r for r in rows if r["method"] == "scores-dropout" and r["split"] == "dev")
     assert float(first["p"]) == pytest.approx(row.comparison.test.p, rel=1e-5)
+
+
+class StoredLabels:
+    """Stands in for a finished run: only its stored predictions of one split matter here."""
+
+    def __init__(self, labels):
+        self.labels = np.asarray(labels)
+
+    def predictions(self, split):
+        return (np.zeros_like(self.labels), self.labels) if split == "dev" else None
+
+
+def test_the_majority_floor_is_the_score_of_always_predicting_the_commonest_label(grid):
+    mostly_positive = [StoredLabels([1] * 70 + [0] * 30)]
+    assert majority_floor(mostly_positive, "dev", "accuracy") == pytest.approx(0.7)
+    assert majority_floor(mostly_positive, "dev", "f1") == pytest.approx(
+        2 * 0.7 / 1.7
+    )  # precision 0.7, recall 1
+    assert majority_floor(mostly_positive, "dev", "mcc") == 0.0
+    assert (
+        majority_floor([StoredLabels([0] * 60 + [1] * 40)], "dev", "f1") == 0.0
+    )  # never predicts the positive
+    assert majority_floor([StoredLabels([0.5, 3.2, 4.0])], "dev", "pearson") is None  # regression
+    assert majority_floor(mostly_positive, "dev_ood", "accuracy") is None  # no stored predictions
+
+    table = build_table(grid["experiment"], grid["root"], n_resamples=100)
+    assert table.floor("m", "cola", "dev") == 0.0 and table.floor("m", "cola", "dev_ood") == 0.0
+    assert "| *majority class* (always the most frequent label: the floor) | *0.0* | *0.0* |" in to_markdown(
+        table
+    )
+    assert {r["majority"] for r in csv.DictReader(io.StringIO(to_csv(table)))} == {"0"}
 
 
 def test_table_command_writes_markdown_csv_and_figures(grid, capsys):

@@ -75,11 +75,17 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
                 bar.set_alpha(0.6)
         if math.isfinite(base_mean):
             ax.axhline(base_mean, color="0.3", linestyle="--", linewidth=0.8)
+        floor = table.floor(model.id, task.id, split)
+        if floor is not None:  # what always predicting the most frequent label scores
+            ax.axhline(100 * floor, color="tab:red", linestyle=":", linewidth=1.2)
         for x, (mean, std, mark) in enumerate(zip(means, stds, marks, strict=True)):
             if mark:
                 ax.annotate(mark, (x, mean + std), ha="center", va="bottom", fontsize=11)
         if means:
-            low = min(m - s for m, s in zip(means, stds, strict=True))
+            low = min(
+                [m - s for m, s in zip(means, stds, strict=True)]
+                + ([100 * floor] if floor is not None else [])
+            )
             high = max(m + s for m, s in zip(means, stds, strict=True))
             pad = max(0.5, 0.15 * (high - low))
             ax.set_ylim(max(0.0, low - 3 * pad) if low > 0 else low - pad, high + 2 * pad)
@@ -92,7 +98,8 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     caption = (
-        f"{e.name}: mean ± std over seeds; dashed line: {e.method(e.baseline).label}; "
+        f"{e.name}: mean ± std over seeds; dashed line: {e.method(e.baseline).label}; dotted red line: "
+        "the majority class (always the most frequent label); "
         "* / **: Holm-corrected paired t-test p < 0.05 / 0.01; hatched: one seed so far (no error bar); "
         "the y axes do not start at 0"
     )

@@ -28,6 +28,7 @@ from scipy import stats
 
 from ..experiments.spec import Budget, Cell, Experiment, MethodSpec, ModelSpec, TaskSpec
 from ..experiments.store import ResultsStore
+from ..tasks.metrics import METRICS
 from .stats import (
     BootstrapInterval,
     PairedTest,
@@ -147,6 +148,13 @@ class ComparisonTable:
     n_resamples: int
     family_size: int  # comparisons with a p-value (the Holm family)
     planned_comparisons: int  # comparisons the full grid makes (pending cells included)
+    floors: dict[tuple[str, str, str], float] = field(
+        default_factory=dict
+    )  # (model, task, split) -> majority
+
+    def floor(self, model_id: str, task_id: str, split: str) -> float | None:
+        """The score of always predicting the split's most frequent label (None: unknown or regression)."""
+        return self.floors.get((model_id, task_id, split))
 
     def splits(self, model: ModelSpec, task: TaskSpec) -> list[str]:
         seen: list[str] = []
@@ -218,6 +226,7 @@ def build_table(
     runs, status, pending = collect_runs(experiment, store, budget)
     baseline = experiment.method(experiment.baseline)
     rows: list[Row] = []
+    floors: dict[tuple[str, str, str], float] = {}
     for model in experiment.models:
         for task in experiment.tasks:
             task_runs = [
@@ -225,6 +234,9 @@ def build_table(
             ]
             metric = _main_metric(task_runs, task)
             for split in _task_splits(task, task_runs):
+                floor = None if metric is None else majority_floor(task_runs, split, metric)
+                if floor is not None:
+                    floors[(model.id, task.id, split)] = floor
                 for method in experiment.methods:
                     row = Row(model=model, task=task, split=split, method=method, metric=metric or "?")
                     reasons = {
@@ -281,7 +293,26 @@ def build_table(
         n_resamples=n_resamples,
         family_size=family,
         planned_comparisons=planned,
+        floors=floors,
     )
+
+
+def majority_floor(runs: Sequence[RunRecord], split: str, metric: str) -> float | None:
+    """``metric`` of always predicting the most frequent label of ``split``: the score a model that
+    learned nothing reaches (MCC 0, F1 2p/(1+p) for a positive share p). Labels come from any run's
+    stored predictions (every cell of a grid sees the same split); None for regression labels."""
+    scorer = METRICS.get(metric)
+    for run in runs:
+        stored = run.predictions(split)
+        if stored is None or scorer is None:
+            continue
+        labels = stored[1]
+        if labels.dtype.kind not in "iub":  # regression: no class to predict
+            return None
+        values, counts = np.unique(labels, return_counts=True)
+        score = float(scorer(np.full_like(labels, values[np.argmax(counts)]), labels))
+        return score if math.isfinite(score) else None
+    return None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -508,6 +539,11 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
                 row = table.row(model.id, task.id, split, method.id)
                 cells.append(_score_cell(row, len(e.seeds)))
             out.append("| " + " | ".join(cells) + " |")
+        floors = [table.floor(model.id, task.id, split) for task, split in columns]
+        if any(f is not None for f in floors):
+            cells = ["*majority class* (always the most frequent label: the floor)"]
+            cells += ["–" if f is None else f"*{_pct(f)}*" for f in floors]
+            out.append("| " + " | ".join(cells) + " |")
         out.append("")
     out += [f"## Differences against {baseline.label}", ""]
     out.append(
@@ -634,6 +670,7 @@ CSV_COLUMNS = [
     "detectable_alpha",
     "detectable_holm_first_step",
     "detectable_examples",
+    "majority",
 ]
 
 
@@ -674,6 +711,7 @@ def to_csv(table: ComparisonTable) -> str:
                 "detectable_alpha": _num(d.at_alpha) if d else "",
                 "detectable_holm_first_step": _num(d.at_holm_first_step) if d else "",
                 "detectable_examples": _num(d.from_examples) if d else "",
+                "majority": _num(table.floor(row.model.id, row.task.id, row.split)),
             }
         )
     return buffer.getvalue()
