@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import multiprocessing
 import os
@@ -162,6 +164,40 @@ def test_grid_order_keys_and_budget_overrides(tiny_run):
     same = experiment.cells(Budget(max_train_samples=50, epochs=1), data_dir="/elsewhere")[0]
     other = experiment.cells(Budget(max_train_samples=60, epochs=1))[0]
     assert same.fingerprint == cells[0].fingerprint != other.fingerprint
+
+
+#: What the fingerprints of the published cells (results/) were computed from. Adding a TrainConfig
+#: field changes every fingerprint, and every finished cell turns stale, unless the field goes into
+#: FINGERPRINT_EXCLUDE (it does not change numbers) or FINGERPRINT_NEUTRAL (with its old behaviour).
+FINGERPRINTED = {
+    "batch_size", "data_seed", "epochs", "eval_files", "eval_steps", "hub", "label_column", "learning_rate",
+    "log_steps", "max_eval_samples", "max_grad_norm", "max_length", "max_steps", "max_train_samples", "method",
+    "method_options", "model", "precision", "seed", "task", "text_columns", "train_file", "validation_split",
+    "warmup_ratio", "weight_decay",
+}  # fmt: skip
+
+
+def test_every_training_option_is_fingerprinted_excluded_or_neutral(tiny_run, monkeypatch):
+    from attendout.experiments import spec
+    from attendout.train import TrainConfig
+
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    new = fields - spec.FINGERPRINT_EXCLUDE - set(spec.FINGERPRINT_NEUTRAL) - FINGERPRINTED
+    assert not new, (
+        f"new TrainConfig fields {sorted(new)}: add them to FINGERPRINT_EXCLUDE or FINGERPRINT_NEUTRAL"
+    )
+    # An option at its neutral value leaves the fingerprint as it was before the option existed.
+    cell = load_experiment(write_experiment(tiny_run)).cells()[0]
+    before = cell.fingerprint
+    monkeypatch.setattr(spec, "FINGERPRINT_NEUTRAL", {"max_grad_norm": 1.0})
+    assert spec.config_fingerprint(cell.config) != before  # max_grad_norm 1.0 is now left out
+    monkeypatch.setattr(spec, "FINGERPRINT_NEUTRAL", {"max_grad_norm": 1.0, "hub": False})
+    trimmed = {k: v for k, v in cell.config.to_dict().items() if k not in spec.FINGERPRINT_EXCLUDE}
+    trimmed.pop("max_grad_norm"), trimmed.pop("hub")
+    expected = hashlib.sha256(json.dumps(trimmed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    assert spec.config_fingerprint(cell.config) == expected
+    changed = dataclasses.replace(cell.config, max_grad_norm=0.5)
+    assert spec.config_fingerprint(changed) != expected  # away from the neutral value it counts again
 
 
 # --------------------------------------------------------------------------------------------------

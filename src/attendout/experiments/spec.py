@@ -103,6 +103,11 @@ FINGERPRINT_EXCLUDE = frozenset(
         "resume",
     }
 )
+#: Options added to TrainConfig after cells were published, each with the value that reproduces the
+#: behaviour from before it existed. At that value an option is left out of the fingerprint, so adding
+#: an option does not turn every finished cell stale (hours of compute). A new TrainConfig field goes
+#: here or into FINGERPRINT_EXCLUDE; a test lists the fingerprinted fields to make sure of it.
+FINGERPRINT_NEUTRAL: dict[str, Any] = {}
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 _EXPERIMENT_KEYS = ("name", "description", "seeds", "data_seed", "baseline", "recipe", "tuning", "results")
 _TOP_LEVEL = ("experiment", "training", "models", "tasks", "methods")
@@ -239,7 +244,11 @@ def config_fingerprint(config: TrainConfig) -> str:
     The method's options are taken after defaults are filled in, so ``{}`` and the explicit defaults
     hash alike; a changed default in the code changes the hash (the old result is then stale).
     """
-    data = {k: v for k, v in config.to_dict().items() if k not in FINGERPRINT_EXCLUDE}
+    data = {
+        k: v
+        for k, v in config.to_dict().items()
+        if k not in FINGERPRINT_EXCLUDE and not (k in FINGERPRINT_NEUTRAL and v == FINGERPRINT_NEUTRAL[k])
+    }
     text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
