@@ -105,3 +105,18 @@ def test_resuming_with_other_settings_or_a_broken_checkpoint_is_a_clear_error(ti
     state.write_bytes(state.read_bytes()[:100])
     with pytest.raises(TrainingError, match="cannot read the checkpoint"):
         Trainer(run_config(tiny_run, "run", "none", {}, resume=True))
+
+
+def test_the_cli_resumes_and_says_so(tiny_run, capsys):
+    from attendout.cli import main
+    from conftest import toy_cli_args
+
+    settings = {"max_steps": 9, "checkpoint_steps": 2, "log_steps": 1}
+    with pytest.raises(Killed):
+        Trainer(toy_train_config(tiny_run, **settings), on_log=kill_at(KILL_AT)).fit()
+    flags = ["--max-steps", "9", "--checkpoint-steps", "2", "--log-steps", "1"]
+    assert main(toy_cli_args(tiny_run, *flags, "--resume")) == 0
+    out = capsys.readouterr().out
+    assert "resumed at step 4 from the checkpoint" in out
+    results = json.loads((tiny_run["tmp"] / "run" / "results.json").read_text())
+    assert results["resumed"]["step"] == 4 and results["total_steps"] == 9

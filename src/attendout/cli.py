@@ -161,6 +161,8 @@ def cmd_finetune(argv: list[str]) -> int:
     results = finetune(config)
     print(f"\n{results['task']} | method {results['method']} | {results['model_description']}")
     print(f"data: {results['data_source']} | best step {results['best_step']} of {results['total_steps']}")
+    if "resumed" in results:
+        print(f"resumed at step {results['resumed']['step']} from the checkpoint in {config.output_dir}")
     print(format_results(results))
     print(f"run directory: {config.output_dir}")
     return 0
