@@ -74,6 +74,13 @@ def test_a_model_folder_predicts_from_its_own_labels(finished_run):
     np.testing.assert_allclose(from_folder.predict(texts).scores, from_run.predict(texts).scores, atol=1e-6)
     with pytest.raises(PredictError, match="model folder, not a run directory"):
         from_folder.split("dev")
+    # A model folder does not know whether it was trained on pairs: two columns make pairs.
+    pairs = run.parent / "pairs.tsv"
+    pairs.write_text("first\tsecond\ngood fun\tnice film\nbad\tawful plot\n")
+    examples = from_folder.read(pairs, text_columns=["first", "second"])
+    assert examples.text_b == ["nice film", "awful plot"] and len(from_folder.predict_examples(examples)) == 2
+    with pytest.raises(PredictError, match="takes single texts.*inputs are pairs"):
+        from_run.predict_examples(examples)  # the run knows its task is single-text
 
 
 def test_a_labelled_input_file_is_scored_and_written_atomically(finished_run, tmp_path):

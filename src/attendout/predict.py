@@ -8,8 +8,8 @@ Two kinds of folder load with :meth:`Predictor.load`:
   any split of the run (``dev``, ``dev_ood``, the carved ``validation``...) exactly as the run saw it;
 * a **model folder**: a run's ``model/``, any ``transformers`` sequence-classification checkpoint,
   or a synthesized checkpoint (:func:`attendout.load_model` reads both). Only its labels are known:
-  texts are read from a ``text`` column unless told otherwise, and scored by accuracy (regression:
-  Pearson).
+  texts are read from a ``text`` column unless told otherwise (two columns: pairs), and scored by
+  accuracy (regression: Pearson).
 
 >>> predictor = Predictor.load("runs/cola")
 >>> predictor.predict(["The cat sat on the mat.", "Mat the on sat cat."]).labels
@@ -243,7 +243,9 @@ class Predictor:
         if len(examples) == 0:
             raise PredictError("nothing to predict: no examples")
         pair_model = self.task.is_pair
-        if pair_model != (examples.text_b is not None):
+        if self.settings is not None and pair_model != (
+            examples.text_b is not None
+        ):  # a model folder takes both
             raise PredictError(
                 f"task {self.task.name!r} takes {'pairs of texts' if pair_model else 'single texts'} "
                 f"({', '.join(self.task.text_fields)}) but the inputs are "
@@ -308,10 +310,14 @@ class Predictor:
         Text columns default to the run's own (``text_columns`` of a file task, else the task's text
         fields: ``sentence`` for CoLA, ``sentence1``/``sentence2`` for MRPC...).
         """
+        columns = tuple(text_columns or self._default_columns())
+        task = self.task
+        if self.settings is None:  # a model folder does not know whether it was trained on pairs
+            task = dataclasses.replace(task, text_fields=columns)
         return read_inputs(
             path,
-            self.task,
-            text_columns=text_columns or self._default_columns(),
+            task,
+            text_columns=columns,
             label_column=label_column,
             file_format=file_format,
         )
