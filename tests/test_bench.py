@@ -421,7 +421,7 @@ def test_sigkill_inside_a_running_cell_then_a_rerun_completes_the_grid_once(tiny
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_cell_killed_after_a_checkpoint_resumes_there_to_the_uninterrupted_numbers(
-    tiny_run, one_thread, how
+    tiny_run, one_thread, how, capsys
 ):
     steps = 16
     path = write_experiment(tiny_run, seeds=(1,), max_steps=steps)  # the model's dropout: generators matter
@@ -438,6 +438,8 @@ def test_a_cell_killed_after_a_checkpoint_resumes_there_to_the_uninterrupted_num
     assert finished_cells(root) == []
     # SIGKILL leaves the dead job's claim; SIGTERM releases it, and the kept folder must survive the sweep.
     assert bool(list(root.glob(".claims/*.json"))) == (how == signal.SIGKILL)
+    assert main(["bench", str(path), "--results", str(root), "--dry-run"]) == 0
+    assert re.search(r"todo +tiny-bert/toy/\S+/seed-1 +resumes at step (4|8|12);", capsys.readouterr().out)
 
     assert main(["bench", str(path), "--results", str(root)]) == 0  # the rerun resumes the cell
     (start,) = [e for e in events(root, "start") if e.get("resumed_at")]

@@ -244,6 +244,10 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
             counts[status] = counts.get(status, 0) + 1
         if not detail and cell.config is not None:
             detail = _cell_summary(cell, plan.steps.get(cell.key))
+        if status in ("todo", "failed"):
+            resumable, step = store.resumable(cell)
+            if resumable:
+                detail = f"resumes at step {step if step is not None else '?'}; {detail}"
         if mine and status in ("todo", "failed", "stale", "running"):
             estimate = times.get(cell.task.id)
             if estimate is None:

@@ -300,6 +300,13 @@ class ResultsStore:
         found = [f for f in self.work_root.iterdir() if f.name.rsplit("--", 1)[0] == cell.flat_key]
         return sorted(found, key=lambda f: f.stat().st_mtime, reverse=True)
 
+    def resumable(self, cell: Cell) -> tuple[bool, int | None]:
+        """Whether a killed job left ``cell`` a checkpoint to resume from, and at which step."""
+        for folder in self._work_folders(cell):
+            if has_checkpoint(folder):
+                return True, checkpoint_step(folder)
+        return False, None
+
     def adopt_work(self, cell: Cell, work: Path) -> int | None:
         """Move the newest resumable work folder of ``cell`` to ``work`` (which we claimed).
 
