@@ -305,7 +305,7 @@ def cmd_bench(argv: list[str]) -> int:
 
 def cmd_predict(argv: list[str]) -> int:
     """Label a file, or score a split of the run's own data, with a fine-tuned model."""
-    from .predict import Predictor, prediction_rows, write_predictions
+    from .predict import Predictor, prediction_rows, write_predictions, write_rows
 
     parser = argparse.ArgumentParser(
         prog="attendout predict",
@@ -372,10 +372,7 @@ def cmd_predict(argv: list[str]) -> int:
         write_predictions(args.output, predictions, examples, label_names=names)
         print(f"wrote {len(predictions)} predictions to {args.output}", file=sys.stderr)
     else:
-        rows = prediction_rows(predictions, examples, label_names=names)
-        print("\t".join(rows[0]))
-        for row in rows:
-            print("\t".join(str(v).replace("\t", " ").replace("\n", " ") for v in row.values()))
+        write_rows(sys.stdout, prediction_rows(predictions, examples, label_names=names), "tsv")
     if metrics is not None:
         scores = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if v is not None)
         print(f"{predictor.task.name} | {what} | {scores}", file=sys.stderr)

@@ -367,7 +367,6 @@ def write_predictions(
     The format follows the extension: ``.jsonl``, ``.csv`` or ``.tsv``. The file appears complete or
     not at all.
     """
-    import csv
 
     path = Path(path)
     suffix = path.suffix.lower()
@@ -378,19 +377,24 @@ def write_predictions(
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         with open(tmp, "w", newline="") as handle:
-            if suffix == ".jsonl":
-                for row in rows:
-                    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-            else:
-                writer = csv.DictWriter(
-                    handle, fieldnames=list(rows[0]), delimiter="\t" if suffix == ".tsv" else ","
-                )
-                writer.writeheader()
-                writer.writerows(rows)
+            write_rows(handle, rows, suffix.lstrip("."))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def write_rows(handle: Any, rows: list[dict[str, Any]], fmt: str) -> None:
+    """Write prediction rows to an open text ``handle`` as ``jsonl``, ``csv`` or ``tsv`` (with a header)."""
+    import csv
+
+    if fmt == "jsonl":
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        return
+    writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter="\t" if fmt == "tsv" else ",")
+    writer.writeheader()
+    writer.writerows(rows)
 
 
 def prediction_rows(
