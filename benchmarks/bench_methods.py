@@ -13,6 +13,7 @@ Usage (from the repository root):
 
     python benchmarks/bench_methods.py                      # offline MiniLM, batch 32, length 128
     python benchmarks/bench_methods.py --methods none scores-dropout --steps 5 --repeats 2
+    python benchmarks/bench_methods.py --methods none@8 attendout attendout@8   # METHOD@N: micro-batches of N
 
 Prints a Markdown table; ``--json PATH`` also writes the raw measurements.
 """
@@ -81,7 +82,8 @@ def child(args: argparse.Namespace) -> None:
         write_random_texts(
             data, tokenizer, count + 64, args.length, seed=1
         )  # the same texts for every method
-        method = "none" if args.child == "stock" else args.child
+        entry, _, micro = args.child.partition("@")  # METHOD@N: the same step over micro-batches of N
+        method = "none" if entry == "stock" else entry
         trainer = Trainer(
             TrainConfig(
                 task="file",
@@ -94,6 +96,7 @@ def child(args: argparse.Namespace) -> None:
                 method_options=BENCH_OPTIONS.get(method, {}),
                 max_length=args.length,
                 batch_size=args.batch_size,
+                micro_batch_size=int(micro) if micro else None,
                 validation_split=64 / (count + 64),
                 max_steps=args.warmup + args.steps,
                 progress=False,
@@ -103,7 +106,7 @@ def child(args: argparse.Namespace) -> None:
                 data_seed=0,
             )
         )
-        if args.child == "stock":
+        if entry == "stock":
             import attendout
 
             attendout.remove(trainer.model)  # stock transformers attention: no hook at all

@@ -226,7 +226,7 @@ def test_reinitialisation_copies_weights_optimizer_state_and_schedule(tiny_run):
     # the copies are independent: training D alone leaves A's weights and moments alone
     a_moment = s.optimizer.state[a_params[0]]["exp_avg"].clone()
     batch = next(trainer.train_set.batches(16))
-    trainer.optimise(trainer.forward_loss(s.defender, batch))
+    trainer.train_on(s.defender, batch)
     assert torch.equal(s.optimizer.state[a_params[0]]["exp_avg"], a_moment)
     assert not torch.equal(d_params[0], a_params[0])
 

@@ -164,6 +164,9 @@ def test_grid_order_keys_and_budget_overrides(tiny_run):
     same = experiment.cells(Budget(max_train_samples=50, epochs=1), data_dir="/elsewhere")[0]
     other = experiment.cells(Budget(max_train_samples=60, epochs=1))[0]
     assert same.fingerprint == cells[0].fingerprint != other.fingerprint
+    # nor how a machine fits the batch into memory: a finished cell stays done with micro-batches
+    micro = experiment.cells(Budget(max_train_samples=50, epochs=1), micro_batch_size=4)[0]
+    assert micro.config.micro_batch_size == 4 and micro.fingerprint == cells[0].fingerprint
 
 
 #: What the fingerprints of the published cells (results/) were computed from. Adding a TrainConfig

@@ -103,6 +103,13 @@ class TrainConfig:
     epochs: float = field(default=3.0, metadata={"help": "training epochs (ignored when max_steps is set)"})
     max_steps: int | None = field(default=None, metadata={"help": "training steps (overrides epochs)"})
     batch_size: int = field(default=32, metadata={"help": "training batch size"})
+    micro_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "split each training batch into micro-batches of at most N examples and accumulate "
+            "their gradients: the update is the whole batch's, the activation memory a micro-batch's"
+        },
+    )
     eval_batch_size: int = field(default=64, metadata={"help": "evaluation batch size"})
     learning_rate: float = field(default=5e-5, metadata={"help": "peak AdamW learning rate"})
     weight_decay: float = field(
@@ -139,6 +146,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         checks = [
             (self.batch_size >= 1, "batch_size", self.batch_size, "at least 1"),
+            (
+                self.micro_batch_size is None or self.micro_batch_size >= 1,
+                "micro_batch_size",
+                self.micro_batch_size,
+                "at least 1",
+            ),
             (self.eval_batch_size >= 1, "eval_batch_size", self.eval_batch_size, "at least 1"),
             (self.learning_rate > 0, "learning_rate", self.learning_rate, "positive"),
             (self.epochs > 0, "epochs", self.epochs, "positive"),
@@ -545,8 +558,21 @@ class Trainer:
 
     # checkpoints ----------------------------------------------------------------------------
     def _checkpoint_config(self) -> dict[str, Any]:
-        """The settings a checkpoint must agree with to be resumed (not paths or progress bars)."""
-        free = {"output_dir", "overwrite", "progress", "resume", "checkpoint_steps", "device", "data_dir"}
+        """The settings a checkpoint must agree with to be resumed.
+
+        Free: paths, progress bars, and what fits a run to a machine (device, micro-batch size): a run
+        resumed on other hardware goes on with the same updates, though not bit for bit.
+        """
+        free = {
+            "output_dir",
+            "overwrite",
+            "progress",
+            "resume",
+            "checkpoint_steps",
+            "device",
+            "micro_batch_size",
+            "data_dir",
+        }
         return {k: v for k, v in self.config.to_dict().items() if k not in free}
 
     def save_checkpoint(self) -> None:
@@ -640,25 +666,76 @@ class Trainer:
         ):
             return model(**batch, **kwargs).loss
 
-    def optimise(
+    def micro_batches(self, batch: dict[str, torch.Tensor]) -> list[tuple[slice, dict[str, torch.Tensor]]]:
+        """``batch`` cut into consecutive micro-batches of at most ``micro_batch_size`` rows.
+
+        Each comes with its rows of the batch (a slice) so a strategy can cut per-example tensors
+        (AttendOut's masks) the same way. The padded length stays the batch's, so every example is
+        computed exactly as in the whole batch. Without ``micro_batch_size``: the batch itself.
+        """
+        size = len(next(iter(batch.values())))
+        step = self.config.micro_batch_size or size
+        if step >= size:
+            return [(slice(0, size), batch)]
+        parts = []
+        for start in range(0, size, step):
+            rows = slice(start, min(start + step, size))
+            parts.append((rows, {k: v[rows] for k, v in batch.items()}))
+        return parts
+
+    def train_on(
         self,
-        loss: torch.Tensor,
-        model: nn.Module | None = None,
+        model: nn.Module,
+        batch: dict[str, torch.Tensor],
+        loss_fn: Callable[[dict[str, torch.Tensor], slice], torch.Tensor] | None = None,
         optimizer: torch.optim.Optimizer | None = None,
         scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     ) -> torch.Tensor:
-        """Backward, clip, optimizer and schedule step (defaults: the trainer's own); returns the detached loss.
+        """One optimizer step of ``model`` on ``batch``, accumulated over its micro-batches.
 
-        A non-finite loss raises :class:`TrainingError` before any parameter changes.
+        ``loss_fn(part, rows)`` gives the mean loss of a micro-batch (default: :meth:`forward_loss`);
+        each is weighted by its share of the batch's examples, so the gradient is the whole batch's
+        mean-loss gradient whatever the split. Returns the batch's detached mean loss.
         """
-        model, optimizer = model or self.model, optimizer or self.optimizer
-        scheduler = scheduler or self.scheduler
+        parts = self.micro_batches(batch)
+        size = parts[-1][0].stop
+        total = None
+        for rows, part in parts:
+            loss = loss_fn(part, rows) if loss_fn is not None else self.forward_loss(model, part)
+            share = (rows.stop - rows.start) / size
+            self.backward(loss, share, scheduler)
+            total = loss.detach() * share if total is None else total + loss.detach() * share
+        self.optimizer_step(model, optimizer, scheduler)
+        return total
+
+    def backward(
+        self,
+        loss: torch.Tensor,
+        weight: float = 1.0,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    ) -> None:
+        """Back-propagate ``weight * loss`` (scaled for fp16); a non-finite loss raises :class:`TrainingError`.
+
+        The check comes before any gradient is added, and parameters change only in
+        :meth:`optimizer_step`, so a failing step leaves the model as it was.
+        """
         if not torch.isfinite(loss):
+            scheduler = scheduler or self.scheduler
             raise TrainingError(
                 f"loss is {loss.item()} at step {self.state.step + 1} (learning rate "
                 f"{scheduler.get_last_lr()[0]:.3g}); the best checkpoint so far is kept in {self.out}"
             )
-        self.scaler.scale(loss).backward()
+        self.scaler.scale(loss * weight if weight != 1.0 else loss).backward()
+
+    def optimizer_step(
+        self,
+        model: nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    ) -> None:
+        """Clip the accumulated gradients, step the optimizer and the schedule, clear the gradients."""
+        model, optimizer = model or self.model, optimizer or self.optimizer
+        scheduler = scheduler or self.scheduler
         if self.config.max_grad_norm > 0:
             self.scaler.unscale_(optimizer)
             nn.utils.clip_grad_norm_(model.parameters(), self.config.max_grad_norm)
@@ -666,7 +743,6 @@ class Trainer:
         self.scaler.update()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.strategy.step(self, batch)

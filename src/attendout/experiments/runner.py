@@ -123,10 +123,13 @@ def prepare_cells(
     data_dir: str | None = None,
     save_model: bool | None = None,
     device: str | None = None,
+    micro_batch_size: int | None = None,
     check_data: bool = True,
 ) -> GridPlan:
     """The grid with its overrides, every cell checked; bad cells are marked invalid, not raised."""
-    cells = experiment.cells(budget, data_dir=data_dir, save_model=save_model, device=device)
+    cells = experiment.cells(
+        budget, data_dir=data_dir, save_model=save_model, device=device, micro_batch_size=micro_batch_size
+    )
     plan = GridPlan(experiment=experiment, budget=budget, cells=cells, shard=shard, selection=selection or {})
     model_checks = {m.id: _check_model(m.name) for m in experiment.models}
     task_checks: dict[str, CellCheck] = {}
@@ -568,6 +571,14 @@ def bench_parser() -> Any:
     parser.add_argument(
         "--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default: the file's, else auto)"
     )
+    parser.add_argument(
+        "--micro-batch-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="accumulate each training batch over micro-batches of at most N examples to fit the "
+        "device's memory (same updates; not part of a cell's identity, like --device)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads of this job")
     parser.add_argument(
         "--rerun-stale", action="store_true", help="retrain finished cells whose configuration has changed"
@@ -624,6 +635,7 @@ def bench_main(argv: list[str]) -> int:
         data_dir=args.data_dir,
         save_model=True if args.save_model else None,
         device=args.device,
+        micro_batch_size=args.micro_batch_size,
         check_data=not args.no_data_check,
     )
     if args.dry_run or plan.invalid:

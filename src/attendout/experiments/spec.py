@@ -96,6 +96,7 @@ FINGERPRINT_EXCLUDE = frozenset(
         "overwrite",
         "progress",
         "device",
+        "micro_batch_size",
         "data_dir",
         "save_model",
         "eval_batch_size",
@@ -328,7 +329,7 @@ class Experiment:
         """Every cell of the grid, seed-major: seed, then model, task, method (the order of the file).
 
         ``extra`` sets further TrainConfig fields in every cell (``data_dir``, ``save_model``,
-        ``device``); a ``None`` value leaves the experiment's own.
+        ``device``, ``micro_batch_size``); a ``None`` value leaves the experiment's own.
         """
         cells: list[Cell] = []
         for seed in self.seeds:

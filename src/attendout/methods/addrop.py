@@ -437,19 +437,23 @@ class ADDropStrategy(TrainingStrategy):
         active = addrop_active(trainer.state.step, trainer.steps_per_epoch, c.cross_tuning, c.period, c.start)
         method = self.method
         method.note_step(active)
-        try:
-            if active:
-                inputs = {k: v.to(trainer.device) for k, v in batch.items()}
-                with torch.autocast(
-                    trainer.device.type,
-                    dtype=trainer.autocast_dtype,
-                    enabled=trainer.autocast_dtype is not None,
-                ):
-                    method.prepare(model, inputs)
-            loss = trainer.forward_loss(model, batch)  # dropout on; masks consumed here
-        finally:
-            method.clear()
-        return trainer.optimise(loss)
+
+        def loss_fn(part: dict[str, Any], rows: slice) -> torch.Tensor:
+            # Attribution and training pass per micro-batch: attributions are per example anyway.
+            try:
+                if active:
+                    inputs = {k: v.to(trainer.device) for k, v in part.items()}
+                    with torch.autocast(
+                        trainer.device.type,
+                        dtype=trainer.autocast_dtype,
+                        enabled=trainer.autocast_dtype is not None,
+                    ):
+                        method.prepare(model, inputs)
+                return trainer.forward_loss(model, part)  # dropout on; masks consumed here
+            finally:
+                method.clear()
+
+        return trainer.train_on(model, batch, loss_fn)
 
 
 @register_method

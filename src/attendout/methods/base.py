@@ -144,8 +144,9 @@ class MethodHandle:
 class TrainingStrategy:
     """How the fine-tuning loop (:class:`attendout.train.Trainer`) trains with a method.
 
-    The default applies the method to ``trainer.model`` and runs one forward, backward and optimizer
-    step per batch. Methods that need more subclass it and return it from
+    The default applies the method to ``trainer.model`` and runs one optimizer step per batch through
+    ``trainer.train_on`` (which accumulates over micro-batches when ``micro_batch_size`` is set: a
+    strategy gives it the loss of a micro-batch and the rows of the batch it holds). Methods that need more subclass it and return it from
     ``MethodConfig.training_strategy()``: AttendOut trains a Defender and an Attacker, AD-DROP runs an
     attribution pass before the training pass. The loop calls, in order: ``setup`` once (after the
     model is loaded and the optimizer built), then per batch ``set_progress`` and ``step``, ``stats``
@@ -163,7 +164,7 @@ class TrainingStrategy:
     def step(self, trainer: Any, batch: dict[str, Any]) -> Any:
         """Train on one batch; return the detached loss."""
         trainer.model.train()
-        return trainer.optimise(trainer.forward_loss(trainer.model, batch))
+        return trainer.train_on(trainer.model, batch)
 
     def set_progress(self, fraction: float) -> None:
         if self.handle is not None:

@@ -195,18 +195,23 @@ class AttendOutStrategy(TrainingStrategy):
     def step(self, trainer: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One step of D, one step of A under G's masks; a game every ``dropout_steps`` steps."""
         self.defender.train()
-        loss = trainer.optimise(trainer.forward_loss(self.defender, batch))
+        loss = trainer.train_on(self.defender, batch)
 
         self.attacker.train()
         inputs = {k: batch[k].to(trainer.device) for k in MODEL_INPUTS if k in batch}
         token_valid = inputs["attention_mask"].bool()  # (B, L)
         sample = self.generator.sample(self.generator_input(inputs), token_valid, self.layers)
-        self.slot.masks = sample.masks
-        try:
-            attacker_loss = trainer.forward_loss(self.attacker, batch)
-        finally:
-            self.slot.masks = None
-        attacker_loss = trainer.optimise(attacker_loss, self.attacker, self.optimizer, self.scheduler)
+
+        def attacker_loss_fn(part: dict[str, torch.Tensor], rows: slice) -> torch.Tensor:
+            self.slot.masks = {layer: mask[rows] for layer, mask in sample.masks.items()}
+            try:
+                return trainer.forward_loss(self.attacker, part)
+            finally:
+                self.slot.masks = None
+
+        attacker_loss = trainer.train_on(
+            self.attacker, batch, attacker_loss_fn, self.optimizer, self.scheduler
+        )
 
         self.cache.append(CachedAction(inputs, sample.masks))
         for layer, p in sample.drop_prob.items():

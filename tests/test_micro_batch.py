@@ -1,0 +1,98 @@
+"""Micro-batches (``micro_batch_size``): the gradient of a batch accumulated over parts of it.
+
+The update must be the whole batch's. With the model's dropout off and methods whose masks do not
+depend on how the batch is cut, training with micro-batches reaches the same weights as training
+on whole batches, up to float rounding.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification
+
+from attendout.train import Trainer, TrainingError, finetune
+from conftest import no_dropout, save_tiny_model_dir, toy_train_config
+
+
+def read_log(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+
+
+def weights(folder) -> dict[str, torch.Tensor]:
+    return AutoModelForSequenceClassification.from_pretrained(folder).state_dict()
+
+
+# Methods whose training is deterministic once the model's dropout is off, and whose masks do not
+# depend on the cut: AD-DROP with q = 1 drops its whole (attribution-ranked) candidate region, per
+# example; AttendOut samples the Generator's masks for the whole batch and cuts them with it.
+METHODS = [
+    ("none", {}),
+    ("addrop", {"attribution": "ga", "q": 1.0, "cross_tuning": "off", "start": "addrop"}),
+    ("attendout", {"dropout_steps": 2, "eval_samples": 8, "reinit_temperature": 0.0}),
+]
+
+
+@pytest.mark.parametrize("method,options", METHODS, ids=[m for m, _ in METHODS])
+def test_micro_batches_reach_the_weights_of_whole_batches(tiny_run, method, options):
+    model = save_tiny_model_dir(tiny_run["tmp"] / "no-dropout", **no_dropout("bert"))
+    results = {}
+    for name, micro in (("whole", None), ("micro", 5)):  # 16 = 5 + 5 + 5 + 1: unequal parts
+        config = toy_train_config(
+            tiny_run,
+            model=model,
+            method=method,
+            method_options=options,
+            micro_batch_size=micro,
+            learning_rate=1e-3,
+            max_steps=5,
+            eval_steps=5,
+            log_steps=1,
+            output_dir=str(tiny_run["tmp"] / name),
+        )
+        results[name] = finetune(config)
+    whole, micro = weights(tiny_run["tmp"] / "whole" / "model"), weights(tiny_run["tmp"] / "micro" / "model")
+    start = weights(model)
+    assert any(not torch.allclose(whole[k], start[k], atol=1e-4) for k in start)  # training moved them
+    for key, value in whole.items():
+        torch.testing.assert_close(micro[key], value, rtol=1e-4, atol=2e-5, msg=key)
+    losses = {name: [r["loss"] for r in read_log(tiny_run["tmp"] / name) if "loss" in r] for name in results}
+    assert len(losses["whole"]) == 5
+    assert losses["micro"] == pytest.approx(losses["whole"], rel=1e-4)
+    assert results["micro"]["eval"] == results["whole"]["eval"]
+
+
+def test_micro_batches_cover_the_batch_once_in_order(tiny_run):
+    trainer = Trainer(toy_train_config(tiny_run, micro_batch_size=3))
+    batch = next(trainer.train_set.batches(8))
+    parts = trainer.micro_batches(batch)
+    assert [(rows.start, rows.stop) for rows, _ in parts] == [(0, 3), (3, 6), (6, 8)]
+    for key, value in batch.items():
+        torch.testing.assert_close(torch.cat([part[key] for _, part in parts]), value)
+        assert all(part[key].shape[1:] == value.shape[1:] for _, part in parts)  # the batch's padded length
+    trainer.config.micro_batch_size = 8
+    assert len(trainer.micro_batches(batch)) == 1
+
+
+def test_a_nan_micro_batch_stops_before_any_weight_changes(tiny_run):
+    trainer = Trainer(toy_train_config(tiny_run, micro_batch_size=4))
+    batch = next(trainer.train_set.batches(16))
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    calls = []
+
+    def loss_fn(part, rows):
+        calls.append(rows.start)
+        loss = trainer.forward_loss(trainer.model, part)
+        return loss * float("nan") if rows.start == 8 else loss
+
+    with pytest.raises(TrainingError, match="loss is nan at step 1"):
+        trainer.train_on(trainer.model, batch, loss_fn)
+    assert calls == [0, 4, 8]
+    assert all(torch.equal(v, before[k]) for k, v in trainer.model.state_dict().items())
+
+
+def test_bad_micro_batch_size_is_a_clear_error(tiny_run):
+    with pytest.raises(ValueError, match="micro_batch_size must be at least 1, got 0"):
+        toy_train_config(tiny_run, micro_batch_size=0)
