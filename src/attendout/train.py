@@ -122,6 +122,13 @@ class TrainConfig:
     eval_steps: int | None = field(
         default=None, metadata={"help": "evaluate every N steps (and at each epoch end)"}
     )
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={
+            "help": "stop when the validation metric has not improved for N evaluations in a row "
+            "(the learning-rate schedule still spans the whole budget; default: train the whole budget)"
+        },
+    )
     log_steps: int = field(default=10, metadata={"help": "write a log line every N steps"})
     output_dir: str = field(default="runs/latest", metadata={"help": "run directory"})
     checkpoint_steps: int | None = field(
@@ -161,6 +168,12 @@ class TrainConfig:
             (self.max_length >= 8, "max_length", self.max_length, "at least 8"),
             (self.log_steps >= 1, "log_steps", self.log_steps, "at least 1"),
             (self.eval_steps is None or self.eval_steps >= 1, "eval_steps", self.eval_steps, "at least 1"),
+            (
+                self.early_stopping_patience is None or self.early_stopping_patience >= 1,
+                "early_stopping_patience",
+                self.early_stopping_patience,
+                "at least 1",
+            ),
             (
                 self.checkpoint_steps is None or self.checkpoint_steps >= 1,
                 "checkpoint_steps",
@@ -435,6 +448,8 @@ class TrainState:
     best_step: int | None = None
     best_validation: dict[str, float] = field(default_factory=dict)
     validated_at: int | None = None
+    evals_since_best: int = 0  # validations in a row without a new best (early stopping)
+    stopped_early: bool = False
 
 
 class Trainer:
@@ -758,7 +773,7 @@ class Trainer:
             dynamic_ncols=True,
         )
         running = self._running
-        while self.state.step < self.total_steps:
+        while self.state.step < self.total_steps and not self.state.stopped_early:
             order = torch.Generator().manual_seed(c.data_seed * 100_003 + self.state.epoch)
             done = self.state.step - self.state.epoch * self.steps_per_epoch  # batches of this epoch (resume)
             for batch in self.train_set.batches(c.batch_size, order, skip=done):
@@ -788,11 +803,12 @@ class Trainer:
                     and self._checkpointed_at != self.state.step
                 ):
                     self.save_checkpoint()
-                if self.state.step >= self.total_steps:
+                if self.state.step >= self.total_steps or self.state.stopped_early:
                     break
             else:  # a full pass over the training set
                 self.state.epoch += 1
-                self.validate()
+                if self.state.validated_at != self.state.step:  # not just validated by eval_steps
+                    self.validate()
         bar.close()
         if self.state.validated_at != self.state.step:
             self.validate()  # the end of a partial epoch
@@ -823,6 +839,14 @@ class Trainer:
         self.state.validated_at = self.state.step
         main = self.task.metrics[0]
         improved = metrics[main] > self.state.best_score
+        self.state.evals_since_best = 0 if improved else self.state.evals_since_best + 1
+        patience = self.config.early_stopping_patience
+        if (
+            patience is not None
+            and self.state.evals_since_best >= patience
+            and self.state.step < self.total_steps
+        ):
+            self.state.stopped_early = True
         if improved:
             self.state.best_score = metrics[main]
             self.state.best_step = self.state.step
@@ -834,9 +858,15 @@ class Trainer:
                     k: v.detach().to("cpu", copy=True)
                     for k, v in self.strategy.eval_model(self).state_dict().items()
                 }
-        self.log(
-            {"step": self.state.step, "epoch": self.epoch_progress, "validation": metrics, "best": improved}
-        )
+        record = {
+            "step": self.state.step,
+            "epoch": self.epoch_progress,
+            "validation": metrics,
+            "best": improved,
+        }
+        if self.state.stopped_early:
+            record["stopped_early"] = True
+        self.log(record)
         if improved and self.config.checkpoint_steps:
             self.save_checkpoint()  # the kept best model is never newer than the state that resumes
         return metrics
@@ -872,6 +902,11 @@ class Trainer:
             "eval": evaluations,
             "train_time_s": round(train_time, 2),
         }
+        if self.state.stopped_early:
+            results["stopped_early"] = {
+                "step": self.state.step,
+                "patience": self.config.early_stopping_patience,
+            }
         if self._resumed_at is not None:  # the time before the resume is in train_time_s too
             results["resumed"] = {"step": self._resumed_at, "train_time_before_s": round(self._elapsed, 2)}
         self.log({"step": self.state.step, "eval": evaluations, "best_step": self.state.best_step})
@@ -903,6 +938,13 @@ def finetune(config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | Non
 def format_results(results: dict[str, Any]) -> str:
     """A small Markdown table of the validation and evaluation metrics of a run."""
     rows = [("validation (model selection)", results["validation"])] + list(results["eval"].items())
+    stop = results.get("stopped_early")
+    note = (
+        f"stopped early at step {stop['step']} of {results['total_steps']} (no better validation in "
+        f"{stop['patience']} evaluations); best step {results['best_step']}\n\n"
+        if stop
+        else ""
+    )
     names = [m for m in next(iter(results["eval"].values()), results["validation"]) if m != "loss"]
     header = "| split | " + " | ".join(names) + " |"
     lines = [header, "|" + "---|" * (len(names) + 1)]
@@ -910,7 +952,7 @@ def format_results(results: dict[str, Any]) -> str:
         lines.append(
             f"| {split} | " + " | ".join(f"{metrics.get(n, float('nan')):.4f}" for n in names) + " |"
         )
-    return "\n".join(lines)
+    return note + "\n".join(lines)
 
 
 def _version() -> str:
