@@ -243,9 +243,8 @@ class Predictor:
         if len(examples) == 0:
             raise PredictError("nothing to predict: no examples")
         pair_model = self.task.is_pair
-        if self.settings is not None and pair_model != (
-            examples.text_b is not None
-        ):  # a model folder takes both
+        knows_inputs = self.settings is not None  # a run knows single vs pairs; a model folder takes both
+        if knows_inputs and pair_model != (examples.text_b is not None):
             raise PredictError(
                 f"task {self.task.name!r} takes {'pairs of texts' if pair_model else 'single texts'} "
                 f"({', '.join(self.task.text_fields)}) but the inputs are "
@@ -367,7 +366,6 @@ def write_predictions(
     The format follows the extension: ``.jsonl``, ``.csv`` or ``.tsv``. The file appears complete or
     not at all.
     """
-
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".jsonl", ".csv", ".tsv"):

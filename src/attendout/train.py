@@ -449,7 +449,6 @@ class TrainState:
     best_validation: dict[str, float] = field(default_factory=dict)
     validated_at: int | None = None
     evals_since_best: int = 0  # validations in a row without a new best (early stopping)
-    stopped_early: bool = False
 
 
 class Trainer:
@@ -718,29 +717,23 @@ class Trainer:
         for rows, part in parts:
             loss = loss_fn(part, rows) if loss_fn is not None else self.forward_loss(model, part)
             share = (rows.stop - rows.start) / size
-            self.backward(loss, share, scheduler)
+            self.backward(loss, share)
             total = loss.detach() * share if total is None else total + loss.detach() * share
         self.optimizer_step(model, optimizer, scheduler)
         return total
 
-    def backward(
-        self,
-        loss: torch.Tensor,
-        weight: float = 1.0,
-        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    ) -> None:
+    def backward(self, loss: torch.Tensor, weight: float = 1.0) -> None:
         """Back-propagate ``weight * loss`` (scaled for fp16); a non-finite loss raises :class:`TrainingError`.
 
         The check comes before any gradient is added, and parameters change only in
         :meth:`optimizer_step`, so a failing step leaves the model as it was.
         """
         if not torch.isfinite(loss):
-            scheduler = scheduler or self.scheduler
             raise TrainingError(
                 f"loss is {loss.item()} at step {self.state.step + 1} (learning rate "
-                f"{scheduler.get_last_lr()[0]:.3g}); the best checkpoint so far is kept in {self.out}"
+                f"{self.scheduler.get_last_lr()[0]:.3g}); the best checkpoint so far is kept in {self.out}"
             )
-        self.scaler.scale(loss * weight if weight != 1.0 else loss).backward()
+        self.scaler.scale(loss * weight).backward()  # x 1.0 is exact: whole batches are unchanged
 
     def optimizer_step(
         self,
@@ -773,7 +766,7 @@ class Trainer:
             dynamic_ncols=True,
         )
         running = self._running
-        while self.state.step < self.total_steps and not self.state.stopped_early:
+        while self.state.step < self.total_steps and not self.stopped_early:
             order = torch.Generator().manual_seed(c.data_seed * 100_003 + self.state.epoch)
             done = self.state.step - self.state.epoch * self.steps_per_epoch  # batches of this epoch (resume)
             for batch in self.train_set.batches(c.batch_size, order, skip=done):
@@ -803,7 +796,7 @@ class Trainer:
                     and self._checkpointed_at != self.state.step
                 ):
                     self.save_checkpoint()
-                if self.state.step >= self.total_steps or self.state.stopped_early:
+                if self.state.step >= self.total_steps or self.stopped_early:
                     break
             else:  # a full pass over the training set
                 self.state.epoch += 1
@@ -840,13 +833,6 @@ class Trainer:
         main = self.task.metrics[0]
         improved = metrics[main] > self.state.best_score
         self.state.evals_since_best = 0 if improved else self.state.evals_since_best + 1
-        patience = self.config.early_stopping_patience
-        if (
-            patience is not None
-            and self.state.evals_since_best >= patience
-            and self.state.step < self.total_steps
-        ):
-            self.state.stopped_early = True
         if improved:
             self.state.best_score = metrics[main]
             self.state.best_step = self.state.step
@@ -864,12 +850,22 @@ class Trainer:
             "validation": metrics,
             "best": improved,
         }
-        if self.state.stopped_early:
+        if self.stopped_early:
             record["stopped_early"] = True
         self.log(record)
         if improved and self.config.checkpoint_steps:
             self.save_checkpoint()  # the kept best model is never newer than the state that resumes
         return metrics
+
+    @property
+    def stopped_early(self) -> bool:
+        """Early stopping's verdict: the patience ran out before the budget did."""
+        patience = self.config.early_stopping_patience
+        return (
+            patience is not None
+            and self.state.evals_since_best >= patience
+            and self.state.step < self.total_steps
+        )
 
     def _restore_best(self) -> None:
         if self.config.save_model:
@@ -902,7 +898,7 @@ class Trainer:
             "eval": evaluations,
             "train_time_s": round(train_time, 2),
         }
-        if self.state.stopped_early:
+        if self.stopped_early:
             results["stopped_early"] = {
                 "step": self.state.step,
                 "patience": self.config.early_stopping_patience,
