@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from transformers import (
@@ -14,8 +16,18 @@ from transformers import (
     XLMRobertaConfig,
 )
 
-# Tiny models run fastest on one thread, and CI machines are shared: no oversubscription.
-torch.set_num_threads(1)
+# Tiny models run fastest on one thread, and CI machines are shared: no oversubscription. `make
+# test-matrix` sets ATTENDOUT_TEST_THREADS to run the suite with other thread counts too (the split of
+# a reduction over threads changes its rounding, which every cross-computation comparison must absorb).
+torch.set_num_threads(int(os.environ.get("ATTENDOUT_TEST_THREADS", "1")))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say which CPU kernels (ATEN_CPU_CAPABILITY) and how many threads the suite really ran with."""
+    terminalreporter.write_line(
+        f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} thread(s)"
+    )
+
 
 VOCAB = 99
 COMMON = dict(
@@ -192,3 +204,28 @@ def toy_cli_args(tiny_run, *extra: str, output_dir=None) -> list[str]:
         "--output-dir", str(output_dir or tiny_run["tmp"] / "run"),
         *extra,
     ]  # fmt: skip
+
+
+@pytest.fixture
+def saved_figures(monkeypatch) -> list:
+    """Every matplotlib Figure saved while the test runs, caught at ``savefig`` (the file is still written).
+
+    Image tests check what was drawn (axes, lines, bars, images) through these objects, not only that a
+    PNG file appeared.
+    """
+    from matplotlib.figure import Figure
+
+    figures = []
+    save = Figure.savefig
+
+    def savefig(self, *args, **kwargs):
+        figures.append(self)
+        return save(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return figures
+
+
+def panels(figure) -> list:
+    """The visible axes of a figure that hold data (colour bars and hidden spare panels left out)."""
+    return [ax for ax in figure.axes if ax.get_visible() and (ax.lines or ax.patches or ax.images)]

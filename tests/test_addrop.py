@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -20,7 +21,7 @@ from attendout.methods.addrop import (
     sample_drops,
 )
 from attendout.train import TrainConfig, Trainer
-from conftest import FAMILIES, make_batch, no_dropout, tiny_model, toy_cli_args, toy_train_config
+from conftest import FAMILIES, make_batch, no_dropout, panels, tiny_model, toy_cli_args, toy_train_config
 
 PADDED = {1: 7, 3: 4}  # rows 1 and 3 are padded from positions 7 and 4
 
@@ -376,23 +377,29 @@ def test_cli_finetune_with_addrop(tiny_run, capsys):
         assert text in " ".join(help_text.split()), text
 
 
-def test_inspect_writes_a_png(tiny_run, capsys):
+def test_inspect_draws_the_attention_the_candidates_and_the_drops(tiny_run, capsys, saved_figures):
     out = tiny_run["tmp"] / "figs" / "map.png"
-    code = main(
-        [
-            "inspect",
-            "--model",
-            tiny_run["model"],
-            "--text",
-            "the film was very good",
-            "--text-pair",
-            "a dull plot",
-            "--head",
-            "mean",
-            "--output",
-            str(out),
-        ]
-    )
-    assert code == 0 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = ["--model", tiny_run["model"], "--text", "the film was very good", "--text-pair", "a dull plot"]
+    assert main(["inspect", *text, "--head", "0", "--q", "1", "--output", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "candidate" in capsys.readouterr().out
+    (figure,) = saved_figures
+    attention, attribution = panels(figure)
+    tokens = [label.get_text() for label in attention.get_xticklabels()]
+    assert tokens == ["[CLS]", "the", "film", "was", "very", "good", "[SEP]", "a", "dull", "plot", "[SEP]"]
+    weights = attention.images[0].get_array()  # (query, key): head 0's attention, rows sum to 1
+    assert weights.shape == (11, 11)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)  # float32 softmax rows: rounding only
+    shading = attribution.images[0].get_array()  # attribution, min-max normalised per row
+    assert shading.shape == (11, 11) and shading.min() >= 0 and shading.max() == 1
+    # p = 0.3 of 11 keys: 3 candidates boxed per query row; q = 1 drops each (a circle and an x)
+    assert len(attribution.patches) == 11 * 3
+    assert [len(marks.get_offsets()) for marks in attribution.collections] == [33, 33]
+
+    saved_figures.clear()
+    assert main(["inspect", *text, "--head", "mean", "--output", str(out)]) == 0
+    (figure,) = saved_figures
+    attention, _ = panels(figure)
+    np.testing.assert_allclose(attention.images[0].get_array().sum(-1), 1.0, rtol=1e-5)  # mean of heads
+    assert "mean of 4 heads" in figure.get_suptitle()
     assert main(["inspect", "--model", tiny_run["model"], "--text", "good", "--head", "x"]) == 2

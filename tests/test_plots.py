@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from attendout.cli import main
 from attendout.report.curves import convergence_figure, group_runs, validation_curve
 from attendout.report.patterns import panel_labels, pattern_figure
+from conftest import panels
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -48,19 +50,41 @@ def runs(tmp_path):
     return [fake_run(tmp_path / f"{m}-s{s}", m, s) for m in ("none", "attendout") for s in (1, 2, 3)]
 
 
-def test_plot_command_writes_both_figures(runs, tmp_path, capsys):
+def test_plot_command_draws_the_convergence_curves_and_the_dropout_patterns(
+    runs, tmp_path, capsys, saved_figures
+):
     out = tmp_path / "figures"
     assert main(["plot", *map(str, runs), "--out-dir", str(out)]) == 0
-    for name in ("convergence.png", "dropout_pattern.png"):
-        data = (out / name).read_bytes()
-        assert data.startswith(PNG) and len(data) > 10_000
     assert f"wrote {out / 'convergence.png'}" in capsys.readouterr().out
+    assert all(
+        (out / name).read_bytes().startswith(PNG) for name in ("convergence.png", "dropout_pattern.png")
+    )
+    convergence, pattern = saved_figures
+    # one panel, a line per method: the mean over its 3 seeds of mcc = 0.2 + step / 100 + seed / 50
+    (ax,) = panels(convergence)
+    assert [line.get_label() for line in ax.lines] == ["none (n=3)", "attendout (n=3)"]
+    for line in ax.lines:
+        assert line.get_xdata().tolist() == [10, 20, 30]
+        np.testing.assert_allclose(line.get_ydata(), [0.34, 0.44, 0.54])
+    assert len(ax.collections) == 2  # a ± std band around each mean of 3 runs
+    # one panel per AttendOut run, one line per layer: the logged drop probabilities over the steps
+    axes = panels(pattern)
+    assert len(axes) == 3
+    for ax in axes:
+        assert [line.get_label() for line in ax.lines] == ["L0", "L1", "L2", "L3"]
+        for layer, line in enumerate(ax.lines):
+            assert line.get_xdata().tolist() == [10, 20, 30]
+            expected = [0.5 - 0.01 * step * (layer + 1) / 3 for step in (10, 20, 30)]
+            np.testing.assert_allclose(line.get_ydata(), expected)
 
 
-def test_plot_without_attendout_runs_writes_only_the_convergence_figure(runs, tmp_path):
+def test_plot_without_attendout_runs_writes_only_the_convergence_figure(runs, tmp_path, saved_figures):
     out = tmp_path / "figures"
     assert main(["plot", *map(str, runs[:3]), "--out-dir", str(out)]) == 0
     assert (out / "convergence.png").exists() and not (out / "dropout_pattern.png").exists()
+    (figure,) = saved_figures
+    (ax,) = panels(figure)
+    assert [line.get_label() for line in ax.lines] == ["none (n=3)"]
 
 
 def test_runs_are_grouped_by_method_and_averaged(runs, tmp_path):

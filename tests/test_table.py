@@ -16,6 +16,7 @@ from attendout.experiments import Budget, ResultsStore, load_experiment
 from attendout.report.stats import bootstrap_difference, detectable_difference, holm, paired_t_test, pooled_sd
 from attendout.report.table import build_table, majority_floor, to_csv, to_markdown
 from attendout.tasks.metrics import accuracy, f1, mcc
+from conftest import panels
 
 # --------------------------------------------------------------------------------------------------
 # Statistics
@@ -265,7 +266,7 @@ def test_the_majority_floor_is_the_score_of_always_predicting_the_commonest_labe
     assert {r["majority"] for r in csv.DictReader(io.StringIO(to_csv(table)))} == {"0"}
 
 
-def test_table_command_writes_markdown_csv_and_figures(grid, capsys):
+def test_table_command_writes_markdown_csv_and_figures(grid, capsys, saved_figures):
     out = grid["tmp"] / "report"
     args = [
         "table",
@@ -282,19 +283,37 @@ def test_table_command_writes_markdown_csv_and_figures(grid, capsys):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     text = (out / "table.md").read_text()
     assert "![bar chart](bars.png)" in text and "](curves-m-cola.png)" in text
+    bars, curves = saved_figures
+    # a panel per split; in each a bar per method with finished cells, as high as its mean x 100, the
+    # baseline's mean as a dashed line and the majority class (MCC 0) as a dotted one
+    table = build_table(grid["experiment"], grid["root"], n_resamples=10)
+    assert [ax.get_title() for ax in panels(bars)] == ["CoLA dev", "CoLA dev_ood"]
+    for ax, split in zip(panels(bars), ("dev", "dev_ood"), strict=True):
+        methods = ("none", "scores-dropout", "attn-dropout")
+        expected = [100 * table.row("m", "cola", split, method).mean for method in methods]
+        np.testing.assert_allclose([bar.get_height() for bar in ax.patches], expected)
+        lines = {
+            line.get_linestyle(): line.get_ydata()[0] for line in ax.lines if line.get_linestyle() != "None"
+        }
+        assert lines == pytest.approx({"--": expected[0], ":": 0.0})
+    # validation curves: one panel, a line per method over the logged steps
+    (ax,) = panels(curves)
+    assert [line.get_label() for line in ax.lines] == [
+        "none (n=3)",
+        "scores-dropout (n=3)",
+        "attn-dropout (n=2)",
+    ]
+    assert all(line.get_xdata().tolist() == [10, 20, 30] for line in ax.lines)
     assert main(["table", str(grid["path"]), "--results", str(grid["root"]), "--bootstrap", "100"]) == 0
     assert "## Differences against none" in capsys.readouterr().out  # no output file: Markdown on stdout
     assert main(["table", str(grid["path"]), "--results", str(Path(grid["tmp"]) / "nowhere")]) == 2
 
 
-def test_a_task_without_finished_cells_is_named_by_its_metric_and_gets_no_empty_panel(grid, capsys):
+def test_a_task_without_finished_cells_is_named_by_its_metric_and_gets_no_empty_panel(
+    grid, capsys, saved_figures
+):
     """MRPC added to the grid with no cell run: its column says f1 (from the task registry), the bar
-    chart is as wide as without it (no empty panel)."""
-    import struct
-
-    def png_width(path: Path) -> int:
-        return struct.unpack(">I", path.read_bytes()[16:20])[0]
-
+    chart has the same panels as without it (no empty panel)."""
     before = grid["tmp"] / "before.png"
     assert main(["table", str(grid["path"]), "--results", str(grid["root"]), "--bar-chart", str(before)]) == 0
     with_mrpc = grid["tmp"] / "with-mrpc.toml"
@@ -312,7 +331,10 @@ def test_a_task_without_finished_cells_is_named_by_its_metric_and_gets_no_empty_
     capsys.readouterr()
     assert main(["table", str(with_mrpc), "--results", str(grid["root"]), "--bar-chart", str(after)]) == 0
     assert "MRPC dev (f1)" in capsys.readouterr().out
-    assert png_width(after) == png_width(before)
+    without, with_mrpc = saved_figures
+    titles = [ax.get_title() for ax in panels(with_mrpc)]
+    assert titles == [ax.get_title() for ax in panels(without)] == ["CoLA dev", "CoLA dev_ood"]
+    assert len(with_mrpc.axes) == len(without.axes)  # no hidden spare panel either
 
 
 def test_bar_colours_are_distinct_and_only_the_baseline_is_grey():
