@@ -53,6 +53,14 @@ def test_micro_batches_reach_the_weights_of_whole_batches(tiny_run, method, opti
             output_dir=str(tiny_run["tmp"] / name),
         )
         results[name] = finetune(config)
+    # Micro-batches are another computation: smaller matrix products sum in another order, and the
+    # parts' gradients are added up, so the two runs agree only up to float32 rounding, whose size
+    # depends on the CPU's kernels (ATEN_CPU_CAPABILITY) and the thread count. Measured over
+    # `make test-matrix` (default, avx2, avx512 kernels x 1, 2 threads): weights within 2.4e-7,
+    # training and evaluation losses within 2e-7 relative. The bounds below are ~50-100x that, and
+    # ~100x below what a wrong accumulation does: weighting the four parts equally instead of by
+    # their share of the batch moved the weights by 5e-3, the training losses by 2% and the
+    # evaluation loss by 0.3% (training itself moves the weights by 3e-3).
     whole, micro = weights(tiny_run["tmp"] / "whole" / "model"), weights(tiny_run["tmp"] / "micro" / "model")
     start = weights(model)
     assert any(not torch.allclose(whole[k], start[k], atol=1e-4) for k in start)  # training moved them
@@ -60,8 +68,12 @@ def test_micro_batches_reach_the_weights_of_whole_batches(tiny_run, method, opti
         torch.testing.assert_close(micro[key], value, rtol=1e-4, atol=2e-5, msg=key)
     losses = {name: [r["loss"] for r in read_log(tiny_run["tmp"] / name) if "loss" in r] for name in results}
     assert len(losses["whole"]) == 5
-    assert losses["micro"] == pytest.approx(losses["whole"], rel=1e-4)
-    assert results["micro"]["eval"] == results["whole"]["eval"]
+    assert losses["micro"] == pytest.approx(losses["whole"], rel=1e-5)
+    # Accuracy and F1 count predictions (steps of 1/24 here): rounding cannot move them unless a
+    # logit margin is below 1e-6, so within the tolerance they must be equal.
+    for split, metrics in results["whole"]["eval"].items():
+        assert results["micro"]["eval"][split] == pytest.approx(metrics, rel=1e-5), split
+    assert results["micro"]["validation"] == pytest.approx(results["whole"]["validation"], rel=1e-5)
 
 
 def test_micro_batches_cover_the_batch_once_in_order(tiny_run):
