@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.attendout-installed
 
-.PHONY: setup demo test test-all lint bench
+.PHONY: setup demo test test-all test-matrix lint bench
 
 setup: $(STAMP)
 
@@ -28,6 +28,21 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -m ""
+
+# The default suite with each set of CPU kernels torch may pick on a machine (ATEN_CPU_CAPABILITY;
+# avx512 takes effect only on a CPU that has it) and with 1 and 2 torch threads (read by
+# tests/conftest.py). Each run ends with the capability and thread count it really had.
+CAPABILITIES ?= default avx2 avx512
+THREAD_COUNTS ?= 1 2
+test-matrix: $(STAMP)
+	@failed=""; \
+	for capability in $(CAPABILITIES); do for threads in $(THREAD_COUNTS); do \
+		echo "== ATEN_CPU_CAPABILITY=$$capability ATTENDOUT_TEST_THREADS=$$threads"; \
+		ATEN_CPU_CAPABILITY=$$capability ATTENDOUT_TEST_THREADS=$$threads $(BIN)/python -m pytest \
+			|| failed="$$failed $$capability/$$threads"; \
+	done; done; \
+	if [ -n "$$failed" ]; then echo "test-matrix: FAILED under$$failed"; exit 1; fi; \
+	echo "test-matrix: every setting passed"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -171,7 +171,8 @@ def test_grid_order_keys_and_budget_overrides(tiny_run):
 
 #: What the fingerprints of the published cells (results/) were computed from. Adding a TrainConfig
 #: field changes every fingerprint, and every finished cell turns stale, unless the field goes into
-#: FINGERPRINT_EXCLUDE (it does not change numbers) or FINGERPRINT_NEUTRAL (with its old behaviour).
+#: attendout.train.NEUTRAL_OPTIONS (not part of the recipe) or FINGERPRINT_NEUTRAL (with its old
+#: behaviour).
 FINGERPRINTED = {
     "batch_size", "data_seed", "epochs", "eval_files", "eval_steps", "hub", "label_column", "learning_rate",
     "log_steps", "max_eval_samples", "max_grad_norm", "max_length", "max_steps", "max_train_samples", "method",
@@ -187,7 +188,7 @@ def test_every_training_option_is_fingerprinted_excluded_or_neutral(tiny_run, mo
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     new = fields - spec.FINGERPRINT_EXCLUDE - set(spec.FINGERPRINT_NEUTRAL) - FINGERPRINTED
     assert not new, (
-        f"new TrainConfig fields {sorted(new)}: add them to FINGERPRINT_EXCLUDE or FINGERPRINT_NEUTRAL"
+        f"new TrainConfig fields {sorted(new)}: add them to NEUTRAL_OPTIONS or FINGERPRINT_NEUTRAL"
     )
     # An option at its neutral value leaves the fingerprint as it was before the option existed.
     cell = load_experiment(write_experiment(tiny_run)).cells()[0]
@@ -455,6 +456,8 @@ def test_a_cell_killed_after_a_checkpoint_resumes_there_to_the_uninterrupted_num
     whole = tiny_run["tmp"] / "whole"
     assert main(["bench", str(path), "--results", str(whole)]) == 0  # the same grid, uninterrupted
     ours, theirs = (json.loads((r / start["cell"] / "results.json").read_text()) for r in (root, whole))
+    # Exact: every part ran on one thread with the same CPU kernels, and the resumed part repeats the
+    # uninterrupted run's operations on the same values (weights, optimizer, generators bit for bit).
     assert ours["eval"] == theirs["eval"] and ours["validation"] == theirs["validation"]
     assert (cell / "predictions" / "dev.jsonl").read_text() == (
         whole / start["cell"] / "predictions" / "dev.jsonl"

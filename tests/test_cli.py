@@ -42,13 +42,14 @@ def test_cli_smoke_run_in_a_subprocess(tiny_run):
     }
 
 
-def test_top_level_help_lists_every_command_and_a_bare_call_is_a_usage_error(capsys):
-    from attendout import __version__
+def test_help_and_the_module_docstring_list_every_command_and_a_bare_call_is_a_usage_error(capsys):
+    from attendout import __version__, cli
     from attendout.cli import COMMANDS
 
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert all(f"  {name} " in out for name in COMMANDS)
+    assert cli.__doc__.splitlines()[0] == f"Command line: ``attendout {' | '.join(COMMANDS)}``."
     assert main([]) == 2 and "commands:" in capsys.readouterr().err
     assert main(["--version"]) == 0 and capsys.readouterr().out.strip() == f"attendout {__version__}"
     assert main(["train"]) == 2 and "unknown command 'train'" in capsys.readouterr().err

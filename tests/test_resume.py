@@ -44,14 +44,26 @@ def read_log(run_dir) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
 
 
+# Every registered method, with options that make it act in these 9 steps.
 METHODS = [
     ("none", {}),
+    ("attn-dropout", {"p": 0.3}),
     ("scores-dropout", {"p": 0.3}),
+    ("layerdrop", {"p": 0.3}),
+    ("attn-layerdrop", {"p": 0.3}),
+    ("scheduled", {"start": 0.6, "slopes": "-0.5,-0.2"}),  # the rate depends on the step
     ("drophead", {"p": 0.3}),
     ("addrop", {"cross_tuning": "off", "start": "addrop"}),
     ("synthesizer", {"variant": "random+dot", "synthesizer_lr": 0.01}),
     ("attendout", {"dropout_steps": 3, "eval_samples": 8}),
 ]
+
+
+def test_every_registered_method_is_resumed_here():
+    from attendout.methods import METHODS as REGISTRY
+
+    ours = {name for name, config in REGISTRY.items() if config.__module__.startswith("attendout.")}
+    assert {method for method, _ in METHODS} == ours  # the README says "tested for every method"
 
 
 @pytest.mark.parametrize("method,options", METHODS, ids=[m for m, _ in METHODS])
@@ -69,6 +81,9 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_numbers(tiny_run, method
     assert resumed.state.step == 4
     results = resumed.fit()
 
+    # Exact, not within a tolerance: in this process, with the same threads and CPU kernels, the
+    # resumed run repeats the uninterrupted run's sequence of operations on the same values (weights,
+    # optimizer state, schedule, data order and random generators all come back bit for bit).
     assert results["eval"] == whole["eval"] and results["validation"] == whole["validation"]
     assert results["best_step"] == whole["best_step"]
     whole_dir = tiny_run["tmp"] / "whole"
@@ -98,8 +113,12 @@ def test_resuming_with_other_settings_or_a_broken_checkpoint_is_a_clear_error(ti
         Trainer(run_config(tiny_run, "run", "none", {}), on_log=kill_at(KILL_AT)).fit()
     with pytest.raises(TrainingError, match=r"other settings \(learning_rate 5e-05 -> 0.001\)"):
         Trainer(run_config(tiny_run, "run", "none", {}, resume=True, learning_rate=1e-3))
-    # The paths, devices and the checkpoint interval may change between the two.
-    resumed = Trainer(run_config(tiny_run, "run", "none", {}, resume=True, checkpoint_steps=3, progress=True))
+    # save_model decides where the best model so far is kept: it must match (RESUME_MUST_MATCH)
+    with pytest.raises(TrainingError, match=r"other settings \(save_model True -> False\)"):
+        Trainer(run_config(tiny_run, "run", "none", {}, resume=True, save_model=False))
+    # The paths, devices, batch splits and the checkpoint interval may change between the two.
+    free = dict(checkpoint_steps=3, progress=True, micro_batch_size=4, eval_batch_size=8)
+    resumed = Trainer(run_config(tiny_run, "run", "none", {}, resume=True, **free))
     assert resumed.state.step == 4
     state = tiny_run["tmp"] / "run" / CHECKPOINT_DIR / CHECKPOINT_FILE
     state.write_bytes(state.read_bytes()[:100])

@@ -128,7 +128,6 @@ class AttentionCall:
     """One attention call of one layer, as methods see it."""
 
     layer: int
-    num_layers: int
     module: nn.Module
     query: torch.Tensor  # (B, H, Lq, d)
     key: torch.Tensor  # (B, H, Lk, d)
@@ -465,7 +464,7 @@ def attendout_attention(
 
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         raise TypeError(f"attendout expects a boolean attention mask, got {attention_mask.dtype}")
-    call = AttentionCall(layer, controller.num_layers, module, query, key, value, attention_mask, training)
+    call = AttentionCall(layer, module, query, key, value, attention_mask, training)
 
     drop: torch.Tensor | None = None
     scale: torch.Tensor | None = None

@@ -1,4 +1,6 @@
-"""Command line: ``attendout finetune | methods | tasks | plot``.
+"""Command line: ``attendout finetune | methods | tasks | inspect | plot | predict | bench | table``.
+
+``attendout --help`` lists them with one line each (:data:`COMMANDS`).
 
 Method options come from the method's config dataclass: ``attendout finetune --method scheduled
 --help`` lists them. Errors in user input print one line (``attendout: error: ...``) and exit 2.

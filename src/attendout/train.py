@@ -47,7 +47,15 @@ from .tasks import Examples, Task, TaskData, carve_validation, compute_metrics, 
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunExistsError", "TrainConfig", "Trainer", "TrainingError", "finetune"]
+__all__ = [
+    "NEUTRAL_OPTIONS",
+    "RESUME_MUST_MATCH",
+    "RunExistsError",
+    "TrainConfig",
+    "Trainer",
+    "TrainingError",
+    "finetune",
+]
 
 
 class TrainingError(RuntimeError):
@@ -60,6 +68,30 @@ class CheckpointError(TrainingError):
 
 class RunExistsError(FileExistsError):
     """The output directory holds a finished run; pass overwrite=True to replace it."""
+
+
+#: The TrainConfig fields that are not part of a run's recipe, each with why: they leave its numbers
+#: alone, or change them only as running on another machine would (float rounding; with the model's
+#: dropout on, micro-batches draw other random masks). The one list: a checkpoint may be resumed with
+#: other values of them (:meth:`Trainer._checkpoint_config`, less RESUME_MUST_MATCH), and they are left
+#: out of an experiment cell's identity (``attendout.experiments.spec.FINGERPRINT_EXCLUDE``, all of them).
+NEUTRAL_OPTIONS: dict[str, str] = {
+    "output_dir": "where the run is written",
+    "overwrite": "whether a finished run may be replaced",
+    "progress": "whether progress bars are shown",
+    "resume": "whether a killed run goes on from its checkpoint (to the numbers it would have reached)",
+    "checkpoint_steps": "how often the training state is saved; saving draws no random number",
+    "data_dir": "where the data is read from, not what it is",
+    "save_model": "whether the best model is written to RUN_DIR/model or only kept in memory",
+    "device": "fits the run to a machine: the same updates up to float rounding",
+    "micro_batch_size": "fits the run to a machine's memory: the whole batch's update up to float rounding",
+    "eval_batch_size": "fits evaluation to a machine's memory: the same predictions up to float rounding",
+}
+#: Neutral options that a resumed run must still share with its checkpoint, and why.
+RESUME_MUST_MATCH: dict[str, str] = {
+    "save_model": "it decides where the best model so far is kept (RUN_DIR/model, or inside the "
+    "checkpoint): a run resumed with the other value would not find it",
+}
 
 
 @dataclass
@@ -464,7 +496,7 @@ class Trainer:
         task, data = config.load_data()
         self.task: Task = task
         self.data_source = data.source
-        self.train_examples, self.validation_examples, self.eval_examples = self._split(data)
+        self.train_examples, self.validation_examples, self.eval_examples = split_for_training(data, config)
 
         set_seed(config.seed)  # the head's initialisation depends on the model seed only
         self.model, self.tokenizer, self.model_description = load_for_task(config.model, task)
@@ -522,9 +554,6 @@ class Trainer:
         ]
         log.write_text("".join(line + "\n" for line in kept))
 
-    def _split(self, data: TaskData) -> tuple[Examples, Examples, dict[str, Examples]]:
-        return split_for_training(data, self.config)
-
     def _write_config(self) -> None:
         sizes = {"train": len(self.train_set), "validation": len(self.validation_set)}
         sizes.update({name: len(s) for name, s in self.eval_sets.items()})
@@ -572,21 +601,12 @@ class Trainer:
 
     # checkpoints ----------------------------------------------------------------------------
     def _checkpoint_config(self) -> dict[str, Any]:
-        """The settings a checkpoint must agree with to be resumed.
+        """The settings a checkpoint must agree with to be resumed: the recipe and RESUME_MUST_MATCH.
 
-        Free: paths, progress bars, and what fits a run to a machine (device, micro-batch size): a run
+        Free: the other NEUTRAL_OPTIONS (paths, progress bars, what fits a run to a machine): a run
         resumed on other hardware goes on with the same updates, though not bit for bit.
         """
-        free = {
-            "output_dir",
-            "overwrite",
-            "progress",
-            "resume",
-            "checkpoint_steps",
-            "device",
-            "micro_batch_size",
-            "data_dir",
-        }
+        free = NEUTRAL_OPTIONS.keys() - RESUME_MUST_MATCH.keys()
         return {k: v for k, v in self.config.to_dict().items() if k not in free}
 
     def save_checkpoint(self) -> None:
@@ -672,13 +692,13 @@ class Trainer:
         """Epochs done, fractional."""
         return round(self.state.step / self.steps_per_epoch, 4)
 
-    def forward_loss(self, model: nn.Module, batch: dict[str, torch.Tensor], **kwargs: Any) -> torch.Tensor:
+    def forward_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The loss of ``model`` on ``batch`` (moved to the device), under mixed precision if asked."""
         batch = {k: v.to(self.device) for k, v in batch.items()}
         with torch.autocast(
             self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
         ):
-            return model(**batch, **kwargs).loss
+            return model(**batch).loss
 
     def micro_batches(self, batch: dict[str, torch.Tensor]) -> list[tuple[slice, dict[str, torch.Tensor]]]:
         """``batch`` cut into consecutive micro-batches of at most ``micro_batch_size`` rows.

@@ -532,8 +532,10 @@ def bench_parser() -> Any:
         prog="attendout bench",
         description=(
             "Run a grid of tasks x methods x seeds from an experiment file: one run folder per cell under a "
-            "results root. Resumable (finished cells are skipped; a killed cell restarts from scratch) and "
-            "shareable: several jobs may run on one results root at once (claims), or split it with --shard."
+            "results root. Resumable: finished cells are skipped, and a killed cell resumes from the checkpoint "
+            "of its last validation (every eval_steps, or checkpoint_steps; a cell with neither restarts) "
+            "to the numbers an uninterrupted run gives. Shareable: several jobs may run on one results root "
+            "at once (claims), or split it with --shard."
         ),
     )
     parser.add_argument("experiment", help="an experiment file, or the name of one in --experiments-dir")

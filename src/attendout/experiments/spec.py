@@ -58,7 +58,7 @@ from typing import Any
 
 from ..methods import METHODS
 from ..tasks import DataError, get_task
-from ..train import TrainConfig
+from ..train import NEUTRAL_OPTIONS, TrainConfig
 
 __all__ = [
     "Budget",
@@ -88,26 +88,16 @@ RESERVED_TRAINING_KEYS = frozenset(
         "resume",
     }
 )
-#: TrainConfig fields that do not change a run's numbers: left out of the fingerprint, so that
-#: shards on machines with different data paths or devices agree on which cells are done.
-FINGERPRINT_EXCLUDE = frozenset(
-    {
-        "output_dir",
-        "overwrite",
-        "progress",
-        "device",
-        "micro_batch_size",
-        "data_dir",
-        "save_model",
-        "eval_batch_size",
-        "checkpoint_steps",
-        "resume",
-    }
-)
-#: Options added to TrainConfig after cells were published, each with the value that reproduces the
-#: behaviour from before it existed. At that value an option is left out of the fingerprint, so adding
-#: an option does not turn every finished cell stale (hours of compute). A new TrainConfig field goes
-#: here or into FINGERPRINT_EXCLUDE; a test lists the fingerprinted fields to make sure of it.
+#: TrainConfig fields left out of the fingerprint: every option outside the recipe (NEUTRAL_OPTIONS,
+#: with the reason for each), so that shards on machines with different data paths, devices or memory
+#: agree on which cells are done. save_model too, unlike a resume (RESUME_MUST_MATCH): a job decides
+#: with --save-model whether its cells keep weights, and a finished cell counts either way.
+FINGERPRINT_EXCLUDE = frozenset(NEUTRAL_OPTIONS)
+#: Options of the recipe added to TrainConfig after cells were published, each with the value that
+#: reproduces the behaviour from before it existed (any other value changes the numbers). At that
+#: value an option is left out of the fingerprint, so adding an option does not turn every finished
+#: cell stale (hours of compute). A new TrainConfig field goes here or into NEUTRAL_OPTIONS; a test
+#: lists the fingerprinted fields to make sure of it.
 FINGERPRINT_NEUTRAL: dict[str, Any] = {"early_stopping_patience": None}
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 _EXPERIMENT_KEYS = ("name", "description", "seeds", "data_seed", "baseline", "recipe", "tuning", "results")

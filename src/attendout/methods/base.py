@@ -13,7 +13,6 @@ the :class:`~attendout.attention.AttentionMethod` that acts through the hook.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -98,14 +97,6 @@ class MethodConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **dataclasses.asdict(self)}
-
-    @classmethod
-    def options(cls) -> list[dataclasses.Field]:
-        return list(dataclasses.fields(cls))
-
-    @classmethod
-    def option_types(cls) -> dict[str, Any]:
-        return typing.get_type_hints(cls)
 
 
 def layers_field() -> Any:

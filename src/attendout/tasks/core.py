@@ -124,7 +124,11 @@ class Examples:
 
 @dataclass(frozen=True)
 class TaskData:
-    """The data of one task: a train split and the ordered evaluation splits (first = primary)."""
+    """The data of one task: a train split and the evaluation splits, in the order they are reported.
+
+    Model selection never looks at the evaluation splits: it uses a validation split carved from
+    ``train`` (:func:`carve_validation`).
+    """
 
     train: Examples
     eval_splits: dict[str, Examples]
@@ -133,11 +137,6 @@ class TaskData:
     def __post_init__(self) -> None:
         if not self.eval_splits:
             raise DataError(f"TaskData from {self.source}: no evaluation split")
-
-    @property
-    def primary_split(self) -> str:
-        """The name of the first evaluation split (the one used for model selection)."""
-        return next(iter(self.eval_splits))
 
     def sizes(self) -> dict[str, int]:
         """``{"train": n, <eval split>: n, ...}``, handy for logging."""
