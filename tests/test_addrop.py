@@ -94,8 +94,9 @@ def test_training_pass_drops_exactly_the_sampled_candidates(bert):
         assert (zeros.sum(-1, keepdim=True) == torch.floor(n * 0.5 + 0.5)).all()
         candidate, dropped = handle.method.last_masks[layer]
         assert torch.equal(dropped, candidate) and torch.equal(zeros, candidate)
-        # the ranking of an independent attribution pass, in rows without ties (padding queries and,
-        # in the last layer, every query but [CLS] have zero gradient: their candidates are random)
+        # the ranking of an independent attribution pass (the same operations on the same model and
+        # batch, hence exact), in rows without ties (padding queries and, in the last layer, every
+        # query but [CLS] have zero gradient: their candidates are random)
         scores = expected.scores[layer]  # (B, H, L, L)
         ranked = scores.masked_fill(~valid, 0).abs().sum(-1) > 0  # (B, H, L)
         assert ranked.sum() >= (16 if layer == 1 else 100)
@@ -169,6 +170,9 @@ def test_ga_matches_finite_differences():
         factor[b, h, i, j] = 1 - eps / weight  # weight - eps
         down = label_logit(model, batch, label, Perturb(layer, factor))[b]
         numeric = ((up - down) / (2 * eps)).item()
+        # float64 central differences: truncation error ~eps^2 = 1e-8 relative, rounding ~1e-16 / eps
+        # = 1e-12; rel 1e-4 leaves room for the curvature of a random model, abs 1e-7 for near-zero
+        # gradients
         assert result.scores[layer][b, h, i, j].item() == pytest.approx(numeric, rel=1e-4, abs=1e-7)
     assert not any(p.grad is not None for p in model.parameters()), "attribution touched .grad"
 
@@ -190,6 +194,8 @@ def test_iga_approaches_completeness_as_steps_grow():
     # m = 1 is gradient x weights (the "ga times weights" variant)
     ga = attribute(model, batch, [0], "ga")
     one = attribute(model, batch, [0], "iga", ig_steps=1)
+    # two computations of one product, in float64: assert_close's float64 defaults (1e-7) are far above
+    # their rounding
     torch.testing.assert_close(one.scores[0], ga.scores[0] * ga.probs[0].float())
 
 
@@ -342,16 +348,30 @@ def test_bad_options_name_the_field_and_value(options, message):
         ADDropConfig(**options)
 
 
-def test_defaults_are_the_public_codes():
-    c = ADDropConfig()
-    assert (c.attribution, c.p, c.q, c.layers, c.cross_tuning, c.start) == (
-        "ga",
-        0.3,
-        0.2,
-        [0],
-        "epoch",
-        "finetune",
-    )
+def test_default_options_drop_a_fifth_of_the_top_30_percent_by_gradient_in_the_first_layer(bert):
+    """The public code's defaults: ga attribution, p 0.3, q 0.2, the first layer only. (Cross-tuning's
+    default, plain fine-tuning first and AD-DROP the next epoch, is in the loop test below.)"""
+    batch = make_batch(batch=16, length=24, pad_from=PADDED)
+    handle = attendout.apply(bert, "addrop")
+    handle.method.keep_masks = True
+    bert.train()
+    gradients = attribute(bert, batch, [0], "ga")
+    handle.method.prepare(bert, batch)
+    with attendout.record_attention(bert) as rec:
+        bert(**batch)
+    assert list(handle.method.last_masks) == [0]
+    valid = key_valid(batch)
+    assert not ((rec.probs[1] == 0) & valid).any()  # the second layer is left alone
+    # The candidates are the top 30% of each row's real keys by gradient attribution: the same ranking
+    # as an independent pass (the same operations on the same model and batch), in rows without ties.
+    candidate, dropped = handle.method.last_masks[0]
+    ranked = gradients.scores[0].masked_fill(~valid, 0).abs().sum(-1) > 0  # (B, H, L)
+    assert ranked.float().mean() > 0.5
+    assert torch.equal(candidate[ranked], candidate_region(gradients.scores[0], valid, 0.3)[ranked])
+    assert torch.equal((rec.probs[0] == 0) & valid, dropped)  # the training pass drops exactly those
+    stats = handle.stats()
+    assert abs(stats["addrop/candidate_fraction"] - 0.3) < 0.03
+    assert abs(stats["addrop/drop_rate_in_candidates"] - 0.2) < 0.03  # ~6,000 candidates: > 10 sd
 
 
 # --------------------------------------------------------------------------------------------------

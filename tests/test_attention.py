@@ -37,6 +37,7 @@ def test_stock_and_hook_agree_in_eval_and_train(bert):
     stock = bert(**batch).logits
     attendout.apply(bert, "none")
     assert bert.config._attn_implementation == "attendout"
+    # Exact: with nothing to do the hook calls transformers' own SDPA function with the same arguments.
     torch.testing.assert_close(bert(**batch).logits, stock, rtol=0, atol=0)
     attendout.remove(bert)
     assert bert.config._attn_implementation == "sdpa"
@@ -50,6 +51,7 @@ def test_none_in_train_mode_is_exactly_stock_dropout():
     stock = model(**batch).logits
     attendout.apply(model, "none")
     torch.manual_seed(3)
+    # Exact: the same SDPA call as stock, with the same dropout draws.
     torch.testing.assert_close(model(**batch).logits, stock, rtol=0, atol=0)
 
 
@@ -64,6 +66,8 @@ def test_scores_dropout_rate_and_padding(bert, p):
     for layer, probs in rec.probs.items():
         assert probs.shape == (16, 4, 24, 24)
         assert torch.all(probs.masked_select(~valid.expand_as(probs)) == 0), "padding key got attention"
+        # a softmax row sums to 1 up to float32 rounding of 24 terms: assert_close's float32
+        # defaults (rtol 1.3e-6, atol 1e-5) hold it with room (measured 2% of that at most)
         torch.testing.assert_close(probs.sum(-1), torch.ones(16, 4, 24))
         zero_rate = (probs == 0).logical_and(valid).sum() / valid.expand_as(probs).sum()
         assert abs(zero_rate.item() - p) < 0.03, (layer, zero_rate)
@@ -121,6 +125,9 @@ def test_sdpa_path_for_dropped_scores_equals_the_explicit_softmax(bert, scale_he
         (hidden * weights).sum().backward()
         results.append((hidden.detach(), bert.bert.encoder.layer[0].attention.self.query.weight.grad.clone()))
     (fast, fast_grad), (slow, slow_grad) = results
+    # Two computations (fused SDPA, matmul + softmax): equal up to float32 rounding. assert_close's
+    # float32 defaults (rtol 1.3e-6, atol 1e-5) are a few ulps of these O(1) values; over
+    # `make test-matrix` the largest difference used 3% of them.
     torch.testing.assert_close(fast, slow)
     torch.testing.assert_close(fast_grad, slow_grad)
     assert fast_grad.abs().max() > 0
@@ -163,7 +170,9 @@ def test_weights_dropout_mask_rate_and_rescaling(bert):
         dropped = (weights == 0) & valid
         assert abs(dropped.sum().item() / valid.sum().item() - 0.25) < 0.03
         kept = ~dropped & valid
-        torch.testing.assert_close(weights[kept], probs[kept] / 0.75)  # rescaled by 1/(1-p)
+        # rescaled by 1/(1-p): the hook multiplies by a mask of 1/0.75, we divide by 0.75, which may
+        # round differently; float32 defaults of assert_close
+        torch.testing.assert_close(weights[kept], probs[kept] / 0.75)
         assert torch.all(weights[~valid] == 0)
 
 
@@ -229,6 +238,7 @@ def test_eval_mode_is_the_plain_model(method):
     model.train()
     model(**batch)
     model.eval()
+    # Exact: in eval mode no regulariser acts and the hook calls stock SDPA, as before apply().
     torch.testing.assert_close(model(**batch).logits, stock, rtol=0, atol=0)
 
 

@@ -8,7 +8,7 @@ import torch
 import attendout
 from attendout.methods import METHODS, ScheduledConfig, get_method_config
 from attendout.methods.scheduled import schedule_value
-from conftest import make_batch
+from conftest import make_batch, no_dropout, tiny_model
 
 PAPER_METHODS = {
     "none",
@@ -30,11 +30,43 @@ def test_registry_has_the_paper_methods():
     assert METHODS["attn-dropout"].model_dropout == "replaces"
 
 
-def test_defaults_follow_the_issue():
-    assert get_method_config("attn-dropout").p == 0.2
-    assert get_method_config("layerdrop").p == 0.2
-    assert get_method_config("attn-layerdrop").p == 0.2
-    assert get_method_config("scheduled").start == 0.6
+# What each method does with no options, as the README's method table says: the rate it drops at in
+# training, and the number of forwards it needs to show it (LayerDrop decides once per forward).
+DEFAULT_RATES = {
+    "attn-dropout": (0.2, 2),  # attention weights
+    "scores-dropout": (0.1, 2),  # scores before the softmax
+    "drophead": (0.1, 2),  # heads, per example
+    "layerdrop": (0.2, 800),  # blocks
+    "attn-layerdrop": (0.2, 800),  # layers' attention
+}
+
+
+@pytest.mark.parametrize("method", DEFAULT_RATES)
+def test_default_options_drop_at_the_documented_rate_in_every_layer(method):
+    rate, forwards = DEFAULT_RATES[method]
+    model = tiny_model("bert", **no_dropout("bert"))
+    handle = attendout.apply(model, method)
+    model.train()
+    torch.manual_seed(0)
+    batch = make_batch(batch=64 if forwards == 2 else 1, length=16 if forwards == 2 else 4)
+    with torch.no_grad():
+        for _ in range(forwards):
+            model(**batch)
+    rates = handle.stats()
+    assert sorted(rates) == [f"{method}/drop_rate/L0", f"{method}/drop_rate/L1"]  # every layer by default
+    assert all(abs(value - rate) < 0.05 for value in rates.values()), rates  # > 3 binomial sd
+
+
+def test_default_schedule_goes_from_0_6_to_0_1_in_every_layer(bert):
+    handle = attendout.apply(bert, "scheduled")
+    bert.train()
+    batch = make_batch(batch=16, length=24)
+    for progress, rate in ((0.0, 0.6), (0.5, 0.35), (1.0, 0.1)):
+        handle.set_progress(progress)
+        bert(**batch)
+        stats = handle.stats()
+        assert [stats[f"scheduled/scheduled_p/L{i}"] for i in (0, 1)] == pytest.approx([rate, rate])
+        assert all(abs(stats[f"scheduled/drop_rate/L{i}"] - rate) < 0.03 for i in (0, 1)), stats
 
 
 def test_unknown_method_and_option_are_clear_errors():

@@ -74,8 +74,10 @@ def test_padding_is_respected_and_rows_sum_to_one(variant):
     for layer, probs in rec.probs.items():  # (B, H, L, L)
         valid = batch["attention_mask"].bool()[:, None, None, :]  # (B, 1, 1, L)
         assert torch.all(probs.masked_select(~valid) == 0), layer
-        torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:-1]))
-    # a padded row gives what the same sequence gives alone, without padding
+        torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:-1]))  # float32 rounding
+    # A padded row gives what the same sequence gives alone, without padding: other shapes, so other
+    # sums of products, equal up to float32 rounding. 1e-5 is over 100 float32 ulps of these logits;
+    # the largest difference over `make test-matrix` used 0.05% of it.
     for row, length in PADDED.items():
         alone = {k: v[row : row + 1, :length] for k, v in batch.items() if k != "labels"}
         with torch.no_grad():
@@ -93,9 +95,13 @@ def test_exact_init_computes_the_pretrained_model_at_step_0(variant):
         attendout.synthesize(model, variant, max_length=16)  # init="exact" is the mixtures' default
         assert get_synthesizer(model).config.init == "exact"
         synthesized = model(**batch).logits
-    assert torch.equal(synthesized, eager)  # bit for bit: (1 - 0) * dot + 0 * synth
+    # Bit for bit: the hook's explicit softmax path on the same scores, changed only by operations
+    # that are exact at a = 0: (1 - 0) * dot + 0 * synth = dot.
+    assert torch.equal(synthesized, eager)
+    # Against fused SDPA, another computation: float32 rounding; 1e-5 is over 100 ulps of these
+    # logits (the largest difference over `make test-matrix` used 0.01% of it).
     torch.testing.assert_close(synthesized, stock, atol=1e-5, rtol=1e-5)
-    model.train()  # train mode too (the model's dropouts are off here)
+    model.train()  # train mode too (the model's dropouts are off here): the same operations
     assert torch.equal(model(**batch).logits, synthesized)
 
 
@@ -108,7 +114,7 @@ def test_every_family_is_exact_at_step_0_and_dense_gets_its_input(family):
     with torch.no_grad():
         eager = reference_logits(model, batch)
         attendout.synthesize(model, "dense+dot", max_length=16)
-        assert torch.equal(model(**batch).logits, eager)
+        assert torch.equal(model(**batch).logits, eager)  # bit for bit, as above
         get_synthesizer(model).modules["0"].mix.data.fill_(0.5)
         assert not torch.equal(model(**batch).logits, eager)
 
@@ -135,7 +141,7 @@ def test_eval_mode_is_deterministic():
     batch = make_batch(pad_from=PADDED)
     model.eval()
     with torch.no_grad():
-        assert torch.equal(model(**batch).logits, model(**batch).logits)
+        assert torch.equal(model(**batch).logits, model(**batch).logits)  # the same operations twice
     model.train()
     assert not torch.equal(model(**batch).logits, model(**batch).logits)
 
@@ -212,7 +218,7 @@ def test_plain_transformers_refuses_a_synthesized_checkpoint_and_attendout_loads
     for path in (tmp_path / "m", tmp_path / "p"):
         for loaded in (attendout.load_synthesized(path), attendout.load_model(path)):
             assert not loaded.training
-            with torch.no_grad():
+            with torch.no_grad():  # exact: the same weights, bit for bit, through the same operations
                 torch.testing.assert_close(loaded(**batch).logits, expected, atol=0, rtol=0)
 
 
