@@ -7,6 +7,7 @@ Generator when the Attacker does better (REINFORCE, eq. 5) and re-initialises bo
 
 * :mod:`.config`    -- :class:`AttendOutConfig`, the options and their defaults (registered as ``attendout``)
 * :mod:`.generator` -- :class:`Generator`, Gumbel masks, the REINFORCE loss and baseline, the hook slot
+* :mod:`.policy`    -- :class:`GeneratorPolicy`, how G learns from games: rate exploration, eq. 5, the control
 * :mod:`.strategy`  -- :class:`AttendOutStrategy`, the training loop's part: the game
 * :mod:`.runlog`    -- :func:`read_drop_pattern`, a run's logged drop probabilities (plots, §7.2 fit)
 """
@@ -20,21 +21,27 @@ from .generator import (
     gumbel_drop,
     reinforce_loss,
 )
-from .runlog import DROP_PROB_KEY, DropPattern, read_drop_pattern
-from .strategy import AttendOutStrategy, CachedAction, copy_optimizer_state
+from .policy import GeneratorPolicy, RunningStats, rate_log_prob
+from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY, DropPattern, read_drop_pattern
+from .strategy import AttendOutStrategy, CachedAction, copy_optimizer_state, score_gap
 
 __all__ = [
     "DROP_PROB_KEY",
+    "EXPLORED_PROB_KEY",
     "AttendOutConfig",
     "AttendOutStrategy",
     "CachedAction",
     "DropPattern",
     "Generator",
+    "GeneratorPolicy",
     "GeneratorSample",
     "MaskSlot",
     "MovingAverageBaseline",
+    "RunningStats",
     "copy_optimizer_state",
     "gumbel_drop",
+    "rate_log_prob",
     "read_drop_pattern",
     "reinforce_loss",
+    "score_gap",
 ]

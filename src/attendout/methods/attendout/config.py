@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 REWARDS = ("logprob", "correct", "metric")
 PAIRINGS = ("mean", "sample")
+REWARD_CONTROLS = ("none", "noise")
 #: The validation source that is the split carved from train; any other value names an evaluation split.
 CARVED = "validation"
 
@@ -36,13 +37,22 @@ class AttendOutConfig(MethodConfig):
       right or wrong on a sample, so a 0/1 correctness reward is mostly ties;
     * ``pairing="mean"``: the t-th validation sample has nothing to do with the t-th cached action, so
       the paper's pairing adds that sample's deviation from the game mean as noise to the action's
-      reward; the mean keeps the expected reward and drops the noise;
+      reward; the mean keeps the expected reward and drops the noise (the rate's action is one per game
+      and always gets the game's mean);
     * initial drop probability 0.1, the fixed rate of ``scores-dropout``: the Generator raises it where
-      the Attacker gains. An untrained G-Net's natural 0.5 (sigmoid of scores near 0) drops half of every
+      the Attacker gains. 0.5 (attendout 0.1's G-Net at sigmoid of scores near 0) drops half of every
       row, far above the 0.1-0.2 of fixed-rate attention dropout; on the offline MiniLM and full CoLA
       (2 epochs, seed 1) the Attacker then pulled the Defender it overwrites about half the games
       down with it: validation MCC 0.0 at every evaluation, against 0.27 for ``none``. The paper's
       Figure 3 rates (0.55-0.9) are where its RoBERTa runs went, not where they started;
+    * the action is a per-layer drop rate, explored once per game, times G's attention pattern over
+      each row (see :mod:`.generator`): a game gives one reward, and independent units spread it over
+      ~66k Bernoulli draws per layer whose realised rate varies by ~0.001 between games, so the old
+      per-unit estimator could not tell a rate that pays from noise (the planted-signal test);
+    * the winner is sampled in units of the score gap's standard error (``reinit_temperature``): in
+      the score's own units a fixed temperature made the choice a coin flip on small gaps;
+    * ``reward_control="noise"`` runs the same game with rewards that ignore the masks: the control
+      any claim that the Generator learned needs beside it;
     * the Generator reads the Attacker's embedding output (see :mod:`.strategy` for why);
     * one default set for every task: the paper tuned T per task on dev, we do not.
     """
@@ -90,7 +100,8 @@ class AttendOutConfig(MethodConfig):
     temperature: float = field(
         default=1.0,
         metadata={
-            "help": "Gumbel temperature: a unit is dropped with probability sigmoid(logit / temperature)"
+            "help": "temperature of G's softmax over keys, which places a layer's drops in a row: higher "
+            "spreads them evenly (plain scores dropout), lower piles them on G's favourite keys"
         },
     )
     init_drop: float = field(
@@ -101,13 +112,37 @@ class AttendOutConfig(MethodConfig):
             "untrained G-Net's natural start, kept MiniLM at the majority class on CoLA)"
         },
     )
+    rate_noise: float = field(
+        default=0.5,
+        metadata={
+            "help": "standard deviation of each layer's rate logit around its mean, drawn once per game: the "
+            "exploration that lets one reward per game tell rates apart (0.5 spreads 0.1 to about 0.06-0.16); "
+            "0 = no exploration, rates learn through the masks' term alone (attendout 0.1's estimator)"
+        },
+    )
+    rate_lr: float = field(
+        default=0.1,
+        metadata={
+            "help": "Adam learning rate of the per-layer mean rate logits (one step per game): 50 games "
+            "whose rewards agree move a rate from 0.1 to about 0.4 (the planted-signal test); rewards that "
+            "ignore the masks random-walk the rates by about +-0.7 logit in 50 games (0.1 -> 0.05-0.18): "
+            "what the control run shows"
+        },
+    )
     generator_lr: float = field(
         default=3e-3,
         metadata={
-            "help": "Adam learning rate of the Generator (one step per game). With rewards that ignore the "
-            "masks, 1e-2 random-walks MiniLM-sized layer drop rates from 0.5 to 0.1 or 0.99 within 40 games "
-            "(Adam normalises the noise to full-size steps; a CoLA run swung 0.09 -> 0.77 in 4 games); 3e-3 "
-            "keeps them within 0.03, so the policy moves only where the rewards agree across games"
+            "help": "Adam learning rate of the drop pattern's parameters (G-Net's attention; one step per "
+            "game). The pattern's signal is spread over every unit, so its updates are mostly noise: "
+            "kept small so that it cannot wander far"
+        },
+    )
+    reward_control: str = field(
+        default="none",
+        metadata={
+            "help": "'noise' = the control run: each game's reward is replaced by a draw with the mean and "
+            "spread of the real rewards so far, independent of the masks (the game, the re-initialisation "
+            "and the log are unchanged). A pattern that the control shows too was not learned"
         },
     )
     baseline_decay: float = field(
@@ -118,11 +153,11 @@ class AttendOutConfig(MethodConfig):
         },
     )
     reinit_temperature: float = field(
-        default=0.05,
+        default=1.0,
         metadata={
-            "help": "the winner is sampled with P(A) = softmax(scores / this) over (D, A), scores in the "
-            "reward kind's units (mean log p(gold), accuracy or the metric); 0 = the better always wins "
-            "(the paper's 'straightforward strategy')"
+            "help": "the winner is sampled with P(A) = sigmoid(z / this), z = (s_A - s_D) / its standard "
+            "error over the game's samples: a model ahead by one standard error is kept with probability "
+            "0.73, by two 0.88; 0 = the better always wins (the paper's 'straightforward strategy')"
         },
     )
     layers: list[int] | None = layers_field()
@@ -150,8 +185,16 @@ class AttendOutConfig(MethodConfig):
             raise ValueError(f"{self.name}: temperature must be positive, got {self.temperature!r}")
         if not 0 < self.init_drop < 1:
             raise ValueError(f"{self.name}: init_drop must be in (0, 1), got {self.init_drop!r}")
-        if not self.generator_lr > 0:
-            raise ValueError(f"{self.name}: generator_lr must be positive, got {self.generator_lr!r}")
+        for name, value in (("generator_lr", self.generator_lr), ("rate_lr", self.rate_lr)):
+            if not value > 0:
+                raise ValueError(f"{self.name}: {name} must be positive, got {value!r}")
+        if not self.rate_noise >= 0:
+            raise ValueError(f"{self.name}: rate_noise must be at least 0, got {self.rate_noise!r}")
+        if self.reward_control not in REWARD_CONTROLS:
+            raise ValueError(
+                f"{self.name}: reward_control must be one of {', '.join(REWARD_CONTROLS)}, "
+                f"got {self.reward_control!r}"
+            )
         check_probability(self.name, "baseline_decay", self.baseline_decay)
         if not self.reinit_temperature >= 0:
             raise ValueError(

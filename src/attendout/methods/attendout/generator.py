@@ -3,16 +3,28 @@
 The Generator is a stack of one-head self-attention layers, as many as the encoder has, that share
 one set of parameters and have no feed-forward part. It reads the token representations of a batch
 (the Attacker's embedding output, detached: see :class:`~.strategy.AttendOutStrategy`), projects them
-to its own small width, and runs its layers; layer ``i``'s attention scores (B, L, L) are the drop
-logits of the encoder's layer ``i``. "G-Net only exports the attention scores from attention layers
-with no extra output layers" (§4.1): the only additions are a learned bias per layer (``n`` numbers,
-so that layers can settle at different drop rates as in Figure 3, with the attention itself shared)
-initialised so that the initial drop probability is ``init_drop``, and the input projection.
+to its own small width, and runs its layers; layer ``i``'s attention gives the drop probabilities of
+the encoder's layer ``i``. "G-Net only exports the attention scores from attention layers with no extra
+output layers" (§4.1).
 
-A unit is one (query, key) pair of one layer with both tokens real; padding is never a unit (never
-dropped, never in a log-probability). Masks are hard Gumbel samples: unit ``j`` of layer ``i`` is
-dropped with probability ``sigmoid(z_ij / temperature)``. The Generator learns only from eq. 5
-(:func:`reinforce_loss`); sampling runs without gradient, so the Attacker's loss never reaches it.
+**The action, in two parts.** The paper leaves the action's parametrisation open; we split it so that
+a game's one reward is not spread over ~10^5 independent units, and so that the two parts cannot leak
+into each other:
+
+* the *rate* of layer ``i``, ``r_i = sigmoid(rho_i)``, ``rho_i = b_i + sigma * eps_i``, says *how much*
+  is dropped. ``b`` (``n`` numbers, initialised at ``init_drop``) is the policy's mean; ``eps ~ N(0, 1)``
+  is drawn once per game (:class:`~.policy.GeneratorPolicy`), so every batch of a game explores the
+  same rates and the game's reward can tell a higher rate from a lower one;
+* the *pattern*: G's attention weights ``alpha_qk`` of layer ``i`` (a softmax over the real keys of
+  each query row, sample-dependent as in the paper) say *where*.
+
+Unit (q, k) of layer ``i`` (both tokens real; padding is never a unit) is dropped with probability
+``p_qk = min(r_i * n_q * alpha_qk, 1 - 1e-4)``, ``n_q`` the row's real keys, by a hard Gumbel sample:
+a row drops ``r_i`` of its units on average whatever the pattern (exactly, unless a unit is capped),
+so a pattern that wanders cannot move the rate. Uniform attention (G at initialisation) is plain
+scores dropout at rate ``r_i``. log P(a) = log N(rho; b, sigma^2) + log P(masks | rho): the rate's term
+carries the game's signal on the rates, the masks' term (the paper's estimator) the signal on the
+pattern. With ``sigma = 0`` the rate is ``b`` itself and only the masks' term remains, as in attendout 0.1.
 """
 
 from __future__ import annotations
@@ -57,19 +69,27 @@ def gumbel_drop(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 class GeneratorSample:
     """The masks of one batch and their drop probabilities.
 
-    masks:     {encoder layer: (B, L, L) bool, True = drop}; padding units are always False.
-    drop_prob: {encoder layer: mean drop probability over the batch's units}, a 0-dim tensor.
+    masks:       {encoder layer: (B, L, L) bool, True = drop}; padding units are always False.
+    drop_prob:   {encoder layer: mean drop probability over the batch's units at the rates drawn}.
+    policy_prob: {encoder layer: the same at the policy's mean rates (no exploration)}. 0-dim tensors.
     """
 
     masks: dict[int, torch.Tensor]
     drop_prob: dict[int, torch.Tensor]
+    policy_prob: dict[int, torch.Tensor]
+
+
+#: The largest drop probability of one unit: keeps log P(kept) finite where a pattern piles up.
+MAX_DROP = 1 - 1e-4
 
 
 class Generator(nn.Module):
     """G-Net: ``num_layers`` one-head self-attention layers with shared parameters, no feed-forward.
 
     Shapes: ``inputs`` (B, L, E) token representations, ``token_valid`` (B, L) bool (True = real
-    token); :meth:`forward` returns drop logits (num_layers, B, L, L).
+    token). :meth:`forward` returns the log pattern (num_layers, B, L, L), ``log(n_q * alpha_qk)`` (0
+    everywhere for uniform attention); :meth:`drop_log_prob` combines it with rate logits.
+    ``layer_bias`` (num_layers,) is the policy's mean rate logit.
     """
 
     def __init__(
@@ -92,61 +112,83 @@ class Generator(nn.Module):
         self.value = nn.Linear(width, width)
         self.output = nn.Linear(width, width)
         self.norm = nn.LayerNorm(width)
-        # logit z = score + bias_i; sigmoid(bias_i / temperature) = init_drop while the scores are ~0.
-        bias = temperature * math.log(init_drop / (1 - init_drop))
-        self.layer_bias = nn.Parameter(torch.full((num_layers,), bias))
+        self.layer_bias = nn.Parameter(torch.full((num_layers,), math.log(init_drop / (1 - init_drop))))
         for linear in (self.project, self.query, self.key, self.value, self.output):
-            nn.init.normal_(linear.weight, std=0.02)  # small scores at start: drop rate ~ init_drop
+            nn.init.normal_(linear.weight, std=0.02)  # near-uniform attention at start: plain scores dropout
             nn.init.zeros_(linear.bias)
+
+    def pattern_parameters(self) -> list[nn.Parameter]:
+        """Every parameter but the rates' ``layer_bias``: what shapes the pattern."""
+        return [p for name, p in self.named_parameters() if name != "layer_bias"]
 
     def forward(self, inputs: torch.Tensor, token_valid: torch.Tensor) -> torch.Tensor:
         h = self.input_norm(self.project(inputs))  # (B, L, w)
         key_ok = token_valid[:, None, :]  # (B, 1, L)
+        log_keys = key_ok.sum(-1, keepdim=True).clamp(min=1).log()  # (B, 1, 1) log n_q
         lowest = torch.finfo(h.dtype).min
-        logits = []
-        for i in range(self.num_layers):
+        patterns = []
+        for _ in range(self.num_layers):
             q, k, v = self.query(h), self.key(h), self.value(h)  # (B, L, w) each
             scores = torch.matmul(q, k.transpose(1, 2)) / math.sqrt(self.width)  # (B, L, L)
-            logits.append(scores + self.layer_bias[i])
+            log_alpha = torch.log_softmax(scores.masked_fill(~key_ok, lowest) / self.temperature, dim=-1)
+            patterns.append(log_alpha + log_keys)  # (B, L, L) log(n_q alpha_qk)
             weights = torch.softmax(scores.masked_fill(~key_ok, lowest), dim=-1)  # (B, L, L)
             h = self.norm(h + self.output(torch.matmul(weights, v)))  # (B, L, w); no feed-forward
-        return torch.stack(logits)  # (n, B, L, L)
+        return torch.stack(patterns)  # (n, B, L, L)
 
-    def drop_probability(self, logits: torch.Tensor) -> torch.Tensor:
-        """sigmoid(z / temperature): the probability that a unit is dropped."""
-        return torch.sigmoid(logits / self.temperature)
+    def drop_log_prob(self, pattern: torch.Tensor, rates: torch.Tensor | None = None) -> torch.Tensor:
+        """(n, B, L, L) log p_qk = log min(sigmoid(rho) n_q alpha_qk, MAX_DROP); ``rates`` (n,) are the
+        rate logits rho (default: the mean ``layer_bias``)."""
+        rates = self.layer_bias if rates is None else rates
+        log_p = nn.functional.logsigmoid(rates)[:, None, None, None] + pattern
+        return log_p.clamp(max=math.log(MAX_DROP))
 
     @torch.no_grad()
     def sample(
-        self, inputs: torch.Tensor, token_valid: torch.Tensor, layers: Sequence[int]
+        self,
+        inputs: torch.Tensor,
+        token_valid: torch.Tensor,
+        layers: Sequence[int],
+        rates: torch.Tensor | None = None,
     ) -> GeneratorSample:
-        """Masks for the encoder ``layers`` of one batch (no gradient: the masks are actions)."""
-        logits = self(inputs, token_valid)  # (n, B, L, L)
+        """Masks for the encoder ``layers`` of one batch at rate logits ``rates`` (n,) (default: the mean).
+
+        No gradient: the masks are actions. ``drop_prob`` is the mean probability at ``rates``,
+        ``policy_prob`` at the mean rates (what the policy has learned, without the game's exploration).
+        """
+        pattern = self(inputs, token_valid)  # (n, B, L, L)
+        log_p = self.drop_log_prob(pattern, rates)
+        mean_log_p = self.drop_log_prob(pattern)
         units = unit_mask(token_valid)  # (B, L, L)
         count = units.sum().clamp(min=1)
-        masks, drop_prob = {}, {}
+        masks, drop_prob, policy_prob = {}, {}, {}
         for layer in layers:
-            masks[layer] = gumbel_drop(logits[layer], self.temperature) & units  # (B, L, L)
-            drop_prob[layer] = (self.drop_probability(logits[layer]) * units).sum() / count
-        return GeneratorSample(masks, drop_prob)
+            logits = log_p[layer] - torch.log1p(-log_p[layer].exp())  # log(p / (1 - p))
+            masks[layer] = gumbel_drop(logits, 1.0) & units  # (B, L, L)
+            drop_prob[layer] = (log_p[layer].exp() * units).sum() / count
+            policy_prob[layer] = (mean_log_p[layer].exp() * units).sum() / count
+        return GeneratorSample(masks, drop_prob, policy_prob)
 
     def log_prob(
-        self, inputs: torch.Tensor, token_valid: torch.Tensor, masks: dict[int, torch.Tensor]
+        self,
+        inputs: torch.Tensor,
+        token_valid: torch.Tensor,
+        masks: dict[int, torch.Tensor],
+        rates: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """(B,) log P(a) of eq. 5 per sample: mean of log P(unit) over its units in all layers of ``masks``.
+        """(B,) log P(masks | rates) per sample: mean of log P(unit) over its units in all layers of ``masks``.
 
-        Units are independent (paper 001 §4.2), so log P(a) = (1 / n l^2) sum_ij log P(d_ij), with
-        l^2 replaced by the sample's number of real (query, key) pairs.
+        Units are independent given the rates (paper 001 §4.2), so log P = (1 / n l^2) sum_ij log P(d_ij),
+        with l^2 replaced by the sample's number of real (query, key) pairs. ``rates`` (n,) are the rate
+        logits the masks were drawn at (default: the mean ``layer_bias``, which then gets a gradient).
         """
-        logits = self(inputs, token_valid) / self.temperature  # (n, B, L, L)
-        units = unit_mask(token_valid).float()  # (B, L, L)
+        log_p = self.drop_log_prob(self(inputs, token_valid), rates)  # (n, B, L, L)
+        units = unit_mask(token_valid)  # (B, L, L)
         total = torch.zeros(inputs.shape[0], device=inputs.device)
         for layer, mask in masks.items():
-            # log sigmoid(z) for a dropped unit, log sigmoid(-z) for a kept one
-            log_p = -nn.functional.binary_cross_entropy_with_logits(
-                logits[layer], mask.float(), reduction="none"
-            )  # (B, L, L)
-            total = total + (log_p * units).sum(dim=(1, 2))
+            # log p for a dropped unit, log(1 - p) for a kept one; padding units count as neither
+            log_unit = torch.where(mask, log_p[layer], torch.log1p(-log_p[layer].exp()))  # (B, L, L)
+            total = total + torch.where(units, log_unit, 0.0).sum(dim=(1, 2))
         return total / (units.sum(dim=(1, 2)) * len(masks)).clamp(min=1)
 
 

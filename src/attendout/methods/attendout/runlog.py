@@ -9,10 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DROP_PROB_KEY", "DropPattern", "read_drop_pattern"]
+__all__ = ["DROP_PROB_KEY", "EXPLORED_PROB_KEY", "DropPattern", "read_drop_pattern"]
 
-#: Log key of a layer's mean drop probability (paper 001 Figure 3): DROP_PROB_KEY.format(layer=i).
+#: Log key of a layer's mean drop probability at the policy's mean rate (paper 001 Figure 3; what the
+#: Generator has learned): DROP_PROB_KEY.format(layer=i).
 DROP_PROB_KEY = "attendout/drop_prob/L{layer}"
+#: The same at the rates the games explored (what the Attacker was trained with).
+EXPLORED_PROB_KEY = "attendout/explored_prob/L{layer}"
 _KEY = re.compile(r"^attendout/drop_prob/L(\d+)$")
 
 

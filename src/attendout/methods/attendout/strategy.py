@@ -10,11 +10,12 @@ Per training step (paper 001 §4.2, Algorithm 1 lines 2-5):
 3. the batch's inputs and the masks actually applied are cached.
 
 Every ``dropout_steps`` steps, a game (lines 6-9): D and A score ``eval_samples`` samples of the
-validation source; the rewards update G by REINFORCE with a moving-average baseline (eq. 5), using
-the log-probabilities of the cached masks recomputed from the cached inputs (the first game only
-sets the baseline, see :class:`~.generator.MovingAverageBaseline`); then D or A is sampled
-with probability ``softmax(scores / reinit_temperature)`` and its weights, optimizer state and
-schedule position are copied over the other; the cache is released.
+validation source; the rewards update G by REINFORCE with a moving-average baseline (eq. 5) through
+:class:`~.policy.GeneratorPolicy`: on the game's explored rates and on the log-probabilities of the
+cached masks recomputed from the cached inputs (the first game only sets the baseline, see
+:class:`~.generator.MovingAverageBaseline`); then D or A is sampled with probability
+``sigmoid(z / reinit_temperature)``, ``z`` the score gap in standard errors, and its weights,
+optimizer state and schedule position are copied over the other; the cache is released.
 
 **What G reads, and why the embedding output.** The masks of every layer are sampled in one pass
 before A's forward, so A runs unchanged through the hook; G's decisions for layer i do not depend
@@ -46,12 +47,13 @@ from ...attention import UnsupportedModelError, install
 from ...tasks import compute_metrics
 from ..base import TrainingStrategy
 from .config import CARVED, AttendOutConfig
-from .generator import Generator, MaskSlot, MovingAverageBaseline, reinforce_loss
-from .runlog import DROP_PROB_KEY
+from .generator import Generator, MaskSlot
+from .policy import GeneratorPolicy
+from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AttendOutStrategy", "CachedAction", "GameScores", "copy_optimizer_state"]
+__all__ = ["AttendOutStrategy", "CachedAction", "GameScores", "copy_optimizer_state", "score_gap"]
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -70,10 +72,39 @@ class GameScores:
 
     per_sample: torch.Tensor  # (E,) the reward kind's score of each sample
     metric: float  # the task's main metric on the samples
+    predictions: np.ndarray | None = None  # (E,) for the metric's standard error
+    labels: np.ndarray | None = None  # (E,)
 
     def game_score(self, reward: str) -> float:
         """The number D and A are compared by: the main metric for reward 'metric', else the mean score."""
         return self.metric if reward == "metric" else self.per_sample.mean().item()
+
+
+def score_gap(
+    defender: GameScores, attacker: GameScores, reward: str, task: Any, rng: torch.Generator, draws: int = 200
+) -> tuple[float, float]:
+    """A's score minus D's on one game's samples, and the gap's standard error over those samples.
+
+    Both models score the same samples, so the error is that of the paired per-sample differences
+    (std / sqrt(E)); for reward 'metric' (one number, not a mean) it is the standard deviation of the
+    metric gap over ``draws`` paired bootstrap resamples of the samples.
+    """
+    gap = attacker.game_score(reward) - defender.game_score(reward)
+    if reward != "metric":
+        differences = attacker.per_sample - defender.per_sample  # (E,)
+        count = len(differences)
+        return gap, (differences.std().item() / count**0.5) if count > 1 else 0.0
+    if defender.predictions is None or attacker.predictions is None:
+        raise ValueError("score_gap: reward 'metric' needs the models' predictions on the game's samples")
+    labels, count = defender.labels, len(defender.labels)
+    metric = task.metrics[0]
+    gaps = []
+    for _ in range(draws):
+        rows = torch.randint(0, count, (count,), generator=rng).numpy()
+        a = compute_metrics(task, attacker.predictions[rows], labels[rows])[metric]
+        d = compute_metrics(task, defender.predictions[rows], labels[rows])[metric]
+        gaps.append(float(np.nan_to_num(a)) - float(np.nan_to_num(d)))
+    return gap, float(np.std(gaps))
 
 
 def copy_optimizer_state(source: torch.optim.Optimizer, target: torch.optim.Optimizer) -> None:
@@ -147,8 +178,7 @@ class AttendOutStrategy(TrainingStrategy):
             init_drop=config.init_drop,
             temperature=config.temperature,
         ).to(trainer.device)
-        self.generator_optimizer = torch.optim.Adam(self.generator.parameters(), lr=config.generator_lr)
-        self.baseline = MovingAverageBaseline(config.baseline_decay)
+        self.policy = GeneratorPolicy(self.generator, config, self.layers, seed=c.seed + 2)
 
         self.task = trainer.task
         if config.reward == "correct" and self.task.kind != "classification":
@@ -164,10 +194,10 @@ class AttendOutStrategy(TrainingStrategy):
 
         self.cache: list[CachedAction] = []
         self.steps_since_game = 0
-        self.games = self.attacker_wins = self.generator_updates = 0
+        self.games = self.attacker_wins = 0
         self._chosen: nn.Module = self.defender
         self._chosen_at: int | None = None
-        self._drop_sums: dict[int, torch.Tensor] = {}
+        self._drop_sums: dict[str, torch.Tensor] = {}
         self._drop_steps = 0
         self._window: dict[str, list[float]] = defaultdict(list)
 
@@ -200,7 +230,7 @@ class AttendOutStrategy(TrainingStrategy):
         self.attacker.train()
         inputs = {k: batch[k].to(trainer.device) for k in MODEL_INPUTS if k in batch}
         token_valid = inputs["attention_mask"].bool()  # (B, L)
-        sample = self.generator.sample(self.generator_input(inputs), token_valid, self.layers)
+        sample = self.policy.sample(self.generator_input(inputs), token_valid)
 
         def attacker_loss_fn(part: dict[str, torch.Tensor], rows: slice) -> torch.Tensor:
             self.slot.masks = {layer: mask[rows] for layer, mask in sample.masks.items()}
@@ -214,8 +244,10 @@ class AttendOutStrategy(TrainingStrategy):
         )
 
         self.cache.append(CachedAction(inputs, sample.masks))
-        for layer, p in sample.drop_prob.items():
-            self._drop_sums[layer] = self._drop_sums.get(layer, 0) + p
+        for key, probs in ((DROP_PROB_KEY, sample.policy_prob), (EXPLORED_PROB_KEY, sample.drop_prob)):
+            for layer, p in probs.items():
+                name = key.format(layer=layer)
+                self._drop_sums[name] = self._drop_sums.get(name, 0) + p
         self._drop_steps += 1
         self._window["loss_attacker"].append(attacker_loss)
         self.steps_since_game += 1
@@ -246,26 +278,24 @@ class AttendOutStrategy(TrainingStrategy):
             rewards = torch.full((len(indices),), attacker.metric - defender.metric)
         else:
             rewards = attacker.per_sample - defender.per_sample  # (E,)
-        if config.pairing == "mean":
-            action_rewards = rewards.mean().expand(len(self.cache))  # (T,)
-        else:  # the paper's: the t-th cached action gets the t-th sample's reward (cycled if E < T)
-            action_rewards = rewards[torch.arange(len(self.cache)) % len(rewards)]
-        if self.baseline.count > 0:  # the first game only sets the baseline
-            self._window["generator_loss"].append(self.update_generator(action_rewards))
-            self.generator_updates += 1
-        self.baseline.update(rewards.mean().item())
+        actions = (
+            (self.generator_input(a.inputs), a.inputs["attention_mask"].bool(), a.masks) for a in self.cache
+        )
+        for key, value in self.policy.learn(actions, len(self.cache), rewards).items():
+            self._window[key].append(value)
 
-        score_d, score_a = defender.game_score(config.reward), attacker.game_score(config.reward)
+        gap, error = score_gap(defender, attacker, config.reward, self.task, self.rng)
         self.games += 1
-        self.attacker_wins += int(score_a > score_d)
-        keep_attacker = self.pick_attacker(score_d, score_a)
+        self.attacker_wins += int(gap > 0)
+        keep_attacker, p_keep_better = self.pick_attacker(gap, error)
         self.reinitialise(keep_attacker)
         self.cache.clear()
         self.steps_since_game = 0
         for key, value in (
-            ("reward", rewards.mean().item()),
-            ("score_defender", score_d),
-            ("score_attacker", score_a),
+            ("score_defender", defender.game_score(config.reward)),
+            ("score_attacker", attacker.game_score(config.reward)),
+            ("score_gap_z", gap / error if error > 0 else 0.0),
+            ("p_keep_better", p_keep_better),
             ("kept_attacker", float(keep_attacker)),
         ):
             self._window[key].append(value)
@@ -298,33 +328,20 @@ class AttendOutStrategy(TrainingStrategy):
         labels = data.labels[indices].numpy()
         preds = torch.cat(predictions).cpu().numpy()
         metric = compute_metrics(self.task, preds, labels)[self.task.metrics[0]]
-        return GameScores(torch.cat(per_sample).cpu(), float(np.nan_to_num(metric)))
+        return GameScores(torch.cat(per_sample).cpu(), float(np.nan_to_num(metric)), preds, labels)
 
-    def update_generator(self, action_rewards: torch.Tensor) -> float:
-        """One Adam step of G on eq. 5 over the cached actions; returns the loss.
-
-        Each cached action's log-probability is recomputed from its cached inputs, for the cached
-        masks (not new samples), and back-propagated one action at a time to bound memory.
-        """
-        self.generator.train()
-        self.generator_optimizer.zero_grad(set_to_none=True)
-        total = 0.0
-        for action, reward in zip(self.cache, action_rewards.tolist(), strict=True):
-            token_valid = action.inputs["attention_mask"].bool()
-            log_p = self.generator.log_prob(self.generator_input(action.inputs), token_valid, action.masks)
-            loss = reinforce_loss(log_p.mean()[None], torch.tensor([reward]), self.baseline.value)
-            (loss / len(self.cache)).backward()
-            total += loss.item() / len(self.cache)
-        self.generator_optimizer.step()
-        return total
-
-    def pick_attacker(self, score_defender: float, score_attacker: float) -> bool:
-        """Sample the winner: P(A) = softmax((s_D, s_A) / reinit_temperature)[A]; temperature 0 = argmax."""
+    def pick_attacker(self, gap: float, error: float) -> tuple[bool, float]:
+        """Sample the winner: P(A) = sigmoid(z / reinit_temperature), z = gap / error (A minus D, in
+        standard errors); temperature 0, or no error to measure, keeps the better. Returns the choice
+        and the probability with which the better of the two was kept."""
         temperature = self.config.reinit_temperature
-        if temperature == 0:
-            return score_attacker > score_defender
-        p_attacker = torch.sigmoid(torch.tensor((score_attacker - score_defender) / temperature))
-        return bool(torch.rand(1, generator=self.rng) < p_attacker)
+        if temperature == 0 or error <= 0:
+            p_attacker = float(gap > 0)  # a tie keeps D
+        else:
+            p_attacker = torch.sigmoid(torch.tensor(gap / error / temperature)).item()
+        keep_attacker = bool(torch.rand(1, generator=self.rng).item() < p_attacker)
+        p_keep_better = p_attacker if gap > 0 else 1 - p_attacker
+        return keep_attacker, p_keep_better
 
     def reinitialise(self, keep_attacker: bool) -> None:
         """Copy the kept model's weights, optimizer state and schedule position over the other."""
@@ -347,12 +364,10 @@ class AttendOutStrategy(TrainingStrategy):
             "attacker": self.attacker.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "generator": self.generator.state_dict(),
-            "generator_optimizer": self.generator_optimizer.state_dict(),
-            "baseline": (self.baseline.value, self.baseline.count),
+            "policy": self.policy.state_dict(),
             "rng": self.rng.get_state(),
             "cache": [(action.inputs, action.masks) for action in self.cache],
-            "counters": (self.steps_since_game, self.games, self.attacker_wins, self.generator_updates),
+            "counters": (self.steps_since_game, self.games, self.attacker_wins),
             "chosen": ("attacker" if self._chosen is self.attacker else "defender", self._chosen_at),
             "window": (self._drop_sums, self._drop_steps, dict(self._window)),
         }
@@ -361,12 +376,10 @@ class AttendOutStrategy(TrainingStrategy):
         self.attacker.load_state_dict(state["attacker"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.generator.load_state_dict(state["generator"])
-        self.generator_optimizer.load_state_dict(state["generator_optimizer"])
-        self.baseline.value, self.baseline.count = state["baseline"]
+        self.policy.load_state_dict(state["policy"])
         self.rng.set_state(state["rng"])
         self.cache = [CachedAction(inputs, masks) for inputs, masks in state["cache"]]
-        self.steps_since_game, self.games, self.attacker_wins, self.generator_updates = state["counters"]
+        self.steps_since_game, self.games, self.attacker_wins = state["counters"]
         chosen, self._chosen_at = state["chosen"]
         self._chosen = self.attacker if chosen == "attacker" else self.defender
         self._drop_sums, self._drop_steps, window = state["window"]
@@ -374,19 +387,20 @@ class AttendOutStrategy(TrainingStrategy):
 
     # the loop's other calls -------------------------------------------------------------------
     def stats(self) -> dict[str, float]:
-        """Mean drop probability per layer (Figure 3) since the last call, and the games' statistics."""
+        """Mean drop probability per layer since the last call, at the policy's mean rates (Figure 3) and at
+        the games' explored rates, and the games' statistics."""
         out: dict[str, float] = {}
         if self._drop_steps:
-            for layer, total in sorted(self._drop_sums.items()):
-                out[DROP_PROB_KEY.format(layer=layer)] = (total / self._drop_steps).item()
+            for name, total in sorted(self._drop_sums.items()):
+                out[name] = (total / self._drop_steps).item()
         for key, values in self._window.items():
             if values:
                 out[f"attendout/{key}"] = float(np.mean([float(v) for v in values]))
         if self.games:
             out["attendout/games"] = self.games
-            out["attendout/generator_updates"] = self.generator_updates  # games - 1: the first sets b
+            out["attendout/generator_updates"] = self.policy.updates  # games - 1: the first sets b
             out["attendout/win_rate"] = self.attacker_wins / self.games  # A's share of the games so far
-            out["attendout/baseline"] = self.baseline.value
+            out["attendout/baseline"] = self.policy.baseline.value
         self._drop_sums, self._drop_steps = {}, 0
         self._window = defaultdict(list)
         return out
