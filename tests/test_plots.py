@@ -122,3 +122,38 @@ def test_pattern_panels_are_titled_by_task_differing_options_and_seed(tmp_path):
         "cola, init_drop=0.1, seed 2",
     ]
     assert panel_labels([low, same]) == ["cola, seed 1", "cola, seed 2"]
+
+
+def test_a_control_is_drawn_dashed_beside_its_run_and_final_rates_are_compared(tmp_path, saved_figures):
+    """Runs and their noise controls (same task and seed): one panel per run with its control's layers
+    dashed in the same colours, and a last panel of final rates per layer, runs vs controls."""
+    runs = [fake_run(tmp_path / f"ao{s}", "attendout", s) for s in (1, 2)]
+    controls = [
+        fake_run(tmp_path / f"ctl{s}", "attendout", s, options={"reward_control": "noise"}) for s in (1, 2)
+    ]
+    for control in controls:  # the control's rates stay at 0.3
+        lines = [json.loads(line) for line in (control / "log.jsonl").read_text().splitlines()]
+        for record in lines:
+            record.update({key: 0.3 for key in record if key.startswith("attendout/drop_prob/")})
+        (control / "log.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    pattern_figure([*runs, *controls], tmp_path / "p.png")
+    (figure,) = saved_figures
+    axes = panels(figure)
+    assert len(axes) == 3  # two runs (controls inside) and the comparison
+    for ax in axes[:2]:
+        labels = [line.get_label() for line in ax.lines]
+        assert labels == ["L0", "L1", "L2", "L3", "L0 control", "L1 control", "L2 control", "L3 control"]
+        solid, dashed = ax.lines[:4], ax.lines[4:]
+        assert all(line.get_linestyle() == "--" for line in dashed)
+        assert [line.get_color() for line in solid] == [line.get_color() for line in dashed]
+        assert all(np.allclose(line.get_ydata(), 0.3) for line in dashed)
+    run_bars, control_bars = axes[2].containers  # errorbar containers: (data line, caps, bars)
+    assert run_bars.get_label() == "run (n=2)" and control_bars.get_label() == "noise control (n=2)"
+    np.testing.assert_allclose(
+        run_bars.lines[0].get_ydata(), [0.5 - 0.01 * 30 * (i + 1) / 3 for i in range(4)]
+    )
+    np.testing.assert_allclose(control_bars.lines[0].get_ydata(), 0.3)
+    # a control without its run (another seed) keeps a panel of its own, and no comparison is drawn
+    saved_figures.clear()
+    pattern_figure([runs[0], controls[1]], tmp_path / "q.png")
+    assert len(panels(saved_figures[0])) == 2
