@@ -77,7 +77,7 @@ def test_padding_is_respected_and_rows_sum_to_one(variant):
         torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:-1]))  # float32 rounding
     # A padded row gives what the same sequence gives alone, without padding: other shapes, so other
     # sums of products, equal up to float32 rounding. 1e-5 is over 100 float32 ulps of these logits;
-    # the largest difference over `make test-matrix` used 0.05% of it.
+    # the largest difference over `make test-matrix` used under 0.1% of it.
     for row, length in PADDED.items():
         alone = {k: v[row : row + 1, :length] for k, v in batch.items() if k != "labels"}
         with torch.no_grad():
@@ -99,7 +99,7 @@ def test_exact_init_computes_the_pretrained_model_at_step_0(variant):
     # that are exact at a = 0: (1 - 0) * dot + 0 * synth = dot.
     assert torch.equal(synthesized, eager)
     # Against fused SDPA, another computation: float32 rounding; 1e-5 is over 100 ulps of these
-    # logits (the largest difference over `make test-matrix` used 0.01% of it).
+    # logits (the largest difference over `make test-matrix` used under 0.02% of it).
     torch.testing.assert_close(synthesized, stock, atol=1e-5, rtol=1e-5)
     model.train()  # train mode too (the model's dropouts are off here): the same operations
     assert torch.equal(model(**batch).logits, synthesized)
