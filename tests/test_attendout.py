@@ -107,10 +107,12 @@ def test_a_pattern_places_drops_without_changing_the_layers_rate():
         rows = (p[layer] * units).sum(-1)[valid] / valid.sum(-1, keepdim=True).expand_as(valid)[valid]
         torch.testing.assert_close(rows, torch.sigmoid(rates[layer]).expand_as(rows))
         assert p[layer][units].max() > 3 * torch.sigmoid(rates[layer])  # not uniform: a pattern
-    # a near-uniform G (the initialisation) is plain scores dropout at the rate
+    # a near-uniform G (the initialisation) is plain scores dropout at the rate: its weights (std 0.02)
+    # leave alpha within about 1% of uniform (p within 0.002 of 0.2 here); 5% (0.01) allows for other
+    # draws of those weights, and a pattern that were not normalised per row (p = r alpha) is off by 10x
     plain = Generator(input_dim=16, num_layers=2, width=8, init_drop=0.2)
     p = plain.drop_log_prob(plain(x, valid)).exp()[:, units]
-    torch.testing.assert_close(p, torch.full_like(p, 0.2), atol=2e-3, rtol=0)
+    torch.testing.assert_close(p, torch.full_like(p, 0.2), atol=0.01, rtol=0)
 
 
 def test_the_rate_estimator_is_unbiased_on_a_problem_with_a_known_gradient():
