@@ -93,7 +93,7 @@ def final_rates_panel(ax, pairs: Sequence[tuple[Path, Path]], patterns: dict) ->
 
 def is_control_run(run_dir: Path) -> bool:
     """True for an AttendOut run whose rewards were replaced by noise (``reward_control="noise"``)."""
-    options = _saved_config(run_dir).get("method_options") or {}
+    options = _saved(run_dir).get("config", {}).get("method_options") or {}
     return options.get("reward_control", "none") != "none"
 
 
@@ -101,11 +101,7 @@ def pair_controls(run_dirs: Sequence[Path]) -> dict[Path, Path | None]:
     """Each non-control run -> the control run with the same task, seed and every other option (or None)."""
 
     def identity(run: Path) -> str:
-        saved = (
-            json.loads((Path(run) / "config.json").read_text())
-            if (Path(run) / "config.json").is_file()
-            else {}
-        )
+        saved = _saved(run)
         config = dict(saved.get("config", {}))
         options = {
             k: v for k, v in (config.pop("method_options", None) or {}).items() if k != "reward_control"
@@ -117,15 +113,15 @@ def pair_controls(run_dirs: Sequence[Path]) -> dict[Path, Path | None]:
     return {run: controls.get(identity(run)) for run in run_dirs if not is_control_run(run)}
 
 
-def _saved_config(run_dir: Path) -> dict:
+def _saved(run_dir: Path) -> dict:
+    """A run's config.json ({} when it has none)."""
     config = Path(run_dir) / "config.json"
-    return json.loads(config.read_text()).get("config", {}) if config.is_file() else {}
+    return json.loads(config.read_text()) if config.is_file() else {}
 
 
 def is_attendout_run(run_dir: Path) -> bool:
     """True for a run directory of ``--method attendout`` (by its config.json)."""
-    config = Path(run_dir) / "config.json"
-    return config.is_file() and json.loads(config.read_text())["config"]["method"] == "attendout"
+    return _saved(run_dir).get("config", {}).get("method") == "attendout"
 
 
 def panel_labels(run_dirs: Sequence[Path]) -> list[str]:

@@ -130,9 +130,10 @@ class Generator(nn.Module):
         for _ in range(self.num_layers):
             q, k, v = self.query(h), self.key(h), self.value(h)  # (B, L, w) each
             scores = torch.matmul(q, k.transpose(1, 2)) / math.sqrt(self.width)  # (B, L, L)
-            log_alpha = torch.log_softmax(scores.masked_fill(~key_ok, lowest) / self.temperature, dim=-1)
+            scores = scores.masked_fill(~key_ok, lowest)  # padded keys: never attended, never a unit
+            log_alpha = torch.log_softmax(scores / self.temperature, dim=-1)
             patterns.append(log_alpha + log_keys)  # (B, L, L) log(n_q alpha_qk)
-            weights = torch.softmax(scores.masked_fill(~key_ok, lowest), dim=-1)  # (B, L, L)
+            weights = torch.softmax(scores, dim=-1)  # (B, L, L)
             h = self.norm(h + self.output(torch.matmul(weights, v)))  # (B, L, w); no feed-forward
         return torch.stack(patterns)  # (n, B, L, L)
 
