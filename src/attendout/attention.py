@@ -533,16 +533,21 @@ def _masked_sdpa(
     dropout: float,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Eq. 3 and 4 (and a per-head eq. 2) through SDPA; the same result as the explicit softmax path."""
-    mask, empty = (call.key_valid, None) if drop is None else _allowed(call, drop)
+    """Eq. 3 and 4 (and a per-head eq. 2) through SDPA; the same result as the explicit softmax path.
+
+    Eq. 4 needs no branch on the data (no host sync, no graph break under ``torch.compile``): an emptied
+    row's mask falls back to its non-padding keys (``_allowed``), and its query is zeroed, so every score
+    of that row is 0 and SDPA's softmax is uniform over those keys, with the model's dropout applied
+    inside SDPA as on every other row. The zeroed query also cuts that row's query and key gradients,
+    as the explicit path's zeroed scores do.
+    """
+    query, mask = call.query, call.key_valid
+    if drop is not None:
+        mask, empty = _allowed(call, drop)  # empty: (B, H|1, Lq, 1)
+        query = query.masked_fill(empty, 0.0)  # eq. 4 rows: all scores 0, uniform softmax
     output, _ = sdpa_attention_forward(
-        call.module, call.query, call.key, call.value, mask, scaling=scaling, dropout=dropout, **kwargs
+        call.module, query, call.key, call.value, mask, scaling=scaling, dropout=dropout, **kwargs
     )  # (B, Lq, H, d)
-    if empty is not None and bool(empty.any()):
-        # eq. 4 rows: uniform weights (with the model's dropout, as on the explicit path).
-        weights = nn.functional.dropout(_uniform(call), p=dropout, training=call.training)
-        fallback = torch.matmul(weights, call.value).transpose(1, 2)  # (B, Lq, H, d)
-        output = torch.where(empty.transpose(1, 2), fallback, output)
     if scale is not None:
         output = output * (scale if scale.dim() == 0 else scale.transpose(1, 2)).to(output.dtype)
     return output, None
