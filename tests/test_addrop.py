@@ -84,9 +84,9 @@ def test_training_pass_drops_exactly_the_sampled_candidates(bert):
     handle.method.keep_masks = True
     bert.train()
     expected = attribute(bert, batch, [0, 1], "ga")
-    handle.method.prepare(bert, batch)
+    extra = handle.method.prepare(bert, batch)
     with attendout.record_attention(bert) as rec:
-        bert(**batch)
+        bert(**batch, **extra)
     valid = key_valid(batch)
     for layer in (0, 1):
         zeros = (rec.probs[layer] == 0) & valid  # (B, H, L, L) dropped real keys
@@ -106,8 +106,10 @@ def test_training_pass_drops_exactly_the_sampled_candidates(bert):
     assert stats["addrop/drop_rate_in_candidates"] == 1.0
     assert abs(stats["addrop/candidate_fraction"] - 0.5) < 0.1
     with attendout.record_attention(bert) as rec:
-        bert(**batch)  # masks are consumed: the next forward is plain
+        bert(**batch, **handle.method.plain())  # the drops went with that forward: this one is plain
     assert not ((rec.probs[0] == 0) & valid).any()
+    with pytest.raises(RuntimeError, match="came without AD-DROP's drops, so it would train plainly"):
+        bert(**batch)  # a training forward that nobody prepared
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -116,8 +118,8 @@ def test_every_family_trains_a_step_with_addrop(family):
     batch = make_batch(pad_from=PADDED)
     handle = attendout.apply(model, "addrop", layers="all", q=1.0)
     model.train()
-    handle.method.prepare(model, batch)
-    model(**batch).loss.backward()
+    extra = handle.method.prepare(model, batch)
+    model(**batch, **extra).loss.backward()
     stats = handle.stats()
     assert (
         abs(stats["addrop/candidate_fraction"] - 0.3) < 0.05 and stats["addrop/drop_rate_in_candidates"] == 1
@@ -356,9 +358,9 @@ def test_default_options_drop_a_fifth_of_the_top_30_percent_by_gradient_in_the_f
     handle.method.keep_masks = True
     bert.train()
     gradients = attribute(bert, batch, [0], "ga")
-    handle.method.prepare(bert, batch)
+    extra = handle.method.prepare(bert, batch)
     with attendout.record_attention(bert) as rec:
-        bert(**batch)
+        bert(**batch, **extra)
     assert list(handle.method.last_masks) == [0]
     valid = key_valid(batch)
     assert not ((rec.probs[1] == 0) & valid).any()  # the second layer is left alone

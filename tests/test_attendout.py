@@ -10,14 +10,16 @@ import pytest
 import torch
 
 import attendout
-from attendout.attention import get_controller, record_attention, uninstall
+from attendout.attention import AttentionEdit, get_controller, record_attention, uninstall
 from attendout.cli import main
+from attendout.contract import ForwardEdits
 from attendout.methods import AttendOutConfig, get_method_config
 from attendout.methods.attendout import generator as generator_mod
 from attendout.methods.attendout.generator import Generator, reinforce_loss, unit_mask
 from attendout.methods.attendout.policy import GeneratorPolicy, rate_log_prob
 from attendout.methods.attendout.strategy import GameScores, score_gap
 from attendout.methods.scheduled import fit_piecewise_linear, schedule_value
+from attendout.optim import update
 from attendout.train import Trainer
 from conftest import FAMILIES, save_tiny_model_dir, toy_cli_args, toy_train_config
 
@@ -310,7 +312,14 @@ def test_reinitialisation_copies_weights_optimizer_state_and_schedule(tiny_run):
     # the copies are independent: training D alone leaves A's weights and moments alone
     a_moment = s.optimizer.state[a_params[0]]["exp_avg"].clone()
     batch = next(trainer.train_set.batches(16))
-    trainer.train_on(s.defender, batch)
+    update(
+        s.defender,
+        [batch],
+        optimizer=s.defender_optimizer,
+        scheduler=s.defender_scheduler,
+        scaler=trainer.scaler,
+        loop=trainer.loop,
+    )
     assert torch.equal(s.optimizer.state[a_params[0]]["exp_avg"], a_moment)
     assert not torch.equal(d_params[0], a_params[0])
 
@@ -400,14 +409,17 @@ def test_eval_mode_is_the_plain_model(tiny_run):
     plain = copy.deepcopy(s.attacker)
     uninstall(plain)
     inputs = {k: v for k, v in batches[0].items() if k != "labels"}
-    s.slot.masks = {i: torch.ones_like(m) for i, m in s.cache[0].masks.items()}  # would drop everything
+    everything = {
+        i: AttentionEdit(drop_scores=torch.ones_like(m)[:, None]) for i, m in s.cache[0].masks.items()
+    }
     s.attacker.eval()
     plain.eval()
-    with torch.no_grad():
-        torch.testing.assert_close(s.attacker(**inputs).logits, plain(**inputs).logits)
-    s.slot.masks = None
-    assert s.eval_model(trainer) in (s.defender, s.attacker)
-    assert s.eval_model(trainer) is s.eval_model(trainer)  # one choice per step
+    with torch.no_grad():  # masks that would drop everything do nothing in eval mode
+        torch.testing.assert_close(
+            s.attacker(**inputs, **ForwardEdits(everything).kwargs()).logits, plain(**inputs).logits
+        )
+    assert s.eval_model() in (s.defender, s.attacker)
+    assert s.eval_model() is s.eval_model()  # one choice per step
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -419,18 +431,21 @@ def test_every_supported_family_plays_a_game(tiny_run, family):
     assert "attendout/drop_prob/L1" in trainer.strategy.stats()
 
 
-def test_apply_adds_only_the_mask_slot_and_warns(bert):
+def test_apply_alone_refuses_to_train_plainly_and_applies_masks_given_to_a_forward(bert):
     from conftest import make_batch
 
-    with pytest.warns(UserWarning, match="adds only the Attacker's mask slot"):
-        handle = attendout.apply(bert, "attendout")
+    attendout.apply(bert, "attendout")
     batch = make_batch(batch=2, length=6)
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     bert.train()
-    handle.method.masks = {0: torch.eye(6, dtype=torch.bool).expand(2, 6, 6)}  # no token sees itself
+    with pytest.raises(RuntimeError, match="came without the Attacker's masks, so it would train plainly"):
+        bert(**inputs)  # e.g. transformers.Trainer on a model given apply(model, "attendout") only
+    eye = torch.eye(6, dtype=torch.bool).expand(2, 1, 6, 6)  # no token sees itself
     with record_attention(bert, layers=[0]) as recorder:
-        bert(**inputs)
+        bert(**inputs, **ForwardEdits({0: AttentionEdit(drop_scores=eye)}).kwargs())
     assert (recorder.probs[0].diagonal(dim1=-2, dim2=-1) == 0).all()
+    with pytest.raises(ValueError, match="does not fit this forward's attention"):
+        bert(**inputs, **ForwardEdits({0: AttentionEdit(drop_scores=eye[:, :, :5])}).kwargs())
 
 
 def test_validation_source_can_be_the_dev_split_and_must_exist(tiny_run):

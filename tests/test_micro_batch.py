@@ -93,16 +93,21 @@ def test_a_nan_micro_batch_stops_before_any_weight_changes(tiny_run):
     batch = next(trainer.train_set.batches(16))
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     calls = []
+    forward = trainer.model.forward
 
-    def loss_fn(part, rows):
-        calls.append(rows.start)
-        loss = trainer.forward_loss(trainer.model, part)
-        return loss * float("nan") if rows.start == 8 else loss
+    def third_part_is_nan(**inputs):
+        calls.append(len(calls))
+        out = forward(**inputs)
+        if len(calls) == 3:
+            out.loss = out.loss * float("nan")
+        return out
 
+    trainer.model.forward = third_part_is_nan
     with pytest.raises(TrainingError, match="loss is nan at step 1"):
-        trainer.train_on(trainer.model, batch, loss_fn)
-    assert calls == [0, 4, 8]
+        trainer.train_step(batch)
+    assert calls == [0, 1, 2]  # the fourth micro-batch never ran
     assert all(torch.equal(v, before[k]) for k, v in trainer.model.state_dict().items())
+    assert all(p.grad is None for p in trainer.model.parameters())
 
 
 def test_bad_micro_batch_size_is_a_clear_error(tiny_run):

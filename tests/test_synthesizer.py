@@ -239,11 +239,11 @@ def test_the_loop_trains_saves_and_restores_a_synthesized_model(tiny_run):
     assert isinstance(AutoTokenizer.from_pretrained(path), type(trainer.tokenizer))
     # load_best puts the saved weights back into the live model
     saved = {k: v.clone() for k, v in trainer.model.state_dict().items()}
-    trainer.strategy.save_model(trainer, path)
+    trainer.strategy.save_model(path, trainer.tokenizer)
     with torch.no_grad():
         for p in trainer.model.parameters():
             p.add_(1.0)
-    trainer.strategy.load_best(trainer, path)
+    trainer.strategy.load_best(path)
     assert all(torch.equal(v, saved[k]) for k, v in trainer.model.state_dict().items())
     assert 0 <= results["eval"]["dev"]["accuracy"] <= 1
 

@@ -10,13 +10,16 @@ from .attention import (
     supported_model_types,
     uninstall,
 )
+from .contract import Distributed, ForwardEdits, LoopContext, StepInfo
 from .methods import (
     METHODS,
     MethodConfig,
     MethodHandle,
+    TrainingStrategy,
     apply,
     get_method_config,
     list_methods,
+    prepare,
     register_method,
 )
 from .methods.synthesizer import (
@@ -43,12 +46,17 @@ __all__ = [
     "AttentionCall",
     "AttentionEdit",
     "AttentionMethod",
+    "Distributed",
+    "ForwardEdits",
+    "LoopContext",
     "MethodConfig",
     "MethodHandle",
     "Predictions",
     "Predictor",
     "SequenceTooLongError",
+    "StepInfo",
     "SynthesizerConfig",
+    "TrainingStrategy",
     "UnsupportedModelError",
     "__version__",
     "apply",
@@ -58,6 +66,7 @@ __all__ = [
     "list_methods",
     "load_model",
     "load_synthesized",
+    "prepare",
     "record_attention",
     "register_method",
     "remove",

@@ -34,6 +34,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from .contract import EDITS_KWARG, ForwardEdits
+
 HOOK_NAME = "attendout"
 
 __all__ = [
@@ -134,6 +136,8 @@ class AttentionCall:
     value: torch.Tensor  # (B, H, Lk, d)
     key_valid: torch.Tensor | None  # (B, 1, Lq, Lk) bool, True = a real (non-padding) key; None = no padding
     training: bool
+    #: this forward's edits, passed as ``model(..., attendout_edits=...)`` (None: the forward brought none)
+    edits: ForwardEdits | None = None
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -446,7 +450,12 @@ def attendout_attention(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The registered attention function. Shapes: query/key/value (B, H, L, d); returns (B, L, H, d)."""
+    """The registered attention function. Shapes: query/key/value (B, H, L, d); returns (B, L, H, d).
+
+    A forward's own edits arrive as the keyword argument ``attendout_edits`` (a
+    :class:`~attendout.contract.ForwardEdits`) and act in training mode, with the methods' edits.
+    """
+    edits: ForwardEdits | None = kwargs.pop(EDITS_KWARG, None)
     slot: _Slot | None = module.__dict__.get("_attendout_slot")
     if slot is None:
         return sdpa_attention_forward(
@@ -457,20 +466,29 @@ def attendout_attention(
     training = module.training
     methods = [m for m in controller.methods if m.acts_on(layer, training)]
     recorders = [r for r in controller.recorders if r.wants(layer)]
-    if not methods and not recorders:
+    own = edits.layers.get(layer) if edits is not None and training else None
+    if own is not None and own.drop_scores is not None:
+        b, h, lq, lk = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
+        shape = tuple(own.drop_scores.shape)
+        if len(shape) != 4 or any(n not in (1, m) for n, m in zip(shape, (b, h, lq, lk), strict=True)):
+            raise ValueError(
+                f"attendout: the drops given to layer {layer} ({edits.driver or 'attendout_edits'}) have shape "
+                f"{shape}, which does not fit this forward's attention {(b, h, lq, lk)}; make them from the "
+                "batch this forward runs on"
+            )
+    if not methods and not recorders and own is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
 
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         raise TypeError(f"attendout expects a boolean attention mask, got {attention_mask.dtype}")
-    call = AttentionCall(layer, module, query, key, value, attention_mask, training)
+    call = AttentionCall(layer, module, query, key, value, attention_mask, training, edits)
 
     drop: torch.Tensor | None = None
     scale: torch.Tensor | None = None
     skip = False
-    for method in methods:
-        edit = method.edit(call)
+    for edit in [method.edit(call) for method in methods] + [own]:
         if edit is None:
             continue
         if edit.drop_scores is not None:

@@ -30,9 +30,11 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from .encoding import Encoded, predict_batches
+from .optim import autocast_dtype
 from .tasks import CLASSIFICATION, REGRESSION, DataError, Examples, Task, compute_metrics
 from .tasks.readers import read_file, to_examples
-from .train import Encoded, TrainConfig, autocast_dtype, pick_device, predict_batches, split_for_training
+from .train import TrainConfig, pick_device, split_for_training
 
 __all__ = ["PredictError", "Predictions", "Predictor", "read_inputs", "write_predictions"]
 

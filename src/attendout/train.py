@@ -29,9 +29,8 @@ import os
 import platform
 import random
 import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,19 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from . import methods as methods_mod
+from .contract import LoopContext, StepInfo
+from .encoding import Encoded, predict_batches
 from .models import load_for_task
+from .optim import TrainingError, adamw, autocast_dtype, linear_schedule, update
+from .rundir import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_FILE,
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_SUMMARY,
+    rng_state,
+    set_rng_state,
+    write_json_atomic,
+)
 from .tasks import Examples, Task, TaskData, carve_validation, compute_metrics, load_task_data, subsample
 
 logger = logging.getLogger(__name__)
@@ -56,10 +67,6 @@ __all__ = [
     "TrainingError",
     "finetune",
 ]
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (NaN loss, ...). Files already written stay as they were."""
 
 
 class CheckpointError(TrainingError):
@@ -264,14 +271,6 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def autocast_dtype(precision: str) -> torch.dtype | None:
-    """The autocast dtype of a ``precision`` setting: None for fp32 (no autocast)."""
-    dtypes = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-    if precision not in dtypes:
-        raise ValueError(f"precision must be one of {', '.join(dtypes)}, got {precision!r}")
-    return dtypes[precision]
-
-
 def pick_device(name: str) -> torch.device:
     if name != "auto":
         return torch.device(name)
@@ -280,159 +279,6 @@ def pick_device(name: str) -> torch.device:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a reader never sees half a file (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
-        json.dump(data, tmp, indent=2, sort_keys=False, default=str)
-        tmp.write("\n")
-    os.replace(tmp.name, path)
-
-
-def save_model_atomic(
-    model: nn.Module,
-    tokenizer,
-    target: Path,
-    save: Callable[[nn.Module, Path], Any] | None = None,
-) -> None:
-    """Save into a temporary folder, then swap it in: the old checkpoint survives any failure.
-
-    ``save(model, folder)`` writes the model (default: ``model.save_pretrained(folder)``).
-    """
-    tmp = target.with_name(f".{target.name}.tmp")
-    old = target.with_name(f".{target.name}.old")
-    shutil.rmtree(tmp, ignore_errors=True)
-    if save is None:
-        model.save_pretrained(tmp)
-    else:
-        save(model, tmp)
-    tokenizer.save_pretrained(tmp)
-    if target.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(target, old)
-    os.replace(tmp, target)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-class Encoded:
-    """Tokenised examples (no padding), batched with dynamic padding."""
-
-    def __init__(self, examples: Examples, tokenizer, max_length: int, regression: bool):
-        pair = examples.text_b
-        enc = tokenizer(
-            examples.text_a,
-            pair,
-            truncation=True,
-            max_length=max_length,
-            padding=False,
-            return_token_type_ids=None,
-        )
-        self.features = [{k: enc[k][i] for k in enc.keys()} for i in range(len(examples))]
-        # Unlabelled examples (``labels`` None: text to predict) give batches without labels.
-        self.labels = (
-            None
-            if examples.labels is None
-            else torch.tensor(examples.labels, dtype=torch.float if regression else torch.long)
-        )
-        self.tokenizer = tokenizer
-
-    def __len__(self) -> int:
-        return len(self.features)
-
-    def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        batch = self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt")
-        if self.labels is not None:
-            batch["labels"] = self.labels[indices]
-        return dict(batch)
-
-    def batches(
-        self, batch_size: int, generator: torch.Generator | None = None, skip: int = 0
-    ) -> Iterator[dict[str, torch.Tensor]]:
-        """Batches in order (or shuffled by ``generator``), leaving out the first ``skip``."""
-        order = (
-            torch.randperm(len(self), generator=generator).tolist()
-            if generator is not None
-            else range(len(self))
-        )
-        order = list(order)
-        for start in range(skip * batch_size, len(order), batch_size):
-            yield self.batch(order[start : start + batch_size])
-
-
-@torch.no_grad()
-def predict_batches(
-    model: nn.Module,
-    data: Encoded,
-    batch_size: int,
-    device: torch.device,
-    autocast_dtype: torch.dtype | None = None,
-    *,
-    regression: bool = False,
-    progress: bool = False,
-) -> tuple[np.ndarray, np.ndarray, float | None]:
-    """Run ``model`` (in eval mode) over ``data`` in order: (predictions, scores, mean loss).
-
-    Classification: predictions are class indices, scores the softmax probabilities [n, classes].
-    Regression: both are the predicted values [n]. The loss is ``None`` for unlabelled data.
-    ``progress`` shows a bar of the batches (on stderr).
-    """
-    model.eval()
-    preds, scores, losses = [], [], []
-    batches = data.batches(batch_size)
-    if progress:
-        batches = tqdm(batches, total=math.ceil(len(data) / batch_size), desc="predicting", unit="batch")
-    for batch in batches:
-        batch = {k: v.to(device) for k, v in batch.items()}
-        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            out = model(**batch)
-        logits = out.logits.float()
-        if out.loss is not None:
-            losses.append(out.loss.float() * len(logits))
-        if regression:
-            values = logits.squeeze(-1)
-            preds.append(values.cpu())
-            scores.append(values.cpu())
-        else:
-            preds.append(logits.argmax(-1).cpu())
-            scores.append(torch.softmax(logits, -1).cpu())
-    loss = (torch.stack(losses).sum() / len(data)).item() if losses else None
-    return torch.cat(preds).numpy(), torch.cat(scores).numpy(), loss
-
-
-def adamw(groups: Any, lr: float) -> torch.optim.AdamW:
-    """AdamW with torch's fused kernel where it applies (every parameter a float on CPU or CUDA).
-
-    On this project's 2-core CPU the fused update takes a seventh of the time of the default
-    (for-each) one: about 0.02 s instead of 0.14 s a step for MiniLM, some 15% of a CoLA step.
-    Same update rule; results differ only by floating-point rounding.
-    """
-    params = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
-    fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-    return torch.optim.AdamW(groups, lr=lr, fused=fused or None)
-
-
-def _param_groups(
-    model: nn.Module, weight_decay: float, skip: set[int] | frozenset[int] = frozenset()
-) -> list[dict[str, Any]]:
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad or id(param) in skip:
-            continue
-        (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def linear_schedule(
-    optimizer: torch.optim.Optimizer, warmup: int, total: int
-) -> torch.optim.lr_scheduler.LambdaLR:
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(1, warmup)
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -448,28 +294,6 @@ def split_for_training(data: TaskData, c: TrainConfig) -> tuple[Examples, Exampl
         validation = subsample(validation, c.max_eval_samples, c.data_seed)
     evals = {name: subsample(ex, c.max_eval_samples, c.data_seed) for name, ex in data.eval_splits.items()}
     return train, validation, evals
-
-
-CHECKPOINT_DIR = "checkpoint"
-CHECKPOINT_FILE = "state.pt"
-CHECKPOINT_SUMMARY = "state.json"  # the step of state.pt, readable without loading it
-CHECKPOINT_FORMAT = 1
-
-
-def _rng_state(device: torch.device) -> dict[str, Any]:
-    """Every random generator a training step may draw from (dropout, masks, the methods' samples)."""
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["torch"].cpu())
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 @dataclass
@@ -513,12 +337,14 @@ class Trainer:
 
         self.steps_per_epoch = math.ceil(len(self.train_set) / config.batch_size)
         self.total_steps = config.max_steps or max(1, math.ceil(config.epochs * self.steps_per_epoch))
-        self.build_optimizer()
+        self.strategy = self.method_config.training_strategy()
+        self.strategy.attach(self.model, max_length=config.max_length)
+        self.optimizer, self.scheduler = self.make_optimizer(self.model)
         self.autocast_dtype = autocast_dtype(config.precision)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.precision == "fp16")
         self.state = TrainState()
-        self.strategy = self.method_config.training_strategy()
-        self.strategy.setup(self)
+        self.loop = self.loop_context()
+        self.strategy.start(self.loop)
         self._running: list[float] = []  # losses since the last log line
         self._elapsed = 0.0  # training seconds before a resume
         self._started: float | None = None  # when fit() began
@@ -583,20 +409,33 @@ class Trainer:
             },
         )
 
-    def build_optimizer(self, extra_groups: list[dict[str, Any]] | None = None) -> None:
-        """(Re)build the AdamW optimizer and its warm-up/decay schedule over the model's parameters.
-
-        ``extra_groups`` are parameter groups with their own options (a learning rate for new
-        parameters, say); every other trainable parameter gets the run's learning rate and weight
-        decay. A strategy that adds parameters in ``setup`` calls this again.
-        """
+    def make_optimizer(self, model: nn.Module) -> tuple[torch.optim.Optimizer, Any]:
+        """AdamW over the method's parameter groups of ``model``, with the warm-up/decay schedule."""
         c = self.config
-        extra = list(extra_groups or [])
-        claimed = {id(p) for group in extra for p in group["params"]}
-        groups = _param_groups(self.model, c.weight_decay, skip=claimed) + [g for g in extra if g["params"]]
-        self.optimizer = adamw(groups, lr=c.learning_rate)
-        self.scheduler = linear_schedule(
-            self.optimizer, int(c.warmup_ratio * self.total_steps), self.total_steps
+        optimizer = adamw(self.strategy.param_groups(model, c.weight_decay), lr=c.learning_rate)
+        scheduler = linear_schedule(optimizer, int(c.warmup_ratio * self.total_steps), self.total_steps)
+        return optimizer, scheduler
+
+    def loop_context(self) -> LoopContext:
+        """What this loop gives a method (see :mod:`attendout.contract`)."""
+        c = self.config
+        return LoopContext(
+            device=self.device,
+            total_steps=self.total_steps,
+            steps_per_epoch=self.steps_per_epoch,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            make_optimizer=self.make_optimizer,
+            autocast_dtype=self.autocast_dtype,
+            max_grad_norm=c.max_grad_norm,
+            seed=c.seed,
+            data_seed=c.data_seed,
+            task=self.task,
+            validation=self.validation_set,
+            splits=self.eval_sets,
+            eval_batch_size=c.eval_batch_size,
+            loss_scale=self.scaler.get_scale if self.scaler.is_enabled() else None,
+            loop="attendout",
         )
 
     # checkpoints ----------------------------------------------------------------------------
@@ -619,11 +458,11 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "strategy": self.strategy.state_dict(self),
+            "strategy": self.strategy.state_dict(),
             "best_state": getattr(self, "_best_state", None),
             "running": [float(x) for x in self._running],
             "elapsed": self._elapsed + (0.0 if self._started is None else time.time() - self._started),
-            "rng": _rng_state(self.device),
+            "rng": rng_state(self.device),
         }
         path = self.out / CHECKPOINT_DIR / CHECKPOINT_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -670,13 +509,13 @@ class Trainer:
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         self.scheduler.load_state_dict(checkpoint["scheduler"])
         self.scaler.load_state_dict(checkpoint["scaler"])
-        self.strategy.load_state_dict(self, checkpoint["strategy"])
+        self.strategy.load_state_dict(checkpoint["strategy"])
         if checkpoint["best_state"] is not None:
             self._best_state = checkpoint["best_state"]
         self._running = [torch.tensor(x) for x in checkpoint["running"]]
         self._elapsed = float(checkpoint["elapsed"])
         self._resumed_at = self.state.step
-        _set_rng_state(checkpoint["rng"], self.device)
+        set_rng_state(checkpoint["rng"], self.device)
         logger.info("resuming %s at step %d of %d", self.out, self.state.step, self.total_steps)
 
     # logging --------------------------------------------------------------------------------
@@ -692,20 +531,12 @@ class Trainer:
         """Epochs done, fractional."""
         return round(self.state.step / self.steps_per_epoch, 4)
 
-    def forward_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The loss of ``model`` on ``batch`` (moved to the device), under mixed precision if asked."""
-        batch = {k: v.to(self.device) for k, v in batch.items()}
-        with torch.autocast(
-            self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
-        ):
-            return model(**batch).loss
-
     def micro_batches(self, batch: dict[str, torch.Tensor]) -> list[tuple[slice, dict[str, torch.Tensor]]]:
         """``batch`` cut into consecutive micro-batches of at most ``micro_batch_size`` rows.
 
-        Each comes with its rows of the batch (a slice) so a strategy can cut per-example tensors
-        (AttendOut's masks) the same way. The padded length stays the batch's, so every example is
-        computed exactly as in the whole batch. Without ``micro_batch_size``: the batch itself.
+        Each comes with its rows of the batch (a slice). The padded length stays the batch's, so
+        every example is computed exactly as in the whole batch. Without ``micro_batch_size``: the
+        batch itself.
         """
         size = len(next(iter(batch.values())))
         step = self.config.micro_batch_size or size
@@ -717,63 +548,29 @@ class Trainer:
             parts.append((rows, {k: v[rows] for k, v in batch.items()}))
         return parts
 
-    def train_on(
-        self,
-        model: nn.Module,
-        batch: dict[str, torch.Tensor],
-        loss_fn: Callable[[dict[str, torch.Tensor], slice], torch.Tensor] | None = None,
-        optimizer: torch.optim.Optimizer | None = None,
-        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    ) -> torch.Tensor:
-        """One optimizer step of ``model`` on ``batch``, accumulated over its micro-batches.
-
-        ``loss_fn(part, rows)`` gives the mean loss of a micro-batch (default: :meth:`forward_loss`);
-        each is weighted by its share of the batch's examples, so the gradient is the whole batch's
-        mean-loss gradient whatever the split. Returns the batch's detached mean loss.
-        """
-        parts = self.micro_batches(batch)
-        size = parts[-1][0].stop
-        total = None
-        for rows, part in parts:
-            loss = loss_fn(part, rows) if loss_fn is not None else self.forward_loss(model, part)
-            share = (rows.stop - rows.start) / size
-            self.backward(loss, share)
-            total = loss.detach() * share if total is None else total + loss.detach() * share
-        self.optimizer_step(model, optimizer, scheduler)
-        return total
-
-    def backward(self, loss: torch.Tensor, weight: float = 1.0) -> None:
-        """Back-propagate ``weight * loss`` (scaled for fp16); a non-finite loss raises :class:`TrainingError`.
-
-        The check comes before any gradient is added, and parameters change only in
-        :meth:`optimizer_step`, so a failing step leaves the model as it was.
-        """
-        if not torch.isfinite(loss):
-            raise TrainingError(
-                f"loss is {loss.item()} at step {self.state.step + 1} (learning rate "
-                f"{self.scheduler.get_last_lr()[0]:.3g}); the best checkpoint so far is kept in {self.out}"
-            )
-        self.scaler.scale(loss * weight).backward()  # x 1.0 is exact: whole batches are unchanged
-
-    def optimizer_step(
-        self,
-        model: nn.Module | None = None,
-        optimizer: torch.optim.Optimizer | None = None,
-        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    ) -> None:
-        """Clip the accumulated gradients, step the optimizer and the schedule, clear the gradients."""
-        model, optimizer = model or self.model, optimizer or self.optimizer
-        scheduler = scheduler or self.scheduler
-        if self.config.max_grad_norm > 0:
-            self.scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(model.parameters(), self.config.max_grad_norm)
-        self.scaler.step(optimizer)
-        self.scaler.update()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-
     def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.strategy.step(self, batch)
+        """One optimizer step on ``batch`` with the method: its edits in each forward, then its after-step."""
+        step = StepInfo(self.state.step, self.state.epoch)
+        parts = [part for _, part in self.micro_batches(batch)]
+        self.model.train()
+        loss = update(
+            self.model,
+            parts,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            scaler=self.scaler,
+            loop=self.loop,
+            forward_kwargs=lambda part, rows: self.strategy.before_forward(self.model, part, step),
+            failure=self._failure,
+        )
+        self.strategy.after_step(parts, step)
+        return loss
+
+    def _failure(self, loss: torch.Tensor) -> str:
+        return (
+            f"loss is {loss.item()} at step {self.state.step + 1} (learning rate "
+            f"{self.scheduler.get_last_lr()[0]:.3g}); the best checkpoint so far is kept in {self.out}"
+        )
 
     def fit(self) -> dict[str, Any]:
         c = self.config
@@ -831,7 +628,7 @@ class Trainer:
     # evaluation -----------------------------------------------------------------------------
     def predict(self, data: Encoded) -> tuple[np.ndarray, np.ndarray, float | None]:
         """(predictions, scores, mean loss): class indices and probabilities, or regression values."""
-        model = self.strategy.eval_model(self)
+        model = self.strategy.eval_model()
         return predict_batches(
             model,
             data,
@@ -858,11 +655,11 @@ class Trainer:
             self.state.best_step = self.state.step
             self.state.best_validation = metrics
             if self.config.save_model:
-                self.strategy.save_model(self, self.out / "model")
+                self.strategy.save_model(self.out / "model", self.tokenizer)
             else:
                 self._best_state = {
                     k: v.detach().to("cpu", copy=True)
-                    for k, v in self.strategy.eval_model(self).state_dict().items()
+                    for k, v in self.strategy.eval_model().state_dict().items()
                 }
         record = {
             "step": self.state.step,
@@ -889,9 +686,9 @@ class Trainer:
 
     def _restore_best(self) -> None:
         if self.config.save_model:
-            self.strategy.load_best(self, self.out / "model")
+            self.strategy.load_best(self.out / "model")
         else:
-            self.strategy.eval_model(self).load_state_dict(self._best_state)
+            self.strategy.eval_model().load_state_dict(self._best_state)
 
     def finish(self, train_time: float) -> dict[str, Any]:
         """Evaluate the best model on every evaluation split, write predictions and results.json."""

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..train import CheckpointError, TrainConfig, finetune, write_json_atomic
+from ..rundir import write_json_atomic
+from ..train import CheckpointError, TrainConfig, finetune
 from .spec import Budget, Cell, Experiment, ExperimentError
 from .store import HEARTBEAT_S, Claim, ResultsStore, has_checkpoint
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..train import CHECKPOINT_DIR, CHECKPOINT_FILE, CHECKPOINT_SUMMARY, write_json_atomic
+from ..rundir import CHECKPOINT_DIR, CHECKPOINT_FILE, CHECKPOINT_SUMMARY, write_json_atomic
 from .spec import Budget, Cell, Experiment, ExperimentError
 
 __all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "Claim", "ClaimInfo", "ResultsStore", "default_results_root"]

@@ -7,9 +7,11 @@ from .base import (
     METHODS,
     MethodConfig,
     MethodHandle,
+    TrainingStrategy,
     apply,
     get_method_config,
     list_methods,
+    prepare,
     register_method,
 )
 from .drophead import DropHeadConfig
@@ -33,8 +35,10 @@ __all__ = [
     "ScheduledConfig",
     "ScoresDropoutConfig",
     "SynthesizerConfig",
+    "TrainingStrategy",
     "apply",
     "get_method_config",
     "list_methods",
+    "prepare",
     "register_method",
 ]

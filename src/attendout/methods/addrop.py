@@ -32,12 +32,15 @@ Every module's ``training`` flag is restored exactly afterwards, so the training
 the mode it was given (the public implementation left the model in eval mode after its integrated
 gradients, switching standard dropout off for the rest of training).
 
-Outside the fine-tuning loop::
+In any loop, :class:`ADDropStrategy` (``attendout.prepare(model, "addrop")``) runs the pass and cross-tuning
+in ``before_forward``; by hand, one forward at a time::
 
     handle = attendout.apply(model, "addrop", attribution="ga")
     model.train()
-    handle.method.prepare(model, batch)   # attribution pass; train mode is restored afterwards
-    loss = model(**batch).loss            # the next training forward uses (and consumes) the masks
+    extra = handle.method.prepare(model, batch)  # attribution pass; train mode is restored afterwards
+    loss = model(**batch, **extra).loss          # this forward drops; the drops go nowhere else
+
+A training forward of the model without ``extra`` raises instead of training plainly.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from ..attention import (
     install,
     record_attention,
 )
+from ..contract import ForwardEdits, LoopContext, StepInfo
 from .base import MethodConfig, TrainingStrategy, check_probability, register_method
 
 logger = logging.getLogger(__name__)
@@ -204,18 +208,22 @@ def attribute(
     *,
     ig_steps: int = 20,
     dropout: bool = False,
+    loss_scale: float | None = None,
 ) -> Attribution:
     """Attribution of every attention position of ``layers`` for the predicted label (002 eq. 3-4).
 
     ``batch`` holds the model's inputs (and ``labels`` for regression); ``method`` is one of
     ``ga``, ``iga``, ``aa``, ``rd``. Runs in eval mode unless ``dropout`` and restores every module's
     training flag afterwards. Gradients are taken with ``torch.autograd.grad``: parameter ``.grad``
-    buffers are never touched.
+    buffers are never touched. ``loss_scale`` (fp16 training: the loop's current loss scale) scales
+    the attributed target before the backward pass and the gradients back after it, as a GradScaler
+    does for the loss, so that small gradients do not underflow in half precision; should the scaled
+    gradients overflow, the pass is repeated unscaled.
     """
     if method not in ATTRIBUTIONS:
         raise ValueError(f"addrop: attribution must be one of {', '.join(ATTRIBUTIONS)}, got {method!r}")
     layers = list(layers)
-    inputs = _model_inputs(batch)
+    inputs = {**_model_inputs(batch), **ForwardEdits(driver="addrop attribution").kwargs()}
     with modes_restored(model, dropout):
         if method in ("aa", "rd"):
             with torch.no_grad(), record_attention(model, layers) as rec:
@@ -226,20 +234,23 @@ def attribute(
             else:
                 scores = {layer: torch.rand(p.shape, device=p.device) for layer, p in probs.items()}
             return Attribution(scores, probs, None, logits.detach())
-        if method == "ga":
-            return _gradient(model, batch, inputs, layers)
-        return _integrated_gradients(model, batch, inputs, layers, ig_steps)
+        run = _gradient if method == "ga" else _integrated_gradients
+        scale = float(loss_scale) if loss_scale else 1.0
+        result = run(model, batch, inputs, layers, ig_steps, scale)
+        if scale != 1.0 and not all(torch.isfinite(s).all() for s in result.scores.values()):
+            result = run(model, batch, inputs, layers, ig_steps, 1.0)
+        return result
 
 
-def _gradient(model, batch, inputs, layers) -> Attribution:
+def _gradient(model, batch, inputs, layers, steps: int, scale: float) -> Attribution:
     """``ga``: dF_c / dA for every chosen layer from one forward and one (activation-only) backward."""
     with torch.enable_grad(), record_attention(model, layers, grads=True) as rec:
         logits = model(**inputs).logits  # (B, C)
         target, predicted = _target(model, logits, batch, None)
         probs = [rec.probs[layer] for layer in layers]  # each (B, H, L, L)
-        grads = torch.autograd.grad(target, probs, allow_unused=True)
+        grads = torch.autograd.grad(target * scale, probs, allow_unused=True)
     scores = {
-        layer: (g if g is not None else torch.zeros_like(p)).detach().float()
+        layer: (g if g is not None else torch.zeros_like(p)).detach().float() / scale
         for layer, p, g in zip(layers, probs, grads, strict=True)
     }
     return Attribution(
@@ -250,7 +261,7 @@ def _gradient(model, batch, inputs, layers) -> Attribution:
     )
 
 
-def _integrated_gradients(model, batch, inputs, layers, steps) -> Attribution:
+def _integrated_gradients(model, batch, inputs, layers, steps: int, scale: float) -> Attribution:
     """``iga``: A * (1/m) sum_k dF_c(alpha_k A)/d(alpha_k A), alpha_k = k/m, one layer scaled at a time.
 
     The hook records the unscaled weights P and scales them to ``alpha P``; the recorded gradient is
@@ -273,14 +284,14 @@ def _integrated_gradients(model, batch, inputs, layers, steps) -> Attribution:
                     logits = model(**inputs).logits  # (B, C)
                     target, label = _target(model, logits, batch, predicted)
                     p = rec.probs[layer]  # (B, H, L, L), unscaled
-                    (grad,) = torch.autograd.grad(target, [p], allow_unused=True)
+                    (grad,) = torch.autograd.grad(target * scale, [p], allow_unused=True)
             finally:
                 controller.remove(probe)
             if k == steps:
                 weights = p.detach()
                 if predicted is None:
                     predicted, logits_out = label, logits.detach()
-            grad = torch.zeros_like(p) if grad is None else grad.detach()
+            grad = torch.zeros_like(p) if grad is None else grad.detach().float() / scale
             total = grad.float() / alpha if total is None else total + grad.float() / alpha
         scores[layer] = weights.float() * total / steps  # (B, H, L, L)
         probs_out[layer] = weights
@@ -293,10 +304,12 @@ def _integrated_gradients(model, batch, inputs, layers, steps) -> Attribution:
 
 
 class ADDrop(AttentionMethod):
-    """Applies AD-DROP masks in the next training forward after :meth:`prepare`, then forgets them.
+    """AD-DROP's part in the hook: a guard, plus the masks and statistics of :meth:`prepare`.
 
-    Pending attributions are consumed layer by layer, so exactly one forward uses them; a forward
-    without a preceding ``prepare`` is plain fine-tuning.
+    The drops of one training forward are made by :meth:`prepare` from an attribution pass and travel
+    to the hook as that forward's keyword argument (:data:`attendout.contract.EDITS_KWARG`), so no
+    state waits on this object between calls. A training forward without them raises: AD-DROP never
+    trains plainly because nobody ran its attribution pass.
     """
 
     name = "addrop"
@@ -316,16 +329,16 @@ class ADDrop(AttentionMethod):
         self.ig_steps = ig_steps
         self.attribution_dropout = attribution_dropout
         self.num_layers: int | None = None
+        self.num_heads: int | None = None
         self.meter = RateMeter()
-        #: layer -> attribution scores (B, H, L, L), or None for random scores (rd)
-        self._pending: dict[int, torch.Tensor | None] = {}
-        #: keep the masks of the last training forward in ``last_masks`` (for inspection and tests)
+        #: keep the masks of the last :meth:`prepare` in ``last_masks`` (for inspection and tests)
         self.keep_masks = False
         self.last_masks: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def attach(self, controller) -> None:
         super().attach(controller)
         self.num_layers = controller.num_layers
+        self.num_heads = getattr(controller.model.config, "num_attention_heads", None)
 
     def chosen_layers(self) -> list[int]:
         if self.layers is not None:
@@ -334,55 +347,73 @@ class ADDrop(AttentionMethod):
             raise RuntimeError("addrop: the method is not attached to a model; use attendout.apply")
         return list(range(self.num_layers))
 
-    def prepare(self, model: nn.Module, batch: Mapping[str, torch.Tensor]) -> Attribution | None:
-        """Attribution pass on ``batch``: the next training forward of ``model`` drops by its masks."""
-        layers = self.chosen_layers()
-        if self.attribution == "rd":  # the control needs no pass: scores are drawn in the hook
-            self._pending = dict.fromkeys(layers)
-            return None
-        result = attribute(
-            model,
-            batch,
-            layers,
-            self.attribution,
-            ig_steps=self.ig_steps,
-            dropout=self.attribution_dropout,
-        )
-        self._pending = dict(result.scores)
-        return result
+    def prepare(
+        self, model: nn.Module, batch: Mapping[str, torch.Tensor], loss_scale: float | None = None
+    ) -> dict[str, ForwardEdits]:
+        """Attribution pass on ``batch``; returns the keyword arguments of the training forward on it.
 
-    def clear(self) -> None:
-        """Forget pending attributions (e.g. when a forward was skipped)."""
-        self._pending = {}
+        >>> extra = handle.method.prepare(model, batch)
+        >>> loss = model(**batch, **extra).loss
+        """
+        layers = self.chosen_layers()
+        valid = _key_valid(batch)  # (B, 1, L, L)
+        if self.attribution == "rd":  # the control needs no pass: random scores
+            b, _, length, _ = valid.shape
+            heads = self.num_heads or 1
+            scores = {layer: torch.rand(b, heads, length, length, device=valid.device) for layer in layers}
+        else:
+            result = attribute(
+                model,
+                batch,
+                layers,
+                self.attribution,
+                ig_steps=self.ig_steps,
+                dropout=self.attribution_dropout,
+                loss_scale=loss_scale,
+            )
+            scores = result.scores
+        edits = {}
+        for layer, layer_scores in scores.items():
+            candidate = candidate_region(layer_scores, valid, self.p)  # (B, H, Lq, Lk) bool
+            drop = sample_drops(candidate, self.q)  # (B, H, Lq, Lk) bool
+            n_candidate = candidate.sum()
+            self.meter.add("addrop/candidate_fraction", n_candidate, valid.sum() * candidate.shape[1])
+            self.meter.add("addrop/drop_rate_in_candidates", drop.sum(), n_candidate)
+            if self.keep_masks:
+                self.last_masks[layer] = (candidate, drop)
+            edits[layer] = AttentionEdit(drop_scores=drop)
+        return ForwardEdits(edits, driver=self.name).kwargs()
+
+    def plain(self) -> dict[str, ForwardEdits]:
+        """The keyword arguments of a training forward that is plain on purpose (cross-tuning)."""
+        return ForwardEdits(driver=self.name).kwargs()
 
     def note_step(self, active: bool) -> None:
         """Count a training step, with or without AD-DROP (the ``addrop/active`` statistic)."""
         self.meter.add("addrop/active", torch.tensor(float(active)), torch.tensor(1.0))
 
     def edit(self, call: AttentionCall) -> AttentionEdit | None:
-        if call.layer not in self._pending:
-            return None
-        scores = self._pending.pop(call.layer)
-        if scores is None:
-            scores = torch.rand(call.shape, device=call.query.device)  # rd: (B, H, Lq, Lk)
-        elif tuple(scores.shape) != call.shape:
-            raise ValueError(
-                f"addrop: attributions of layer {call.layer} have shape {tuple(scores.shape)} but this forward's "
-                f"attention has shape {call.shape}; call prepare() with the batch you train on"
+        if call.edits is None:
+            raise RuntimeError(
+                "addrop: a training forward came without AD-DROP's drops, so it would train plainly. Pass "
+                "them: extra = handle.method.prepare(model, batch); model(**batch, **extra) (or "
+                "handle.method.plain() in a plain phase), or train through attendout.prepare(...), "
+                "attendout.hf.Trainer or `attendout finetune`"
             )
-        valid = call.valid()  # (B, 1, Lq, Lk)
-        candidate = candidate_region(scores, valid, self.p)  # (B, H, Lq, Lk) bool
-        drop = sample_drops(candidate, self.q)  # (B, H, Lq, Lk) bool
-        n_candidate = candidate.sum()
-        _, n_valid = call.dropped_fraction(drop)
-        self.meter.add("addrop/candidate_fraction", n_candidate, n_valid)
-        self.meter.add("addrop/drop_rate_in_candidates", drop.sum(), n_candidate)
-        if self.keep_masks:
-            self.last_masks[call.layer] = (candidate, drop)
-        return AttentionEdit(drop_scores=drop)
+        return None
 
     def stats(self) -> dict[str, float]:
         return self.meter.pop()
+
+
+def _key_valid(batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """(B, 1, L, L) bool: the non-padding keys of each query row, from the batch's attention mask."""
+    ids = batch["input_ids"]
+    mask = batch.get("attention_mask")
+    if mask is None:
+        mask = torch.ones_like(ids)
+    b, length = mask.shape
+    return mask.bool()[:, None, None, :].expand(b, 1, length, length)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -404,56 +435,51 @@ def addrop_active(step: int, steps_per_epoch: int, cross_tuning: str, period: in
 
 
 class ADDropStrategy(TrainingStrategy):
-    """Per batch: attribution pass (if AD-DROP is active in this phase), then the training pass."""
+    """Before each training forward: an attribution pass (if AD-DROP is active in this phase) whose
+    drops go into that forward; plain forwards in the other phases of cross-tuning."""
 
-    def __init__(self, config: ADDropConfig):
-        self.config = config
+    config: ADDropConfig
 
     @property
     def method(self) -> ADDrop:
-        assert self.handle is not None  # set in setup
+        if self.handle is None:
+            raise RuntimeError("addrop: the strategy is not attached to a model")
         return self.handle.method  # type: ignore[return-value]
 
-    def setup(self, trainer: Any) -> None:
-        super().setup(trainer)
+    def start(self, loop: LoopContext) -> None:
+        super().start(loop)
+        self._noted: int | None = None
         c = self.config
         if c.cross_tuning == "off" or c.start == "addrop":
             return
-        length = c.period * (trainer.steps_per_epoch if c.cross_tuning == "epoch" else 1)
-        if trainer.total_steps <= length:
+        length = c.period * (loop.steps_per_epoch if c.cross_tuning == "epoch" else 1)
+        if loop.total_steps <= length:
             logger.warning(
                 "addrop: with cross_tuning=%s, period=%d and start=finetune, AD-DROP never acts in this run "
                 "of %d steps (%d per epoch); use --cross-tuning step with a shorter --period, or --start addrop",
                 c.cross_tuning,
                 c.period,
-                trainer.total_steps,
-                trainer.steps_per_epoch,
+                loop.total_steps,
+                loop.steps_per_epoch,
             )
 
-    def step(self, trainer: Any, batch: dict[str, Any]) -> torch.Tensor:
-        model = trainer.model
-        model.train()
+    def before_forward(
+        self, model: nn.Module, batch: dict[str, torch.Tensor], step: StepInfo
+    ) -> dict[str, Any]:
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError("addrop: call strategy.start(LoopContext(...)) before training")
         c = self.config
-        active = addrop_active(trainer.state.step, trainer.steps_per_epoch, c.cross_tuning, c.period, c.start)
+        active = addrop_active(step.step, loop.steps_per_epoch, c.cross_tuning, c.period, c.start)
         method = self.method
-        method.note_step(active)
-
-        def loss_fn(part: dict[str, Any], rows: slice) -> torch.Tensor:
-            # Attribution and training pass per micro-batch: attributions are per example anyway.
-            try:
-                if active:
-                    inputs = {k: v.to(trainer.device) for k, v in part.items()}
-                    with torch.autocast(
-                        trainer.device.type,
-                        dtype=trainer.autocast_dtype,
-                        enabled=trainer.autocast_dtype is not None,
-                    ):
-                        method.prepare(model, inputs)
-                return trainer.forward_loss(model, part)  # dropout on; masks consumed here
-            finally:
-                method.clear()
-
-        return trainer.train_on(model, batch, loss_fn)
+        if self._noted != step.step:  # once per optimizer step, whatever the micro-batches
+            method.note_step(active)
+            self._noted = step.step
+        if not active:
+            return method.plain()
+        scale = loop.loss_scale() if loop.loss_scale is not None else None
+        with loop.autocast():
+            return method.prepare(model, batch, loss_scale=scale)
 
 
 @register_method

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import torch
 from torch import nn
 
 from ..attention import AttentionMethod, Controller, install
+from ..contract import LoopContext, StepInfo
 
 METHODS: dict[str, type[MethodConfig]] = {}
 
@@ -93,7 +95,7 @@ class MethodConfig:
 
     def training_strategy(self) -> TrainingStrategy:
         """How the fine-tuning loop trains with this method (default: one plain step per batch)."""
-        return TrainingStrategy()
+        return TrainingStrategy(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **dataclasses.asdict(self)}
@@ -133,66 +135,127 @@ class MethodHandle:
 
 
 class TrainingStrategy:
-    """How the fine-tuning loop (:class:`attendout.train.Trainer`) trains with a method.
+    """A method's side of the contract with any training loop (see :mod:`attendout.contract`).
 
-    The default applies the method to ``trainer.model`` and runs one optimizer step per batch through
-    ``trainer.train_on`` (which accumulates over micro-batches when ``micro_batch_size`` is set: a
-    strategy gives it the loss of a micro-batch and the rows of the batch it holds). Methods that need more subclass it and return it from
-    ``MethodConfig.training_strategy()``: AttendOut trains a Defender and an Attacker, AD-DROP runs an
-    attribution pass before the training pass. The loop calls, in order: ``setup`` once (after the
-    model is loaded and the optimizer built), then per batch ``set_progress`` and ``step``, ``stats``
-    at each log line, ``eval_model`` whenever it evaluates or saves, ``save_model`` to keep the best
-    checkpoint and ``load_best`` to restore it at the end. A strategy with state beyond the trainer's
-    model, optimizer and random generators (AttendOut's Attacker and Generator) returns it from
-    ``state_dict`` and takes it back in ``load_state_dict``, so a run resumes exactly.
+    The default fits every method that acts through the hook alone (the dropouts, DropHead, both
+    LayerDrops, scheduled dropout): :meth:`attach` applies it, :meth:`set_progress` drives its
+    schedule, and the loop trains the model as it would without it. Methods that need more subclass
+    it and return it from ``MethodConfig.training_strategy()``: AD-DROP runs an attribution pass in
+    :meth:`before_forward`, AttendOut trains an Attacker and plays its games in :meth:`after_step`,
+    Synthesizer gives its new weights their own learning rate in :meth:`param_groups`.
+
+    Calls, in order: ``attach`` (before the optimizer is built), ``param_groups``, ``start`` (with
+    the :class:`~attendout.contract.LoopContext`, after the optimizer is built), then per optimizer
+    step ``set_progress``, ``before_forward`` for each training forward (one per micro-batch),
+    ``after_step`` after the optimizer step; ``stats`` at each log line; ``eval_model`` whenever the
+    loop evaluates or saves. A strategy with state beyond the model, its optimizer and the random
+    generators (AttendOut's Attacker and Generator) returns it from ``state_dict`` and takes it back in
+    ``load_state_dict`` (after ``start``), so a run resumes exactly.
     """
 
-    handle: MethodHandle | None = None
+    #: What the strategy needs from the loop beyond the defaults, by LoopContext field name; ``start``
+    #: raises a clear error naming the loop when one is missing.
+    needs: tuple[str, ...] = ()
 
-    def setup(self, trainer: Any) -> None:
-        self.handle = apply(trainer.model, trainer.method_config)
+    def __init__(self, config: MethodConfig) -> None:
+        self.config = config
+        self.handle: MethodHandle | None = None
+        self.model: nn.Module | None = None
+        self.loop: LoopContext | None = None
 
-    def step(self, trainer: Any, batch: dict[str, Any]) -> Any:
-        """Train on one batch; return the detached loss."""
-        trainer.model.train()
-        return trainer.train_on(trainer.model, batch)
+    # before the optimizer --------------------------------------------------------------------
+    def attach(self, model: nn.Module, *, max_length: int | None = None) -> None:
+        """Apply the method to ``model`` (``max_length``: the loop's longest input, if it knows it)."""
+        self.model = model
+        self.handle = apply(model, self.config)
+
+    def param_groups(self, model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+        """The optimizer's parameter groups (default: decay on matrices, not on biases and LayerNorm).
+
+        A group with its own ``lr`` keeps it; the others get the loop's learning rate.
+        """
+        from ..optim import param_groups
+
+        return param_groups(model, weight_decay)
+
+    # training --------------------------------------------------------------------------------
+    def start(self, loop: LoopContext) -> None:
+        """Take the loop's context, once, after the optimizer is built and before the first step."""
+        missing = [name for name in self.needs if getattr(loop, name) in (None, {})]
+        if missing:
+            raise ValueError(
+                f"{self.config.name} needs {', '.join(missing)} from the training loop, and the "
+                f"{loop.loop} loop gave none; see attendout.contract.LoopContext"
+            )
+        self.loop = loop
 
     def set_progress(self, fraction: float) -> None:
+        """Training progress in [0, 1] (for methods with schedules)."""
         if self.handle is not None:
             self.handle.set_progress(fraction)
 
-    def stats(self) -> dict[str, float]:
-        return self.handle.stats() if self.handle is not None else {}
-
-    def eval_model(self, trainer: Any) -> nn.Module:
-        """The model to evaluate and save."""
-        return trainer.model
-
-    def state_dict(self, trainer: Any) -> dict[str, Any]:
-        """What a resumed run needs besides the trainer's own state (default: nothing)."""
+    def before_forward(
+        self, model: nn.Module, batch: dict[str, torch.Tensor], step: StepInfo
+    ) -> dict[str, Any]:
+        """Extra keyword arguments of the next training forward of ``model`` on ``batch``."""
         return {}
 
-    def load_state_dict(self, trainer: Any, state: dict[str, Any]) -> None:
-        """Take back what :meth:`state_dict` returned (after ``setup``)."""
+    def after_step(self, micro_batches: list[dict[str, torch.Tensor]], step: StepInfo) -> None:
+        """Called after the loop's optimizer step on the batch ``micro_batches`` (in order)."""
+
+    def stats(self) -> dict[str, float]:
+        """The method's statistics since the last call."""
+        return self.handle.stats() if self.handle is not None else {}
+
+    def eval_model(self) -> nn.Module:
+        """The model to evaluate and save."""
+        if self.model is None:
+            raise RuntimeError(f"{self.config.name}: the strategy is not attached to a model")
+        return self.model
+
+    # resuming ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs besides the model, its optimizer and schedule (default: nothing)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take back what :meth:`state_dict` returned (after ``start``)."""
         if state:
             raise ValueError(f"{type(self).__name__} keeps no state, but a checkpoint holds {sorted(state)}")
 
-    def save_model(self, trainer: Any, path: Path) -> None:
-        """Save ``eval_model`` as the run's best checkpoint in the folder ``path`` (with the tokenizer).
+    # saving -------------------------------------------------------------------------------------
+    def save_model(self, path: Path, tokenizer: Any) -> None:
+        """Save ``eval_model`` in the folder ``path`` (with the tokenizer), atomically.
 
-        Default: ``save_pretrained``, atomically, a plain `transformers` checkpoint. Methods that change
-        the architecture (Synthesizer) save their own documented form and load it in :meth:`load_best`.
+        Default: ``save_pretrained``, a plain `transformers` checkpoint. Methods that change the
+        architecture (Synthesizer) save their own documented form and load it in :meth:`load_best`.
         """
-        from ..train import save_model_atomic
+        from ..rundir import save_model_atomic
 
-        save_model_atomic(self.eval_model(trainer), trainer.tokenizer, path)
+        save_model_atomic(self.eval_model(), tokenizer, path)
 
-    def load_best(self, trainer: Any, path: Path) -> None:
+    def load_best(self, path: Path) -> None:
         """Load the checkpoint that :meth:`save_model` wrote in ``path`` back into ``eval_model``."""
         from transformers import AutoModelForSequenceClassification
 
         best = AutoModelForSequenceClassification.from_pretrained(path)
-        self.eval_model(trainer).load_state_dict(best.state_dict())
+        self.eval_model().load_state_dict(best.state_dict())
+
+
+def prepare(model: nn.Module, config: MethodConfig | str, **options: Any) -> TrainingStrategy:
+    """The method's training strategy, attached to ``model``: the entry point for any loop.
+
+    >>> strategy = attendout.prepare(model, "addrop")
+    >>> optimizer = torch.optim.AdamW(strategy.param_groups(model, 0.01), lr=5e-5)
+    >>> strategy.start(attendout.LoopContext(device="cpu", total_steps=100, steps_per_epoch=100))
+    """
+    if isinstance(config, str):
+        config = get_method_config(config, **options)
+    elif options:
+        raise TypeError("pass options either in the config or as keywords with a method name, not both")
+    strategy = config.training_strategy()
+    strategy.attach(model)
+    return strategy
 
 
 def apply(model: nn.Module, config: MethodConfig | str, **options: Any) -> MethodHandle:

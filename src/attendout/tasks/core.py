@@ -39,6 +39,7 @@ __all__ = [
     "register_task",
     "stable_unit_hash",
     "subsample",
+    "task_of",
 ]
 
 
@@ -336,3 +337,35 @@ def subsample(examples: Examples, n: int | None, seed: int) -> Examples:
     rng = np.random.default_rng(seed)
     picked = np.sort(rng.choice(len(examples), size=n, replace=False))
     return examples.subset(picked)
+
+
+def task_of(model: Any) -> Task:
+    """The task a ``transformers`` model's head implies, for loops that bring no attendout task.
+
+    Regression for one output (or ``problem_type`` "regression"; metrics Pearson, Spearman), else
+    classification over its ``id2label`` names (metrics accuracy, F1 for two classes).
+    """
+    config = model.config
+    if getattr(config, "problem_type", None) == "regression" or getattr(config, "num_labels", 2) == 1:
+        return Task(
+            name="model-head",
+            kind=REGRESSION,
+            text_fields=("text",),
+            label_names=None,
+            metrics=("pearson", "spearman"),
+            eval_split_names=("validation",),
+            description="the regression head of the model",
+        )
+    count = config.num_labels
+    names = tuple(str((config.id2label or {}).get(i, i)) for i in range(count))
+    if len(set(names)) != count:
+        names = tuple(str(i) for i in range(count))
+    return Task(
+        name="model-head",
+        kind=CLASSIFICATION,
+        text_fields=("text",),
+        label_names=names,
+        metrics=("accuracy", "f1") if count == 2 else ("accuracy",),
+        eval_split_names=("validation",),
+        description="the classification head of the model",
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -209,20 +208,16 @@ class AttendOutConfig(MethodConfig):
         return self.validation_source != CARVED
 
     def build(self) -> MaskSlot:
-        """The Attacker's mask slot alone, for :func:`attendout.apply`: it drops only masks you set.
+        """The Attacker's guard alone, for :func:`attendout.apply`: a training forward must bring its masks.
 
-        AttendOut itself (Defender, Attacker, Generator, the game) runs through the fine-tuning loop:
-        ``attendout finetune --method attendout`` or ``Trainer`` with ``method="attendout"``.
+        AttendOut itself (Defender, Attacker, Generator, the game) runs through its training strategy:
+        ``attendout.prepare(model, "attendout")`` in any loop, ``attendout.hf.Trainer``, or
+        ``attendout finetune --method attendout``. A model given ``apply(model, "attendout")`` and
+        trained by a loop that knows nothing of AttendOut raises at its first training forward.
         """
-        warnings.warn(
-            "attendout: apply() adds only the Attacker's mask slot, which drops the scores of the masks you "
-            "set in handle.method.masks ({layer: (B, L, L) bool}); the Defender/Attacker/Generator game runs "
-            "through the fine-tuning loop (attendout finetune --method attendout)",
-            stacklevel=2,
-        )
         return MaskSlot(self.layers)
 
     def training_strategy(self) -> AttendOutStrategy:
         from .strategy import AttendOutStrategy
 
-        return AttendOutStrategy()
+        return AttendOutStrategy(self)

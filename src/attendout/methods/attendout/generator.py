@@ -227,26 +227,25 @@ class MovingAverageBaseline:
 
 
 class MaskSlot(AttentionMethod):
-    """The Attacker's end of the hook: applies the masks it is given to the scores (eq. 3).
+    """The Attacker's end of the hook: a guard that every training forward brings its masks.
 
-    The AttendOut strategy sets :attr:`masks` before the Attacker's training forward and clears it
-    after. With no masks set, or in eval mode, it does nothing.
+    The masks of one forward travel as its keyword argument (:data:`attendout.contract.EDITS_KWARG`),
+    which the hook applies to the scores (eq. 3); a training forward without them raises instead of
+    training plainly. Eval mode is never asked (the hook leaves eval-mode models alone).
     """
 
     name = "attendout"
 
     def __init__(self, layers: Sequence[int] | None = None) -> None:
         self.layers = layers
-        self.masks: dict[int, torch.Tensor] | None = None
 
     def edit(self, call: AttentionCall) -> AttentionEdit | None:
-        if self.masks is None or call.layer not in self.masks:
-            return None
-        mask = self.masks[call.layer]  # (B, L, L)
-        b, _, lq, lk = call.shape
-        if mask.shape != (b, lq, lk):
-            raise ValueError(
-                f"attendout: layer {call.layer} got a mask of shape {tuple(mask.shape)} for attention "
-                f"of shape {(b, lq, lk)}; masks must be built from the same batch"
+        if call.edits is None:
+            raise RuntimeError(
+                "attendout: a training forward of a model with AttendOut came without the Attacker's masks, "
+                "so it would train plainly. AttendOut trains a Defender and an Attacker and plays games "
+                "between them: use attendout.prepare(model, 'attendout') in your loop, attendout.hf.Trainer, "
+                "or `attendout finetune --method attendout` (to drop scores by masks of your own, pass "
+                "model(**batch, **attendout.ForwardEdits({layer: AttentionEdit(drop_scores=mask)}).kwargs()))"
             )
-        return AttentionEdit(drop_scores=mask[:, None])  # (B, 1, L, L), every head alike
+        return None

@@ -1,12 +1,13 @@
-"""How the fine-tuning loop trains with AttendOut: the Defender/Attacker game of Algorithm 1.
+"""How any training loop trains with AttendOut: the Defender/Attacker game of Algorithm 1.
 
 Per training step (paper 001 §4.2, Algorithm 1 lines 2-5):
 
-1. the Defender D (the trainer's model, with the model's default dropout) takes an optimizer step on
-   the batch with the trainer's AdamW and linear schedule;
+1. the Defender D (the loop's model, with the model's default dropout) takes the loop's own optimizer
+   step on the batch (attendout's loop: AdamW with a linear schedule; transformers' Trainer: its own);
 2. the Generator G reads the Attacker's embedding output for the batch (detached, no gradient) and
    samples one scores mask per layer; the Attacker A (a deep copy of D) takes a step on the same batch
-   with those masks (eq. 3), with its own AdamW and schedule of identical hyperparameters;
+   with those masks (eq. 3), with its own optimizer and schedule made by the loop's recipe
+   (``LoopContext.make_optimizer``) in :meth:`AttendOutStrategy.after_step`;
 3. the batch's inputs and the masks actually applied are cached.
 
 Every ``dropout_steps`` steps, a game (lines 6-9): D and A score ``eval_samples`` samples of the
@@ -43,8 +44,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...attention import UnsupportedModelError, install
+from ...attention import AttentionEdit, UnsupportedModelError, install
+from ...contract import ForwardEdits, LoopContext, StepInfo
+from ...optim import concat_batches, rows_of, update
 from ...tasks import compute_metrics
+from ...tasks.core import task_of
 from ..base import TrainingStrategy
 from .config import CARVED, AttendOutConfig
 from .generator import Generator, MaskSlot
@@ -147,27 +151,29 @@ def _embeddings(model: nn.Module) -> nn.Module:
 class AttendOutStrategy(TrainingStrategy):
     """Trains a Defender and an Attacker and plays the game every ``dropout_steps`` steps.
 
-    After :meth:`setup`: ``defender`` (the trainer's model), ``attacker``, ``generator``, and their
-    optimizers (``trainer.optimizer`` / ``trainer.scheduler`` are the Defender's).
+    The Defender D is the loop's model, trained by the loop with its optimizer (plain fine-tuning:
+    D's forwards get no edits). After each of the loop's optimizer steps, :meth:`after_step` trains
+    the Attacker A on the same batch under G's masks and, every ``dropout_steps`` steps, plays a game.
+    After :meth:`start`: ``defender``, ``attacker``, ``generator``, A's ``optimizer`` and ``scheduler``.
     """
 
-    def setup(self, trainer: Any) -> None:
-        from ...train import _param_groups, adamw, linear_schedule  # here: the train module imports methods
+    config: AttendOutConfig
+    needs = ("optimizer", "make_optimizer", "validation")
 
-        config: AttendOutConfig = trainer.method_config
-        self.config = config
-        c = trainer.config
-        self.defender: nn.Module = trainer.model
+    def attach(self, model: nn.Module, *, max_length: int | None = None) -> None:
+        self.model = self.defender = model  # D runs stock attention: no hook, no method
+
+    def start(self, loop: LoopContext) -> None:
+        super().start(loop)
+        config = self.config
         self.attacker: nn.Module = copy.deepcopy(self.defender)
-        self.slot = MaskSlot(config.layers)
         controller = install(self.attacker)
-        controller.add(self.slot)  # checks that the layers exist
+        controller.add(MaskSlot(config.layers))  # checks that the layers exist; guards A's forwards
         self.layers = list(config.layers) if config.layers is not None else list(range(controller.num_layers))
 
-        self.defender_optimizer, self.defender_scheduler = trainer.optimizer, trainer.scheduler
-        self.optimizer = adamw(_param_groups(self.attacker, c.weight_decay), lr=c.learning_rate)
-        warmup = int(c.warmup_ratio * trainer.total_steps)  # exactly as the trainer builds D's schedule
-        self.scheduler = linear_schedule(self.optimizer, warmup, trainer.total_steps)
+        self.defender_optimizer, self.defender_scheduler = loop.optimizer, loop.scheduler
+        self.optimizer, self.scheduler = loop.make_optimizer(self.attacker)
+        self.scaler = torch.amp.GradScaler(loop.device.type, enabled=loop.autocast_dtype == torch.float16)
 
         self.embeddings = _embeddings(self.attacker)
         self._embedding_args = set(inspect.signature(self.embeddings.forward).parameters)
@@ -177,23 +183,24 @@ class AttendOutStrategy(TrainingStrategy):
             width=config.generator_width,
             init_drop=config.init_drop,
             temperature=config.temperature,
-        ).to(trainer.device)
-        self.policy = GeneratorPolicy(self.generator, config, self.layers, seed=c.seed + 2)
+        ).to(loop.device)
+        self.policy = GeneratorPolicy(self.generator, config, self.layers, seed=loop.seed + 2)
 
-        self.task = trainer.task
+        self.task = loop.task if loop.task is not None else task_of(self.defender)
         if config.reward == "correct" and self.task.kind != "classification":
             raise ValueError(
                 f"attendout: reward 'correct' needs a classification task; {self.task.name!r} is not"
             )
-        self.source = self._validation_source(trainer)
-        self.rng = torch.Generator().manual_seed(c.seed + 1)  # the games' samples and the winner draws
+        self.source = self._validation_source(loop)
+        self.rng = torch.Generator().manual_seed(loop.seed + 1)  # the games' samples and the winner draws
         judge_order = torch.randperm(
-            len(trainer.validation_set), generator=torch.Generator().manual_seed(c.data_seed)
+            len(loop.validation), generator=torch.Generator().manual_seed(loop.data_seed)
         )
         self.judge_indices = judge_order[: config.eval_samples].tolist()
 
         self.cache: list[CachedAction] = []
         self.steps_since_game = 0
+        self.steps_done = 0
         self.games = self.attacker_wins = 0
         self._chosen: nn.Module = self.defender
         self._chosen_at: int | None = None
@@ -201,19 +208,19 @@ class AttendOutStrategy(TrainingStrategy):
         self._drop_steps = 0
         self._window: dict[str, list[float]] = defaultdict(list)
 
-    def _validation_source(self, trainer: Any):
+    def _validation_source(self, loop: LoopContext) -> Any:
         name = self.config.validation_source
         if name == CARVED:
-            data = trainer.validation_set
-        elif name in trainer.eval_sets:
-            data = trainer.eval_sets[name]
+            data = loop.validation
+        elif name in loop.splits:
+            data = loop.splits[name]
             logger.warning(
                 "attendout: the games score the evaluation split %r (paper 001's choice): the Generator "
                 "learns from data that is reported; the default 'validation' keeps it unseen",
                 name,
             )
         else:
-            known = ", ".join([CARVED, *trainer.eval_sets])
+            known = ", ".join([CARVED, *loop.splits])
             raise ValueError(
                 f"attendout: validation_source {name!r} is not a split of this run; splits: {known}"
             )
@@ -222,25 +229,36 @@ class AttendOutStrategy(TrainingStrategy):
         return data
 
     # training ---------------------------------------------------------------------------------
-    def step(self, trainer: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """One step of D, one step of A under G's masks; a game every ``dropout_steps`` steps."""
-        self.defender.train()
-        loss = trainer.train_on(self.defender, batch)
-
-        self.attacker.train()
-        inputs = {k: batch[k].to(trainer.device) for k in MODEL_INPUTS if k in batch}
+    def after_step(self, micro_batches: list[dict[str, torch.Tensor]], step: StepInfo) -> None:
+        """A's step on D's batch under G's masks; a game every ``dropout_steps`` steps."""
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError("attendout: call strategy.start(LoopContext(...)) before training")
+        batch = {k: v.to(loop.device) for k, v in concat_batches(micro_batches).items()}
+        inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
         token_valid = inputs["attention_mask"].bool()  # (B, L)
         sample = self.policy.sample(self.generator_input(inputs), token_valid)
+        sizes = [rows_of(part) for part in micro_batches]
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        parts = [{k: v[a : a + n] for k, v in batch.items()} for a, n in zip(starts, sizes, strict=True)]
 
-        def attacker_loss_fn(part: dict[str, torch.Tensor], rows: slice) -> torch.Tensor:
-            self.slot.masks = {layer: mask[rows] for layer, mask in sample.masks.items()}
-            try:
-                return trainer.forward_loss(self.attacker, part)
-            finally:
-                self.slot.masks = None
+        def attacker_edits(part: dict[str, torch.Tensor], rows: slice) -> dict[str, Any]:
+            edits = {
+                layer: AttentionEdit(drop_scores=mask[rows][:, None])  # (b, 1, L, L): every head alike
+                for layer, mask in sample.masks.items()
+            }
+            return ForwardEdits(edits, driver="attendout").kwargs()
 
-        attacker_loss = trainer.train_on(
-            self.attacker, batch, attacker_loss_fn, self.optimizer, self.scheduler
+        self.attacker.train()
+        attacker_loss = update(
+            self.attacker,
+            parts,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            scaler=self.scaler,
+            loop=loop,
+            forward_kwargs=attacker_edits,
+            failure=lambda loss: f"the Attacker's loss is {loss.item()} at step {step.step + 1}",
         )
 
         self.cache.append(CachedAction(inputs, sample.masks))
@@ -250,10 +268,10 @@ class AttendOutStrategy(TrainingStrategy):
                 self._drop_sums[name] = self._drop_sums.get(name, 0) + p
         self._drop_steps += 1
         self._window["loss_attacker"].append(attacker_loss)
+        self.steps_done += 1
         self.steps_since_game += 1
         if self.steps_since_game >= self.config.dropout_steps:
-            self.play(trainer)
-        return loss
+            self.play()
 
     @torch.no_grad()
     def generator_input(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -267,13 +285,13 @@ class AttendOutStrategy(TrainingStrategy):
             self.embeddings.train(was_training)
 
     # the game ---------------------------------------------------------------------------------
-    def play(self, trainer: Any) -> None:
+    def play(self) -> None:
         """Score D and A, update G by eq. 5, re-initialise from the sampled winner, release the cache."""
         config = self.config
         order = torch.randperm(len(self.source), generator=self.rng)
         indices = order[: config.eval_samples].tolist()
-        defender = self.score(trainer, self.defender, self.source, indices)
-        attacker = self.score(trainer, self.attacker, self.source, indices)
+        defender = self.score(self.defender, self.source, indices)
+        attacker = self.score(self.attacker, self.source, indices)
         if config.reward == "metric":
             rewards = torch.full((len(indices),), attacker.metric - defender.metric)
         else:
@@ -301,18 +319,18 @@ class AttendOutStrategy(TrainingStrategy):
             self._window[key].append(value)
 
     @torch.no_grad()
-    def score(self, trainer: Any, model: nn.Module, data: Any, indices: list[int]) -> GameScores:
+    def score(self, model: nn.Module, data: Any, indices: list[int]) -> GameScores:
         """``model``'s per-sample score (reward kind) and main metric on ``data[indices]``, in eval mode."""
         model.eval()
         per_sample, predictions = [], []
         regression = self.task.kind == "regression"
-        for start in range(0, len(indices), trainer.config.eval_batch_size):
-            batch = data.batch(indices[start : start + trainer.config.eval_batch_size])
-            labels = batch.pop("labels").to(trainer.device)
-            with torch.autocast(
-                trainer.device.type, dtype=trainer.autocast_dtype, enabled=trainer.autocast_dtype is not None
-            ):
-                logits = model(**{k: v.to(trainer.device) for k, v in batch.items()}).logits.float()
+        loop = self.loop
+        size = loop.eval_batch_size
+        for start in range(0, len(indices), size):
+            batch = data.batch(indices[start : start + size])
+            labels = batch.pop("labels").to(loop.device)
+            with loop.autocast():
+                logits = model(**{k: v.to(loop.device) for k, v in batch.items()}).logits.float()
             if regression:
                 values = logits.squeeze(-1)  # (b,)
                 per_sample.append(-((values - labels) ** 2))
@@ -352,34 +370,38 @@ class AttendOutStrategy(TrainingStrategy):
         with torch.no_grad():
             models[dst].load_state_dict(models[src].state_dict())
         copy_optimizer_state(optimizers[src], optimizers[dst])
-        schedulers[dst].load_state_dict(schedulers[src].state_dict())
+        if schedulers[src] is not None and schedulers[dst] is not None:
+            schedulers[dst].load_state_dict(schedulers[src].state_dict())
 
     # resuming ---------------------------------------------------------------------------------
-    def state_dict(self, trainer: Any) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """A, G, their optimizers, the baseline, the games' generator, the cached actions, counters.
 
-        D (the trainer's model), its optimizer and schedule are in the trainer's own checkpoint.
+        D (the loop's model), its optimizer and schedule are in the loop's own checkpoint.
         """
         return {
             "attacker": self.attacker.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
             "policy": self.policy.state_dict(),
             "rng": self.rng.get_state(),
             "cache": [(action.inputs, action.masks) for action in self.cache],
-            "counters": (self.steps_since_game, self.games, self.attacker_wins),
+            "counters": (self.steps_since_game, self.games, self.attacker_wins, self.steps_done),
             "chosen": ("attacker" if self._chosen is self.attacker else "defender", self._chosen_at),
             "window": (self._drop_sums, self._drop_steps, dict(self._window)),
         }
 
-    def load_state_dict(self, trainer: Any, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.attacker.load_state_dict(state["attacker"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
         self.policy.load_state_dict(state["policy"])
         self.rng.set_state(state["rng"])
         self.cache = [CachedAction(inputs, masks) for inputs, masks in state["cache"]]
-        self.steps_since_game, self.games, self.attacker_wins = state["counters"]
+        self.steps_since_game, self.games, self.attacker_wins, self.steps_done = state["counters"]
         chosen, self._chosen_at = state["chosen"]
         self._chosen = self.attacker if chosen == "attacker" else self.defender
         self._drop_sums, self._drop_steps, window = state["window"]
@@ -405,20 +427,22 @@ class AttendOutStrategy(TrainingStrategy):
         self._window = defaultdict(list)
         return out
 
-    def eval_model(self, trainer: Any) -> nn.Module:
+    def eval_model(self) -> nn.Module:
         """The better of D and A, judged on a fixed sample of the carved validation split.
 
         Right after a game the two are identical and D is returned without judging. The choice is
         made once per training step, so every call at one step (evaluate, save, restore) gets the same model.
         """
-        step = trainer.state.step
+        if self.loop is None:  # not started: D is all there is
+            return self.defender
+        step = self.steps_done
         if self._chosen_at != step:
             self._chosen = self.defender
             if self.steps_since_game > 0:
-                data = trainer.validation_set
+                data = self.loop.validation
                 reward = self.config.reward
-                d = self.score(trainer, self.defender, data, self.judge_indices).game_score(reward)
-                a = self.score(trainer, self.attacker, data, self.judge_indices).game_score(reward)
+                d = self.score(self.defender, data, self.judge_indices).game_score(reward)
+                a = self.score(self.attacker, data, self.judge_indices).game_score(reward)
                 self._chosen = self.attacker if a > d else self.defender
             self._chosen_at = step
         return self._chosen
