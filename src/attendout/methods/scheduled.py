@@ -13,8 +13,10 @@ that an AttendOut run logged (its Figure 3), and uses those knots. The fitted kn
 ``knots``, so the run's config records the schedule it used; a config with both ``from_run`` and
 ``knots`` (a saved one) uses the knots and does not read the run again.
 
-The training loop reports progress through ``MethodHandle.set_progress``; in another loop, call it
-yourself (before it is first called, progress is 0). Keeps the model's own dropout.
+Every loop of attendout's (its own, ``attendout.hf.Trainer``, ``attendout.prepare``) reports progress
+through ``set_progress``; with ``attendout.apply`` alone, call ``handle.set_progress(step / total)``
+yourself: a training forward before the first call raises, rather than training at the start rate for
+the whole run. Keeps the model's own dropout.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..attention import AttentionMethod, Controller
+from ..attention import AttentionCall, AttentionEdit, AttentionMethod, Controller
 from .base import MethodConfig, check_probability, layers_field, register_method
 from .dropout import ScoresDropout
 
@@ -119,7 +121,8 @@ class ScheduledScoresDropout(ScoresDropout):
     def __init__(self, curves: list[Knots], layers=None):
         super().__init__(p=0.0, layers=layers)
         self.curves = curves
-        self.progress = 0.0
+        #: training progress in [0, 1]; None until a loop says where training is
+        self.progress: float | None = None
 
     def attach(self, controller: Controller) -> None:
         super().attach(controller)
@@ -135,7 +138,17 @@ class ScheduledScoresDropout(ScoresDropout):
         self.progress = fraction
 
     def probability(self, layer: int) -> float:
-        return schedule_value(self.curves[layer], self.progress)
+        return schedule_value(self.curves[layer], 0.0 if self.progress is None else self.progress)
+
+    def edit(self, call: AttentionCall) -> AttentionEdit | None:
+        if self.progress is None:
+            raise RuntimeError(
+                "scheduled: a training forward before any progress was given, so the rate would stay at its "
+                "start for the whole run. Call handle.set_progress(step / total_steps) before each step "
+                "(0 at the start), or train through attendout.prepare(...), attendout.hf.Trainer or "
+                "`attendout finetune`"
+            )
+        return super().edit(call)
 
     def stats(self) -> dict[str, float]:
         out = super().stats()

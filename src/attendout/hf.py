@@ -1,0 +1,240 @@
+"""Every attendout method in a ``transformers.Trainer`` script.
+
+:class:`Trainer` is ``transformers.Trainer`` with a ``method`` argument. It drives the method through
+its strategy (:mod:`attendout.contract`), so that
+
+* scheduled dropout follows the Trainer's progress (``global_step / max_steps``);
+* AD-DROP runs its attribution pass before each training forward and drops in that forward
+  (cross-tuning by the Trainer's epochs);
+* AttendOut trains its Attacker after each of the Trainer's optimizer steps and plays its games on
+  ``validation_dataset`` (labelled examples never reported on: a split carved from train);
+  evaluation and the model left in ``trainer.model`` after ``train()`` are the better of D and A;
+* each method's statistics join the Trainer's training logs (``log_history`` and every ``report_to``
+  integration: TensorBoard, W&B, ...);
+* Synthesizer's new weights train at ``synthesizer_lr``.
+
+>>> trainer = attendout.hf.Trainer(
+...     model=model, args=TrainingArguments("out", num_train_epochs=3), train_dataset=train,
+...     processing_class=tokenizer, method="addrop", method_options={"attribution": "ga"},
+... )
+>>> trainer.train()
+
+``transformers.Trainer`` itself, on a model given only ``attendout.apply(model, "addrop")`` (or
+``"attendout"`` or ``"scheduled"``), raises at the first training forward instead of training plainly.
+Not yet supported here, each with a clear error: resuming AttendOut from a Trainer checkpoint (its
+Attacker and Generator are not in it) and AttendOut on several processes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import torch
+import transformers
+from torch import nn
+from transformers import TrainerCallback
+
+from .contract import Distributed, LoopContext, StepInfo
+from .methods.base import MethodConfig, TrainingStrategy, get_method_config
+
+__all__ = ["CollatedSource", "Trainer"]
+
+
+class CollatedSource:
+    """A dataset of feature dicts, batched by a collator: an :class:`~attendout.contract.EvalSource`.
+
+    Keeps the tensors the model's ``forward`` accepts; ``label`` is renamed ``labels`` as
+    ``DataCollatorWithPadding`` does.
+    """
+
+    def __init__(self, dataset: Any, collate: Any, model: nn.Module) -> None:
+        self.dataset = dataset
+        self.collate = collate
+        self.accepts = set(inspect.signature(model.forward).parameters)
+        labels = [_label_of(dataset[i], i) for i in range(len(dataset))]
+        self.labels = torch.tensor(labels)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        features = [self.dataset[i] for i in indices]
+        batch = dict(self.collate(features))
+        if "label" in batch and "labels" not in batch:
+            batch["labels"] = batch.pop("label")
+        return {k: v for k, v in batch.items() if torch.is_tensor(v) and k in self.accepts}
+
+
+def _label_of(example: Any, index: int) -> Any:
+    for key in ("labels", "label"):
+        if key in example:
+            value = example[key]
+            return value.item() if torch.is_tensor(value) else value
+    raise ValueError(f"attendout.hf: validation_dataset example {index} has no 'label' or 'labels' field")
+
+
+class _MethodCallback(TrainerCallback):
+    """Progress before each step, the method's after-step after the Trainer's optimizer step."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.trainer._start_method(state, kwargs.get("train_dataloader"))
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.trainer.strategy.set_progress(state.global_step / max(1, state.max_steps))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.trainer._after_step(state)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.trainer._keep_eval_model()
+
+
+class Trainer(transformers.Trainer):
+    """``transformers.Trainer`` that trains with an attendout method (see the module docstring).
+
+    Extra arguments: ``method`` (a name or a :class:`~attendout.methods.MethodConfig`),
+    ``method_options`` (with a name), ``validation_dataset`` (AttendOut's games: a dataset the
+    collator can batch, with labels, not the one you report on), ``task`` (an
+    :class:`attendout.tasks.Task` for AttendOut's metric; default: from the model's head) and
+    ``max_length`` (Synthesizer's default ``l_max``).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        method: str | MethodConfig = "none",
+        method_options: dict[str, Any] | None = None,
+        validation_dataset: Any = None,
+        task: Any = None,
+        max_length: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        if isinstance(method, str):
+            config = get_method_config(method, **(method_options or {}))
+        elif method_options:
+            raise TypeError("pass method_options with a method name, not with a MethodConfig")
+        else:
+            config = method
+        self.method_config = config
+        self.strategy: TrainingStrategy = config.training_strategy()
+        self.strategy.attach(self.model, max_length=max_length)
+        self.validation_dataset = validation_dataset
+        self.task = task
+        self._micro_batches: list[dict[str, torch.Tensor]] = []
+        self._started = False
+        self.add_callback(_MethodCallback(self))
+
+    # the optimizer: the method's parameter groups --------------------------------------------
+    def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            self.optimizer = self._new_optimizer(self.model if model is None else model)
+        return self.optimizer
+
+    def _new_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
+        return optimizer_cls(self.strategy.param_groups(model, self.args.weight_decay), **optimizer_kwargs)
+
+    def _make_optimizer(self, model: nn.Module) -> tuple[torch.optim.Optimizer, Any]:
+        """The Trainer's optimizer and schedule recipe, for a second model (AttendOut's Attacker)."""
+        optimizer = self._new_optimizer(model)
+        total = self.state.max_steps
+        scheduler = transformers.get_scheduler(
+            self.args.lr_scheduler_type,
+            optimizer=optimizer,
+            num_warmup_steps=self.args.get_warmup_steps(total),
+            num_training_steps=total,
+            scheduler_specific_kwargs=self.args.lr_scheduler_kwargs,
+        )
+        return optimizer, scheduler
+
+    # the method's part of each step ----------------------------------------------------------------
+    def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any):
+        stateful = type(self.strategy).state_dict is not TrainingStrategy.state_dict
+        if resume_from_checkpoint and stateful:
+            raise NotImplementedError(
+                f"attendout.hf.Trainer cannot resume {self.method_config.name!r} from a transformers checkpoint "
+                "yet: the method's own state (AttendOut's Attacker and Generator) is not in it. Train from the "
+                "start, or use `attendout finetune --resume`"
+            )
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _start_method(self, state: Any, train_dataloader: Any) -> None:
+        if self._started:
+            return
+        args = self.args
+        distributed = Distributed(args.process_index, args.world_size)
+        if distributed.world_size > 1 and self.strategy.needs:
+            raise NotImplementedError(
+                f"attendout.hf.Trainer: {self.method_config.name!r} on {distributed.world_size} processes is not "
+                "supported yet (its Attacker and Generator would differ per process); train on one process"
+            )
+        batches = len(train_dataloader) if train_dataloader is not None else state.max_steps
+        steps_per_epoch = max(1, math.ceil(batches / args.gradient_accumulation_steps))
+        dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
+        scaler = getattr(self.accelerator, "scaler", None)
+        validation = None
+        if self.validation_dataset is not None:
+            validation = CollatedSource(self.validation_dataset, self.data_collator, self.model)
+        if "validation" in self.strategy.needs and validation is None:
+            raise ValueError(
+                f"attendout.hf.Trainer: {self.method_config.name!r} scores its games on labelled data that is "
+                "never reported: pass validation_dataset= (e.g. a tenth of train, carved off before training)"
+            )
+        self.strategy.start(
+            LoopContext(
+                device=args.device,
+                total_steps=max(1, state.max_steps),
+                steps_per_epoch=steps_per_epoch,
+                optimizer=self.optimizer,
+                scheduler=self.lr_scheduler,
+                make_optimizer=self._make_optimizer,
+                autocast_dtype=dtype,
+                max_grad_norm=args.max_grad_norm,
+                seed=args.seed,
+                data_seed=args.data_seed if args.data_seed is not None else args.seed,
+                task=self.task,
+                validation=validation,
+                eval_batch_size=args.per_device_eval_batch_size,
+                loss_scale=scaler.get_scale if scaler is not None and scaler.is_enabled() else None,
+                distributed=distributed,
+                loop="transformers.Trainer",
+            )
+        )
+        self._started = True
+
+    def training_step(self, model: nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any):
+        self._micro_batches.append({k: v for k, v in inputs.items() if torch.is_tensor(v)})
+        return super().training_step(model, inputs, *args, **kwargs)
+
+    def compute_loss(self, model: nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any):
+        if model.training and self._started:  # a training forward: the method's edits go with it
+            step = StepInfo(self.state.global_step, int(self.state.epoch or 0))
+            inputs = {**inputs, **self.strategy.before_forward(self.model, inputs, step)}
+        return super().compute_loss(model, inputs, *args, **kwargs)
+
+    def _after_step(self, state: Any) -> None:
+        batches, self._micro_batches = self._micro_batches, []
+        if batches:
+            self.strategy.after_step(batches, StepInfo(state.global_step - 1, int(state.epoch or 0)))
+
+    # evaluation, logs, the final model --------------------------------------------------------------
+    def prediction_step(self, model: nn.Module, *args: Any, **kwargs: Any):
+        chosen = self.strategy.eval_model() if self._started else self.model
+        return super().prediction_step(model if chosen is self.model else chosen, *args, **kwargs)
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        if "loss" in logs and self._started:  # a training log: the method's statistics since the last
+            logs.update(self.strategy.stats())
+        super().log(logs, *args, **kwargs)
+
+    def _keep_eval_model(self) -> None:
+        """Leave the better model (AttendOut: of D and A) in ``self.model``, for save_model and evaluate."""
+        chosen = self.strategy.eval_model() if self._started else self.model
+        if chosen is not self.model:
+            self.model.load_state_dict(chosen.state_dict())
