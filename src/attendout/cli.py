@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 import types
 import typing
@@ -161,6 +162,8 @@ def cmd_finetune(argv: list[str]) -> int:
         method_options=method_options,
     )
     results = finetune(config)
+    if os.environ.get("RANK", "0") != "0":  # torchrun / accelerate launch: the main process reports
+        return 0
     print(f"\n{results['task']} | method {results['method']} | {results['model_description']}")
     print(f"data: {results['data_source']} | best step {results['best_step']} of {results['total_steps']}")
     if "resumed" in results:

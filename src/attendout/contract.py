@@ -84,10 +84,31 @@ class Distributed:
 
     rank: int = 0
     world_size: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # where collectives run
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def all_true(self, flag: bool) -> bool:
+        """True on every process if ``flag`` is true on every process (one collective call)."""
+        if self.world_size == 1:
+            return flag
+        value = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MIN)
+        return bool(value.item())
+
+    def sum(self, value: torch.Tensor) -> torch.Tensor:
+        """The sum of ``value`` over the processes (itself in one process)."""
+        if self.world_size == 1:
+            return value
+        value = value.detach().to(self.device, copy=True)
+        torch.distributed.all_reduce(value)
+        return value
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            torch.distributed.barrier()
 
     def mean_(self, tensors: list[torch.Tensor]) -> None:
         """Average ``tensors`` over the processes, in place (a no-op in one process)."""
@@ -156,6 +177,8 @@ class LoopContext:
     #: (AD-DROP's attribution) are scaled like the training loss; None without fp16
     loss_scale: Callable[[], float] | None = None
     distributed: Distributed = field(default_factory=Distributed)
+    #: wraps a second trained model as the loop wraps its own (DDP in several processes); identity in one
+    wrap: Callable[[nn.Module], nn.Module] = lambda model: model
     #: what the loop is ("attendout", "transformers.Trainer", "custom"), for error messages
     loop: str = "custom"
 

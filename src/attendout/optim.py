@@ -7,6 +7,7 @@ AttendOut trains its Attacker with it in any loop.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -107,6 +108,7 @@ def update(
     loop: LoopContext,
     forward_kwargs: Callable[[dict[str, torch.Tensor], slice], dict[str, Any]] | None = None,
     failure: Callable[[torch.Tensor], str] | None = None,
+    batch_rows: int | None = None,
 ) -> torch.Tensor:
     """One optimizer step of ``model`` on a batch given as consecutive micro-batches.
 
@@ -115,24 +117,40 @@ def update(
     the extra keyword arguments of a micro-batch's forward (a method's edits; ``rows``: its rows of
     the batch). A non-finite loss raises :class:`TrainingError` (message from ``failure``) before any
     gradient of it is added: parameters change only at the end, so the model stays as it was.
-    Returns the batch's detached mean loss.
+
+    Several processes (``model`` wrapped in DDP, which averages the gradients): the micro-batches are
+    this process's part of a batch of ``batch_rows`` rows in all; each loss is weighted by
+    ``world_size x local rows / batch_rows`` so the average is the whole batch's gradient, gradients
+    are synchronised at the last micro-batch only, and a non-finite loss on any process stops all.
+    Returns this process's detached mean loss.
     """
+    dist = loop.distributed
     sizes = [rows_of(part) for part in micro_batches]
-    total_rows = sum(sizes)
+    local_rows = sum(sizes)
+    weight = dist.world_size * local_rows / batch_rows if batch_rows else 1.0
     total = None
     start = 0
-    for part, size in zip(micro_batches, sizes, strict=True):
+    for index, (part, size) in enumerate(zip(micro_batches, sizes, strict=True)):
         rows = slice(start, start + size)
         start += size
         part = {k: v.to(loop.device) for k, v in part.items()}
         extra = forward_kwargs(part, rows) if forward_kwargs is not None else {}
-        with loop.autocast():
-            loss = model(**part, **extra).loss
-        if not torch.isfinite(loss):
-            optimizer.zero_grad(set_to_none=True)
-            raise TrainingError(failure(loss) if failure is not None else f"loss is {loss.item()}")
-        share = size / total_rows
-        scaler.scale(loss * share).backward()  # x 1.0 is exact: whole batches are unchanged
+        last = index == len(sizes) - 1
+        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        with sync:
+            with loop.autocast():
+                loss = model(**part, **extra).loss
+            finite = bool(torch.isfinite(loss))
+            if not dist.all_true(finite):
+                optimizer.zero_grad(set_to_none=True)
+                message = failure(loss) if failure is not None else f"loss is {loss.item()}"
+                if finite:  # another process's loss
+                    message = (
+                        f"a loss is not finite on another process ({message.replace('loss is', 'here', 1)})"
+                    )
+                raise TrainingError(message)
+            share = size / local_rows
+            scaler.scale(loss * (share * weight)).backward()  # x 1.0 is exact: whole batches are unchanged
         total = loss.detach() * share if total is None else total + loss.detach() * share
     if loop.max_grad_norm > 0:
         scaler.unscale_(optimizer)

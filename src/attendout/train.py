@@ -41,7 +41,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from . import methods as methods_mod
-from .contract import LoopContext, StepInfo
+from .contract import Distributed, LoopContext, StepInfo
 from .encoding import Encoded, predict_batches
 from .models import load_for_task
 from .optim import TrainingError, adamw, autocast_dtype, linear_schedule, update
@@ -286,6 +286,24 @@ def pick_device(name: str) -> torch.device:
 # --------------------------------------------------------------------------------------------------
 
 
+def process_group(device: str) -> tuple[Distributed, torch.device]:
+    """The process group this run is part of (torchrun / accelerate launch set WORLD_SIZE), and the device.
+
+    Several processes: the group is joined through accelerate (gloo on CPU, NCCL on GPUs) and each
+    process takes its local GPU; one process: no group, the ``device`` setting as given.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return Distributed(), pick_device(device)
+    from accelerate import PartialState
+
+    on_cpu = pick_device(device).type == "cpu"
+    state = PartialState(cpu=on_cpu)  # without cpu=True accelerate sees no group on a machine with no GPU
+    if state.num_processes <= 1:
+        raise RuntimeError(f"WORLD_SIZE is {os.environ['WORLD_SIZE']} but accelerate found no process group")
+    chosen = torch.device("cpu") if on_cpu else state.device
+    return Distributed(state.process_index, state.num_processes, chosen), chosen
+
+
 def split_for_training(data: TaskData, c: TrainConfig) -> tuple[Examples, Examples, dict[str, Examples]]:
     """(train, validation, evaluation splits): validation carved from train, then the subsamples; all by data_seed."""
     train, validation = carve_validation(data.train, c.validation_split, c.data_seed)
@@ -315,7 +333,8 @@ class Trainer:
         self.on_log = on_log  # sees every log.jsonl record
         self.out = Path(config.output_dir)
         self._check_output_dir()
-        self.device = pick_device(config.device)
+        self.distributed, self.device = process_group(config.device)
+        self.is_main = self.distributed.is_main  # only the main process writes the run directory
 
         task, data = config.load_data()
         self.task: Task = task
@@ -337,8 +356,10 @@ class Trainer:
 
         self.steps_per_epoch = math.ceil(len(self.train_set) / config.batch_size)
         self.total_steps = config.max_steps or max(1, math.ceil(config.epochs * self.steps_per_epoch))
+        self._check_batches_fit_processes()
         self.strategy = self.method_config.training_strategy()
         self.strategy.attach(self.model, max_length=config.max_length)
+        self.train_model = self.wrap(self.model)  # DDP over several processes; the model itself in one
         self.optimizer, self.scheduler = self.make_optimizer(self.model)
         self.autocast_dtype = autocast_dtype(config.precision)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.precision == "fp16")
@@ -351,6 +372,7 @@ class Trainer:
         self._checkpointed_at: int | None = None
         self._resumed_at: int | None = None
         checkpoint = self._read_checkpoint() if config.resume else None
+        self.distributed.barrier()  # every process has read the checkpoint before the main one moves on
         # Only now, with data and model loaded and the method applied, touch the run directory.
         self._prepare_output_dir(resumed_at=None if checkpoint is None else checkpoint["state"]["step"])
         if checkpoint is not None:
@@ -366,6 +388,8 @@ class Trainer:
 
     def _prepare_output_dir(self, resumed_at: int | None = None) -> None:
         self._check_output_dir()
+        if not self.is_main:
+            return
         self.out.mkdir(parents=True, exist_ok=True)
         if self.config.overwrite:
             (self.out / "results.json").unlink(missing_ok=True)
@@ -381,6 +405,8 @@ class Trainer:
         log.write_text("".join(line + "\n" for line in kept))
 
     def _write_config(self) -> None:
+        if not self.is_main:
+            return
         sizes = {"train": len(self.train_set), "validation": len(self.validation_set)}
         sizes.update({name: len(s) for name, s in self.eval_sets.items()})
         write_json_atomic(
@@ -395,6 +421,7 @@ class Trainer:
                 "total_steps": self.total_steps,
                 "steps_per_epoch": self.steps_per_epoch,
                 "device": str(self.device),
+                "processes": self.distributed.world_size,
                 "versions": {
                     "attendout": _version(),
                     "torch": torch.__version__,
@@ -416,6 +443,38 @@ class Trainer:
         scheduler = linear_schedule(optimizer, int(c.warmup_ratio * self.total_steps), self.total_steps)
         return optimizer, scheduler
 
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """``model`` as this loop trains it: in DistributedDataParallel over several processes."""
+        if self.distributed.world_size == 1:
+            return model
+        unused = self.method_config.unused_parameters
+        if unused and self.is_main and model is self.model:
+            logger.info("DDP looks for unused parameters (find_unused_parameters=True): %s", unused)
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(
+            model, device_ids=device_ids, find_unused_parameters=bool(unused)
+        )
+
+    def _check_batches_fit_processes(self) -> None:
+        world, size = self.distributed.world_size, self.config.batch_size
+        last = len(self.train_set) % size
+        if world > 1 and (size < world or 0 < last < world):
+            raise ValueError(
+                f"batch_size {size} over {world} processes: every batch is shared out among the processes, "
+                f"and {'a batch' if size < world else f'the last batch of each epoch ({last} examples)'} has "
+                "fewer examples than processes; choose another --batch-size or --max-train-samples"
+            )
+
+    def shard(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """This process's consecutive rows of ``batch`` (all of it in one process)."""
+        world = self.distributed.world_size
+        if world == 1:
+            return batch
+        rows = len(next(iter(batch.values())))
+        bounds = [rows * r // world for r in range(world + 1)]
+        start, stop = bounds[self.distributed.rank], bounds[self.distributed.rank + 1]
+        return {k: v[start:stop] for k, v in batch.items()}
+
     def loop_context(self) -> LoopContext:
         """What this loop gives a method (see :mod:`attendout.contract`)."""
         c = self.config
@@ -435,6 +494,8 @@ class Trainer:
             splits=self.eval_sets,
             eval_batch_size=c.eval_batch_size,
             loss_scale=self.scaler.get_scale if self.scaler.is_enabled() else None,
+            distributed=self.distributed,
+            wrap=self.wrap,
             loop="attendout",
         )
 
@@ -449,7 +510,10 @@ class Trainer:
         return {k: v for k, v in self.config.to_dict().items() if k not in free}
 
     def save_checkpoint(self) -> None:
-        """Write the whole training state to RUN_DIR/checkpoint/state.pt, atomically."""
+        """Write the whole training state to RUN_DIR/checkpoint/state.pt, atomically (main process)."""
+        self._checkpointed_at = self.state.step
+        if not self.is_main:
+            return
         state = {
             "format": CHECKPOINT_FORMAT,
             "config": self._checkpoint_config(),
@@ -475,7 +539,6 @@ class Trainer:
             "best_step": self.state.best_step,
         }
         write_json_atomic(path.parent / CHECKPOINT_SUMMARY, summary)
-        self._checkpointed_at = self.state.step
 
     def _read_checkpoint(self) -> dict[str, Any] | None:
         path = self.out / CHECKPOINT_DIR / CHECKPOINT_FILE
@@ -520,6 +583,8 @@ class Trainer:
 
     # logging --------------------------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
+        if not self.is_main:
+            return
         with open(self.out / "log.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if self.on_log is not None:
@@ -551,10 +616,11 @@ class Trainer:
     def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One optimizer step on ``batch`` with the method: its edits in each forward, then its after-step."""
         step = StepInfo(self.state.step, self.state.epoch)
-        parts = [part for _, part in self.micro_batches(batch)]
+        batch_rows = len(next(iter(batch.values())))
+        parts = [part for _, part in self.micro_batches(self.shard(batch))]
         self.model.train()
         loss = update(
-            self.model,
+            self.train_model,
             parts,
             optimizer=self.optimizer,
             scheduler=self.scheduler,
@@ -562,9 +628,13 @@ class Trainer:
             loop=self.loop,
             forward_kwargs=lambda part, rows: self.strategy.before_forward(self.model, part, step),
             failure=self._failure,
+            batch_rows=batch_rows,
         )
         self.strategy.after_step(parts, step)
-        return loss
+        if self.distributed.world_size == 1:
+            return loss
+        local_rows = sum(len(next(iter(part.values()))) for part in parts)
+        return self.distributed.sum(loss * (local_rows / batch_rows))  # the whole batch's mean loss
 
     def _failure(self, loss: torch.Tensor) -> str:
         return (
@@ -579,7 +649,7 @@ class Trainer:
             total=self.total_steps,
             initial=self.state.step,
             desc=f"{c.task} {c.method}",
-            disable=not c.progress,
+            disable=not c.progress or not self.is_main,
             dynamic_ncols=True,
         )
         running = self._running
@@ -655,7 +725,8 @@ class Trainer:
             self.state.best_step = self.state.step
             self.state.best_validation = metrics
             if self.config.save_model:
-                self.strategy.save_model(self.out / "model", self.tokenizer)
+                if self.is_main:
+                    self.strategy.save_model(self.out / "model", self.tokenizer)
             else:
                 self._best_state = {
                     k: v.detach().to("cpu", copy=True)
@@ -685,6 +756,7 @@ class Trainer:
         )
 
     def _restore_best(self) -> None:
+        self.distributed.barrier()  # the main process has written the best model
         if self.config.save_model:
             self.strategy.load_best(self.out / "model")
         else:
@@ -723,13 +795,17 @@ class Trainer:
         if self._resumed_at is not None:  # the time before the resume is in train_time_s too
             results["resumed"] = {"step": self._resumed_at, "train_time_before_s": round(self._elapsed, 2)}
         self.log({"step": self.state.step, "eval": evaluations, "best_step": self.state.best_step})
-        write_json_atomic(self.out / "results.json", results)
-        shutil.rmtree(self.out / CHECKPOINT_DIR, ignore_errors=True)  # finished: nothing to resume
+        if self.is_main:
+            write_json_atomic(self.out / "results.json", results)
+            shutil.rmtree(self.out / CHECKPOINT_DIR, ignore_errors=True)  # finished: nothing to resume
+        self.distributed.barrier()  # no process returns before the run is complete on disk
         return results
 
     def _write_predictions(
         self, split: str, preds: np.ndarray, scores: np.ndarray, labels: np.ndarray
     ) -> None:
+        if not self.is_main:
+            return
         path = self.out / "predictions" / f"{split}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")

@@ -85,6 +85,10 @@ class MethodConfig:
     summary: ClassVar[str] = ""
     #: How the method relates to the model's own attention dropout: "keeps" or "replaces".
     model_dropout: ClassVar[str] = "keeps"
+    #: Why a training forward may leave some parameters without a gradient (a skipped block, unused
+    #: query/key projections), or "" if it never does. DDP must then look for unused parameters
+    #: (``find_unused_parameters=True``), which attendout's loop sets, saying why.
+    unused_parameters: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         if hasattr(self, "layers"):

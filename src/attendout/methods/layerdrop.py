@@ -96,6 +96,7 @@ class AttentionSkip(AttentionMethod):
 class LayerDropConfig(MethodConfig):
     name = "layerdrop"
     summary = "skip whole encoder blocks with probability p in training (LayerDrop, Fan et al. 2019)"
+    unused_parameters = "a skipped block's weights get no gradient in that step"
 
     p: float = field(default=0.2, metadata={"help": "probability of skipping each block, per batch"})
     layers: list[int] | None = layers_field()
@@ -113,6 +114,7 @@ class LayerDropConfig(MethodConfig):
 class AttnLayerDropConfig(MethodConfig):
     name = "attn-layerdrop"
     summary = "skip a layer's attention with probability p: uniform attention by eq. 4 (001 §7.1)"
+    unused_parameters = "a skipped layer's query and key projections get no gradient in that step"
 
     p: float = field(default=0.2, metadata={"help": "probability of skipping each layer's attention"})
     per_sample: bool = field(default=False, metadata={"help": "decide per example instead of per batch"})

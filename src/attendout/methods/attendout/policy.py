@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ...contract import Distributed
 from .generator import Generator, GeneratorSample, MovingAverageBaseline, reinforce_loss
 
 if TYPE_CHECKING:
@@ -74,9 +75,18 @@ class GeneratorPolicy:
     """The Generator, its optimizer, the baseline, this game's exploration and the reward control."""
 
     def __init__(
-        self, generator: Generator, config: AttendOutConfig, layers: Sequence[int], seed: int
+        self,
+        generator: Generator,
+        config: AttendOutConfig,
+        layers: Sequence[int],
+        seed: int,
+        distributed: Distributed | None = None,
     ) -> None:
         self.generator, self.config, self.layers = generator, config, list(layers)
+        #: several processes: each caches its own batches' masks, the rewards are shared (every process
+        #: scores the same samples with the same D and A), and the update averages the processes'
+        #: gradients, so every process keeps the same Generator
+        self.distributed = distributed or Distributed()
         self.optimizer = torch.optim.Adam(
             [
                 {"params": [generator.layer_bias], "lr": config.rate_lr, "betas": RATE_BETAS},
@@ -152,6 +162,13 @@ class GeneratorPolicy:
             loss = reinforce_loss(log_p[None], torch.tensor([action_reward]), self.baseline.value) / count
             loss.backward()
             total += loss.item()
+        if self.distributed.world_size > 1:
+            grads = []
+            for p in self.generator.parameters():
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                grads.append(p.grad)
+            self.distributed.mean_(grads)
         self.optimizer.step()
         return total
 

@@ -184,7 +184,10 @@ class AttendOutStrategy(TrainingStrategy):
             init_drop=config.init_drop,
             temperature=config.temperature,
         ).to(loop.device)
-        self.policy = GeneratorPolicy(self.generator, config, self.layers, seed=loop.seed + 2)
+        self.policy = GeneratorPolicy(
+            self.generator, config, self.layers, seed=loop.seed + 2, distributed=loop.distributed
+        )
+        self.attacker_train = loop.wrap(self.attacker)  # DDP in several processes: A's gradients averaged
 
         self.task = loop.task if loop.task is not None else task_of(self.defender)
         if config.reward == "correct" and self.task.kind != "classification":
@@ -251,7 +254,7 @@ class AttendOutStrategy(TrainingStrategy):
 
         self.attacker.train()
         attacker_loss = update(
-            self.attacker,
+            self.attacker_train,
             parts,
             optimizer=self.optimizer,
             scheduler=self.scheduler,

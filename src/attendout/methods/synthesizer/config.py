@@ -23,6 +23,8 @@ class SynthesizerConfig(MethodConfig):
     (:func:`attendout.save_synthesized`), which plain ``transformers`` refuses to load.
     """
 
+    unused_parameters = "variants without '+dot' never use the query and key projections"
+
     name = "synthesizer"
     summary = "Synthesizer attention (dense/random/factorized, or mixed with dot-product) (paper 003)"
 
