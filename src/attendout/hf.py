@@ -11,7 +11,9 @@ its strategy (:mod:`attendout.contract`), so that
   evaluation and the model left in ``trainer.model`` after ``train()`` are the better of D and A;
 * each method's statistics join the Trainer's training logs (``log_history`` and every ``report_to``
   integration: TensorBoard, W&B, ...);
-* Synthesizer's new weights train at ``synthesizer_lr``.
+* Synthesizer's new weights train at ``synthesizer_lr``;
+* on several processes, ``ddp_find_unused_parameters`` is set for the methods that leave weights
+  without a gradient in a step (both LayerDrops, Synthesizer without ``+dot``) unless you set it.
 
 >>> trainer = attendout.hf.Trainer(
 ...     model=model, args=TrainingArguments("out", num_train_epochs=3), train_dataset=train,
@@ -28,6 +30,7 @@ Attacker and Generator are not in it) and AttendOut on several processes.
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from typing import Any
 
@@ -40,6 +43,8 @@ from .contract import Distributed, LoopContext, StepInfo
 from .methods.base import MethodConfig, TrainingStrategy, get_method_config
 
 __all__ = ["CollatedSource", "Trainer"]
+
+logger = logging.getLogger(__name__)
 
 
 class CollatedSource:
@@ -122,6 +127,10 @@ class Trainer(transformers.Trainer):
         else:
             config = method
         self.method_config = config
+        if config.unused_parameters and self.args.ddp_find_unused_parameters is None:
+            # DDP must look for weights a step leaves without a gradient, or it stops with an error
+            logger.info("attendout.hf: ddp_find_unused_parameters=True: %s", config.unused_parameters)
+            self.args.ddp_find_unused_parameters = True
         self.strategy: TrainingStrategy = config.training_strategy()
         self.strategy.attach(self.model, max_length=max_length)
         self.validation_dataset = validation_dataset

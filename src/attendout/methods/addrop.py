@@ -46,6 +46,7 @@ A training forward of the model without ``extra`` raises instead of training pla
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -159,6 +160,7 @@ class Attribution:
     probs: dict[int, torch.Tensor] = field(default_factory=dict)
     predicted: torch.Tensor | None = None
     logits: torch.Tensor | None = None
+    loss_scale: float = 1.0  # the scale the gradients were taken at (fp16)
 
 
 class _ScaleWeights(AttentionMethod):
@@ -217,8 +219,10 @@ def attribute(
     training flag afterwards. Gradients are taken with ``torch.autograd.grad``: parameter ``.grad``
     buffers are never touched. ``loss_scale`` (fp16 training: the loop's current loss scale) scales
     the attributed target before the backward pass and the gradients back after it, as a GradScaler
-    does for the loss, so that small gradients do not underflow in half precision; should the scaled
-    gradients overflow, the pass is repeated unscaled.
+    does for the loss, so that small gradients do not underflow in half precision (on a tiny BERT under
+    CPU fp16: 60% of layer-0 attributions exactly 0 unscaled, 6.6% scaled, as in fp32); should the
+    scaled gradients overflow, the scale is halved and the pass repeated (``Attribution.loss_scale``
+    says which scale was used).
     """
     if method not in ATTRIBUTIONS:
         raise ValueError(f"addrop: attribution must be one of {', '.join(ATTRIBUTIONS)}, got {method!r}")
@@ -236,10 +240,12 @@ def attribute(
             return Attribution(scores, probs, None, logits.detach())
         run = _gradient if method == "ga" else _integrated_gradients
         scale = float(loss_scale) if loss_scale else 1.0
-        result = run(model, batch, inputs, layers, ig_steps, scale)
-        if scale != 1.0 and not all(torch.isfinite(s).all() for s in result.scores.values()):
-            result = run(model, batch, inputs, layers, ig_steps, 1.0)
-        return result
+        while True:
+            result = run(model, batch, inputs, layers, ig_steps, scale)
+            result.loss_scale = scale
+            if scale <= 1.0 or all(torch.isfinite(s).all() for s in result.scores.values()):
+                return result
+            scale /= 2  # overflow: as a GradScaler does, halve and try again
 
 
 def _gradient(model, batch, inputs, layers, steps: int, scale: float) -> Attribution:
@@ -248,7 +254,7 @@ def _gradient(model, batch, inputs, layers, steps: int, scale: float) -> Attribu
         logits = model(**inputs).logits  # (B, C)
         target, predicted = _target(model, logits, batch, None)
         probs = [rec.probs[layer] for layer in layers]  # each (B, H, L, L)
-        grads = torch.autograd.grad(target * scale, probs, allow_unused=True)
+        grads = torch.autograd.grad(target.float() * scale, probs, allow_unused=True)
     scores = {
         layer: (g if g is not None else torch.zeros_like(p)).detach().float() / scale
         for layer, p, g in zip(layers, probs, grads, strict=True)
@@ -284,7 +290,7 @@ def _integrated_gradients(model, batch, inputs, layers, steps: int, scale: float
                     logits = model(**inputs).logits  # (B, C)
                     target, label = _target(model, logits, batch, predicted)
                     p = rec.probs[layer]  # (B, H, L, L), unscaled
-                    (grad,) = torch.autograd.grad(target * scale, [p], allow_unused=True)
+                    (grad,) = torch.autograd.grad(target.float() * scale, [p], allow_unused=True)
             finally:
                 controller.remove(probe)
             if k == steps:
@@ -334,6 +340,8 @@ class ADDrop(AttentionMethod):
         #: keep the masks of the last :meth:`prepare` in ``last_masks`` (for inspection and tests)
         self.keep_masks = False
         self.last_masks: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        #: the largest attribution loss scale that did not overflow (fp16), so later passes start there
+        self.scale_cap = math.inf
 
     def attach(self, controller) -> None:
         super().attach(controller)
@@ -369,8 +377,10 @@ class ADDrop(AttentionMethod):
                 self.attribution,
                 ig_steps=self.ig_steps,
                 dropout=self.attribution_dropout,
-                loss_scale=loss_scale,
+                loss_scale=None if loss_scale is None else min(loss_scale, self.scale_cap),
             )
+            if loss_scale is not None and result.loss_scale < min(loss_scale, self.scale_cap):
+                self.scale_cap = result.loss_scale
             scores = result.scores
         edits = {}
         for layer, layer_scores in scores.items():
