@@ -45,6 +45,8 @@ def runs(tmp_path_factory):
         "attendout": {"method": "attendout", "method_options": {"dropout_steps": 2, "eval_samples": 8}},
         "addrop": {"method": "addrop", "method_options": {"cross_tuning": "off", "layers": "all"}},
         "layerdrop": {"method": "layerdrop", "method_options": {"p": 0.5}},
+        "dropout": {"method": "scores-dropout", "checkpoint_steps": 2},
+        "dropout-resumed": {"method": "scores-dropout", "checkpoint_steps": 2},
     }
     spec = {
         "dump": str(tmp),
@@ -52,6 +54,7 @@ def runs(tmp_path_factory):
             {
                 "name": name,
                 "config": asdict(toy_train_config(run, max_steps=6, output_dir=str(tmp / name), **options)),
+                **({"interrupt_at": 3} if name.endswith("resumed") else {}),
             }
             for name, options in jobs.items()
         ],
@@ -110,3 +113,14 @@ def test_methods_complete_under_ddp_with_identical_weights_on_every_process(runs
     for key, value in ranks[0]["model"].items():
         assert torch.equal(value, ranks[1]["model"][key]), key
     assert (runs["tmp"] / name / "results.json").is_file()
+
+
+def test_a_resumed_run_on_two_processes_reaches_the_uninterrupted_weights(runs):
+    """Stopped at step 3 of 6 (checkpoint at step 2), resumed with --resume on both processes."""
+    whole = torch.load(runs["tmp"] / "dropout-rank0.pt", weights_only=True)["model"]
+    for rank in (0, 1):
+        resumed = torch.load(runs["tmp"] / f"dropout-resumed-rank{rank}.pt", weights_only=True)["model"]
+        for key, value in whole.items():
+            torch.testing.assert_close(resumed[key], value, rtol=0, atol=0, msg=key)  # the same operations
+    results = json.loads((runs["tmp"] / "dropout-resumed" / "results.json").read_text())
+    assert results["resumed"]["step"] == 2
