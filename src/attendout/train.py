@@ -93,6 +93,8 @@ NEUTRAL_OPTIONS: dict[str, str] = {
     "device": "fits the run to a machine: the same updates up to float rounding",
     "micro_batch_size": "fits the run to a machine's memory: the whole batch's update up to float rounding",
     "eval_batch_size": "fits evaluation to a machine's memory: the same predictions up to float rounding",
+    "ignore_mismatched_head": "acts only where a run without it stops at once (a checkpoint's head with "
+    "other labels than the task): no two finished runs differ by it",
 }
 #: Neutral options that a resumed run must still share with its checkpoint, and why.
 RESUME_MUST_MATCH: dict[str, str] = {
@@ -109,6 +111,13 @@ class TrainConfig:
     task: str = field(default="rotten-tomatoes", metadata={"help": "task name (see `attendout tasks`)"})
     model: str = field(
         default="minilm", metadata={"help": "'minilm' (packaged offline default), a local folder or a hub id"}
+    )
+    ignore_mismatched_head: bool = field(
+        default=False,
+        metadata={
+            "help": "when the model's classification head has other labels than the task (another count "
+            "or other names), start a new head instead of stopping with an error"
+        },
     )
     method: str = field(default="none", metadata={"help": "regulariser (see `attendout methods`)"})
     method_options: dict[str, Any] = field(default_factory=dict, metadata={"help": "the method's options"})
@@ -342,7 +351,9 @@ class Trainer:
         self.train_examples, self.validation_examples, self.eval_examples = split_for_training(data, config)
 
         set_seed(config.seed)  # the head's initialisation depends on the model seed only
-        self.model, self.tokenizer, self.model_description = load_for_task(config.model, task)
+        self.model, self.tokenizer, self.model_description = load_for_task(
+            config.model, task, ignore_mismatched_head=config.ignore_mismatched_head
+        )
         self.model.to(self.device)
         self.method_config = config.method_config()
 

@@ -40,7 +40,7 @@ from .core import (
     register_task,
 )
 from .glue import GLUE_SPECS, read_glue_file
-from .readers import RawTable, detect_format, infer_label_names, read_file, to_examples
+from .readers import RawTable, check_table, detect_format, infer_label_names, read_file, to_examples
 
 __all__ = ["FILE_TASK", "load_files", "load_task_data"]
 
@@ -71,7 +71,8 @@ def _default_metrics(kind: str, label_names: Sequence[str] | None) -> tuple[str,
 class _FileReader:
     """Reads the split files of one task with the column options resolved once."""
 
-    def __init__(self, task: Task, options: LoadOptions, generic: bool) -> None:
+    def __init__(self, task: Task, options: LoadOptions, generic: bool, kind: str) -> None:
+        self.kind = kind
         if options.label_names is not None and not generic:
             task = replace(task, label_names=tuple(options.label_names))
         self.task = task
@@ -98,13 +99,28 @@ class _FileReader:
         fmt = detect_format(path, self.options.file_format)
         if self.glue_spec is not None and fmt == "tsv":
             return read_glue_file(self.glue_spec, path, split, task=self.task)
-        return read_file(
+        raw = read_file(
             path,
             text_columns=self.text_columns,
             label_column=self.label_column,
             file_format=fmt,
             group_column=self.options.group_column,
             what=f"{split} split of task {self.task.name!r}",
+        )
+        check_table(raw, self.kind)
+        return raw
+
+
+def _check_classes(train: Examples, kind: str, label_names: Sequence[str] | None, path: str) -> None:
+    """A classifier cannot learn from a train split with one class only: say so before training."""
+    if kind != CLASSIFICATION or label_names is None:
+        return
+    present = sorted(set(train.labels))
+    if len(present) < 2:
+        only = ", ".join(repr(label_names[int(i)]) for i in present)
+        raise DataError(
+            f"{path}: the train split has one class only ({only} on all {len(train)} rows, of labels "
+            f"{', '.join(label_names)}); a classifier needs examples of at least 2 classes"
         )
 
 
@@ -132,7 +148,7 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     if uses_base:
         base_task, base = get_loader(task.name)(task, replace(options, train_file=None, eval_files=None))
 
-    reader = _FileReader(task, options, generic)
+    reader = _FileReader(task, options, generic, kind)
     sources: list[str] = []
     train_raw: RawTable | Examples | None = None
     if options.train_file is not None:
@@ -162,6 +178,7 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
 
     if train_raw is not None:
         train = finish(train_raw, "train")
+        _check_classes(train, kind, label_names, options.train_file or "")
     elif base is not None:
         train = base.train
     else:  # excluded by the checks above

@@ -23,7 +23,15 @@ from typing import IO, Any
 
 from .core import CLASSIFICATION, REGRESSION, DataError, Examples
 
-__all__ = ["FORMATS", "RawTable", "detect_format", "infer_label_names", "read_file", "to_examples"]
+__all__ = [
+    "FORMATS",
+    "RawTable",
+    "check_table",
+    "detect_format",
+    "infer_label_names",
+    "read_file",
+    "to_examples",
+]
 
 FORMATS = ("csv", "tsv", "jsonl")
 _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
@@ -40,6 +48,7 @@ class RawTable:
     lines: list[int]  # 1-based line number of each row (last line of a multi-line CSV record)
     label_column: str | None  # None: an unlabelled file (text to predict); labels are then all None
     groups: list[str] | None = None
+    text_names: tuple[str, ...] = ()  # the names of the text columns, for errors
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -54,6 +63,7 @@ class RawTable:
             lines=[self.lines[i] for i in rows],
             label_column=self.label_column,
             groups=None if self.groups is None else [self.groups[i] for i in rows],
+            text_names=self.text_names,
         )
 
 
@@ -95,6 +105,33 @@ def _column_index(header: Sequence[str], name: str, path: Path) -> int:
     except ValueError:
         present = ", ".join(repr(h) for h in header)
         raise DataError(f"{path}: no column {name!r} (columns present: {present})") from None
+
+
+def _check_header(header: Sequence[str], path: Path) -> None:
+    """Header names are unique (else a column option would silently pick the first of two)."""
+    seen: dict[str, int] = {}
+    for number, name in enumerate(header, start=1):
+        key = name.strip()
+        if key in seen:
+            raise DataError(
+                f"{path} line 1: duplicate header name {name!r} (columns {seen[key]} and {number}); "
+                "rename one so that every column has its own name"
+            )
+        seen[key] = number
+
+
+def _unique_keys(path: Path, line_no: int) -> Any:
+    """A json ``object_pairs_hook`` that refuses a key given twice in one record."""
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        record: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in record:
+                raise DataError(f"{path} line {line_no}: key {key!r} appears twice in one record")
+            record[key] = value
+        return record
+
+    return hook
 
 
 def read_file(
@@ -145,6 +182,7 @@ def _read_delimited(
             header = next(rows, None)
             if header is None:
                 raise DataError(f"{path}: file is empty (expected a header row)")
+            _check_header(header, path)
         else:
             header = list(column_names)
         text_idx = [_column_index(header, name, path) for name in text_columns]
@@ -171,7 +209,7 @@ def _read_delimited(
                 groups.append(row[group_idx])
     except csv.Error as error:
         raise DataError(f"{path} line {reader.line_num}: malformed {fmt.upper()} ({error})") from None
-    return RawTable(str(path), texts, labels, lines, label_column, groups)
+    return RawTable(str(path), texts, labels, lines, label_column, groups, tuple(text_columns))
 
 
 def _read_jsonl(
@@ -190,7 +228,7 @@ def _read_jsonl(
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, object_pairs_hook=_unique_keys(path, line_no))
         except json.JSONDecodeError as error:
             raise DataError(
                 f"{path} line {line_no}: not valid JSON ({error.msg} at column {error.colno}); "
@@ -211,7 +249,7 @@ def _read_jsonl(
         lines.append(line_no)
         if groups is not None and group_column is not None:
             groups.append(str(record[group_column]))
-    return RawTable(str(path), texts, labels, lines, label_column, groups)
+    return RawTable(str(path), texts, labels, lines, label_column, groups, tuple(text_columns))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -225,6 +263,48 @@ def _label_text(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     return str(value)
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def check_table(raw: RawTable, kind: str) -> None:
+    """The data boundary's checks of one file, each a :class:`DataError` naming file, line and column.
+
+    Text cells must hold text once stripped; a labelled file needs a label on every row (a blank cell
+    or JSON ``null`` would otherwise become a class of its own); classification labels that differ only
+    by case or surrounding whitespace (``pos`` and ``Pos ``) are refused rather than read as two
+    classes. Regression labels (numbers, finite) and unknown labels are checked by :func:`to_examples`.
+    """
+    names = raw.text_names or tuple(f"text {i + 1}" for i in range(len(raw.texts)))
+    for name, column in zip(names, raw.texts, strict=True):
+        for text, line in zip(column, raw.lines, strict=True):
+            if not text.strip():
+                raise DataError(
+                    f"{raw.path} line {line}, column {name!r}: the text is empty; "
+                    "fill it in or leave the row out"
+                )
+    if raw.label_column is None:
+        return
+    for value, line in zip(raw.labels, raw.lines, strict=True):
+        if _blank(value):
+            raise DataError(
+                f"{raw.path} line {line}, column {raw.label_column!r}: the label is blank ({value!r}); "
+                "every labelled row needs a label (leave the row out, or give the label)"
+            )
+    if kind != CLASSIFICATION:
+        return
+    first: dict[str, tuple[str, int]] = {}  # folded label -> (label as written, its first line)
+    for value, line in zip(raw.labels, raw.lines, strict=True):
+        text = _label_text(value)
+        key = text.strip().casefold()
+        seen = first.setdefault(key, (text, line))
+        if seen[0] != text:
+            raise DataError(
+                f"{raw.path} line {line}, column {raw.label_column!r}: label {text!r} differs from label "
+                f"{seen[0]!r} (line {seen[1]}) only by case or surrounding whitespace; write each label one way"
+            )
 
 
 def infer_label_names(raw: RawTable) -> tuple[str, ...]:
