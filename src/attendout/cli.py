@@ -17,7 +17,7 @@ import types
 import typing
 from typing import Any
 
-from .methods import METHODS, list_methods
+from .methods import METHODS, list_methods, settle_for_task
 from .methods.base import MethodConfig
 
 EXIT_USAGE = 2
@@ -154,6 +154,8 @@ def cmd_finetune(argv: list[str]) -> int:
     args = _finetune_parser(known.method).parse_args(argv)
     values = vars(args)
     method_options = {k[len("method__") :]: v for k, v in values.items() if k.startswith("method__")}
+    # options that depend on the task (AD-DROP's layers) are settled now, so config.json records them
+    method_options = settle_for_task(known.method, method_options, values.get("task"))
     train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
     config = TrainConfig(
         **{k: v for k, v in values.items() if k in train_fields and k not in ("eval_files", "text_columns")},
@@ -231,7 +233,14 @@ def cmd_inspect(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.head != "mean" and not args.head.isdigit():
         raise ValueError(f"--head must be a head index or 'mean', got {args.head!r}")
-    options = ADDropConfig(attribution=args.attribution, p=args.p, q=args.q, ig_steps=args.ig_steps)
+    options = ADDropConfig(
+        attribution=args.attribution,
+        p=args.p,
+        q=args.q,
+        ig_steps=args.ig_steps,
+        ig_form=args.ig_form,
+        rounding=args.rounding,
+    )
     model, tokenizer, description = load_for_inspection(args.model, args.num_labels, args.seed)
     inspection = inspect_text(
         model,
@@ -243,6 +252,8 @@ def cmd_inspect(argv: list[str]) -> int:
         p=options.p,
         q=options.q,
         ig_steps=options.ig_steps,
+        ig_form=options.ig_form,
+        rounding=options.rounding,
         seed=args.seed,
         max_length=args.max_length,
         model_name=description,
@@ -448,12 +459,20 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     from .attention import UnsupportedModelError
     from .models import ModelNotFoundError
+    from .rundir import RunBusyError
     from .tasks import DataError
     from .train import RunExistsError, TrainingError
 
     try:
         return COMMANDS[command][0](rest)
-    except (DataError, UnsupportedModelError, ModelNotFoundError, RunExistsError, ValueError) as error:
+    except (
+        DataError,
+        UnsupportedModelError,
+        ModelNotFoundError,
+        RunExistsError,
+        RunBusyError,
+        ValueError,
+    ) as error:
         print(f"attendout: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except TrainingError as error:

@@ -10,7 +10,9 @@ import json
 import os
 import random
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,9 @@ import torch
 from torch import nn
 
 __all__ = [
+    "LOCK_FILE",
+    "RunBusyError",
+    "RunLock",
     "CHECKPOINT_DIR",
     "CHECKPOINT_FILE",
     "CHECKPOINT_FORMAT",
@@ -33,12 +38,29 @@ __all__ = [
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "state.pt"
 CHECKPOINT_SUMMARY = "state.json"  # the step of state.pt, readable without loading it
-CHECKPOINT_FORMAT = 1
+#: 2: everything in state.pt loads with ``torch.load(..., weights_only=True)`` (tensors, numbers,
+#: strings, lists, dicts): a checkpoint carries no code. Format 1 held numpy and Python objects.
+CHECKPOINT_FORMAT = 2
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
-    """Every random generator a training step may draw from (dropout, masks, the methods' samples)."""
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """Every random generator a training step may draw from (dropout, masks, the methods' samples).
+
+    Plain data only (tensors, ints, floats, strings, lists), so that it loads with ``weights_only=True``.
+    """
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": [version, list(internal), gauss],
+        "numpy": [
+            str(name),
+            torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            int(pos),
+            int(has_gauss),
+            float(cached),
+        ],
+    }
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -46,8 +68,11 @@ def rng_state(device: torch.device) -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["torch"].cpu())
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    keys = np.asarray(keys.cpu().numpy() if isinstance(keys, torch.Tensor) else keys, dtype=np.uint32)
+    np.random.set_state((name, keys, pos, has_gauss, cached))
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
@@ -84,3 +109,68 @@ def save_model_atomic(
         os.replace(target, old)
     os.replace(tmp, target)
     shutil.rmtree(old, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# One writer per run directory
+
+LOCK_FILE = ".attendout.lock"
+_HELD: dict[str, int] = {}  # lock files this process holds: real path -> open descriptor
+
+
+class RunBusyError(FileExistsError):
+    """Another run (a live process) is writing the same run directory."""
+
+
+class RunLock:
+    """An exclusive lock on a run directory: ``RUN_DIR/.attendout.lock``, held with ``flock``.
+
+    The file names the holder (pid, host, start time). The kernel drops a ``flock`` when its process
+    dies, so the lock of a killed run is stale at once and the next run takes it over; a lock held by
+    a live process is a :class:`RunBusyError`. Within one process the lock is shared (a second
+    ``Trainer`` on the same folder takes over from one that was never run). :meth:`release` removes
+    the file. Without ``fcntl`` (Windows) there is no lock.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_FILE
+
+    def acquire(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        key = os.path.realpath(self.path)
+        if key in _HELD:
+            return
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.read(fd, 200).decode(errors="replace").strip() or "a process"
+                os.close(fd)
+                raise RunBusyError(
+                    f"{self.folder} is in use by another run ({holder}; lock file {self.path}); wait for it "
+                    "to end or choose another --output-dir"
+                ) from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:  # its holder removed it between our open and lock: again
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {started}\n".encode())
+        _HELD[key] = fd
+
+    def release(self) -> None:
+        fd = _HELD.pop(os.path.realpath(self.path), None)
+        if fd is None:
+            return
+        self.path.unlink(missing_ok=True)
+        os.close(fd)  # closing drops the flock

@@ -11,7 +11,9 @@ split carved from train (dev is only for reporting), and writes a run directory:
     RUN_DIR/predictions/SPLIT.jsonl per-example predictions of the best model on each evaluation split
     RUN_DIR/results.json           final metrics (written last, atomically: its presence means the run finished)
     RUN_DIR/checkpoint/state.pt    with ``checkpoint_steps``: the training state of an unfinished run
-                                   (removed when the run finishes); ``resume`` continues from it
+                                   (removed when the run finishes); ``resume`` continues from it. It
+                                   holds tensors and plain values only (loaded with weights_only=True)
+    RUN_DIR/.attendout.lock        while a run writes the folder: a second run on it refuses to start
 
 The loop is a small :class:`Trainer` whose state (step, epoch, best score, optimizer, scheduler, the
 method's own state, the random generators) is held in one place, so a run killed midway resumes from
@@ -26,8 +28,10 @@ import json
 import logging
 import math
 import os
+import pickle
 import platform
 import random
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -50,6 +54,7 @@ from .rundir import (
     CHECKPOINT_FILE,
     CHECKPOINT_FORMAT,
     CHECKPOINT_SUMMARY,
+    RunLock,
     rng_state,
     set_rng_state,
     write_json_atomic,
@@ -382,13 +387,21 @@ class Trainer:
         self._started: float | None = None  # when fit() began
         self._checkpointed_at: int | None = None
         self._resumed_at: int | None = None
-        checkpoint = self._read_checkpoint() if config.resume else None
-        self.distributed.barrier()  # every process has read the checkpoint before the main one moves on
-        # Only now, with data and model loaded and the method applied, touch the run directory.
-        self._prepare_output_dir(resumed_at=None if checkpoint is None else checkpoint["state"]["step"])
-        if checkpoint is not None:
-            self._restore(checkpoint)
-        self._write_config()
+        # Only now, with data and model loaded and the method applied, touch the run directory: one
+        # writer at a time (the main process's lock, released at the end of fit).
+        self._lock = RunLock(self.out)
+        if self.is_main:
+            self._lock.acquire()
+        try:
+            checkpoint = self._read_checkpoint() if config.resume else None
+            self.distributed.barrier()  # every process has read the checkpoint before the main one moves on
+            self._prepare_output_dir(resumed_at=None if checkpoint is None else checkpoint["state"]["step"])
+            if checkpoint is not None:
+                self._restore(checkpoint)
+            self._write_config()
+        except BaseException:
+            self._lock.release()
+            raise
 
     # setup ----------------------------------------------------------------------------------
     def _check_output_dir(self) -> None:
@@ -557,12 +570,22 @@ class Trainer:
             if (self.out / "log.jsonl").is_file():
                 logger.warning("%s has no checkpoint to resume from: the run starts afresh", self.out)
             return None
-        try:
-            checkpoint = torch.load(path, map_location=self.device, weights_only=False)
+        try:  # weights_only: tensors and plain values only; a pickled object (code) is refused
+            checkpoint = torch.load(path, map_location=self.device, weights_only=True)
+        except pickle.UnpicklingError as error:
+            found = re.search(r"Unsupported global: GLOBAL (\S+)|Unsupported operand \d+", str(error))
+            what = found.group(1) or found.group(0) if found else str(error).splitlines()[0]
+            raise CheckpointError(
+                f"refusing the checkpoint {path}: it holds a pickled Python object ({what}), and loading it "
+                "could run code; attendout's checkpoints hold tensors and plain values only (one written by "
+                "an older attendout cannot be resumed: start afresh without --resume)"
+            ) from None
         except Exception as error:  # a truncated or foreign file
             raise CheckpointError(
                 f"cannot read the checkpoint {path} ({type(error).__name__}: {error})"
             ) from None
+        if not isinstance(checkpoint, dict):
+            raise CheckpointError(f"{path} is not an attendout checkpoint (a {type(checkpoint).__name__})")
         if checkpoint.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError(
                 f"{path} has checkpoint format {checkpoint.get('format')!r}, not {CHECKPOINT_FORMAT}"
@@ -654,6 +677,12 @@ class Trainer:
         )
 
     def fit(self) -> dict[str, Any]:
+        try:
+            return self._fit()
+        finally:
+            self._lock.release()  # finished, failed or interrupted: the folder is free again
+
+    def _fit(self) -> dict[str, Any]:
         c = self.config
         self._started = time.time()
         bar = tqdm(
