@@ -671,9 +671,15 @@ class Trainer:
         return self.distributed.sum(loss * (local_rows / batch_rows))  # the whole batch's mean loss
 
     def _failure(self, loss: torch.Tensor) -> str:
+        saved = self._checkpointed_at if self._checkpointed_at is not None else self._resumed_at
+        kept = (
+            f"the checkpoint of step {saved} in {self.out / CHECKPOINT_DIR} is intact"
+            if saved is not None
+            else "no checkpoint had been written (--checkpoint-steps)"
+        )
         return (
             f"loss is {loss.item()} at step {self.state.step + 1} (learning rate "
-            f"{self.scheduler.get_last_lr()[0]:.3g}); the best checkpoint so far is kept in {self.out}"
+            f"{self.scheduler.get_last_lr()[0]:.3g}); training stopped before the step was applied; {kept}"
         )
 
     def fit(self) -> dict[str, Any]:
