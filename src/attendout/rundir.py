@@ -29,10 +29,12 @@ __all__ = [
     "CHECKPOINT_FILE",
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_SUMMARY",
+    "recover_folder",
     "rng_state",
     "save_model_atomic",
     "set_rng_state",
     "write_json_atomic",
+    "write_text_atomic",
 ]
 
 CHECKPOINT_DIR = "checkpoint"
@@ -86,6 +88,22 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp.name, path)
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text so that a reader never sees half a file (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+        tmp.write(text)
+    os.replace(tmp.name, path)
+
+
+def recover_folder(target: Path) -> None:
+    """Finish what a kill interrupted in :func:`save_model_atomic`: between its two renames the folder
+    is at ``.NAME.old`` only; put it back."""
+    old = target.with_name(f".{target.name}.old")
+    if not target.exists() and old.is_dir():
+        os.replace(old, target)
+
+
 def save_model_atomic(
     model: nn.Module,
     tokenizer,
@@ -98,6 +116,7 @@ def save_model_atomic(
     """
     tmp = target.with_name(f".{target.name}.tmp")
     old = target.with_name(f".{target.name}.old")
+    recover_folder(target)
     shutil.rmtree(tmp, ignore_errors=True)
     if save is None:
         model.save_pretrained(tmp)

@@ -55,9 +55,11 @@ from .rundir import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_SUMMARY,
     RunLock,
+    recover_folder,
     rng_state,
     set_rng_state,
     write_json_atomic,
+    write_text_atomic,
 )
 from .tasks import Examples, Task, TaskData, carve_validation, compute_metrics, load_task_data, subsample
 
@@ -419,14 +421,21 @@ class Trainer:
             (self.out / "results.json").unlink(missing_ok=True)
         log = self.out / "log.jsonl"
         if resumed_at is None:
-            log.write_text("")
+            write_text_atomic(log, "")
             shutil.rmtree(self.out / CHECKPOINT_DIR, ignore_errors=True)  # an older run's state
             return
-        # Keep the log up to the checkpoint: what a killed run wrote after it is done again.
-        kept = [
-            line for line in log.read_text().splitlines() if json.loads(line).get("step", 0) <= resumed_at
-        ]
-        log.write_text("".join(line + "\n" for line in kept))
+        recover_folder(self.out / "model")  # a kill between the two renames of a model save
+        # Keep the log up to the checkpoint: what a killed run wrote after it is done again (a last line
+        # cut short by the kill included).
+        kept = []
+        for line in log.read_text().splitlines() if log.is_file() else []:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            if record.get("step", 0) <= resumed_at:
+                kept.append(line)
+        write_text_atomic(log, "".join(line + "\n" for line in kept))
 
     def _write_config(self) -> None:
         if not self.is_main:
