@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
+from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,14 +16,18 @@ from torch import nn
 import attendout
 from attendout.attention import AttentionEdit, AttentionMethod, get_controller, install
 from attendout.cli import main
+from attendout.experiments import load_experiment
+from attendout.methods import settle_for_task
 from attendout.methods.addrop import (
     ADDropConfig,
     addrop_active,
     attribute,
+    candidate_count,
     candidate_region,
     modes_restored,
     sample_drops,
 )
+from attendout.tasks import get_task
 from attendout.train import TrainConfig, Trainer
 from conftest import FAMILIES, make_batch, no_dropout, panels, tiny_model, toy_cli_args, toy_train_config
 
@@ -51,11 +59,32 @@ def test_candidate_region_is_exactly_the_top_p_of_non_padding_keys(p):
     assert not (candidate & ~valid).any(), "a padding key is in the candidate region"
     for b in range(6):
         keys = valid[b, 0, 0].nonzero().squeeze(-1)  # the row's non-padding keys
-        k = int(p * len(keys) + 0.5)
+        k = math.ceil(Fraction(str(p)) * len(keys))  # the authors' count, in exact arithmetic
         for h in range(3):
             for i in range(13):
                 expected = set(keys[scores[b, h, i, keys].topk(k).indices].tolist())
                 assert set(candidate[b, h, i].nonzero().squeeze(-1).tolist()) == expected
+
+
+def test_candidate_count_is_the_authors_ceil_of_p_times_n():
+    """4 of 11 keys at p 0.3, as the public code's threshold (n - floor((1 - p) n) keys at or above it)."""
+    scores = torch.randn(1, 2, 11, 11)
+    valid = torch.ones(1, 1, 11, 11, dtype=torch.bool)
+    assert (candidate_region(scores, valid, 0.3).sum(-1) == 4).all()
+    assert (candidate_region(scores, valid, 0.3, rounding="round").sum(-1) == 3).all()  # the old rule
+    n = torch.arange(1, 129)
+    for tenths in range(1, 10):
+        p = tenths / 10
+        exact = torch.tensor([math.ceil(Fraction(tenths, 10) * int(length)) for length in n])
+        # the public code: (p_rate * actual_len).long() on (1 - p), a float32 tensor, kept from the top
+        authors = n - ((1 - p) * n).long()
+        assert torch.equal(authors, exact) and torch.equal(candidate_count(n, p), exact), p
+        # the old rule takes one key fewer at 51-53 of the 128 lengths at every p but 0.5
+        fewer = int((candidate_count(n, p, "round") < exact).sum())
+        assert (fewer == 0) if tenths == 5 else (51 <= fewer <= 53), (p, fewer)
+        assert not (candidate_count(n, p, "round") > exact).any()
+    fraction = {r: (candidate_count(n, 0.3, r) / n).mean().item() for r in ("ceil", "round")}
+    assert fraction == {"ceil": pytest.approx(0.3207, abs=1e-4), "round": pytest.approx(0.3009, abs=1e-4)}
 
 
 def test_ties_are_broken_at_random_not_by_position():
@@ -91,7 +120,7 @@ def test_training_pass_drops_exactly_the_sampled_candidates(bert):
     for layer in (0, 1):
         zeros = (rec.probs[layer] == 0) & valid  # (B, H, L, L) dropped real keys
         n = valid.sum(-1, keepdim=True)  # (B, 1, L, 1)
-        assert (zeros.sum(-1, keepdim=True) == torch.floor(n * 0.5 + 0.5)).all()
+        assert (zeros.sum(-1, keepdim=True) == torch.ceil(n * 0.5)).all()
         candidate, dropped = handle.method.last_masks[layer]
         assert torch.equal(dropped, candidate) and torch.equal(zeros, candidate)
         # the ranking of an independent attribution pass (the same operations on the same model and
@@ -121,9 +150,10 @@ def test_every_family_trains_a_step_with_addrop(family):
     extra = handle.method.prepare(model, batch)
     model(**batch, **extra).loss.backward()
     stats = handle.stats()
-    assert (
-        abs(stats["addrop/candidate_fraction"] - 0.3) < 0.05 and stats["addrop/drop_rate_in_candidates"] == 1
-    )
+    lengths = batch["attention_mask"].sum(-1).double()  # (B,) non-padding keys of each example's rows
+    expected = torch.ceil(lengths * 0.3).sum() / lengths.sum()  # every query row of an example alike
+    assert stats["addrop/candidate_fraction"] == pytest.approx(expected.item(), rel=1e-6)
+    assert stats["addrop/drop_rate_in_candidates"] == 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -186,19 +216,84 @@ def test_iga_approaches_completeness_as_steps_grow():
     model.eval()
     errors = []
     for steps in (1, 4, 32):
-        result = attribute(model, batch, [0], "iga", ig_steps=steps)
+        result = attribute(model, batch, [0], "iga", ig_steps=steps, ig_form="textbook")
         total = result.scores[0].sum(dim=(1, 2, 3))  # (B,)
         gap = label_logit(model, batch, result.predicted) - label_logit(
             model, batch, result.predicted, Perturb(0, 0.0)
         )
         errors.append(((total - gap).abs() / gap.abs().max()).max().item())
     assert errors[0] > errors[1] > errors[2] and errors[2] < 0.1, errors
-    # m = 1 is gradient x weights (the "ga times weights" variant)
+    # m = 1 is gradient x weights (the "ga times weights" variant), in either form
     ga = attribute(model, batch, [0], "ga")
-    one = attribute(model, batch, [0], "iga", ig_steps=1)
-    # two computations of one product, in float64: assert_close's float64 defaults (1e-7) are far above
-    # their rounding
-    torch.testing.assert_close(one.scores[0], ga.scores[0] * ga.probs[0].float())
+    for form in ("textbook", "authors"):
+        one = attribute(model, batch, [0], "iga", ig_steps=1, ig_form=form)
+        # two computations of one product, in float64: assert_close's float64 defaults (1e-7) are far
+        # above their rounding
+        torch.testing.assert_close(one.scores[0], ga.scores[0] * ga.probs[0].float())
+
+
+def authors_iga(model, batch, layer: int, steps: int) -> torch.Tensor:
+    """The public code's integrated gradients, step by step (TaoYang225/AD-DROP, utils.py): a forward
+    hook scales the layer's self-attention output (the heads' outputs) by alpha, the label is predicted
+    again at each alpha, the gradient is taken with respect to the unscaled attention weights, and the
+    mean gradient is multiplied by the weights."""
+    self_attention = model.bert.encoder.layer[layer].attention.self
+    grads, weights = [], None
+    for k in range(1, steps + 1):
+        alpha = k / steps
+        hook = self_attention.register_forward_hook(
+            lambda module, args, out, alpha=alpha: (out[0] * alpha, *out[1:])
+        )
+        try:
+            with attendout.record_attention(model, [layer], grads=True) as rec:
+                logits = model(**inputs(batch)).logits  # (B, C)
+                label = logits.argmax(-1)  # pseudo label at this alpha
+                (grad,) = torch.autograd.grad(logits.gather(1, label[:, None]).sum(), rec.probs[layer])
+        finally:
+            hook.remove()
+        grads.append(grad)
+        weights = rec.probs[layer].detach()  # alpha = 1 last: the unscaled weights
+    return weights * torch.stack(grads).mean(0)
+
+
+def test_iga_authors_form_is_the_public_codes_and_differs_from_the_textbook_form():
+    model = tiny_model("bert", initializer_range=0.3, **no_dropout("bert")).double()
+    batch = make_batch(batch=16, length=12, pad_from={1: 7, 3: 4, 9: 5})
+    model.eval()
+    steps = 8
+    authors = attribute(model, batch, [0, 1], "iga", ig_steps=steps, ig_form="authors")
+    textbook = attribute(model, batch, [0, 1], "iga", ig_steps=steps, ig_form="textbook")
+    for layer in (0, 1):
+        reference = authors_iga(model, batch, layer, steps)  # float64
+        error = (authors.scores[layer].double() - reference).abs().max().item()
+        # attendout keeps attributions in float32: the float64 gradients are rounded (6e-8 relative)
+        # before they are summed, so the two agree to ~1e-7 of the largest attribution
+        assert error <= 1e-6 * reference.abs().max().item()
+    # the label the public code attributes changes with alpha for some examples of this model (measured:
+    # the labels at alpha 1/8 differ from those at each of the 7 larger alphas)
+    labels = [label_logit_argmax(model, batch, Perturb(0, k / steps)) for k in range(1, steps + 1)]
+    assert any(not torch.equal(labels[0], other) for other in labels[1:])
+    # the two forms choose different candidates in a good share of the rows with real keys (measured:
+    # 53% of layer 0's rows, 3% of layer 1's, where only [CLS] rows have a gradient)
+    valid = key_valid(batch)
+    rows = valid[..., 0].expand(-1, 4, -1)  # (B, H, L): real query rows
+    differ = []
+    for layer in (0, 1):
+        a = candidate_region(authors.scores[layer], valid, 0.3, torch.Generator().manual_seed(0))
+        t = candidate_region(textbook.scores[layer], valid, 0.3, torch.Generator().manual_seed(0))
+        differ.append((a != t).any(-1)[rows].float().mean().item())
+    assert differ[0] > 0.1, differ
+    assert ADDropConfig().ig_form == "authors"
+
+
+def label_logit_argmax(model, batch, probe) -> torch.Tensor:
+    controller = install(model)
+    controller.add(probe)
+    try:
+        with torch.no_grad():
+            return model(**inputs(batch)).logits.argmax(-1)  # (B,)
+    finally:
+        controller.remove(probe)
 
 
 def test_aa_is_the_attention_and_regression_uses_the_gold_loss():
@@ -307,10 +402,8 @@ def test_cross_tuning_in_the_loop_by_epoch_and_by_step(tiny_run):
     log = [json.loads(line) for line in (tiny_run["tmp"] / "run" / "log.jsonl").read_text().splitlines()]
     lines = [r for r in log if "loss" in r]
     assert [r["addrop/active"] for r in lines] == [0.0, 1.0, 0.0]
-    assert (
-        "addrop/candidate_fraction" not in lines[0]
-        and abs(lines[1]["addrop/candidate_fraction"] - 0.3) < 0.05
-    )
+    # ceil(0.3 n) of the n keys of each row: a little above 0.3 for these rows of 7-12 keys
+    assert "addrop/candidate_fraction" not in lines[0] and 0.3 < lines[1]["addrop/candidate_fraction"] < 0.45
 
     trainer = Trainer(
         config(
@@ -343,6 +436,9 @@ def test_never_active_schedule_warns(tiny_run, caplog):
         ({"cross_tuning": "epochs"}, "cross_tuning must be one of epoch, step, off, got 'epochs'"),
         ({"start": "plain"}, "start must be one of finetune, addrop, got 'plain'"),
         ({"ig_steps": 0}, "ig_steps must be an integer of at least 1"),
+        ({"ig_form": "paper"}, "ig_form must be one of authors, textbook, got 'paper'"),
+        ({"rounding": "floor"}, "rounding must be one of ceil, round, got 'floor'"),
+        ({"layers": "first"}, "layers must be 'all' or comma-separated integers"),
     ],
 )
 def test_bad_options_name_the_field_and_value(options, message):
@@ -350,15 +446,18 @@ def test_bad_options_name_the_field_and_value(options, message):
         ADDropConfig(**options)
 
 
-def test_default_options_drop_a_fifth_of_the_top_30_percent_by_gradient_in_the_first_layer(bert):
-    """The public code's defaults: ga attribution, p 0.3, q 0.2, the first layer only. (Cross-tuning's
-    default, plain fine-tuning first and AD-DROP the next epoch, is in the loop test below.)"""
+def test_default_options_drop_a_fifth_of_the_top_30_percent_by_gradient_in_the_first_layer(bert, caplog):
+    """The public code's defaults: ga attribution, p 0.3, q 0.2, the first layer when no task is known.
+    (Cross-tuning's default, plain fine-tuning first and AD-DROP the next epoch, is in the loop test
+    below; the layers per task in the next test.)"""
     batch = make_batch(batch=16, length=24, pad_from=PADDED)
     handle = attendout.apply(bert, "addrop")
     handle.method.keep_masks = True
     bert.train()
     gradients = attribute(bert, batch, [0], "ga")
-    extra = handle.method.prepare(bert, batch)
+    with caplog.at_level(logging.WARNING):
+        extra = handle.method.prepare(bert, batch)
+    assert "AD-DROP acts on layer 0" in caplog.text and "pass layers= to choose" in caplog.text
     with attendout.record_attention(bert) as rec:
         bert(**batch, **extra)
     assert list(handle.method.last_masks) == [0]
@@ -372,8 +471,53 @@ def test_default_options_drop_a_fifth_of_the_top_30_percent_by_gradient_in_the_f
     assert torch.equal(candidate[ranked], candidate_region(gradients.scores[0], valid, 0.3)[ranked])
     assert torch.equal((rec.probs[0] == 0) & valid, dropped)  # the training pass drops exactly those
     stats = handle.stats()
-    assert abs(stats["addrop/candidate_fraction"] - 0.3) < 0.03
+    lengths = batch["attention_mask"].sum(-1).double()  # (B,): ceil(0.3 n) of each row's n keys
+    assert stats["addrop/candidate_fraction"] == pytest.approx(
+        (torch.ceil(lengths * 0.3).sum() / lengths.sum()).item()
+    )
     assert abs(stats["addrop/drop_rate_in_candidates"] - 0.2) < 0.03  # ~6,000 candidates: > 10 sd
+
+
+@pytest.mark.parametrize(
+    ("task", "layers"),
+    [("cola", [0, 1]), ("mrpc", [0, 1]), ("rte", [0, 1]), ("sst2", [0]), ("stsb", [0]), ("mnli", [0]),
+     ("rotten-tomatoes", [0]), (None, [0])],
+)  # fmt: skip
+def test_default_layers_follow_the_authors_scripts_per_task(task, layers, caplog):
+    """All layers for CoLA, MRPC and RTE, the first otherwise (their run_addrop.sh): settled from the task
+    the loop names, or written into the run's options before it starts (CLI, bench)."""
+    model = tiny_model("bert", **no_dropout("bert"))
+    strategy = attendout.prepare(model, "addrop", cross_tuning="off", q=1.0)
+    strategy.method.keep_masks = True
+    loop = attendout.LoopContext(
+        device="cpu", total_steps=1, steps_per_epoch=1, task=None if task is None else get_task(task)
+    )
+    with caplog.at_level(logging.WARNING):
+        strategy.start(loop)
+    assert ("named no task" in caplog.text) == (task is None)
+    model.train()
+    strategy.before_forward(model, make_batch(pad_from=PADDED), attendout.StepInfo(0))
+    assert sorted(strategy.method.last_masks) == layers
+    settled = settle_for_task("addrop", {"attribution": "rd"}, task)
+    assert settled == {"attribution": "rd", "layers": None if len(layers) == 2 else [0]}  # None = all
+    assert settle_for_task("addrop", {"layers": "1"}, task) == {"layers": "1"}  # chosen layers stay
+
+
+def test_bench_cells_carry_the_layers_of_their_task(monkeypatch):
+    """`attendout bench` writes each cell's layers into its options: they reach the fingerprint, so the
+    layer-0 CoLA and MRPC cells run before this are stale, the SST-2 ones keep the first layer."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    experiment = load_experiment("cpu-small")
+    layers = {
+        (cell.task.name, cell.method.id): cell.config.method_options["layers"]
+        for cell in experiment.cells()
+        if cell.method.name == "addrop" and cell.seed == 1
+    }
+    assert layers == {
+        (task, method): None if task in ("cola", "mrpc") else [0]
+        for task in ("cola", "mrpc", "sst2")
+        for method in ("addrop-ga", "addrop-rd")
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -391,12 +535,26 @@ def test_cli_finetune_with_addrop(tiny_run, capsys):
     assert main(args) == 0
     results = json.loads((tiny_run["tmp"] / "cli" / "results.json").read_text())
     assert results["method_options"]["attribution"] == "iga" and results["method_options"]["layers"] == [0, 1]
+    assert (
+        results["method_options"]["ig_form"] == "authors" and results["method_options"]["rounding"] == "ceil"
+    )
     assert "| dev |" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["finetune", "--method", "addrop", "--help"])
     help_text = capsys.readouterr().out
-    for text in ("(default: 0.3)", "(default: 0.2)", "first layer", "--cross-tuning", "--start"):
+    for text in ("(default: 0.3)", "(default: 0.2)", "first layer", "--cross-tuning", "--start", "--ig-form"):
         assert text in " ".join(help_text.split()), text
+    assert "every layer for CoLA, MRPC and RTE" in " ".join(help_text.split())
+
+    # layers="task" is written into the run's config before it starts: the first layer for this task
+    args = toy_cli_args(
+        tiny_run,
+        *("--method", "addrop", "--cross-tuning", "off", "--max-steps", "1", "--no-save-model"),
+        output_dir=tiny_run["tmp"] / "cli-task",
+    )
+    assert main(args) == 0
+    config = json.loads((tiny_run["tmp"] / "cli-task" / "config.json").read_text())
+    assert config["config"]["method_options"]["layers"] == [0]
 
 
 def test_inspect_draws_the_attention_the_candidates_and_the_drops(tiny_run, capsys, saved_figures):
@@ -414,9 +572,9 @@ def test_inspect_draws_the_attention_the_candidates_and_the_drops(tiny_run, caps
     np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)  # float32 softmax rows: rounding only
     shading = attribution.images[0].get_array()  # attribution, min-max normalised per row
     assert shading.shape == (11, 11) and shading.min() >= 0 and shading.max() == 1
-    # p = 0.3 of 11 keys: 3 candidates boxed per query row; q = 1 drops each (a circle and an x)
-    assert len(attribution.patches) == 11 * 3
-    assert [len(marks.get_offsets()) for marks in attribution.collections] == [33, 33]
+    # p = 0.3 of 11 keys: ceil(3.3) = 4 candidates boxed per query row; q = 1 drops each (a circle, an x)
+    assert len(attribution.patches) == 11 * 4
+    assert [len(marks.get_offsets()) for marks in attribution.collections] == [44, 44]
 
     saved_figures.clear()
     assert main(["inspect", *text, "--head", "mean", "--output", str(out)]) == 0

@@ -189,7 +189,7 @@ def test_weights_dropout_replaces_model_dropout():
 
 
 def test_drophead_drops_whole_heads_and_rescales(bert):
-    attendout.apply(bert, "drophead", p=0.5)
+    attendout.apply(bert, "drophead", p=0.5, schedule="fixed")
     bert.train()
     captured, _ = capture_weights(bert)
     with attendout.record_attention(bert) as rec:
@@ -234,7 +234,7 @@ def test_eval_mode_is_the_plain_model(method):
     batch = make_batch(pad_from=PADDED)
     model.eval()
     stock = model(**batch).logits
-    attendout.apply(model, method)
+    attendout.apply(model, method).set_progress(0.0)  # the scheduled rates need a progress
     model.train()
     model(**batch)
     model.eval()
@@ -247,7 +247,8 @@ def test_eval_mode_is_the_plain_model(method):
 )
 def test_gradients_flow_through_masked_attention(method):
     model = tiny_model("bert", **no_dropout("bert"))
-    attendout.apply(model, method, **({"p": 0.3} if method != "scheduled" else {}))
+    handle = attendout.apply(model, method, **({"p": 0.3} if method != "scheduled" else {}))
+    handle.set_progress(0.0)  # the scheduled rates (scheduled, drophead) need a progress
     model.train()
     model(**make_batch(batch=8, pad_from=PADDED)).loss.backward()
     grads = [p.grad for p in model.parameters() if p.requires_grad]

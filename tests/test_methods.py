@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 import attendout
+from attendout.cli import main
 from attendout.methods import METHODS, ScheduledConfig, get_method_config
 from attendout.methods.scheduled import schedule_value
-from conftest import make_batch, no_dropout, tiny_model
+from attendout.train import Trainer
+from conftest import make_batch, no_dropout, tiny_model, toy_train_config
 
 PAPER_METHODS = {
     "none",
@@ -35,7 +39,7 @@ def test_registry_has_the_paper_methods():
 DEFAULT_RATES = {
     "attn-dropout": (0.2, 2),  # attention weights
     "scores-dropout": (0.1, 2),  # scores before the softmax
-    "drophead": (0.1, 2),  # heads, per example
+    "drophead": (0.1, 2),  # heads, per example (the V schedule's rate at the start)
     "layerdrop": (0.2, 800),  # blocks
     "attn-layerdrop": (0.2, 800),  # layers' attention
 }
@@ -46,13 +50,14 @@ def test_default_options_drop_at_the_documented_rate_in_every_layer(method):
     rate, forwards = DEFAULT_RATES[method]
     model = tiny_model("bert", **no_dropout("bert"))
     handle = attendout.apply(model, method)
+    handle.set_progress(0.0)  # the start of training (DropHead's schedule needs a progress)
     model.train()
     torch.manual_seed(0)
     batch = make_batch(batch=64 if forwards == 2 else 1, length=16 if forwards == 2 else 4)
     with torch.no_grad():
         for _ in range(forwards):
             model(**batch)
-    rates = handle.stats()
+    rates = {k: v for k, v in handle.stats().items() if "/drop_rate/" in k}
     assert sorted(rates) == [f"{method}/drop_rate/L0", f"{method}/drop_rate/L1"]  # every layer by default
     assert all(abs(value - rate) < 0.05 for value in rates.values()), rates  # > 3 binomial sd
 
@@ -82,6 +87,9 @@ def test_unknown_method_and_option_are_clear_errors():
         ("scores-dropout", {"p": 1.5}, r"scores-dropout: p must be in \[0, 1\], got 1.5"),
         ("attn-dropout", {"p": 1.0}, r"attn-dropout: p must be in \[0, 1\), got 1.0"),
         ("drophead", {"p": -0.1}, "drophead: p must be"),
+        ("drophead", {"schedule": "u"}, "drophead: schedule must be v, fixed or knots"),
+        ("drophead", {"warmup": 1.0}, r"drophead: warmup must be in \(0, 1\), got 1.0"),
+        ("drophead", {"schedule": "0:0.2;0:0.1"}, "schedule takes one curve for every layer"),
         ("scores-dropout", {"layers": "0,x"}, "layers must be 'all' or comma-separated integers"),
         ("scheduled", {"knots": "0:0.6,0.5"}, "knots must look like"),
         ("scheduled", {"knots": "0.5:0.6,0.2:0.1"}, "must rise"),
@@ -143,3 +151,55 @@ def test_scheduled_rate_follows_progress(bert):
 def test_scheduled_needs_one_curve_per_layer(bert):
     with pytest.raises(ValueError, match="got 3 per-layer schedules for a model with 2 layers"):
         attendout.apply(bert, "scheduled", slopes="-0.1,-0.2,-0.3")
+
+
+def test_drophead_rate_follows_the_v_schedule(bert):
+    """Scheduled DropHead: p at the start, 0 at the end of the warm-up (0.1 of training), p at the end."""
+    handle = attendout.apply(bert, "drophead", p=0.4)
+    assert handle.config.curve() == [(0.0, 0.4), (0.1, 0.0), (1.0, 0.4)]
+    bert.train()
+    with pytest.raises(RuntimeError, match="drophead: a training forward before any progress was given"):
+        bert(**make_batch())
+    batch = make_batch(batch=64, length=8)
+    torch.manual_seed(0)
+    for progress, rate in ((0.0, 0.4), (0.05, 0.2), (0.1, 0.0), (0.55, 0.2), (0.775, 0.3), (1.0, 0.4)):
+        handle.set_progress(progress)
+        with torch.no_grad():
+            for _ in range(8):
+                bert(**batch)
+        stats = handle.stats()
+        assert stats["drophead/scheduled_p"] == pytest.approx(rate)
+        for layer in (0, 1):  # 8 x 64 x 4 = 2,048 head decisions per layer: sd <= 0.011
+            assert abs(stats[f"drophead/drop_rate/L{layer}"] - rate) < 0.04, (progress, stats)
+    fixed = get_method_config("drophead", p=0.4, schedule="fixed")
+    assert fixed.curve() is None
+    knots = get_method_config("drophead", schedule="0:0.2,1:0")
+    assert knots.curve() == [(0.0, 0.2), (1.0, 0.0)]
+
+
+def test_drophead_schedule_in_the_loop_and_the_help(tiny_run, capsys):
+    """attendout's loop gives the progress: the logged rate of each step is the V at step / total."""
+    trainer = Trainer(
+        toy_train_config(
+            tiny_run, method="drophead", method_options={"p": 0.2, "warmup": 0.25}, max_steps=8, log_steps=1
+        )
+    )
+    trainer.fit()
+    log = [json.loads(line) for line in (tiny_run["tmp"] / "run" / "log.jsonl").read_text().splitlines()]
+    rates = [r["drophead/scheduled_p"] for r in log if "loss" in r]
+    # steps 0..7 of 8: progress 0, 1/8, ..., 7/8; down to 0 at 1/4, then up to 0.2 at 1
+    expected = [0.2, 0.1, 0.0, 0.2 * (3 / 8 - 0.25) / 0.75, 0.2 * (4 / 8 - 0.25) / 0.75]
+    expected += [0.2 * (k / 8 - 0.25) / 0.75 for k in (5, 6, 7)]
+    assert rates == pytest.approx(expected)
+    with pytest.raises(SystemExit):
+        main(["finetune", "--method", "drophead", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for text in (
+        "--schedule",
+        "(warmup, 0)",
+        "(default: v)",
+        "--warmup",
+        "(default: 0.1)",
+        "fixed = p throughout",
+    ):
+        assert text in help_text, text

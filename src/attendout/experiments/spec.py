@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..methods import METHODS
+from ..methods import METHODS, settle_for_task
 from ..tasks import DataError, get_task
 from ..train import NEUTRAL_OPTIONS, TrainConfig
 
@@ -308,7 +308,9 @@ class Experiment:
             task=task.name,
             model=model.name,
             method=method.name,
-            method_options=dict(method.options),
+            # options that depend on the task (AD-DROP's layers) written out: the fingerprint and the
+            # run's config record what the cell runs with
+            method_options=settle_for_task(method.name, method.options, task.name),
             seed=seed,
             data_seed=self.data_seed,
         )

@@ -13,6 +13,7 @@ from .base import (
     list_methods,
     prepare,
     register_method,
+    settle_for_task,
 )
 from .drophead import DropHeadConfig
 from .dropout import AttnDropoutConfig, ScoresDropoutConfig
@@ -41,4 +42,5 @@ __all__ = [
     "list_methods",
     "prepare",
     "register_method",
+    "settle_for_task",
 ]

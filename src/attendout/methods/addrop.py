@@ -8,16 +8,41 @@ Per training batch AD-DROP (002 §2, Figure 1):
    * ``ga``  gradient attribution, ``B_h = dF_c(A) / dA_h`` (002 eq. 3): the plain gradient of the
      label's logit with respect to the attention weights, *not* multiplied by the weights, as in the
      paper. Gradient x weights is exactly ``iga`` with ``ig_steps=1``, so it stays one option away.
-   * ``iga`` integrated gradients, ``B_h = A_h * int_0^1 dF_c(alpha A) / dA_h dalpha`` (002 eq. 4,
-     after Hao et al.'s self-attention attribution), a right Riemann sum with ``m = ig_steps`` points.
-     The weights of one layer are scaled by ``alpha`` through the hook (``AttentionEdit.scale_weights``)
-     while every other layer runs normally; each layer costs ``m`` forward+backward passes.
+   * ``iga`` integrated gradients over ``m = ig_steps`` points ``alpha_k = k / m`` (002 eq. 4, after
+     Hao et al.'s self-attention attribution): the weights of one layer are scaled by ``alpha`` through
+     the hook (``AttentionEdit.scale_weights``) while every other layer runs normally; each layer costs
+     ``m`` forward+backward passes. Two forms (``ig_form``):
+
+     - ``authors`` (default), as the public code computes it (``compute_integrated_gradient`` in
+       TaoYang225/AD-DROP): the head output is scaled by ``alpha``, the gradient is taken with respect
+       to the *unscaled* weights, ``B_h = A_h * (1/m) sum_k dF_{c_k}(alpha_k A) / dA_h``, which is
+       ``alpha_k`` times the textbook integrand, and the label ``c_k`` is predicted again at every
+       ``alpha_k``;
+     - ``textbook``: ``B_h = A_h * (1/m) sum_k dF_c / d(alpha_k A_h)``, the Riemann sum of eq. 4 as
+       written, with the label ``c`` predicted once at ``alpha = 1``; its attributions sum to
+       ``F_c(A) - F_c(0)`` as ``m`` grows (completeness), the authors' do not.
+
+     The default is the authors' form because every other default of this method (p, q, layers,
+     attribution, cross-tuning) is their public code's, so that ``--attribution iga`` runs what produced
+     their numbers. How much the two differ depends on how far from linear the model is along the path:
+     on tiny random BERTs (layer 0, m 20, p 0.3) they choose different candidates in 0.1-0.5% of the
+     rows with a gradient at initializer range 0.02, and in 80-86% at range 0.3.
    * ``aa``  the attention weights themselves (one forward pass, no backward).
    * ``rd``  random scores, the control (no attribution pass at all).
 
 2. builds **masks**: in every query row of every head, the candidate discard region is the
-   ``round(p * n)`` non-padding keys of highest attribution (``n`` = non-padding keys of the row;
-   ties broken at random) and each candidate is dropped with probability ``q``. Masks are booleans.
+   ``ceil(p * n)`` non-padding keys of highest attribution (``n`` = non-padding keys of the row), as in
+   the public code (it keeps the keys ranked at or above position ``floor((1 - p) * n)`` from the
+   bottom: ``ceil(p * n)`` of them), and each candidate is dropped with probability ``q``. Masks are
+   booleans. Ties: the public code keeps every key tied with the threshold (an all-zero row becomes
+   all candidates); here ties are broken at random for exactly ``ceil(p * n)`` keys. That only matters
+   in rows whose attributions tie, such as rows of zero gradient (padding queries, or every query but
+   ``[CLS]`` in the last layer), and those rows do not reach the logits, so the training signal is
+   the same. ``rounding="round"`` takes ``floor(p * n + 1/2)`` keys instead: attendout's rule until
+   the candidate count was checked against the public code (issue 20), kept so that the layer-0
+   ``cpu-small`` cells run with it can be reproduced. It takes one key fewer at about 40% of lengths
+   (51-53 of the lengths 1..128 at every p but 0.5): mean candidate fraction at p 0.3 0.301 against
+   0.321, at p 0.1 0.0995 against 0.1245.
 
 3. runs the **training pass** with the model's ordinary dropout on; the dropped positions get a
    ``-inf`` score (002 eq. 1, 001 eq. 3; a row with every key dropped attends uniformly, 001 eq. 4).
@@ -25,12 +50,27 @@ Per training batch AD-DROP (002 §2, Figure 1):
 
 **Cross-tuning** (002 §2.4) alternates plain fine-tuning and AD-DROP with a period in epochs or steps.
 
+**Layers.** ``layers="task"`` (the default) takes the layers the authors' search scripts use for the
+task (``*/run_addrop.sh`` in TaoYang225/AD-DROP, ``MASK_LAYERS``): every layer for CoLA, MRPC and RTE,
+the first layer for SST-2, STS-B, QNLI, QQP and MNLI (and, as their ``--mask_layers`` default, for any
+other task; for a model with fewer layers, "every layer" is all of its own). It is settled when the
+method meets a task: ``attendout finetune`` and ``attendout bench`` write the layers into the run's
+options before the run starts (:meth:`ADDropConfig.for_task`, through
+:func:`attendout.methods.settle_for_task`), so ``config.json`` records them (``null`` = every layer);
+the strategy settles it from ``LoopContext.task`` in any loop that gives one (attendout's own loop
+does, so a ``TrainConfig`` made in Python records ``"task"`` beside the task's name, and the log says
+which layers it took); a loop that names no task (``transformers.Trainer``, ``attendout.hf.Trainer``
+without ``task=``, a hand-written loop) gets the first layer, and a warning says so. Pass ``layers`` to
+choose.
+
 The attribution pass runs with the model's ordinary dropout **off** by default (``attribution_dropout``):
 the attribution then describes the model being trained, not one random sub-network, so ``ga`` is not
 blurred towards ``rd`` by dropout noise and its predicted label is the evaluation-time prediction.
 Every module's ``training`` flag is restored exactly afterwards, so the training pass always runs in
-the mode it was given (the public implementation left the model in eval mode after its integrated
-gradients, switching standard dropout off for the rest of training).
+the mode it was given. (The public implementation leaves the model in eval mode after its integrated
+gradients, so with ``iga`` standard dropout is off for the rest of that epoch, training passes
+included, until its loop calls ``model.train()`` at the next epoch's start; its ``ga`` pass runs in
+train mode, with dropout.)
 
 In any loop, :class:`ADDropStrategy` (``attendout.prepare(model, "addrop")``) runs the pass and cross-tuning
 in ``before_forward``; by hand, one forward at a time::
@@ -45,6 +85,7 @@ A training forward of the model without ``extra`` raises instead of training pla
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -71,8 +112,17 @@ logger = logging.getLogger(__name__)
 ATTRIBUTIONS = ("ga", "iga", "aa", "rd")
 CROSS_TUNING = ("epoch", "step", "off")
 STARTS = ("finetune", "addrop")
+ROUNDINGS = ("ceil", "round")
+IG_FORMS = ("authors", "textbook")
+#: ``layers="task"``: the layers come from the task (see :func:`task_layers`)
+TASK_LAYERS = "task"
+#: Tasks whose search script in the authors' code (TaoYang225/AD-DROP, ``<task>/run_addrop.sh``) sets
+#: ``MASK_LAYERS`` to every layer; every other script (SST-2, STS-B, QNLI, QQP, MNLI) sets "0", as
+#: does the ``--mask_layers`` default of their ``main.py``.
+ALL_LAYER_TASKS = frozenset({"cola", "mrpc", "rte"})
 
 __all__ = [
+    "ALL_LAYER_TASKS",
     "ATTRIBUTIONS",
     "ADDrop",
     "ADDropConfig",
@@ -80,9 +130,11 @@ __all__ = [
     "Attribution",
     "addrop_active",
     "attribute",
+    "candidate_count",
     "candidate_region",
     "modes_restored",
     "sample_drops",
+    "task_layers",
 ]
 
 
@@ -91,20 +143,41 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------
 
 
+def candidate_count(n: torch.Tensor, p: float, rounding: str = "ceil") -> torch.Tensor:
+    """Candidates in a row of ``n`` non-padding keys: ``ceil(p * n)`` (the public code) or, with
+    ``rounding="round"``, ``floor(p * n + 1/2)``.
+
+    ``p * n`` is taken as the decimal product: a float product that lands a hair above a whole number
+    (``0.7 * 10`` is 7.000000000000001) is not rounded up to the next one.
+    """
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"addrop: rounding must be one of {', '.join(ROUNDINGS)}, got {rounding!r}")
+    product = n.double() * p
+    if rounding == "round":
+        return torch.floor(product + 0.5).long()
+    return torch.ceil(product - 1e-9).long()
+
+
 def candidate_region(
-    scores: torch.Tensor, valid: torch.Tensor, p: float, generator: torch.Generator | None = None
+    scores: torch.Tensor,
+    valid: torch.Tensor,
+    p: float,
+    generator: torch.Generator | None = None,
+    rounding: str = "ceil",
 ) -> torch.Tensor:
     """The candidate discard region: per query row, the top-p fraction of the non-padding keys.
 
     ``scores`` (B, H, Lq, Lk) attributions; ``valid`` bool, broadcastable to it, True = non-padding key.
-    Returns a bool (B, H, Lq, Lk) mask with exactly ``floor(p * n + 1/2)`` True entries per row, all on
-    non-padding keys (``n`` = the row's non-padding keys). Ties are broken at random (rows of equal
-    scores, e.g. zero gradients, get random candidates instead of the first positions).
+    Returns a bool (B, H, Lq, Lk) mask with exactly ``ceil(p * n)`` True entries per row (the public
+    code's count; ``rounding="round"``: ``floor(p * n + 1/2)``), all on non-padding keys (``n`` = the
+    row's non-padding keys): 4 of 11 keys at p 0.3. Ties are broken at random, for exactly that many
+    keys (the public code keeps every tied key instead; see the module docstring): rows of equal
+    scores, e.g. zero gradients, get random candidates instead of the first positions.
     """
     b, h, lq, lk = scores.shape
     valid = valid.expand(b, h, lq, lk)
     n = valid.sum(-1, keepdim=True)  # (B, H, Lq, 1)
-    k = torch.floor(n.double() * p + 0.5).long()  # (B, H, Lq, 1)
+    k = candidate_count(n, p, rounding)  # (B, H, Lq, 1)
     kmax = int(k.max()) if k.numel() else 0
     candidate = torch.zeros(b, h, lq, lk, dtype=torch.bool, device=scores.device)
     if kmax == 0:
@@ -209,13 +282,15 @@ def attribute(
     method: str = "ga",
     *,
     ig_steps: int = 20,
+    ig_form: str = "authors",
     dropout: bool = False,
     loss_scale: float | None = None,
 ) -> Attribution:
     """Attribution of every attention position of ``layers`` for the predicted label (002 eq. 3-4).
 
     ``batch`` holds the model's inputs (and ``labels`` for regression); ``method`` is one of
-    ``ga``, ``iga``, ``aa``, ``rd``. Runs in eval mode unless ``dropout`` and restores every module's
+    ``ga``, ``iga``, ``aa``, ``rd``; ``ig_form`` (``iga`` only) ``authors`` or ``textbook`` (see the
+    module docstring). Runs in eval mode unless ``dropout`` and restores every module's
     training flag afterwards. Gradients are taken with ``torch.autograd.grad``: parameter ``.grad``
     buffers are never touched. ``loss_scale`` (fp16 training: the loop's current loss scale) scales
     the attributed target before the backward pass and the gradients back after it, as a GradScaler
@@ -226,6 +301,8 @@ def attribute(
     """
     if method not in ATTRIBUTIONS:
         raise ValueError(f"addrop: attribution must be one of {', '.join(ATTRIBUTIONS)}, got {method!r}")
+    if ig_form not in IG_FORMS:
+        raise ValueError(f"addrop: ig_form must be one of {', '.join(IG_FORMS)}, got {ig_form!r}")
     layers = list(layers)
     inputs = {**_model_inputs(batch), **ForwardEdits(driver="addrop attribution").kwargs()}
     with modes_restored(model, dropout):
@@ -238,17 +315,19 @@ def attribute(
             else:
                 scores = {layer: torch.rand(p.shape, device=p.device) for layer, p in probs.items()}
             return Attribution(scores, probs, None, logits.detach())
-        run = _gradient if method == "ga" else _integrated_gradients
         scale = float(loss_scale) if loss_scale else 1.0
         while True:
-            result = run(model, batch, inputs, layers, ig_steps, scale)
+            if method == "ga":
+                result = _gradient(model, batch, inputs, layers, scale)
+            else:
+                result = _integrated_gradients(model, batch, inputs, layers, ig_steps, scale, ig_form)
             result.loss_scale = scale
             if scale <= 1.0 or all(torch.isfinite(s).all() for s in result.scores.values()):
                 return result
             scale /= 2  # overflow: as a GradScaler does, halve and try again
 
 
-def _gradient(model, batch, inputs, layers, steps: int, scale: float) -> Attribution:
+def _gradient(model, batch, inputs, layers, scale: float) -> Attribution:
     """``ga``: dF_c / dA for every chosen layer from one forward and one (activation-only) backward."""
     with torch.enable_grad(), record_attention(model, layers, grads=True) as rec:
         logits = model(**inputs).logits  # (B, C)
@@ -267,12 +346,18 @@ def _gradient(model, batch, inputs, layers, steps: int, scale: float) -> Attribu
     )
 
 
-def _integrated_gradients(model, batch, inputs, layers, steps: int, scale: float) -> Attribution:
-    """``iga``: A * (1/m) sum_k dF_c(alpha_k A)/d(alpha_k A), alpha_k = k/m, one layer scaled at a time.
+def _integrated_gradients(
+    model, batch, inputs, layers, steps: int, scale: float, form: str = "authors"
+) -> Attribution:
+    """``iga``, alpha_k = k/m, one layer scaled at a time.
 
     The hook records the unscaled weights P and scales them to ``alpha P``; the recorded gradient is
-    dF/dP = alpha * dF/d(alpha P), hence the division by alpha. The label is predicted once, at alpha = 1.
+    dF/dP = alpha * dF/d(alpha P). ``textbook``: A * (1/m) sum_k dF_c(alpha_k A)/d(alpha_k A), hence the
+    division by alpha, with the label predicted once, at alpha = 1. ``authors``: A * (1/m) sum_k
+    dF_{c_k}(alpha_k A)/dA, the recorded gradient as it is, with the label c_k predicted again at every
+    alpha (scaling the weights by alpha scales the head output by alpha, as their hook does).
     """
+    authors = form == "authors"
     controller = install(model)
     scores: dict[int, torch.Tensor] = {}
     probs_out: dict[int, torch.Tensor] = {}
@@ -288,7 +373,7 @@ def _integrated_gradients(model, batch, inputs, layers, steps: int, scale: float
             try:
                 with torch.enable_grad(), record_attention(model, [layer], grads=True) as rec:
                     logits = model(**inputs).logits  # (B, C)
-                    target, label = _target(model, logits, batch, predicted)
+                    target, label = _target(model, logits, batch, None if authors else predicted)
                     p = rec.probs[layer]  # (B, H, L, L), unscaled
                     (grad,) = torch.autograd.grad(target.float() * scale, [p], allow_unused=True)
             finally:
@@ -298,7 +383,8 @@ def _integrated_gradients(model, batch, inputs, layers, steps: int, scale: float
                 if predicted is None:
                     predicted, logits_out = label, logits.detach()
             grad = torch.zeros_like(p) if grad is None else grad.detach().float() / scale
-            total = grad.float() / alpha if total is None else total + grad.float() / alpha
+            step = grad if authors else grad / alpha
+            total = step if total is None else total + step
         scores[layer] = weights.float() * total / steps  # (B, H, L, L)
         probs_out[layer] = weights
     return Attribution(scores, probs_out, predicted, logits_out)
@@ -322,17 +408,25 @@ class ADDrop(AttentionMethod):
 
     def __init__(
         self,
-        layers: Sequence[int] | None,
+        layers: Sequence[int] | str | None,
         attribution: str,
         p: float,
         q: float,
         ig_steps: int,
         attribution_dropout: bool,
+        rounding: str = "ceil",
+        ig_form: str = "authors",
     ):
-        self.layers = layers
+        #: ``layers="task"`` is settled by :meth:`for_task` (the strategy calls it with the loop's task);
+        #: until then the method acts on the first layer, the authors' setting for most tasks
+        self.from_task = layers == TASK_LAYERS
+        self.layers = [0] if self.from_task else layers
+        self._told_no_task = False
         self.attribution = attribution
         self.p, self.q = p, q
         self.ig_steps = ig_steps
+        self.ig_form = ig_form
+        self.rounding = rounding
         self.attribution_dropout = attribution_dropout
         self.num_layers: int | None = None
         self.num_heads: int | None = None
@@ -348,7 +442,29 @@ class ADDrop(AttentionMethod):
         self.num_layers = controller.num_layers
         self.num_heads = getattr(controller.model.config, "num_attention_heads", None)
 
+    def for_task(self, task: str | None, loop: str = "custom") -> None:
+        """Settle ``layers="task"`` for the task named ``task`` (None: the loop named none: layer 0)."""
+        if not self.from_task:
+            return
+        self.from_task = False
+        if task is None:
+            self._warn_no_task(f"the {loop} loop named no task")
+            return
+        self.layers = task_layers(task)
+        logger.info("addrop: layers for task %r: %s (the authors' scripts)", task, self.layers or "all")
+
+    def _warn_no_task(self, why: str) -> None:
+        if not self._told_no_task:
+            self._told_no_task = True
+            logger.warning(
+                "addrop: layers='task' but %s, so AD-DROP acts on layer 0 (the authors' setting for every "
+                "task but CoLA, MRPC and RTE, where they use all layers); pass layers= to choose",
+                why,
+            )
+
     def chosen_layers(self) -> list[int]:
+        if self.from_task:  # applied by hand, and no loop ever said which task this is
+            self._warn_no_task("no task was given (handle.method.for_task(name) gives one)")
         if self.layers is not None:
             return list(self.layers)
         if self.num_layers is None:
@@ -376,6 +492,7 @@ class ADDrop(AttentionMethod):
                 layers,
                 self.attribution,
                 ig_steps=self.ig_steps,
+                ig_form=self.ig_form,
                 dropout=self.attribution_dropout,
                 loss_scale=None if loss_scale is None else min(loss_scale, self.scale_cap),
             )
@@ -384,7 +501,7 @@ class ADDrop(AttentionMethod):
             scores = result.scores
         edits = {}
         for layer, layer_scores in scores.items():
-            candidate = candidate_region(layer_scores, valid, self.p)  # (B, H, Lq, Lk) bool
+            candidate = candidate_region(layer_scores, valid, self.p, rounding=self.rounding)  # bool
             drop = sample_drops(candidate, self.q)  # (B, H, Lq, Lk) bool
             n_candidate = candidate.sum()
             self.meter.add("addrop/candidate_fraction", n_candidate, valid.sum() * candidate.shape[1])
@@ -431,6 +548,12 @@ def _key_valid(batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------------
 
 
+def task_layers(task: str | None) -> list[int] | None:
+    """The layers the authors' scripts give AD-DROP on ``task`` (a task name): None (every layer) for
+    CoLA, MRPC and RTE, ``[0]`` for any other task or none (see :data:`ALL_LAYER_TASKS`)."""
+    return None if task in ALL_LAYER_TASKS else [0]
+
+
 def addrop_active(step: int, steps_per_epoch: int, cross_tuning: str, period: int, start: str) -> bool:
     """Whether AD-DROP acts at training step ``step`` (0-based) under cross-tuning (002 §2.4).
 
@@ -458,6 +581,7 @@ class ADDropStrategy(TrainingStrategy):
 
     def start(self, loop: LoopContext) -> None:
         super().start(loop)
+        self.method.for_task(getattr(loop.task, "name", None), loop.loop)
         self._noted: int | None = None
         c = self.config
         if c.cross_tuning == "off" or c.start == "addrop":
@@ -513,8 +637,12 @@ class ADDropConfig(MethodConfig):
     )
     q: float = field(default=0.2, metadata={"help": "drop probability of each candidate position"})
     layers: list[int] | str | None = field(
-        default="0",
-        metadata={"help": "layers to act on: 'all' or comma-separated indices from 0 (default: first layer)"},
+        default=TASK_LAYERS,
+        metadata={
+            "help": "layers to act on: 'task' = the authors' scripts' choice for the task (every layer for "
+            "CoLA, MRPC and RTE, the first layer for any other task or when the loop names none), 'all', "
+            "or comma-separated indices from 0"
+        },
     )
     cross_tuning: str = field(
         default="epoch",
@@ -529,6 +657,21 @@ class ADDropConfig(MethodConfig):
         metadata={"help": "the phase cross-tuning begins with: finetune (as in 002) or addrop"},
     )
     ig_steps: int = field(default=20, metadata={"help": "iga only: integration steps m (m passes per layer)"})
+    ig_form: str = field(
+        default="authors",
+        metadata={
+            "help": "iga only: authors (as their code: head output scaled by alpha, gradient with respect to "
+            "the unscaled weights, label predicted again at every alpha) or textbook (integrated gradients "
+            "of eq. 4: gradient at alpha*A, label predicted once at alpha 1)"
+        },
+    )
+    rounding: str = field(
+        default="ceil",
+        metadata={
+            "help": "candidates per row of n keys: ceil = ceil(p*n), as the authors' code; round = "
+            "floor(p*n + 1/2), attendout's rule before issue 20 (to reproduce runs made with it)"
+        },
+    )
     attribution_dropout: bool = field(
         default=False,
         metadata={
@@ -537,11 +680,14 @@ class ADDropConfig(MethodConfig):
     )
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        if self.layers != TASK_LAYERS:  # "task" stays as it is until for_task settles it
+            super().__post_init__()
         choices = [
             ("attribution", self.attribution, ATTRIBUTIONS),
             ("cross_tuning", self.cross_tuning, CROSS_TUNING),
             ("start", self.start, STARTS),
+            ("ig_form", self.ig_form, IG_FORMS),
+            ("rounding", self.rounding, ROUNDINGS),
         ]
         for name, value, allowed in choices:
             if value not in allowed:
@@ -553,8 +699,27 @@ class ADDropConfig(MethodConfig):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{self.name}: {name} must be an integer of at least 1, got {value!r}")
 
+    def for_task(self, task: str | None) -> ADDropConfig:
+        """This config with ``layers="task"`` settled for the task named ``task`` (see :func:`task_layers`).
+
+        ``attendout finetune`` and ``attendout bench`` call it before the run starts, so the run's
+        config records the layers used; explicit layers are kept as they are.
+        """
+        if self.layers != TASK_LAYERS:
+            return self
+        return dataclasses.replace(self, layers=task_layers(task))
+
     def build(self) -> ADDrop:
-        return ADDrop(self.layers, self.attribution, self.p, self.q, self.ig_steps, self.attribution_dropout)
+        return ADDrop(
+            self.layers,
+            self.attribution,
+            self.p,
+            self.q,
+            self.ig_steps,
+            self.attribution_dropout,
+            rounding=self.rounding,
+            ig_form=self.ig_form,
+        )
 
     def training_strategy(self) -> ADDropStrategy:
         return ADDropStrategy(self)

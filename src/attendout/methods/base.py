@@ -13,6 +13,7 @@ the :class:`~attendout.attention.AttentionMethod` that acts through the hook.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -101,8 +102,34 @@ class MethodConfig:
         """How the fine-tuning loop trains with this method (default: one plain step per batch)."""
         return TrainingStrategy(self)
 
+    def for_task(self, task: str | None) -> MethodConfig:
+        """This config with its task-dependent defaults settled for the task named ``task``.
+
+        Default: the config itself (no option depends on the task). AD-DROP's ``layers="task"`` becomes
+        the layers its authors use on that task.
+        """
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **dataclasses.asdict(self)}
+
+
+def settle_for_task(method: str, options: Mapping[str, Any], task: str | None) -> dict[str, Any]:
+    """``options`` of ``method`` with the options that depend on the task written out for ``task``.
+
+    A run's config made from the result records what the run used (AD-DROP's layers for the task)
+    instead of "decided later". Options that do not make a config come back unchanged: the run's
+    own checks report them.
+    """
+    try:
+        config = get_method_config(method, **options)
+    except (ValueError, TypeError):
+        return dict(options)
+    settled = config.for_task(task)
+    if settled is config:
+        return dict(options)
+    before, after = config.to_dict(), settled.to_dict()
+    return {**options, **{k: v for k, v in after.items() if k != "name" and before.get(k) != v}}
 
 
 def layers_field() -> Any:

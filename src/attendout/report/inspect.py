@@ -55,6 +55,8 @@ def inspect_text(
     p: float = 0.3,
     q: float = 0.2,
     ig_steps: int = 20,
+    ig_form: str = "authors",
+    rounding: str = "ceil",
     seed: int = 0,
     max_length: int = 64,
     model_name: str = "",
@@ -71,11 +73,11 @@ def inspect_text(
     device = next(model.parameters()).device
     batch = {k: v.to(device) for k, v in encoded.items()}
     torch.manual_seed(seed)
-    result = attribute(model, batch, [layer], attribution, ig_steps=ig_steps)
+    result = attribute(model, batch, [layer], attribution, ig_steps=ig_steps, ig_form=ig_form)
     scores = result.scores[layer]  # (1, H, L, L)
     valid = batch["attention_mask"].bool()[:, None, None, :]  # (1, 1, 1, L)
     generator = torch.Generator(device=device).manual_seed(seed)
-    candidate = candidate_region(scores, valid, p, generator)  # (1, H, L, L)
+    candidate = candidate_region(scores, valid, p, generator, rounding)  # (1, H, L, L)
     dropped = sample_drops(candidate, q, generator)  # (1, H, L, L)
 
     predicted = probability = None
