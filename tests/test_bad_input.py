@@ -391,3 +391,14 @@ class Evil:
         import os
 
         return (os.makedirs, (self.path,))
+
+
+def test_drop_bad_rows_leaves_out_blank_labels_and_empty_texts_and_says_how_many(shared, tmp_path, caplog):
+    """The explicit way on: rows with a blank label or an empty text are dropped, and counted."""
+    train = write(tmp_path / "t.csv", Path(shared["train"]).read_text() + "the plot,\n,1\n")
+    out = tmp_path / "out"
+    assert main(finetune_args(shared, out, train, None, "--max-steps", "1", "--drop-bad-rows")) == 0
+    assert "t.csv: dropped 2 of 66 rows with an empty text or a blank label (lines 66, 67)" in caplog.text
+    config = json.loads((out / "config.json").read_text())
+    assert config["sizes"]["train"] + config["sizes"]["validation"] == 64
+    assert config["task"]["label_names"] == ["0", "1"]  # no '' class

@@ -1,7 +1,9 @@
-"""The run directory: atomic writes, the saved model, the resumable checkpoint's format.
+"""The run directory: atomic writes, the saved model, the resumable checkpoint's format, its lock.
 
 Every file a run leaves is written whole or not at all (a temporary file or folder, then a rename),
-so a run killed at any moment leaves the previous version of each file intact.
+so a run killed at any moment leaves the previous version of each file intact (tests/test_faults.py
+kills runs at such moments). The checkpoint holds plain data only and loads with ``weights_only=True``.
+One run writes a folder at a time (:class:`RunLock`).
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ import torch
 from torch import nn
 
 __all__ = [
-    "LOCK_FILE",
-    "RunBusyError",
-    "RunLock",
     "CHECKPOINT_DIR",
     "CHECKPOINT_FILE",
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_SUMMARY",
+    "LOCK_FILE",
+    "RunBusyError",
+    "RunLock",
     "recover_folder",
     "rng_state",
     "save_model_atomic",

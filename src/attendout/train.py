@@ -102,6 +102,8 @@ NEUTRAL_OPTIONS: dict[str, str] = {
     "eval_batch_size": "fits evaluation to a machine's memory: the same predictions up to float rounding",
     "ignore_mismatched_head": "acts only where a run without it stops at once (a checkpoint's head with "
     "other labels than the task): no two finished runs differ by it",
+    "drop_bad_rows": "acts only where a run without it stops at once (a data row with an empty text or a "
+    "blank label): no two finished runs differ by it",
 }
 #: Neutral options that a resumed run must still share with its checkpoint, and why.
 RESUME_MUST_MATCH: dict[str, str] = {
@@ -143,6 +145,13 @@ class TrainConfig:
         default=None, metadata={"help": "one or two text columns of the files"}
     )
     label_column: str | None = field(default=None, metadata={"help": "label column of the files"})
+    drop_bad_rows: bool = field(
+        default=False,
+        metadata={
+            "help": "leave out rows of the files with an empty text or a blank label (a warning says how "
+            "many) instead of stopping with an error"
+        },
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "subsample the training set"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "subsample every evaluation split"})
     validation_split: float = field(
@@ -256,6 +265,7 @@ class TrainConfig:
             eval_files=self.eval_files,
             text_columns=self.text_columns,
             label_column=self.label_column,
+            drop_bad_rows=self.drop_bad_rows,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -227,6 +227,7 @@ class LoadOptions:
     kind: str | None = None
     group_column: str | None = None
     metrics: tuple[str, ...] | None = None
+    drop_bad_rows: bool = False
 
 
 # A loader reads the data of a task: (task, options) -> (task as loaded, data). The returned task

@@ -107,8 +107,7 @@ class _FileReader:
             group_column=self.options.group_column,
             what=f"{split} split of task {self.task.name!r}",
         )
-        check_table(raw, self.kind)
-        return raw
+        return check_table(raw, self.kind, drop_bad_rows=self.options.drop_bad_rows)
 
 
 def _check_classes(train: Examples, kind: str, label_names: Sequence[str] | None, path: str) -> None:
@@ -239,6 +238,7 @@ def load_task_data(
     kind: str | None = None,
     group_column: str | None = None,
     metrics: Sequence[str] | None = None,
+    drop_bad_rows: bool = False,
 ) -> tuple[Task, TaskData]:
     """Load a task's data; returns ``(task as loaded, data)``.
 
@@ -249,7 +249,9 @@ def load_task_data(
 
     Extra keyword options (beyond the core interface): ``kind`` ("classification" or "regression",
     for the ``"file"`` task), ``group_column`` (a column whose value groups examples, kept together
-    by :func:`carve_validation`), ``metrics`` (replace the task's metrics; the first is the main one).
+    by :func:`carve_validation`), ``metrics`` (replace the task's metrics; the first is the main one),
+    ``drop_bad_rows`` (leave out rows of train_file/eval_files with an empty text or a blank label, with
+    a warning saying how many, instead of stopping at the first with an error).
     """
     resolved = get_task(task) if isinstance(task, str) else task
     options = LoadOptions(
@@ -264,6 +266,7 @@ def load_task_data(
         kind=kind,
         group_column=group_column,
         metrics=None if metrics is None else tuple(metrics),
+        drop_bad_rows=drop_bad_rows,
     )
     if train_file is not None or eval_files is not None or resolved.name == FILE_TASK.name:
         return load_files(resolved, options)

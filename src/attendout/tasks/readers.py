@@ -15,6 +15,7 @@ import bz2
 import csv
 import gzip
 import json
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ __all__ = [
 ]
 
 FORMATS = ("csv", "tsv", "jsonl")
+logger = logging.getLogger(__name__)
+
 _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
 _COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}
 
@@ -269,32 +272,47 @@ def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def check_table(raw: RawTable, kind: str) -> None:
+def check_table(raw: RawTable, kind: str, *, drop_bad_rows: bool = False) -> RawTable:
     """The data boundary's checks of one file, each a :class:`DataError` naming file, line and column.
 
     Text cells must hold text once stripped; a labelled file needs a label on every row (a blank cell
     or JSON ``null`` would otherwise become a class of its own); classification labels that differ only
     by case or surrounding whitespace (``pos`` and ``Pos ``) are refused rather than read as two
     classes. Regression labels (numbers, finite) and unknown labels are checked by :func:`to_examples`.
+
+    ``drop_bad_rows``: rows with an empty text or a blank label are left out instead, and a warning
+    says how many and which lines. Returns the table (without those rows).
     """
     names = raw.text_names or tuple(f"text {i + 1}" for i in range(len(raw.texts)))
+    bad: dict[int, str] = {}  # row -> why
     for name, column in zip(names, raw.texts, strict=True):
-        for text, line in zip(column, raw.lines, strict=True):
+        for row, (text, line) in enumerate(zip(column, raw.lines, strict=True)):
             if not text.strip():
-                raise DataError(
-                    f"{raw.path} line {line}, column {name!r}: the text is empty; "
-                    "fill it in or leave the row out"
-                )
-    if raw.label_column is None:
-        return
-    for value, line in zip(raw.labels, raw.lines, strict=True):
-        if _blank(value):
-            raise DataError(
-                f"{raw.path} line {line}, column {raw.label_column!r}: the label is blank ({value!r}); "
-                "every labelled row needs a label (leave the row out, or give the label)"
-            )
-    if kind != CLASSIFICATION:
-        return
+                bad.setdefault(row, f"{raw.path} line {line}, column {name!r}: the text is empty")
+    if raw.label_column is not None:
+        for row, (value, line) in enumerate(zip(raw.labels, raw.lines, strict=True)):
+            if _blank(value):
+                why = f"{raw.path} line {line}, column {raw.label_column!r}: the label is blank ({value!r})"
+                bad.setdefault(row, why)
+    if bad and not drop_bad_rows:
+        first = bad[min(bad)]
+        raise DataError(
+            f"{first}; fill it in, leave the row out, or pass --drop-bad-rows (drop_bad_rows=True) to drop "
+            f"such rows ({len(bad)} in this file)"
+        )
+    if bad:
+        lines = [raw.lines[row] for row in sorted(bad)]
+        shown = ", ".join(str(line) for line in lines[:10]) + (", ..." if len(lines) > 10 else "")
+        logger.warning(
+            "%s: dropped %d of %d rows with an empty text or a blank label (lines %s)",
+            raw.path,
+            len(bad),
+            len(raw),
+            shown,
+        )
+        raw = raw.filter([row not in bad for row in range(len(raw))])
+    if raw.label_column is None or kind != CLASSIFICATION:
+        return raw
     first: dict[str, tuple[str, int]] = {}  # folded label -> (label as written, its first line)
     for value, line in zip(raw.labels, raw.lines, strict=True):
         text = _label_text(value)
@@ -305,6 +323,7 @@ def check_table(raw: RawTable, kind: str) -> None:
                 f"{raw.path} line {line}, column {raw.label_column!r}: label {text!r} differs from label "
                 f"{seen[0]!r} (line {seen[1]}) only by case or surrounding whitespace; write each label one way"
             )
+    return raw
 
 
 def infer_label_names(raw: RawTable) -> tuple[str, ...]:
