@@ -65,6 +65,13 @@ def test_the_same_names_in_the_same_order_or_unnamed_classes_keep_the_head(tmp_p
     assert head_plan(("LABEL_0", "LABEL_1"), nli_task("b", "a")) == ("keep", None)
     assert head_plan(("0", "1"), nli_task("b", "a")) == ("keep", None)
     assert head_plan(None, nli_task("a", "b")) == ("new", None)
+    regression = Task("sts", "regression", ("text",), None, ("pearson",), ("dev",), "")
+    assert head_plan(("<regression>",), regression) == ("keep", None)
+    assert (
+        head_plan(("a", "b"), regression)[0]
+        == head_plan(("<regression>",), nli_task("a", "b"))[0]
+        == "mismatch"
+    )
 
 
 def test_a_head_with_another_label_count_is_an_error_naming_the_option(tmp_path):

@@ -1,4 +1,8 @@
-"""Finding and loading encoders: the packaged offline MiniLM, local folders, and the hub."""
+"""Finding and loading encoders: the packaged offline MiniLM, local folders, and the hub.
+
+:func:`load_for_task` also makes a checkpoint's classification head meet the task: labels mapped by
+name (rows reordered), or a clear error naming ``--ignore-mismatched-head`` (see :func:`head_plan`).
+"""
 
 from __future__ import annotations
 
@@ -61,6 +65,7 @@ class HeadMismatchError(ValueError):
 
 IGNORE_HEAD_OPTION = "--ignore-mismatched-head (ignore_mismatched_head=True)"
 _UNNAMED = re.compile(r"^(LABEL_)?(\d+)$")
+REGRESSION_HEAD = "<regression>"  # what checkpoint_head returns for a one-output regression head
 
 
 def checkpoint_head(config) -> tuple[str, ...] | None:
@@ -74,9 +79,6 @@ def checkpoint_head(config) -> tuple[str, ...] | None:
         return (REGRESSION_HEAD,)
     id2label = {int(k): str(v) for k, v in (config.id2label or {}).items()}
     return tuple(id2label.get(i, f"LABEL_{i}") for i in range(count))
-
-
-REGRESSION_HEAD = "<regression>"
 
 
 def _unnamed(names: tuple[str, ...]) -> bool:
