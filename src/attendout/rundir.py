@@ -29,8 +29,10 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_SUMMARY",
     "LOCK_FILE",
+    "READABLE_FORMATS",
     "RunBusyError",
     "RunLock",
+    "load_checkpoint",
     "recover_folder",
     "rng_state",
     "save_model_atomic",
@@ -43,8 +45,10 @@ CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "state.pt"
 CHECKPOINT_SUMMARY = "state.json"  # the step of state.pt, readable without loading it
 #: 2: everything in state.pt loads with ``torch.load(..., weights_only=True)`` (tensors, numbers,
-#: strings, lists, dicts): a checkpoint carries no code. Format 1 held numpy and Python objects.
+#: strings, lists, dicts): a checkpoint carries no code. Format 1 held numpy's random state as an
+#: array: it is still read, with numpy's array constructors allowed (:func:`load_checkpoint`).
 CHECKPOINT_FORMAT = 2
+READABLE_FORMATS = (1, 2)
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
@@ -79,6 +83,19 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     np.random.set_state((name, keys, pos, has_gauss, cached))
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+def load_checkpoint(path: Path, map_location: Any = None) -> Any:
+    """``torch.load(path, weights_only=True)``: tensors and plain values only, never code.
+
+    numpy's array constructors are allowed too (numeric arrays only: an array of objects still meets
+    the restricted unpickler), so that a format-1 checkpoint, whose numpy random state is an array,
+    resumes. Anything else pickled raises ``pickle.UnpicklingError``.
+    """
+    numpy_arrays = [np._core.multiarray._reconstruct, np.ndarray, np.dtype]
+    numpy_arrays += [type(np.dtype(np.uint32))]
+    with torch.serialization.safe_globals(numpy_arrays):
+        return torch.load(path, map_location=map_location, weights_only=True)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -54,7 +54,9 @@ from .rundir import (
     CHECKPOINT_FILE,
     CHECKPOINT_FORMAT,
     CHECKPOINT_SUMMARY,
+    READABLE_FORMATS,
     RunLock,
+    load_checkpoint,
     recover_folder,
     rng_state,
     set_rng_state,
@@ -590,14 +592,14 @@ class Trainer:
                 logger.warning("%s has no checkpoint to resume from: the run starts afresh", self.out)
             return None
         try:  # weights_only: tensors and plain values only; a pickled object (code) is refused
-            checkpoint = torch.load(path, map_location=self.device, weights_only=True)
+            checkpoint = load_checkpoint(path, map_location=self.device)
         except pickle.UnpicklingError as error:
             found = re.search(r"Unsupported global: GLOBAL (\S+)|Unsupported operand \d+", str(error))
             what = found.group(1) or found.group(0) if found else str(error).splitlines()[0]
             raise CheckpointError(
                 f"refusing the checkpoint {path}: it holds a pickled Python object ({what}), and loading it "
-                "could run code; attendout's checkpoints hold tensors and plain values only (one written by "
-                "an older attendout cannot be resumed: start afresh without --resume)"
+                "could run code; attendout's checkpoints hold tensors and plain values only (start afresh "
+                "without --resume)"
             ) from None
         except Exception as error:  # a truncated or foreign file
             raise CheckpointError(
@@ -605,9 +607,9 @@ class Trainer:
             ) from None
         if not isinstance(checkpoint, dict):
             raise CheckpointError(f"{path} is not an attendout checkpoint (a {type(checkpoint).__name__})")
-        if checkpoint.get("format") != CHECKPOINT_FORMAT:
+        if checkpoint.get("format") not in READABLE_FORMATS:
             raise CheckpointError(
-                f"{path} has checkpoint format {checkpoint.get('format')!r}, not {CHECKPOINT_FORMAT}"
+                f"{path} has checkpoint format {checkpoint.get('format')!r}, not one of {READABLE_FORMATS}"
             )
         ours, theirs = self._checkpoint_config(), checkpoint["config"]
         differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
