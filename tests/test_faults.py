@@ -132,7 +132,7 @@ def toy(tmp_path_factory):
 def method_flags(method: str, options: dict) -> list[str]:
     flags = ["--method", method]
     for key, value in options.items():
-        flags += [f"--{key.replace('_', '-')}", str(value)]
+        flags.append(f"--{key.replace('_', '-')}={value}")  # =: a value may start with '-'
     return flags
 
 
