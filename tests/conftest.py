@@ -229,3 +229,12 @@ def saved_figures(monkeypatch) -> list:
 def panels(figure) -> list:
     """The visible axes of a figure that hold data (colour bars and hidden spare panels left out)."""
     return [ax for ax in figure.axes if ax.get_visible() and (ax.lines or ax.patches or ax.images)]
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors: one torch thread is faster, and much faster on a loaded machine (no oversubscription)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -23,14 +23,7 @@ from attendout.optim import update
 from attendout.train import Trainer
 from conftest import FAMILIES, save_tiny_model_dir, toy_cli_args, toy_train_config
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one thread is faster, and much faster on a loaded machine (no oversubscription)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def padded_inputs(batch: int = 4, length: int = 10, dim: int = 16, seed: int = 0):

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from attendout.cli import main
 from attendout.experiments import Budget, ExperimentError, ResultsStore, load_experiment
@@ -68,15 +67,6 @@ label_column = "label"
 """
     )
     return path
-
-
-@pytest.fixture
-def one_thread():
-    """Tiny models train much faster on one thread on a busy machine; restore afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _bench_child(argv: list[str], log: str) -> None:

@@ -14,13 +14,7 @@ from attendout.methods import METHODS
 from attendout.train import Trainer
 from conftest import make_batch, no_dropout, save_tiny_model_dir, tiny_model, toy_train_config
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class InOrder(MethodTrainer):
