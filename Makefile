@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.attendout-installed
 
-.PHONY: setup demo test test-all test-matrix lint bench
+.PHONY: setup demo test test-all test-slow test-matrix lint bench
 
 setup: $(STAMP)
 
@@ -25,6 +25,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The long tests only (every method killed at every kill point: tests/test_faults.py, about 9 minutes).
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -m ""
