@@ -118,27 +118,6 @@ class Distributed:
             torch.distributed.all_reduce(tensor)
             tensor.div_(self.world_size)
 
-    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Concatenate every process's ``tensor`` along dim 0, in rank order (itself in one process)."""
-        if self.world_size == 1:
-            return tensor
-        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        torch.distributed.all_gather(parts, tensor.contiguous())
-        return torch.cat(parts)
-
-    def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Rank 0's ``tensor`` on every process (in place)."""
-        if self.world_size > 1:
-            torch.distributed.broadcast(tensor, src=0)
-        return tensor
-
-    @classmethod
-    def current(cls) -> Distributed:
-        """The default process group if one is initialised, else one process."""
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            return cls(torch.distributed.get_rank(), torch.distributed.get_world_size())
-        return cls()
-
 
 @dataclass(frozen=True)
 class StepInfo:

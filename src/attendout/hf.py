@@ -233,8 +233,12 @@ class Trainer(transformers.Trainer):
             self.strategy.after_step(batches, StepInfo(state.global_step - 1, int(state.epoch or 0)))
 
     # evaluation, logs, the final model --------------------------------------------------------------
+    def _eval_model(self) -> nn.Module:
+        """The model to evaluate: the method's choice once training has started (AttendOut: D or A)."""
+        return self.strategy.eval_model() if self._started else self.model
+
     def prediction_step(self, model: nn.Module, *args: Any, **kwargs: Any):
-        chosen = self.strategy.eval_model() if self._started else self.model
+        chosen = self._eval_model()
         return super().prediction_step(model if chosen is self.model else chosen, *args, **kwargs)
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
@@ -244,6 +248,6 @@ class Trainer(transformers.Trainer):
 
     def _keep_eval_model(self) -> None:
         """Leave the better model (AttendOut: of D and A) in ``self.model``, for save_model and evaluate."""
-        chosen = self.strategy.eval_model() if self._started else self.model
+        chosen = self._eval_model()
         if chosen is not self.model:
             self.model.load_state_dict(chosen.state_dict())
