@@ -23,7 +23,11 @@ import numpy as np
 
 __all__ = [
     "CLASSIFICATION",
+    "MULTIPLE_CHOICE",
     "REGRESSION",
+    "TOKEN_CLASSIFICATION",
+    "ChoiceExamples",
+    "TokenExamples",
     "DataError",
     "Examples",
     "LoadOptions",
@@ -55,11 +59,15 @@ class DataError(ValueError):
 
 CLASSIFICATION = "classification"
 REGRESSION = "regression"
+TOKEN_CLASSIFICATION = "token_classification"
+MULTIPLE_CHOICE = "multiple_choice"
 
 # kind -> one-line description of what a label is for that kind
 _KINDS: dict[str, str] = {
     CLASSIFICATION: "one label per example: an index into Task.label_names",
     REGRESSION: "one float per example",
+    TOKEN_CLASSIFICATION: "one tag per word: a list of indices into Task.label_names (TokenExamples)",
+    MULTIPLE_CHOICE: "the index of the right choice among Task.choices (ChoiceExamples)",
 }
 
 
@@ -124,6 +132,46 @@ class Examples:
 
 
 @dataclass(frozen=True)
+class TokenExamples(Examples):
+    """Token classification: ``words[i]`` are example i's words, ``labels[i]`` one tag index per word.
+
+    ``text_a[i]`` is the words joined by single spaces (for display and hashing); ``text_b`` is None.
+    """
+
+    words: list[list[str]] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.words is None:
+            raise DataError("TokenExamples: words is required (one list of words per example)")
+        for i, (words, tags) in enumerate(zip(self.words, self.labels, strict=True)):
+            if len(words) != len(tags):
+                raise DataError(f"TokenExamples: example {i} has {len(words)} words but {len(tags)} tags")
+
+    @classmethod
+    def from_words(cls, words: list[list[str]], labels: list[list[int]], **kwargs: Any) -> TokenExamples:
+        """Examples from words and tag indices; ``text_a`` is made from the words."""
+        return cls(text_a=[" ".join(w) for w in words], text_b=None, labels=labels, words=words, **kwargs)
+
+
+@dataclass(frozen=True)
+class ChoiceExamples(Examples):
+    """Multiple choice: ``text_a[i]`` is the question (or context), ``choices[i]`` its options and
+    ``labels[i]`` the index of the right one. Every example has ``Task.choices`` options (a loader pads
+    a shorter list with empty options, never the answer, and says so)."""
+
+    choices: list[list[str]] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.choices is None:
+            raise DataError("ChoiceExamples: choices is required (one list of options per example)")
+        for i, (options, label) in enumerate(zip(self.choices, self.labels, strict=True)):
+            if not 0 <= int(label) < len(options):
+                raise DataError(f"ChoiceExamples: example {i} has answer {label} but {len(options)} options")
+
+
+@dataclass(frozen=True)
 class TaskData:
     """The data of one task: a train split and the evaluation splits, in the order they are reported.
 
@@ -162,6 +210,7 @@ class Task:
     eval_split_names: tuple[str, ...]
     description: str
     label_range: tuple[float, float] | None = field(default=None)
+    choices: int | None = field(default=None)  # multiple choice: options per example
 
     def __post_init__(self) -> None:
         # Imported here: metrics.py imports this module for DataError and Task.
@@ -174,8 +223,12 @@ class Task:
             raise DataError(f"{where}: kind {self.kind!r} is not one of {', '.join(_KINDS)}")
         if not self.text_fields or not all(isinstance(t, str) and t for t in self.text_fields):
             raise DataError(f"{where}: text_fields must be non-empty names, got {self.text_fields!r}")
-        if self.kind == REGRESSION and self.label_names is not None:
-            raise DataError(f"{where}: a regression task has no label_names, got {self.label_names!r}")
+        if self.kind in (REGRESSION, MULTIPLE_CHOICE) and self.label_names is not None:
+            raise DataError(f"{where}: a {self.kind} task has no label_names, got {self.label_names!r}")
+        if (self.kind == MULTIPLE_CHOICE) != (self.choices is not None):
+            raise DataError(f"{where}: choices (options per example) is for multiple choice, got {self.choices!r}")
+        if self.choices is not None and self.choices < 2:
+            raise DataError(f"{where}: needs at least 2 choices, got {self.choices!r}")
         if self.label_names is not None:
             if len(self.label_names) < 2:
                 raise DataError(f"{where}: needs at least 2 label names, got {self.label_names!r}")
@@ -193,8 +246,9 @@ class Task:
 
     @property
     def num_labels(self) -> int:
-        """Number of outputs of the head: 1 for regression, else the number of label names."""
-        if self.kind == REGRESSION:
+        """Number of outputs of the head: 1 for regression and multiple choice (one score per choice),
+        else the number of label names (per word for token classification)."""
+        if self.kind in (REGRESSION, MULTIPLE_CHOICE):
             return 1
         if self.label_names is None:
             raise DataError(
