@@ -5,6 +5,12 @@ Degenerate inputs give 0.0 rather than NaN, so that model selection never compar
 MCC when a row or column of the confusion matrix is all zero (e.g. constant predictions), F1 when
 there is no positive example and no positive prediction, Pearson/Spearman when either side is
 constant. Inputs that contain NaN still give NaN.
+
+Token classification: :func:`entity_f1`, :func:`entity_precision` and :func:`entity_recall` score
+entities (chunks) as the CoNLL scorer ``conlleval`` does, over sequences of tag names (``O``,
+``B-X``, ``I-X``; IOB1 or IOB2), and :func:`token_accuracy` scores tags one by one over all the
+sequences. The entity metrics give 0.0 where conlleval prints 0: precision when nothing is
+predicted as an entity, recall when the labels have no entity, F1 when both are 0.
 """
 
 from __future__ import annotations
@@ -15,12 +21,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.stats import rankdata
 
-from .core import CLASSIFICATION, REGRESSION, DataError
+from .core import CLASSIFICATION, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
 
 if TYPE_CHECKING:
     from .core import Task
 
-__all__ = ["METRICS", "accuracy", "compute_metrics", "f1", "mcc", "pearson", "register_metric", "spearman"]
+__all__ = [
+    "METRICS",
+    "accuracy",
+    "compute_metrics",
+    "entities",
+    "entity_f1",
+    "entity_precision",
+    "entity_recall",
+    "f1",
+    "mcc",
+    "pearson",
+    "register_metric",
+    "spearman",
+    "token_accuracy",
+]
 
 Metric = Callable[[Any, Any], float]
 
@@ -98,12 +118,108 @@ def spearman(predictions: Any, labels: Any) -> float:
     return pearson(rankdata(p), rankdata(y))
 
 
+# --------------------------------------------------------------------------------------------------
+# Token classification: sequences of tags
+
+
+def _sequences(predictions: Any, labels: Any, name: str) -> tuple[list[list[Any]], list[list[Any]]]:
+    """Both inputs as lists of per-example tag lists, example by example of the same length."""
+    p = [list(seq) for seq in predictions]
+    y = [list(seq) for seq in labels]
+    if len(p) != len(y):
+        raise DataError(f"{name}: {len(p)} predicted sequences but {len(y)} labelled sequences")
+    for i, (ps, ys) in enumerate(zip(p, y, strict=True)):
+        if len(ps) != len(ys):
+            raise DataError(f"{name}: sequence {i} has {len(ps)} predicted tags but {len(ys)} labels")
+    if sum(len(ys) for ys in y) == 0:
+        raise DataError(f"{name}: no tags to score")
+    return p, y
+
+
+def _split_tag(tag: Any, name: str) -> tuple[str, str]:
+    """``"B-PER"`` -> ``("B", "PER")``, ``"O"`` -> ``("O", "")``; anything else is a DataError."""
+    text = str(tag)
+    if text == "O":
+        return "O", ""
+    prefix, dash, kind = text.partition("-")
+    if prefix not in ("B", "I") or not dash or not kind:
+        raise DataError(f"{name}: tag {text!r} is not O, B-<type> or I-<type> (IOB1/IOB2 tags)")
+    return prefix, kind
+
+
+def entities(tags: Any, name: str = "entities") -> set[tuple[str, int, int]]:
+    """The chunks of one tag sequence as ``{(type, first, last)}``, by conlleval's rules.
+
+    A chunk ends before a tag that is ``O`` or ``B-``, or of another type than the chunk; a chunk
+    starts at every ``B-X`` and at an ``I-X`` that follows ``O`` or a tag of another type. So IOB1
+    (``I-X`` opens a chunk, ``B-X`` only between two adjacent chunks of X) and IOB2 are both read,
+    and an "invalid" ``O I-X`` in a prediction counts as a chunk, as conlleval counts it.
+    """
+    found: set[tuple[str, int, int]] = set()
+    start = -1
+    kind = ""
+    prev = "O"
+    for i, tag in enumerate([*tags, "O"]):
+        prefix, this_kind = _split_tag(tag, name)
+        ends = prev != "O" and (prefix in ("O", "B") or this_kind != kind)
+        if ends:
+            found.add((kind, start, i - 1))
+        if prefix == "B" or (prefix == "I" and (prev == "O" or this_kind != kind)):
+            start = i
+        prev, kind = prefix, this_kind
+    return found
+
+
+def _entity_counts(predictions: Any, labels: Any, name: str) -> tuple[int, int, int]:
+    """(correct, predicted, true) entity counts over all sequences."""
+    p, y = _sequences(predictions, labels, name)
+    correct = found = true = 0
+    for ps, ys in zip(p, y, strict=True):
+        guessed = entities(ps, name)
+        gold = entities(ys, name)
+        correct += len(guessed & gold)
+        found += len(guessed)
+        true += len(gold)
+    return correct, found, true
+
+
+def entity_precision(predictions: Any, labels: Any) -> float:
+    """Micro precision of predicted entities (exact type and span); 0.0 when none is predicted."""
+    correct, found, _ = _entity_counts(predictions, labels, "entity_precision")
+    return 0.0 if found == 0 else correct / found
+
+
+def entity_recall(predictions: Any, labels: Any) -> float:
+    """Micro recall of true entities (exact type and span); 0.0 when the labels have none."""
+    correct, _, true = _entity_counts(predictions, labels, "entity_recall")
+    return 0.0 if true == 0 else correct / true
+
+
+def entity_f1(predictions: Any, labels: Any) -> float:
+    """Micro F1 of entities as conlleval computes it: 2 P R / (P + R); 0.0 when P + R is 0."""
+    correct, found, true = _entity_counts(predictions, labels, "entity_f1")
+    precision = 0.0 if found == 0 else correct / found
+    recall = 0.0 if true == 0 else correct / true
+    return 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
+
+
+def token_accuracy(predictions: Any, labels: Any) -> float:
+    """Fraction of tags equal to their label, over the tags of all sequences together."""
+    p, y = _sequences(predictions, labels, "token_accuracy")
+    right = sum(int(a == b) for ps, ys in zip(p, y, strict=True) for a, b in zip(ps, ys, strict=True))
+    return right / sum(len(ys) for ys in y)
+
+
 METRICS: dict[str, Metric] = {
     "accuracy": accuracy,
     "f1": f1,
     "mcc": mcc,
     "pearson": pearson,
     "spearman": spearman,
+    "entity_f1": entity_f1,
+    "entity_precision": entity_precision,
+    "entity_recall": entity_recall,
+    "token_accuracy": token_accuracy,
 }
 
 
@@ -114,16 +230,43 @@ def register_metric(name: str, metric: Metric) -> None:
     METRICS[name] = metric
 
 
+def _tag_names(task: Task, sequences: Any, what: str) -> list[list[str]]:
+    """Per-example tag lists with indices replaced by ``task.label_names`` (names kept as they are)."""
+    names = task.label_names
+    out: list[list[str]] = []
+    for i, seq in enumerate(sequences):
+        row: list[str] = []
+        for tag in seq:
+            if isinstance(tag, str):
+                row.append(tag)
+                continue
+            index = int(tag)
+            if names is None or not 0 <= index < len(names):
+                count = 0 if names is None else len(names)
+                raise DataError(
+                    f"task {task.name!r}: {what} of example {i} has tag index {index}, outside 0..{count - 1}"
+                )
+            row.append(names[index])
+        out.append(row)
+    return out
+
+
 def compute_metrics(task: Task, predictions: Any, labels: Any) -> dict[str, float]:
     """All of ``task.metrics`` (in order: the first is the main one) as ``{name: value}``.
 
     predictions: classification -> class indices [N], or scores/logits [N, num_labels] (argmax is
-    taken); regression -> floats [N] or [N, 1]. Other kinds are passed to their metrics unchanged.
+    taken); regression -> floats [N] or [N, 1]; multiple choice -> choice indices [N], or scores
+    [N, choices] (argmax); token classification -> one list of tags per example (tag indices into
+    ``task.label_names``, or tag names), labels the same: indices are turned into names before the
+    metrics see them. Other kinds are passed to their metrics unchanged.
     """
-    if task.kind == CLASSIFICATION:
+    if task.kind in (CLASSIFICATION, MULTIPLE_CHOICE):
         predictions = np.asarray(predictions)
         if predictions.ndim == 2:
             predictions = predictions.argmax(axis=-1)
+    elif task.kind == TOKEN_CLASSIFICATION:
+        predictions = _tag_names(task, predictions, "predictions")
+        labels = _tag_names(task, labels, "labels")
     elif task.kind == REGRESSION:
         predictions = np.asarray(predictions, dtype=np.float64)
         if predictions.ndim == 2 and predictions.shape[1] == 1:
