@@ -66,19 +66,54 @@ class HeadMismatchError(ValueError):
 IGNORE_HEAD_OPTION = "--ignore-mismatched-head (ignore_mismatched_head=True)"
 _UNNAMED = re.compile(r"^(LABEL_)?(\d+)$")
 REGRESSION_HEAD = "<regression>"  # what checkpoint_head returns for a one-output regression head
+CHOICE_HEAD = "<choice>"  # what checkpoint_head returns for a multiple-choice head (one score per option)
 
 
-def checkpoint_head(config) -> tuple[str, ...] | None:
-    """The label names of a checkpoint's sequence-classification head (``("<regression>",)`` for a
-    one-output regression head), or None when the checkpoint has no such head (a bare encoder)."""
+#: The ``transformers`` head class of each task kind (its Auto class name), and the architecture suffix
+#: of a checkpoint that has such a head.
+HEAD_CLASSES = {
+    "classification": "AutoModelForSequenceClassification",
+    "regression": "AutoModelForSequenceClassification",
+    "token_classification": "AutoModelForTokenClassification",
+    "multiple_choice": "AutoModelForMultipleChoice",
+}
+
+
+def _architecture_suffix(kind: str) -> str:
+    return HEAD_CLASSES[kind].removeprefix("AutoModel")
+
+
+def head_class(config):
+    """The ``transformers`` Auto class that loads a fine-tuned checkpoint with its own head (by its
+    ``architectures``: token classification, multiple choice, else sequence classification)."""
+    import transformers
+
+    architectures = [str(a) for a in getattr(config, "architectures", None) or []]
+    for kind in ("token_classification", "multiple_choice"):
+        if any(a.endswith(_architecture_suffix(kind)) for a in architectures):
+            return getattr(transformers, HEAD_CLASSES[kind])
+    return transformers.AutoModelForSequenceClassification
+
+
+def checkpoint_head(config, kind: str = "classification") -> tuple[str, ...] | None:
+    """The label names of a checkpoint's head of the task kind's class (``("<regression>",)`` for a
+    one-output regression head; ``("<choice>",)`` for a multiple-choice head), or None when the
+    checkpoint has no such head (a bare encoder, or a head of another kind)."""
     architectures = getattr(config, "architectures", None) or []
-    if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+    if not any(str(a).endswith(_architecture_suffix(kind)) for a in architectures):
         return None
+    if kind == "multiple_choice":
+        return (CHOICE_HEAD,)
     count = int(config.num_labels)
     if count == 1 or getattr(config, "problem_type", None) == "regression":
         return (REGRESSION_HEAD,)
     id2label = {int(k): str(v) for k, v in (config.id2label or {}).items()}
     return tuple(id2label.get(i, f"LABEL_{i}") for i in range(count))
+
+
+def _has_a_head(config) -> bool:
+    """Whether the checkpoint was saved with a task head (``BertFor...``), not as a bare encoder."""
+    return any("For" in str(a) for a in getattr(config, "architectures", None) or [])
 
 
 def _unnamed(names: tuple[str, ...]) -> bool:
@@ -97,6 +132,8 @@ def head_plan(theirs: tuple[str, ...] | None, task) -> tuple[str, list[int] | No
     """
     if theirs is None:
         return "new", None
+    if task.kind == "multiple_choice":
+        return "keep", None  # one score per option: nothing to match
     if task.kind == "regression":
         return ("keep", None) if theirs == (REGRESSION_HEAD,) else ("mismatch", None)
     ours = tuple(task.label_names)
@@ -171,38 +208,57 @@ def load_for_task(
     ``kwargs`` go to ``from_pretrained`` (``attn_implementation``, ``dtype``...). A hub name without
     internet fails with the hub's own error, prefixed with a hint at local alternatives.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    import transformers
+    from transformers import AutoConfig, AutoTokenizer
 
-    if task.kind not in ("classification", "regression"):
+    if task.kind not in HEAD_CLASSES:
         raise ValueError(
-            f"task {task.name!r} has kind {task.kind!r}; the fine-tuning loop supports classification and regression"
+            f"task {task.name!r} has kind {task.kind!r}; the fine-tuning loop supports {', '.join(HEAD_CLASSES)}"
         )
+    auto_class = getattr(transformers, HEAD_CLASSES[task.kind])
     path, description = resolve_model(name)
-    head = {"num_labels": task.num_labels}
+    head: dict = {}
     if task.kind == "regression":
-        head["problem_type"] = "regression"
-    else:
-        head["id2label"] = dict(enumerate(task.label_names))
-        head["label2id"] = {label: i for i, label in enumerate(task.label_names)}
-        head["problem_type"] = "single_label_classification"
+        head = {"num_labels": 1, "problem_type": "regression"}
+    elif task.kind in ("classification", "token_classification"):
+        head = {
+            "num_labels": task.num_labels,
+            "id2label": dict(enumerate(task.label_names)),
+            "label2id": {label: i for i, label in enumerate(task.label_names)},
+        }
+        if task.kind == "classification":
+            head["problem_type"] = "single_label_classification"
     try:
         config = AutoConfig.from_pretrained(path)
-        theirs = checkpoint_head(config)
+        theirs = checkpoint_head(config, task.kind)
         plan, order = head_plan(theirs, task)
-        ours = (REGRESSION_HEAD,) if task.kind == "regression" else tuple(task.label_names)
+        ours = {"regression": (REGRESSION_HEAD,), "multiple_choice": (CHOICE_HEAD,)}.get(task.kind) or tuple(
+            task.label_names
+        )
         if plan == "mismatch" and not ignore_mismatched_head:
             raise HeadMismatchError(
                 f"model {name!r} has a classification head for {_shown(theirs)}, but task {task.name!r} has "
                 f"{_shown(ours)}; pass {IGNORE_HEAD_OPTION} to start a new head"
             )
         tokenizer = AutoTokenizer.from_pretrained(path)
-        extra = {"ignore_mismatched_sizes": True} if plan == "mismatch" else {}
-        model = AutoModelForSequenceClassification.from_pretrained(path, **head, **extra, **kwargs)
+        # A head of another kind (a sentence classifier's for a token task): a fresh head, never its rows.
+        other_head = plan == "new" and _has_a_head(config)
+        extra = {"ignore_mismatched_sizes": True} if plan == "mismatch" or other_head else {}
+        model = auto_class.from_pretrained(path, **head, **extra, **kwargs)
     except OSError as error:
         raise ModelNotFoundError(
             f"could not load model {name!r} ({error.__class__.__name__}: {str(error).splitlines()[0]}); "
             f"offline, use a local folder or the packaged default --model minilm"
         ) from error
+    if other_head:
+        reinit_head(model)
+        logger.warning(
+            "model %s: new %s head for task %s; the checkpoint's head (%s) is not used",
+            name,
+            task.kind,
+            task.name,
+            ", ".join(config.architectures),
+        )
     if plan == "permute" and order is not None:
         permute_head(model, order)
         logger.warning(

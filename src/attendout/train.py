@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 
 from . import methods as methods_mod
 from .contract import Distributed, LoopContext, StepInfo
-from .encoding import Encoded, predict_batches
+from .encoding import TRUNCATIONS, Encoded, encode, head_tail_sizes, predict_batches
 from .models import load_for_task
 from .optim import TrainingError, adamw, autocast_dtype, linear_schedule, update
 from .rundir import (
@@ -147,6 +147,21 @@ class TrainConfig:
         default=None, metadata={"help": "one or two text columns of the files"}
     )
     label_column: str | None = field(default=None, metadata={"help": "label column of the files"})
+    label_kind: str | None = field(
+        default=None,
+        metadata={
+            "help": "what the files' labels are (task 'file'): classification (default), regression (a "
+            "float per row; Pearson, Spearman) or token_classification (CoNLL-style columns)"
+        },
+    )
+    token_column: int | None = field(
+        default=None,
+        metadata={"help": "token files: the 0-based column of the words (default 0)"},
+    )
+    tag_column: int | None = field(
+        default=None,
+        metadata={"help": "token files: the 0-based column of the tags (default: the last)"},
+    )
     drop_bad_rows: bool = field(
         default=False,
         metadata={
@@ -164,6 +179,18 @@ class TrainConfig:
     )
     max_length: int = field(
         default=128, metadata={"help": "maximum tokens per example (longer ones are truncated)"}
+    )
+    truncation: str = field(
+        default="auto",
+        metadata={
+            "help": "texts longer than max_length: head-tail (keep the first quarter and the last three "
+            "quarters of the window; 'auto' = head-tail for single texts, head for pairs), head, or sliding "
+            "(windows with --window-stride pieces of overlap; a document's logits are its windows' mean)"
+        },
+    )
+    window_stride: int | None = field(
+        default=None,
+        metadata={"help": "sliding windows: pieces of overlap between windows (default max_length / 4)"},
     )
     # optimisation
     epochs: float = field(default=3.0, metadata={"help": "training epochs (ignored when max_steps is set)"})
@@ -247,6 +274,13 @@ class TrainConfig:
                 "at least 1",
             ),
             (self.precision in ("fp32", "bf16", "fp16"), "precision", self.precision, "fp32, bf16 or fp16"),
+            (self.truncation in TRUNCATIONS, "truncation", self.truncation, " or ".join(TRUNCATIONS)),
+            (
+                self.window_stride is None or self.truncation == "sliding",
+                "window_stride",
+                self.window_stride,
+                "left out unless truncation is 'sliding'",
+            ),
         ]
         for ok, name, value, rule in checks:
             if not ok:
@@ -259,6 +293,7 @@ class TrainConfig:
 
     def load_data(self) -> tuple[Task, TaskData]:
         """The task and its data, from the sources this config names."""
+        token_files = {"token_column": self.token_column, "tag_column": self.tag_column}
         return load_task_data(
             self.task,
             data_dir=self.data_dir,
@@ -267,7 +302,9 @@ class TrainConfig:
             eval_files=self.eval_files,
             text_columns=self.text_columns,
             label_column=self.label_column,
+            kind=self.label_kind,
             drop_bad_rows=self.drop_bad_rows,
+            **{k: v for k, v in token_files.items() if v is not None},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -376,13 +413,9 @@ class Trainer:
         self.model.to(self.device)
         self.method_config = config.method_config()
 
-        regression = task.kind == "regression"
-        self.train_set = Encoded(self.train_examples, self.tokenizer, config.max_length, regression)
-        self.validation_set = Encoded(self.validation_examples, self.tokenizer, config.max_length, regression)
-        self.eval_sets = {
-            name: Encoded(ex, self.tokenizer, config.max_length, regression)
-            for name, ex in self.eval_examples.items()
-        }
+        self.train_set = self.encode(self.train_examples)
+        self.validation_set = self.encode(self.validation_examples)
+        self.eval_sets = {name: self.encode(ex) for name, ex in self.eval_examples.items()}
 
         self.steps_per_epoch = math.ceil(len(self.train_set) / config.batch_size)
         self.total_steps = config.max_steps or max(1, math.ceil(config.epochs * self.steps_per_epoch))
@@ -418,6 +451,23 @@ class Trainer:
             raise
 
     # setup ----------------------------------------------------------------------------------
+    def encode(self, examples: Examples) -> Encoded:
+        """``examples`` tokenised for the task's kind with this run's length and truncation."""
+        c = self.config
+        return encode(examples, self.task, self.tokenizer, c.max_length, c.truncation, c.window_stride)
+
+    def truncation_summary(self) -> dict[str, Any]:
+        """How texts longer than max_length were cut, and how many were, per split (the run's config)."""
+        sets = {"train": self.train_set, "validation": self.validation_set, **self.eval_sets}
+        summary: dict[str, Any] = {"strategy": self.train_set.truncation, "max_length": self.config.max_length}
+        if self.train_set.truncation == "head-tail":
+            summary["head"], summary["tail"] = head_tail_sizes(self.config.max_length)
+        if self.train_set.truncation == "sliding":
+            summary["stride"] = self.train_set.stride
+            summary["windows"] = {name: len(data) for name, data in sets.items()}
+        summary["cut"] = {name: data.cut for name, data in sets.items()}
+        return summary
+
     def _check_output_dir(self) -> None:
         if (self.out / "results.json").exists() and not self.config.overwrite:
             raise RunExistsError(
@@ -452,8 +502,8 @@ class Trainer:
     def _write_config(self) -> None:
         if not self.is_main:
             return
-        sizes = {"train": len(self.train_set), "validation": len(self.validation_set)}
-        sizes.update({name: len(s) for name, s in self.eval_sets.items()})
+        sizes = {"train": self.train_set.examples_count(), "validation": self.validation_set.examples_count()}
+        sizes.update({name: s.examples_count() for name, s in self.eval_sets.items()})
         write_json_atomic(
             self.out / "config.json",
             {
@@ -462,6 +512,7 @@ class Trainer:
                 "data_source": self.data_source,
                 "sizes": sizes,
                 "model_description": self.model_description,
+                "truncation": self.truncation_summary(),
                 "model_dropout": self.config.method_config().model_dropout,
                 "total_steps": self.total_steps,
                 "steps_per_epoch": self.steps_per_epoch,
@@ -763,21 +814,14 @@ class Trainer:
         return self.finish(train_time)
 
     # evaluation -----------------------------------------------------------------------------
-    def predict(self, data: Encoded) -> tuple[np.ndarray, np.ndarray, float | None]:
-        """(predictions, scores, mean loss): class indices and probabilities, or regression values."""
+    def predict(self, data: Encoded) -> tuple[Any, Any, float | None]:
+        """(predictions, scores, mean loss) as :func:`~attendout.encoding.predict_batches` gives them."""
         model = self.strategy.eval_model()
-        return predict_batches(
-            model,
-            data,
-            self.config.eval_batch_size,
-            self.device,
-            self.autocast_dtype,
-            regression=self.task.kind == "regression",
-        )
+        return predict_batches(model, data, self.config.eval_batch_size, self.device, self.autocast_dtype)
 
-    def evaluate(self, data: Encoded) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    def evaluate(self, data: Encoded) -> tuple[dict[str, float], Any, Any]:
         preds, scores, loss = self.predict(data)
-        metrics = compute_metrics(self.task, preds, data.labels.numpy())
+        metrics = compute_metrics(self.task, preds, data.gold)
         return {**metrics, "loss": loss}, preds, scores
 
     def validate(self) -> dict[str, float]:
@@ -837,7 +881,7 @@ class Trainer:
         for name, data in self.eval_sets.items():
             metrics, preds, scores = self.evaluate(data)
             evaluations[name] = metrics
-            self._write_predictions(name, preds, scores, data.labels.numpy())
+            self._write_predictions(name, preds, scores, data.gold)
         results = {
             "task": self.task.name,
             "method": self.config.method,
@@ -868,16 +912,15 @@ class Trainer:
         self.distributed.barrier()  # no process returns before the run is complete on disk
         return results
 
-    def _write_predictions(
-        self, split: str, preds: np.ndarray, scores: np.ndarray, labels: np.ndarray
-    ) -> None:
+    def _write_predictions(self, split: str, preds: Any, scores: Any, labels: Any) -> None:
         if not self.is_main:
             return
         path = self.out / "predictions" / f"{split}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
+        rows = (_as_list(preds), _as_list(scores), _as_list(labels))
         with open(tmp, "w") as f:
-            for i, (p, s, y) in enumerate(zip(preds.tolist(), scores.tolist(), labels.tolist(), strict=True)):
+            for i, (p, s, y) in enumerate(zip(*rows, strict=True)):
                 f.write(json.dumps({"index": i, "prediction": p, "label": y, "score": s}) + "\n")
         os.replace(tmp, path)
 
@@ -909,6 +952,10 @@ def format_results(results: dict[str, Any]) -> str:
             f"| {split} | " + " | ".join(f"{metrics.get(n, float('nan')):.4f}" for n in names) + " |"
         )
     return note + "\n".join(lines)
+
+
+def _as_list(values: Any) -> list[Any]:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
 
 
 def _version() -> str:

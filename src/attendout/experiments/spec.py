@@ -98,7 +98,14 @@ FINGERPRINT_EXCLUDE = frozenset(NEUTRAL_OPTIONS)
 #: value an option is left out of the fingerprint, so adding an option does not turn every finished
 #: cell stale (hours of compute). A new TrainConfig field goes here or into NEUTRAL_OPTIONS; a test
 #: lists the fingerprinted fields to make sure of it.
-FINGERPRINT_NEUTRAL: dict[str, Any] = {"early_stopping_patience": None}
+FINGERPRINT_NEUTRAL: dict[str, Any] = {
+    "early_stopping_patience": None,
+    "label_kind": None,
+    "token_column": None,
+    "tag_column": None,
+    "truncation": "auto",
+    "window_stride": None,
+}
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 _EXPERIMENT_KEYS = ("name", "description", "seeds", "data_seed", "baseline", "recipe", "tuning", "results")
 _TOP_LEVEL = ("experiment", "training", "models", "tasks", "methods")

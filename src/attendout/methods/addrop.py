@@ -119,7 +119,7 @@ TASK_LAYERS = "task"
 #: Tasks whose search script in the authors' code (TaoYang225/AD-DROP, ``<task>/run_addrop.sh``) sets
 #: ``MASK_LAYERS`` to every layer; every other script (SST-2, STS-B, QNLI, QQP, MNLI) sets "0", as
 #: does the ``--mask_layers`` default of their ``main.py``.
-ALL_LAYER_TASKS = frozenset({"cola", "mrpc", "rte"})
+ALL_LAYER_TASKS = frozenset({"cola", "mrpc", "rte", "conll2003"})
 
 __all__ = [
     "ALL_LAYER_TASKS",
@@ -225,7 +225,8 @@ class Attribution:
 
     scores:    layer -> (B, H, L, L) float32 attribution of each attention position.
     probs:     layer -> (B, H, L, L) attention weights of the attribution pass (detached).
-    predicted: (B,) predicted labels whose logit was attributed (None for regression, aa and rd).
+    predicted: (B,) predicted labels whose logit was attributed ((B, L) tags for token classification;
+               None for regression, aa and rd).
     logits:    (B, C) logits of the attribution pass (None for rd).
     """
 
@@ -254,24 +255,43 @@ def _model_inputs(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in batch.items() if k != "labels"}
 
 
-def _is_regression(model: nn.Module) -> bool:
+def _head_kind(model: nn.Module, logits: torch.Tensor) -> str:
+    """What the model's output is: ``token`` (B, L, T) tags, ``choice`` (B, C) option scores,
+    ``regression`` (one output), or ``classification``."""
+    if logits.dim() == 3:
+        return "token"
+    if type(model).__name__.endswith("ForMultipleChoice"):
+        return "choice"
     config = model.config
-    return getattr(config, "problem_type", None) == "regression" or getattr(config, "num_labels", 2) == 1
+    if getattr(config, "problem_type", None) == "regression" or getattr(config, "num_labels", 2) == 1:
+        return "regression"
+    return "classification"
 
 
 def _target(model: nn.Module, logits: torch.Tensor, batch: Mapping[str, torch.Tensor], label):
-    """(scalar to attribute, predicted labels): the summed logit of each example's label, or -gold loss.
+    """(scalar to attribute, predicted labels) for the model's kind of output.
 
-    Summing over the batch keeps every example's attribution its own (an example's logit depends on its
-    own attention only). For regression the target is minus the squared error to the gold value, so
-    a high attribution means "helps fit the label", as a high logit attribution means "supports it".
+    * classification and multiple choice: the summed logit of each example's predicted label (option);
+      summing over the batch keeps every example's attribution its own (an example's logit depends on
+      its own attention only);
+    * token classification, as the authors' NER code (``ner/self_transformers/trainer.py`` of
+      TaoYang225/AD-DROP): minus the mean cross-entropy of every real (non-padding) token's predicted
+      tag, so that a high attribution means "supports the predicted tags";
+    * regression: minus the squared error to the gold value, so a high attribution means "helps fit
+      the label", as a high logit attribution means "supports it".
     """
-    if _is_regression(model):
+    kind = _head_kind(model, logits)
+    if kind == "regression":
         if "labels" not in batch:
             raise ValueError("addrop: attribution of a regression model needs the gold 'labels' in the batch")
         gold = batch["labels"].to(logits.dtype).view_as(logits.squeeze(-1))
         return -((logits.squeeze(-1) - gold) ** 2).sum(), None
-    predicted = logits.detach().argmax(-1) if label is None else label  # (B,)
+    predicted = logits.detach().argmax(-1) if label is None else label  # (B,) or (B, L)
+    if kind == "token":
+        mask = batch.get("attention_mask")
+        real = torch.ones_like(predicted, dtype=torch.bool) if mask is None else mask.bool()
+        cross_entropy = torch.nn.functional.cross_entropy(logits.transpose(1, 2), predicted, reduction="none")
+        return -(cross_entropy * real).sum() / real.sum().clamp(min=1), predicted
     return logits.gather(-1, predicted[:, None]).sum(), predicted
 
 
@@ -539,6 +559,7 @@ def _key_valid(batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
     mask = batch.get("attention_mask")
     if mask is None:
         mask = torch.ones_like(ids)
+    mask = mask.reshape(-1, mask.shape[-1])  # multiple choice: (B, C, L) -> the encoder's (B * C, L)
     b, length = mask.shape
     return mask.bool()[:, None, None, :].expand(b, 1, length, length)
 

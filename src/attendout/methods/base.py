@@ -267,10 +267,9 @@ class TrainingStrategy:
 
     def load_best(self, path: Path) -> None:
         """Load the checkpoint that :meth:`save_model` wrote in ``path`` back into ``eval_model``."""
-        from transformers import AutoModelForSequenceClassification
-
-        best = AutoModelForSequenceClassification.from_pretrained(path)
-        self.eval_model().load_state_dict(best.state_dict())
+        model = self.eval_model()
+        best = type(model).from_pretrained(path)  # the model's own head class (any task kind)
+        model.load_state_dict(best.state_dict())
 
 
 def prepare(model: nn.Module, config: MethodConfig | str, **options: Any) -> TrainingStrategy:

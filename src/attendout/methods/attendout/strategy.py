@@ -105,10 +105,24 @@ def score_gap(
     gaps = []
     for _ in range(draws):
         rows = torch.randint(0, count, (count,), generator=rng).numpy()
-        a = compute_metrics(task, attacker.predictions[rows], labels[rows])[metric]
-        d = compute_metrics(task, defender.predictions[rows], labels[rows])[metric]
+        a = compute_metrics(task, _rows(attacker.predictions, rows), _rows(labels, rows))[metric]
+        d = compute_metrics(task, _rows(defender.predictions, rows), _rows(labels, rows))[metric]
         gaps.append(float(np.nan_to_num(a)) - float(np.nan_to_num(d)))
     return gap, float(np.std(gaps))
+
+
+def _objects(rows: list[Any]) -> np.ndarray:
+    """A 1-D object array of per-sample lists (np.array would stack equal-length lists into 2-D)."""
+    out = np.empty(len(rows), dtype=object)
+    for i, row in enumerate(rows):
+        out[i] = row
+    return out
+
+
+def _rows(values: np.ndarray, rows: np.ndarray) -> Any:
+    """``values[rows]``; per-sample lists (token tags) as a list, as the metrics take them."""
+    picked = values[rows]
+    return list(picked) if picked.dtype == object else picked
 
 
 def copy_optimizer_state(source: torch.optim.Optimizer, target: torch.optim.Optimizer) -> None:
@@ -190,9 +204,9 @@ class AttendOutStrategy(TrainingStrategy):
         self.attacker_train = loop.wrap(self.attacker)  # DDP in several processes: A's gradients averaged
 
         self.task = loop.task if loop.task is not None else task_of(self.defender)
-        if config.reward == "correct" and self.task.kind != "classification":
+        if config.reward == "correct" and self.task.kind == "regression":
             raise ValueError(
-                f"attendout: reward 'correct' needs a classification task; {self.task.name!r} is not"
+                f"attendout: reward 'correct' needs labels to be right or wrong; {self.task.name!r} is regression"
             )
         self.source = self._validation_source(loop)
         self.rng = torch.Generator().manual_seed(loop.seed + 1)  # the games' samples and the winner draws
@@ -238,7 +252,9 @@ class AttendOutStrategy(TrainingStrategy):
         if loop is None:
             raise RuntimeError("attendout: call strategy.start(LoopContext(...)) before training")
         batch = {k: v.to(loop.device) for k, v in concat_batches(micro_batches).items()}
-        inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
+        # The encoder's rows: multiple choice's (B, C, L) inputs are B * C sequences to the encoder.
+        inputs = {k: batch[k].reshape(-1, batch[k].shape[-1]) for k in MODEL_INPUTS if k in batch}
+        per_example = rows_of(inputs) // rows_of(batch)  # encoder rows per example (C, or 1)
         token_valid = inputs["attention_mask"].bool()  # (B, L)
         sample = self.policy.sample(self.generator_input(inputs), token_valid)
         sizes = [rows_of(part) for part in micro_batches]
@@ -246,6 +262,7 @@ class AttendOutStrategy(TrainingStrategy):
         parts = [{k: v[a : a + n] for k, v in batch.items()} for a, n in zip(starts, sizes, strict=True)]
 
         def attacker_edits(part: dict[str, torch.Tensor], rows: slice) -> dict[str, Any]:
+            rows = slice(rows.start * per_example, rows.stop * per_example)
             edits = {
                 layer: AttentionEdit(drop_scores=mask[rows][:, None])  # (b, 1, L, L): every head alike
                 for layer, mask in sample.masks.items()
@@ -323,10 +340,18 @@ class AttendOutStrategy(TrainingStrategy):
 
     @torch.no_grad()
     def score(self, model: nn.Module, data: Any, indices: list[int]) -> GameScores:
-        """``model``'s per-sample score (reward kind) and main metric on ``data[indices]``, in eval mode."""
+        """``model``'s per-sample score (reward kind) and main metric on ``data[indices]``, in eval mode.
+
+        Per-sample scores by task kind: classification and multiple choice, the gold label's (option's)
+        log-probability (or 0/1 correctness, reward 'correct'); regression, minus the squared error;
+        token classification, the mean log-probability of the gold tags of the sample's words (each on
+        its first word piece; 'correct': the share of words tagged right).
+        """
         model.eval()
-        per_sample, predictions = [], []
-        regression = self.task.kind == "regression"
+        per_sample: list[torch.Tensor] = []
+        predictions: list[Any] = []
+        golds: list[Any] = []
+        kind = self.task.kind
         loop = self.loop
         size = loop.eval_batch_size
         for start in range(0, len(indices), size):
@@ -334,22 +359,38 @@ class AttendOutStrategy(TrainingStrategy):
             labels = batch.pop("labels").to(loop.device)
             with loop.autocast():
                 logits = model(**{k: v.to(loop.device) for k, v in batch.items()}).logits.float()
-            if regression:
+            if kind == "regression":
                 values = logits.squeeze(-1)  # (b,)
                 per_sample.append(-((values - labels) ** 2))
-                predictions.append(values)
-            else:
-                log_p = torch.log_softmax(logits, dim=-1)  # (b, C)
+                predictions.append(values.cpu())
+                golds.append(labels.cpu())
+            elif logits.dim() == 3:  # token classification: (b, L, T), labels (b, L) with -100 off words
+                log_p = torch.log_softmax(logits, dim=-1)
+                words = labels >= 0
+                predicted = log_p.argmax(-1)
+                if self.config.reward == "correct":
+                    hits = (predicted == labels) & words
+                else:
+                    hits = log_p.gather(-1, labels.clamp(min=0)[..., None]).squeeze(-1) * words
+                per_sample.append(hits.float().sum(1) / words.sum(1).clamp(min=1))
+                for row in range(len(labels)):
+                    predictions.append(predicted[row][words[row]].tolist())
+                    golds.append(labels[row][words[row]].tolist())
+            else:  # classification (b, C) or multiple choice (b, options)
+                log_p = torch.log_softmax(logits, dim=-1)
                 predicted = log_p.argmax(-1)
                 if self.config.reward == "correct":
                     per_sample.append((predicted == labels).float())
                 else:
                     per_sample.append(log_p.gather(1, labels[:, None]).squeeze(1))
-                predictions.append(predicted)
-        labels = data.labels[indices].numpy()
-        preds = torch.cat(predictions).cpu().numpy()
-        metric = compute_metrics(self.task, preds, labels)[self.task.metrics[0]]
-        return GameScores(torch.cat(per_sample).cpu(), float(np.nan_to_num(metric)), preds, labels)
+                predictions.append(predicted.cpu())
+                golds.append(labels.cpu())
+        if kind == "token_classification":
+            preds, gold = _objects(predictions), _objects(golds)
+        else:
+            preds, gold = torch.cat(predictions).numpy(), torch.cat(golds).numpy()
+        metric = compute_metrics(self.task, list(preds) if kind == "token_classification" else preds, gold)
+        return GameScores(torch.cat(per_sample).cpu(), float(np.nan_to_num(metric[self.task.metrics[0]])), preds, gold)
 
     def pick_attacker(self, gap: float, error: float) -> tuple[bool, float]:
         """Sample the winner: P(A) = sigmoid(z / reinit_temperature), z = gap / error (A minus D, in

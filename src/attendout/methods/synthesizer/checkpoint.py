@@ -175,7 +175,9 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> n
     """Load a fine-tuned model from a run's ``model/`` folder, synthesized or plain (eval mode)."""
     if is_synthesized_checkpoint(path):
         return load_synthesized(path, device)
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(path)
+    from ...models import head_class
+
+    model = head_class(transformers.AutoConfig.from_pretrained(path)).from_pretrained(path)
     return model.to(device).eval()
 
 
