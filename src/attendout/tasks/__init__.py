@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from . import glue as glue
 from . import rotten_tomatoes as rotten_tomatoes
+from . import tokens as tokens
 from .core import (
     CLASSIFICATION,
     MULTIPLE_CHOICE,
@@ -39,7 +40,21 @@ from .core import (
     subsample,
 )
 from .loading import FILE_TASK, load_task_data
-from .metrics import METRICS, accuracy, compute_metrics, f1, mcc, pearson, register_metric, spearman
+from .metrics import (
+    METRICS,
+    accuracy,
+    compute_metrics,
+    entity_f1,
+    entity_precision,
+    entity_recall,
+    f1,
+    mcc,
+    pearson,
+    register_metric,
+    spearman,
+    token_accuracy,
+)
+from .tokens import iob1_to_iob2, read_conll
 
 DEFAULT_TASK = "rotten-tomatoes"
 
@@ -62,8 +77,12 @@ __all__ = [
     "accuracy",
     "carve_validation",
     "compute_metrics",
+    "entity_f1",
+    "entity_precision",
+    "entity_recall",
     "f1",
     "get_task",
+    "iob1_to_iob2",
     "known_kinds",
     "list_tasks",
     "load_task_data",
@@ -71,7 +90,9 @@ __all__ = [
     "pearson",
     "register_kind",
     "register_metric",
+    "read_conll",
     "register_task",
     "spearman",
     "subsample",
+    "token_accuracy",
 ]

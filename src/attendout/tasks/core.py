@@ -282,6 +282,8 @@ class LoadOptions:
     group_column: str | None = None
     metrics: tuple[str, ...] | None = None
     drop_bad_rows: bool = False
+    token_column: int | None = None  # token files (CoNLL columns): 0-based, negative from the end
+    tag_column: int | None = None
 
 
 # A loader reads the data of a task: (task, options) -> (task as loaded, data). The returned task

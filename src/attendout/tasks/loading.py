@@ -16,12 +16,24 @@ task; a ``.tsv`` override of a GLUE task with no column options is read in that 
 
 Labels: classification labels are matched against the label names (``label_names``, else the
 built-in task's, else the sorted set of labels seen in the train file: numerically sorted when all
-are integers); an integer ``0..num_labels-1`` is also accepted as a class index.
+are integers); an integer ``0..num_labels-1`` is also accepted as a class index. A classification
+file whose labels are all numbers, some of them fractions (an STS-style score column), is refused
+with a pointer to ``kind="regression"`` (CLI ``--label-kind regression``; metrics Pearson, Spearman).
+
+Token files (``kind="token_classification"``, or ``token_column``/``tag_column`` given): CoNLL-style
+columns read by :func:`attendout.tasks.tokens.read_conll`, the token in ``token_column`` (default 0)
+and the tag in ``tag_column`` (default -1, the last), 0-based. Tags: ``label_names``, else the
+built-in task's, else found in the train file: when every tag is ``O``, ``B-X`` or ``I-X`` (IOB1 or
+IOB2) the tag set is ``O`` plus ``B-``/``I-`` of each type seen, tags are converted to IOB2 and the
+default metrics are entity F1 (main), entity precision, entity recall and token accuracy; otherwise
+the tag set is the sorted tags seen (``O`` first) and the metric token accuracy. An evaluation tag
+outside the set is an error naming the file and line.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +41,7 @@ from pathlib import Path
 from .core import (
     CLASSIFICATION,
     REGRESSION,
+    TOKEN_CLASSIFICATION,
     DataError,
     Examples,
     LoadOptions,
@@ -41,6 +54,7 @@ from .core import (
 )
 from .glue import GLUE_SPECS, read_glue_file
 from .readers import RawTable, check_table, detect_format, infer_label_names, read_file, to_examples
+from .tokens import ENTITY_METRICS, TaggedSentences, iob_label_names, is_iob, read_conll, to_token_examples
 
 __all__ = ["FILE_TASK", "load_files", "load_task_data"]
 
@@ -107,7 +121,38 @@ class _FileReader:
             group_column=self.options.group_column,
             what=f"{split} split of task {self.task.name!r}",
         )
-        return check_table(raw, self.kind, drop_bad_rows=self.options.drop_bad_rows)
+        raw = check_table(raw, self.kind, drop_bad_rows=self.options.drop_bad_rows)
+        if self.kind == CLASSIFICATION:
+            refuse_fraction_labels(raw, self.options.label_names or self.task.label_names)
+        return raw
+
+
+def refuse_fraction_labels(raw: RawTable, label_names: Sequence[str] | None) -> None:
+    """A classification file whose labels are all finite numbers, some not integers, holds a numeric
+    target: a DataError naming the first fraction's line points to kind regression. (Fractions that
+    are among ``label_names`` given by the user are accepted.)"""
+    if raw.label_column is None or len(raw) == 0:
+        return
+    fractions: list[tuple[str, int]] = []
+    for value, line in zip(raw.labels, raw.lines, strict=True):
+        if isinstance(value, bool):
+            return
+        text = str(value).strip()
+        try:
+            number = float(text)
+        except ValueError:
+            return  # a label that is not a number: a classification file
+        if not math.isfinite(number):
+            return
+        if not number.is_integer() and (label_names is None or text not in label_names):
+            fractions.append((text, line))
+    if fractions:
+        text, line = fractions[0]
+        raise DataError(
+            f"{raw.path} line {line}, column {raw.label_column!r}: label {text!r} is not a class: every label "
+            f"of the file is a number and {len(fractions)} are fractions; for a numeric target use "
+            "kind='regression' (--label-kind regression)"
+        )
 
 
 def _check_classes(train: Examples, kind: str, label_names: Sequence[str] | None, path: str) -> None:
@@ -131,12 +176,19 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
         raise DataError(
             f"task {task.name!r} is {task.kind}; kind={options.kind!r} applies to the 'file' task only"
         )
-    if kind not in (CLASSIFICATION, REGRESSION):
-        raise DataError(f"files can be read for classification or regression, not kind={kind!r}")
+    if kind not in (CLASSIFICATION, REGRESSION, TOKEN_CLASSIFICATION):
+        raise DataError(
+            f"files can be read for classification, regression or token_classification, not kind={kind!r}"
+        )
     if generic and options.train_file is None:
         raise DataError("task 'file' needs train_file= (and usually eval_files={'dev': path})")
     if options.eval_files is not None and not options.eval_files:
         raise DataError("eval_files is empty; give {'dev': path} or leave it out")
+    if kind == TOKEN_CLASSIFICATION:
+        return _load_token_files(task, options, generic)
+    for name in ("token_column", "tag_column"):
+        if getattr(options, name) is not None:
+            raise DataError(f"{name}= is for token files (kind='token_classification'), not kind={kind!r}")
     uses_base = options.train_file is None or (options.eval_files is None and not generic)
     if options.label_names is not None and (uses_base or kind == REGRESSION):
         raise DataError(
@@ -224,6 +276,98 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     return loaded, TaskData(train=train, eval_splits=eval_splits, source=source)
 
 
+def _load_token_files(task: Task, options: LoadOptions, generic: bool) -> tuple[Task, TaskData]:
+    """Read a token classification task's splits from CoNLL-style files (see the module doc)."""
+    for name in ("text_columns", "label_column", "group_column", "file_format"):
+        if getattr(options, name) is not None:
+            raise DataError(f"{name}= is for table files; token files take token_column= and tag_column=")
+    token_column = 0 if options.token_column is None else int(options.token_column)
+    tag_column = -1 if options.tag_column is None else int(options.tag_column)
+    uses_base = options.train_file is None or (options.eval_files is None and not generic)
+    if options.label_names is not None and not generic:
+        raise DataError(f"label_names cannot be given for task {task.name!r}: its tag set is fixed")
+
+    base = None
+    if uses_base:
+        _, base = get_loader(task.name)(task, replace(options, train_file=None, eval_files=None))
+
+    def read(path: str, split: str) -> TaggedSentences:
+        return read_conll(
+            path,
+            token_column=token_column,
+            tag_column=tag_column,
+            what=f"{split} split of task {task.name!r}",
+        )
+
+    sources: list[str] = []
+    train_sentences = None
+    if options.train_file is not None:
+        train_sentences = read(options.train_file, "train")
+        sources.append(f"train={options.train_file}")
+    if options.label_names is not None:
+        label_names = tuple(options.label_names)
+    elif task.label_names is not None:
+        label_names = task.label_names
+    elif train_sentences is None:  # excluded by the checks in load_files
+        raise DataError(f"task {task.name!r}: no train_file to find the tags in")
+    else:  # the "file" task: the tags of the train file
+        seen = {tag for tags in train_sentences.tags for tag in tags}
+        if is_iob(sorted(seen)):
+            label_names = iob_label_names(sorted(seen))
+        else:
+            label_names = tuple(sorted(seen, key=lambda tag: (tag != "O", tag)))
+        if len(label_names) < 2:
+            raise DataError(
+                f"{options.train_file}: every tag of the train file is {label_names[0]!r}; a tagger needs at "
+                "least 2 tags"
+            )
+    iob = is_iob(label_names)
+
+    if train_sentences is not None:
+        train = to_token_examples(train_sentences, label_names, split="train", iob=iob, groups=False)
+    elif base is not None:
+        train = base.train
+    else:  # excluded by the checks in load_files
+        raise DataError(f"task {task.name!r}: no train split")
+
+    eval_splits: dict[str, Examples] = {}
+    if options.eval_files is not None:
+        for split, path in options.eval_files.items():
+            eval_splits[split] = to_token_examples(
+                read(path, split), label_names, split=split, iob=iob, groups=False
+            )
+            sources.append(f"{split}={path}")
+    elif base is not None:
+        eval_splits = dict(base.eval_splits)
+    else:
+        logger.warning(
+            "task 'file': no eval_files; carving %d%% of %s as 'dev' (seed %d)",
+            round(100 * VALIDATION_FRACTION),
+            options.train_file,
+            VALIDATION_SEED,
+        )
+        train, eval_splits["dev"] = carve_validation(train, VALIDATION_FRACTION, VALIDATION_SEED)
+        sources.append(f"dev=carved {round(100 * VALIDATION_FRACTION)}% of train (seed {VALIDATION_SEED})")
+
+    source = "token files " + ", ".join(sources)
+    if base is not None:
+        source += f"; other splits from {base.source}"
+    metrics = tuple(options.metrics) if options.metrics else None
+    if generic:
+        loaded = Task(
+            name=FILE_TASK.name,
+            kind=TOKEN_CLASSIFICATION,
+            text_fields=("tokens",),
+            label_names=label_names,
+            metrics=metrics or (ENTITY_METRICS if iob else ("token_accuracy",)),
+            eval_split_names=tuple(eval_splits),
+            description=f"token_classification from {Path(options.train_file or '').name}",
+        )
+    else:
+        loaded = replace(task, metrics=metrics or task.metrics, eval_split_names=tuple(eval_splits))
+    return loaded, TaskData(train=train, eval_splits=eval_splits, source=source)
+
+
 def load_task_data(
     task: Task | str,
     *,
@@ -239,6 +383,8 @@ def load_task_data(
     group_column: str | None = None,
     metrics: Sequence[str] | None = None,
     drop_bad_rows: bool = False,
+    token_column: int | None = None,
+    tag_column: int | None = None,
 ) -> tuple[Task, TaskData]:
     """Load a task's data; returns ``(task as loaded, data)``.
 
@@ -251,9 +397,17 @@ def load_task_data(
     for the ``"file"`` task), ``group_column`` (a column whose value groups examples, kept together
     by :func:`carve_validation`), ``metrics`` (replace the task's metrics; the first is the main one),
     ``drop_bad_rows`` (leave out rows of train_file/eval_files with an empty text or a blank label, with
-    a warning saying how many, instead of stopping at the first with an error).
+    a warning saying how many, instead of stopping at the first with an error; for the ARC tasks, rows
+    whose answer is not among their options), ``token_column`` and ``tag_column`` (0-based columns of
+    CoNLL-style token files; giving either makes the ``"file"`` task a token classification one).
     """
     resolved = get_task(task) if isinstance(task, str) else task
+    if (
+        kind is None
+        and resolved.name == FILE_TASK.name
+        and (token_column is not None or tag_column is not None)
+    ):
+        kind = TOKEN_CLASSIFICATION
     options = LoadOptions(
         data_dir=None if data_dir is None else str(data_dir),
         hub=hub,
@@ -267,6 +421,8 @@ def load_task_data(
         group_column=group_column,
         metrics=None if metrics is None else tuple(metrics),
         drop_bad_rows=drop_bad_rows,
+        token_column=token_column,
+        tag_column=tag_column,
     )
     if train_file is not None or eval_files is not None or resolved.name == FILE_TASK.name:
         return load_files(resolved, options)
@@ -276,6 +432,8 @@ def load_task_data(
         "label_names": label_names,
         "file_format": file_format,
         "group_column": group_column,
+        "token_column": token_column,
+        "tag_column": tag_column,
     }
     given = [name for name, value in file_only.items() if value is not None]
     if given:

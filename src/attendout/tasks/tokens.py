@@ -1,0 +1,510 @@
+"""Token classification data: a CoNLL-style column reader, IOB1 -> IOB2, and the tasks ``conll2003``
+and ``ptb-pos``.
+
+**Column files** (:func:`read_conll`): one token per line, its fields separated by whitespace; a
+blank line (or several) ends a sentence; a line whose token is ``-DOCSTART-`` ends a sentence and
+a document and is skipped. Every token line of a file has the same number of columns (the first
+token line's, or the number the task fixes: 4 for CoNLL-2003). Errors name the file, the line and
+the field: a line with the wrong number of columns, a column index beyond the line, a tag outside
+the task's tag set, a file with no sentence.
+
+**IOB1 -> IOB2** (:func:`iob1_to_iob2`): CoNLL-2003 is written in IOB1, where a chunk starts with
+``I-X`` and ``B-X`` appears only between two adjacent chunks of type X. We train and score on
+IOB2 (every chunk starts with ``B-X``), so ``I-X`` is rewritten ``B-X`` wherever it opens a chunk
+(after ``O``, at the start of a sentence, or after a tag of another type). The conversion keeps
+every chunk as conlleval reads it, and leaves IOB2 input unchanged. The entity metrics read both.
+
+**conll2003**: CoNLL-2003 English NER. Local folder (``data_dir``, or ``$ATTENDOUT_DATA/conll2003``
+or ``$ATTENDOUT_DATA`` itself): ``eng.train`` (train, 14,041 sentences), ``eng.testa`` (``dev``,
+3,250) and ``eng.testb`` (``test``, 3,453); four columns (token, POS, chunk, NER), the NER tag is
+the fourth. Tags: ``O`` and ``B-``/``I-`` of ``PER``, ``ORG``, ``LOC``, ``MISC``, 9 in the order of
+:data:`CONLL2003_TAGS` (the hub's order). ``groups`` is the document (``-DOCSTART-`` to the next), so
+:func:`~attendout.tasks.carve_validation` keeps a document on one side. Hub (``hub=True``):
+``datasets.load_dataset("eriktks/conll2003")``, splits train / validation / test, tag names mapped to
+ours by name. Metrics: entity F1 (main), entity precision, entity recall (conlleval's micro scores),
+token accuracy.
+
+**ptb-pos**: part-of-speech tags of the Penn Treebank WSJ *sample that NLTK ships* (199 files,
+``wsj_0001``-``wsj_0199``, 3,914 sentences, about 5% of the PTB WSJ), not the full PTB of paper 001:
+scores are not comparable to full-PTB numbers. Read from ``treebank.zip`` without nltk: its
+``treebank/combined/wsj_*.mrg`` trees, whose leaves ``(TAG word)`` give the tagged words of each
+sentence; ``-NONE-`` leaves (traces and empty elements, 6,592 of them) are dropped. These are the
+sentences ``nltk.corpus.treebank.tagged_sents()`` returns. The zip's ``tagged/wsj_*.pos`` files are
+not used: they hold no sentence boundaries that can be trusted (a blank line also falls inside
+sentences) and an older tagging that differs from the trees' in 104 of the 199 files.
+Split by file: ``wsj_0001``-``0159`` train (3,396 sentences, 81,793 tokens), ``0160``-``0179`` ``dev``
+(273, 6,327), ``0180``-``0199`` ``test`` (245, 5,964); ``groups`` is the file (one article). The zip
+is looked for in ``data_dir`` (the ``nltk_data`` folder, its ``corpora`` folder, a folder holding
+``nltk_data/``, or the zip itself); with no ``data_dir``, in ``$ATTENDOUT_DATA/nltk_data``. Tags:
+the 45 of :data:`PTB_TAGS` (36 part-of-speech tags and 9 punctuation tags). Metric: token accuracy.
+No hub source (the PTB is licensed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .core import (
+    TOKEN_CLASSIFICATION,
+    DataError,
+    LoadOptions,
+    Task,
+    TaskData,
+    TokenExamples,
+    register_task,
+)
+from .readers import _check_exists, _open_text
+
+__all__ = [
+    "CONLL2003",
+    "CONLL2003_FILES",
+    "CONLL2003_TAGS",
+    "ENTITY_METRICS",
+    "PTB_POS",
+    "PTB_SPLITS",
+    "PTB_TAGS",
+    "TaggedSentences",
+    "find_nltk_zip",
+    "iob1_to_iob2",
+    "iob_label_names",
+    "is_iob",
+    "load_conll2003",
+    "load_ptb_pos",
+    "read_conll",
+    "read_ptb_zip",
+    "to_token_examples",
+]
+
+logger = logging.getLogger(__name__)
+
+DOCSTART = "-DOCSTART-"
+ENTITY_METRICS = ("entity_f1", "entity_precision", "entity_recall", "token_accuracy")
+
+CONLL2003_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+CONLL2003_FILES = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"}
+CONLL2003_COLUMNS = 4  # token, POS, chunk, NER
+CONLL2003_HUB = "eriktks/conll2003"
+CONLL2003_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+
+CONLL2003 = Task(
+    name="conll2003",
+    kind=TOKEN_CLASSIFICATION,
+    text_fields=("tokens",),
+    label_names=CONLL2003_TAGS,
+    metrics=ENTITY_METRICS,
+    eval_split_names=("dev", "test"),
+    description="CoNLL-2003 English NER, 4 entity types, IOB1 read as IOB2 (entity F1 as conlleval)",
+)
+
+PTB_TAGS = (
+    "#", "$", "''", ",", "-LRB-", "-RRB-", ".", ":", "CC", "CD", "DT", "EX", "FW", "IN", "JJ", "JJR",
+    "JJS", "LS", "MD", "NN", "NNP", "NNPS", "NNS", "PDT", "POS", "PRP", "PRP$", "RB", "RBR", "RBS",
+    "RP", "SYM", "TO", "UH", "VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT", "WP", "WP$", "WRB", "``",
+)  # fmt: skip
+PTB_ZIP = "treebank.zip"
+PTB_SPLITS = {"train": (1, 159), "dev": (160, 179), "test": (180, 199)}  # wsj file numbers, inclusive
+PTB_TRACE = "-NONE-"
+
+PTB_POS = Task(
+    name="ptb-pos",
+    kind=TOKEN_CLASSIFICATION,
+    text_fields=("tokens",),
+    label_names=PTB_TAGS,
+    metrics=("token_accuracy",),
+    eval_split_names=("dev", "test"),
+    description="POS tags of NLTK's 3,914-sentence PTB WSJ sample (not the full PTB), split by file (accuracy)",
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Column files
+
+
+@dataclass(frozen=True)
+class TaggedSentences:
+    """Sentences read from one source, before tags are checked: words, tags, and where each came from."""
+
+    path: str
+    words: list[list[str]]
+    tags: list[list[str]]
+    lines: list[list[int]]  # 1-based line of each token
+    groups: list[str]  # the document (column files) or file (treebank) of each sentence
+    tag_field: str  # how errors name the tag field, e.g. "column 4"
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+
+def read_conll(
+    path: str | Path,
+    *,
+    token_column: int = 0,
+    tag_column: int = -1,
+    columns: int | None = None,
+    what: str = "token file",
+) -> TaggedSentences:
+    """Read a CoNLL-style column file (see the module docstring); column indices are 0-based, negative
+    from the end. ``columns`` fixes the number of columns of every line (else the first line's)."""
+    path = Path(path)
+    _check_exists(path, what)
+    words: list[list[str]] = []
+    tags: list[list[str]] = []
+    lines: list[list[int]] = []
+    groups: list[str] = []
+    sentence: tuple[list[str], list[str], list[int]] = ([], [], [])
+    document = 0
+    first_line = 0  # the first token line, which sets the number of columns
+    expected = columns
+
+    def end_sentence() -> None:
+        nonlocal sentence
+        if sentence[0]:
+            words.append(sentence[0])
+            tags.append(sentence[1])
+            lines.append(sentence[2])
+            groups.append(f"{path.name}#doc{document}")
+        sentence = ([], [], [])
+
+    try:
+        with _open_text(path) as handle:
+            for number, line in enumerate(handle, start=1):
+                fields = line.split()
+                if not fields:
+                    end_sentence()
+                    continue
+                if expected is None:
+                    expected, first_line = len(fields), number
+                if len(fields) != expected:
+                    since = f" (as line {first_line})" if first_line else ""
+                    raise DataError(
+                        f"{path} line {number}: expected {expected} whitespace-separated columns{since}, "
+                        f"found {len(fields)}"
+                    )
+                for name, index in (("token_column", token_column), ("tag_column", tag_column)):
+                    if not -len(fields) <= index < len(fields):
+                        raise DataError(
+                            f"{path} line {number}: {name}={index} is outside the {len(fields)} columns of "
+                            f"the line (0-based, negative from the end)"
+                        )
+                if fields[token_column] == DOCSTART:
+                    end_sentence()
+                    document += 1
+                    continue
+                sentence[0].append(fields[token_column])
+                sentence[1].append(fields[tag_column])
+                sentence[2].append(number)
+            end_sentence()
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
+    except (OSError, EOFError) as error:
+        raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
+    if not words:
+        raise DataError(f"{path}: no sentence (the file is empty or holds only blank and {DOCSTART} lines)")
+    column = (expected or 1) + tag_column if tag_column < 0 else tag_column
+    return TaggedSentences(str(path), words, tags, lines, groups, f"column {column + 1}")
+
+
+# --------------------------------------------------------------------------------------------------
+# IOB tags
+
+
+def _iob_parts(tag: str) -> tuple[str, str] | None:
+    """``"B-PER"`` -> ``("B", "PER")``, ``"O"`` -> ``("O", "")``, anything else None."""
+    if tag == "O":
+        return "O", ""
+    prefix, dash, kind = tag.partition("-")
+    if prefix in ("B", "I") and dash and kind:
+        return prefix, kind
+    return None
+
+
+def is_iob(tags: Sequence[str]) -> bool:
+    """True when every tag is ``O``, ``B-<type>`` or ``I-<type>`` (and there is at least one)."""
+    return bool(tags) and all(_iob_parts(tag) is not None for tag in tags)
+
+
+def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
+    """One sentence's IOB1 (or IOB2) tags in IOB2: an ``I-X`` that opens a chunk becomes ``B-X``."""
+    out: list[str] = []
+    previous = "O"
+    for tag in tags:
+        parts = _iob_parts(tag)
+        if parts is None:
+            raise DataError(f"iob1_to_iob2: tag {tag!r} is not O, B-<type> or I-<type>")
+        prefix, kind = parts
+        before = _iob_parts(previous)
+        if prefix == "I" and (before is None or before[0] == "O" or before[1] != kind):
+            tag = f"B-{kind}"
+        out.append(tag)
+        previous = tag
+    return out
+
+
+def iob_label_names(tags: Sequence[str]) -> tuple[str, ...]:
+    """The IOB2 tag set of the entity types in ``tags``: ``O``, then ``B-T``, ``I-T`` per type, sorted."""
+    kinds = sorted({parts[1] for tag in tags if (parts := _iob_parts(tag)) is not None and parts[1]})
+    return ("O", *(f"{prefix}-{kind}" for kind in kinds for prefix in ("B", "I")))
+
+
+def to_token_examples(
+    sentences: TaggedSentences,
+    label_names: Sequence[str],
+    *,
+    split: str,
+    iob: bool,
+    groups: bool = True,
+) -> TokenExamples:
+    """Examples with tag indices into ``label_names``; ``iob``: tags are read as IOB1/IOB2 and written
+    IOB2 (a tag is checked against the tag set before the conversion). An unknown tag is a DataError
+    naming the file, line and tag field."""
+    index_of = {name: i for i, name in enumerate(label_names)}
+    allowed = set(label_names)
+    if iob:  # IOB1 input may write B-X and I-X of any type in the set
+        allowed |= {
+            f"{p}-{parts[1]}" for n in label_names if (parts := _iob_parts(n)) and parts[1] for p in "BI"
+        }
+    labels: list[list[int]] = []
+    for tags, lines in zip(sentences.tags, sentences.lines, strict=True):
+        for tag, line in zip(tags, lines, strict=True):
+            if tag not in allowed:
+                shown = ", ".join(label_names) if len(label_names) <= 12 else f"{len(label_names)} tags"
+                raise DataError(
+                    f"{sentences.path} line {line}, {sentences.tag_field}: tag {tag!r} is not in the tag set "
+                    f"of split {split!r} ({shown})"
+                )
+        labels.append([index_of[t] for t in (iob1_to_iob2(tags) if iob else tags)])
+    return TokenExamples.from_words(
+        [list(w) for w in sentences.words], labels, groups=list(sentences.groups) if groups else None
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# conll2003
+
+
+def _conll_folder(data_dir: str | Path) -> Path:
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise DataError(f"data_dir not found or not a folder: {root} (task 'conll2003')")
+    for folder in (root, root / "conll2003"):
+        if (folder / CONLL2003_FILES["train"]).is_file():
+            return folder
+    raise DataError(
+        f"no CoNLL-2003 data in {root}: expected {', '.join(CONLL2003_FILES.values())} there or in "
+        f"{root / 'conll2003'}"
+    )
+
+
+def _load_conll_folder(task: Task, data_dir: str | Path) -> tuple[Task, TaskData]:
+    folder = _conll_folder(data_dir)
+    parts: dict[str, TokenExamples] = {}
+    for split, name in CONLL2003_FILES.items():
+        sentences = read_conll(
+            folder / name,
+            token_column=0,
+            tag_column=3,
+            columns=CONLL2003_COLUMNS,
+            what=f"{split} split of task 'conll2003'",
+        )
+        parts[split] = to_token_examples(sentences, task.label_names or (), split=split, iob=True)
+    eval_splits = {split: parts[split] for split in task.eval_split_names}
+    return task, TaskData(train=parts["train"], eval_splits=eval_splits, source=f"conll2003 folder {folder}")
+
+
+def _load_conll_hub(task: Task) -> tuple[Task, TaskData]:
+    from .glue import _import_datasets
+
+    datasets = _import_datasets()
+    try:
+        dataset_dict = datasets.load_dataset(CONLL2003_HUB)
+    except Exception as error:  # network, script datasets, cache problems: all reported as one line
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise DataError(
+            f"could not load {CONLL2003_HUB} from the hub ({type(error).__name__}: {message})"
+        ) from None
+    parts: dict[str, TokenExamples] = {}
+    for split, hub_split in CONLL2003_HUB_SPLITS.items():
+        where = f"hub {CONLL2003_HUB} {hub_split}"
+        if hub_split not in dataset_dict:
+            raise DataError(f"hub {CONLL2003_HUB}: no split {hub_split!r} (for {split})")
+        dataset = dataset_dict[hub_split]
+        columns = list(getattr(dataset, "column_names", []))
+        for name in ("tokens", "ner_tags"):
+            if name not in columns:
+                raise DataError(
+                    f"{where}: no column {name!r} (columns present: {', '.join(map(repr, columns))})"
+                )
+        names = dataset.features["ner_tags"].feature.names  # Sequence(ClassLabel)
+        tags = [[names[i] for i in row] for row in dataset["ner_tags"]]
+        words = [[str(w) for w in row] for row in dataset["tokens"]]
+        keep = [i for i, row in enumerate(words) if row]  # the hub keeps -DOCSTART- rows as empty ones
+        sentences = TaggedSentences(
+            path=where,
+            words=[words[i] for i in keep],
+            tags=[tags[i] for i in keep],
+            lines=[[i + 1] * len(words[i]) for i in keep],  # row numbers
+            groups=[str(i) for i in keep],
+            tag_field="column 'ner_tags'",
+        )
+        parts[split] = to_token_examples(
+            sentences, task.label_names or (), split=split, iob=True, groups=False
+        )
+    eval_splits = {split: parts[split] for split in task.eval_split_names}
+    return task, TaskData(train=parts["train"], eval_splits=eval_splits, source=f"hub {CONLL2003_HUB}")
+
+
+def load_conll2003(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
+    """Loader of ``conll2003`` (see the module docstring)."""
+    if options.hub:
+        return _load_conll_hub(task)
+    data_dir = options.data_dir or os.environ.get("ATTENDOUT_DATA")
+    if not data_dir:
+        raise DataError(
+            "task 'conll2003' needs data_dir=<folder with eng.train, eng.testa, eng.testb> (or the "
+            "ATTENDOUT_DATA environment variable), or hub=True to download it"
+        )
+    return _load_conll_folder(task, data_dir)
+
+
+# --------------------------------------------------------------------------------------------------
+# ptb-pos
+
+
+def find_nltk_zip(data_dir: str | Path | None, name: str, task: str) -> Path:
+    """An NLTK corpus zip (``treebank.zip``, ``movie_reviews.zip``): ``data_dir`` may be the zip, the
+    folder holding it (``corpora``), the ``nltk_data`` folder, or a folder holding ``nltk_data/``;
+    with no ``data_dir``, ``$ATTENDOUT_DATA/nltk_data`` is used."""
+    if data_dir is None:
+        env = os.environ.get("ATTENDOUT_DATA")
+        if not env:
+            raise DataError(
+                f"task {task!r} needs data_dir=<nltk_data folder holding corpora/{name}> (or the "
+                "ATTENDOUT_DATA environment variable)"
+            )
+        data_dir = Path(env) / "nltk_data"
+    root = Path(data_dir)
+    if root.is_file() and root.name == name:
+        return root
+    if not root.is_dir():
+        raise DataError(f"data_dir not found or not a folder: {root} (task {task!r})")
+    for folder in (root, root / "corpora", root / "nltk_data" / "corpora"):
+        if (folder / name).is_file():
+            return folder / name
+    raise DataError(
+        f"no {name} for task {task!r} in {root} (looked in it, in corpora/ and in nltk_data/corpora/)"
+    )
+
+
+_PTB_FILE = re.compile(r"treebank/combined/wsj_(\d{4})\.mrg")
+_PTB_TOKEN = re.compile(r"\(|\)|[^\s()]+")
+
+
+def _parse_mrg(text: str, where: str) -> list[tuple[list[str], list[str], list[int]]]:
+    """The tagged words of each tree of one ``.mrg`` file: ``(words, tags, lines)`` with traces."""
+    tokens = [(m.group(), m.start()) for m in _PTB_TOKEN.finditer(text)]
+
+    def line_of(offset: int) -> int:
+        return text.count("\n", 0, offset) + 1
+
+    sentences: list[tuple[list[str], list[str], list[int]]] = []
+    current: tuple[list[str], list[str], list[int]] = ([], [], [])
+    depth = 0
+    i = 0
+    while i < len(tokens):
+        token, offset = tokens[i]
+        if token == "(":
+            ahead = [t for t, _ in tokens[i + 1 : i + 4]]
+            if len(ahead) == 3 and ahead[0] not in "()" and ahead[1] not in "()" and ahead[2] == ")":
+                current[0].append(ahead[1])  # (TAG word)
+                current[1].append(ahead[0])
+                current[2].append(line_of(offset))
+                i += 4
+                continue
+            depth += 1
+        elif token == ")":
+            depth -= 1
+            if depth < 0:
+                raise DataError(f"{where} line {line_of(offset)}: unbalanced ')' in the tree")
+            if depth == 0:
+                if not current[0]:
+                    raise DataError(f"{where} line {line_of(offset)}: a tree with no tagged word")
+                sentences.append(current)
+                current = ([], [], [])
+        elif depth == 0:
+            raise DataError(f"{where} line {line_of(offset)}: text {token!r} outside a tree")
+        i += 1
+    if depth != 0:
+        raise DataError(f"{where}: the last tree is not closed ({depth} '(' left open)")
+    return sentences
+
+
+def read_ptb_zip(path: str | Path) -> dict[int, TaggedSentences]:
+    """file number -> the sentences of ``treebank/combined/wsj_NNNN.mrg`` in the zip, traces dropped."""
+    path = Path(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as error:
+        raise DataError(f"{path}: cannot read the zip ({type(error).__name__}: {error})") from None
+    files: dict[int, TaggedSentences] = {}
+    with archive:
+        for member in sorted(archive.namelist()):
+            match = _PTB_FILE.fullmatch(member)
+            if match is None:
+                continue
+            where = f"{path}:{member}"
+            try:
+                text = archive.read(member).decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(f"{where}: not UTF-8 text (byte offset {error.start})") from None
+            words: list[list[str]] = []
+            tags: list[list[str]] = []
+            lines: list[list[int]] = []
+            for number, (w, t, ln) in enumerate(_parse_mrg(text, where), start=1):
+                kept = [k for k, tag in enumerate(t) if tag != PTB_TRACE]
+                if not kept:
+                    raise DataError(f"{where} line {ln[0]}: sentence {number} has only {PTB_TRACE} tokens")
+                words.append([w[k] for k in kept])
+                tags.append([t[k] for k in kept])
+                lines.append([ln[k] for k in kept])
+            stem = Path(member).stem
+            files[int(match.group(1))] = TaggedSentences(
+                where, words, tags, lines, [stem] * len(words), "tag of the (TAG word) leaf"
+            )
+    if not files:
+        raise DataError(f"{path}: no treebank/combined/wsj_*.mrg files in the zip")
+    return files
+
+
+def load_ptb_pos(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
+    """Loader of ``ptb-pos`` (see the module docstring)."""
+    if options.hub:
+        raise DataError(
+            "task 'ptb-pos' has no hub source (the PTB sample comes with nltk_data); drop hub=True"
+        )
+    path = find_nltk_zip(options.data_dir, PTB_ZIP, task.name)
+    files = read_ptb_zip(path)
+    parts: dict[str, TokenExamples] = {}
+    for split, (first, last) in PTB_SPLITS.items():
+        chosen = [files[n] for n in sorted(files) if first <= n <= last]
+        if not chosen:
+            raise DataError(f"{path}: no wsj_{first:04d}..wsj_{last:04d}.mrg for split {split!r}")
+        pieces = [to_token_examples(f, task.label_names or (), split=split, iob=False) for f in chosen]
+        parts[split] = TokenExamples.from_words(
+            [w for piece in pieces for w in piece.words or []],
+            [y for piece in pieces for y in piece.labels],
+            groups=[g for piece in pieces for g in piece.groups or []],
+        )
+    eval_splits = {split: parts[split] for split in task.eval_split_names}
+    return task, TaskData(
+        train=parts["train"], eval_splits=eval_splits, source=f"nltk treebank sample {path}"
+    )
+
+
+register_task(CONLL2003, load_conll2003, replace=True)
+register_task(PTB_POS, load_ptb_pos, replace=True)
