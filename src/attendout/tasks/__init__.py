@@ -15,6 +15,7 @@ Every bad input raises :class:`DataError` with a one-line message.
 
 from __future__ import annotations
 
+from . import choice as choice
 from . import glue as glue
 from . import rotten_tomatoes as rotten_tomatoes
 from . import tokens as tokens

@@ -1,0 +1,341 @@
+"""Multiple choice tasks: ``arc-easy`` and ``arc-challenge`` (local CSV files or the hub) and ``swag``
+(hub only). Metric: accuracy of the chosen option.
+
+An example is a question (or context) in ``text_a``, its options in ``choices`` and the index of the
+right option in ``labels`` (:class:`~attendout.tasks.ChoiceExamples`). Every example of a split has
+``Task.choices`` options: a question with fewer is padded with empty options ``""`` at the end, and
+an empty option is never the answer (a model should give empty options no chance; they carry no text).
+
+**ARC from CSV files** (``data_dir``: the folder holding ``arc_easy_train.csv`` etc., or a folder with
+an ``arc/`` sub-folder; with no ``data_dir``, ``$ATTENDOUT_DATA/arc``): ``arc_{easy,challenge}_train.csv``
+(train) and ``arc_{easy,challenge}_dev.csv`` (``dev``); no header; six fields: question, options
+A-D, answer (a letter ``A``-``E``, or a digit ``1``-``5`` for A-E, as the hub writes some). An empty
+option field is a missing option. A row is refused (a :class:`DataError` naming file, line and field,
+and how many such rows the file has) when its question is empty, when it has no option, or when its
+answer is not one of its non-empty options; ``drop_bad_rows=True`` (CLI ``--drop-bad-rows``) leaves
+such rows out with a warning naming how many and which lines. A row with 3 non-empty options is
+valid (its empty option stays ``""``). The copies in ``../shared/data/arc``, measured:
+
+    file                     rows   no option*  answer E  refused  3 options  kept
+    arc_easy_train.csv       2,251  102         2         104      5          2,147
+    arc_easy_dev.csv           570   21         0          21      1            549
+    arc_challenge_train.csv  1,119   23         0          23      1          1,096
+    arc_challenge_dev.csv      299    4         1           5      3            294
+
+    * all four options empty and the answer a digit 1-4: the options were lost in conversion.
+
+So these files load only with ``drop_bad_rows=True``.
+
+**ARC from the hub** (``hub=True``): ``datasets.load_dataset("allenai/ai2_arc", "ARC-Easy" or
+"ARC-Challenge")``, splits train / validation (``dev``) / test (``test``). ``answerKey`` is a letter
+or a digit, matched to the option labels. Hub questions have 3, 4 or 5 options: every question is
+padded with ``""`` to the largest count in the loaded splits (5 in the released data), so the task
+returned from the hub has ``choices`` 5 (4 from the CSV files).
+
+**swag** (hub only: ``allenai/swag``, config ``regular``): the context is ``sent1``; option i is
+``sent2 + " " + ending{i}``, 4 options; splits train and validation (``dev``; the hub's test split has
+no labels and is not loaded).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .core import MULTIPLE_CHOICE, ChoiceExamples, DataError, LoadOptions, Task, TaskData, register_task
+from .readers import _check_exists, _open_text
+
+__all__ = [
+    "ARC_CHALLENGE",
+    "ARC_EASY",
+    "ARC_HUB",
+    "SWAG",
+    "SWAG_HUB",
+    "answer_index",
+    "load_arc",
+    "load_swag",
+    "read_arc_csv",
+]
+
+logger = logging.getLogger(__name__)
+
+ARC_HUB = "allenai/ai2_arc"
+ARC_OPTIONS = 4  # option fields in the CSV files
+ARC_FIELDS = ("question", "A", "B", "C", "D", "answer")
+SWAG_HUB = "allenai/swag"
+SWAG_CONFIG = "regular"
+SWAG_ENDINGS = 4
+LETTERS = "ABCDE"
+
+
+def _arc_task(name: str, title: str) -> Task:
+    return Task(
+        name=name,
+        kind=MULTIPLE_CHOICE,
+        text_fields=("question",),
+        label_names=None,
+        metrics=("accuracy",),
+        eval_split_names=("dev",),
+        description=f"{title}: grade-school science questions, 4 options (accuracy)",
+        choices=ARC_OPTIONS,
+    )
+
+
+ARC_EASY = _arc_task("arc-easy", "ARC-Easy")
+ARC_CHALLENGE = _arc_task("arc-challenge", "ARC-Challenge")
+
+SWAG = Task(
+    name="swag",
+    kind=MULTIPLE_CHOICE,
+    text_fields=("context",),
+    label_names=None,
+    metrics=("accuracy",),
+    eval_split_names=("dev",),
+    description="SWAG: the most plausible continuation of a video caption, 4 options (accuracy; hub only)",
+    choices=SWAG_ENDINGS,
+)
+
+
+@dataclass(frozen=True)
+class _ArcSpec:
+    prefix: str  # file name prefix: arc_easy, arc_challenge
+    hub_config: str
+
+
+_ARC_SPECS = {
+    ARC_EASY.name: _ArcSpec("arc_easy", "ARC-Easy"),
+    ARC_CHALLENGE.name: _ArcSpec("arc_challenge", "ARC-Challenge"),
+}
+_ARC_SPLIT_FILES = {"train": "train", "dev": "dev"}  # split -> file name suffix
+
+
+def answer_index(answer: str) -> int | None:
+    """``"A"``..``"E"`` -> 0..4, ``"1"``..``"5"`` -> 0..4 (the hub writes some answers as digits), else None."""
+    text = answer.strip()
+    if len(text) == 1 and text in LETTERS:
+        return LETTERS.index(text)
+    if len(text) == 1 and text in "12345":
+        return int(text) - 1
+    return None
+
+
+def _arc_row_problem(row: list[str]) -> tuple[str, str] | None:
+    """Why a six-field row cannot be used, as (the field, named with its 1-based number; reason), or None."""
+    question, options, answer = row[0], row[1 : 1 + ARC_OPTIONS], row[1 + ARC_OPTIONS]
+    present = [LETTERS[i] for i, option in enumerate(options) if option.strip()]
+    if not question.strip():
+        return "field 1 (question)", "the question is empty"
+    if not present:
+        return "fields 2-5 (options A-D)", f"all {ARC_OPTIONS} options are empty (answer {answer!r})"
+    index = answer_index(answer)
+    if index is None:
+        return "field 6 (answer)", f"answer {answer!r} is not a letter A-E or a digit 1-5"
+    if index >= ARC_OPTIONS or not options[index].strip():
+        present_list = ", ".join(present)
+        return (
+            "field 6 (answer)",
+            f"answer {answer!r} is not among the row's non-empty options ({present_list})",
+        )
+    return None
+
+
+def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool = False) -> ChoiceExamples:
+    """One ARC CSV file (see the module docstring) as examples with 4 options each."""
+    path = Path(path)
+    _check_exists(path, f"{split} split of task {task!r}")
+    questions: list[str] = []
+    choices: list[list[str]] = []
+    labels: list[int] = []
+    bad: list[tuple[int, str, str]] = []  # (line, field, why)
+    try:
+        with _open_text(path) as handle:
+            reader = csv.reader(handle)
+            for row in reader:
+                if not row:
+                    continue
+                if len(row) != len(ARC_FIELDS):
+                    raise DataError(
+                        f"{path} line {reader.line_num}: expected {len(ARC_FIELDS)} comma-separated fields "
+                        f"({', '.join(ARC_FIELDS)}), found {len(row)}"
+                    )
+                problem = _arc_row_problem(row)
+                if problem is not None:
+                    bad.append((reader.line_num, *problem))
+                    continue
+                questions.append(row[0].strip())
+                choices.append([option.strip() for option in row[1 : 1 + ARC_OPTIONS]])
+                index = answer_index(row[-1])
+                labels.append(0 if index is None else index)  # never None here: checked above
+    except csv.Error as error:
+        raise DataError(f"{path}: malformed CSV ({error})") from None
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
+    if bad and not drop_bad_rows:
+        line, field, why = bad[0]
+        raise DataError(
+            f"{path} line {line}, {field}: {why}; {len(bad)} such rows in this "
+            "file: fix them, or leave them out with drop_bad_rows=True (--drop-bad-rows)"
+        )
+    if bad:
+        lines = [line for line, _, _ in bad]
+        shown = ", ".join(str(line) for line in lines[:10]) + (", ..." if len(lines) > 10 else "")
+        logger.warning(
+            "%s: dropped %d of %d rows with no options or an answer that is not among them (lines %s)",
+            path,
+            len(bad),
+            len(bad) + len(questions),
+            shown,
+        )
+    if not questions:
+        raise DataError(f"split {split!r} is empty: {path} has no usable rows")
+    return ChoiceExamples(text_a=questions, text_b=None, labels=labels, choices=choices)
+
+
+def _arc_folder(data_dir: str | Path, spec: _ArcSpec, task: str) -> Path:
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise DataError(f"data_dir not found or not a folder: {root} (task {task!r})")
+    first = f"{spec.prefix}_train.csv"
+    for folder in (root, root / "arc"):
+        if (folder / first).is_file():
+            return folder
+    raise DataError(f"no ARC data for task {task!r} in {root}: expected {first} there or in {root / 'arc'}")
+
+
+def _pad(options: list[str], count: int) -> list[str]:
+    return options + [""] * (count - len(options))
+
+
+def _load_arc_hub(task: Task, spec: _ArcSpec) -> tuple[Task, TaskData]:
+    from .glue import _import_datasets
+
+    datasets = _import_datasets()
+    try:
+        dataset_dict = datasets.load_dataset(ARC_HUB, spec.hub_config)
+    except Exception as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise DataError(
+            f"could not load {ARC_HUB} {spec.hub_config} from the hub ({type(error).__name__}: {message})"
+        ) from None
+    splits = {"train": "train", "dev": "validation", "test": "test"}
+    raw: dict[str, tuple[list[str], list[list[str]], list[int]]] = {}
+    for split, hub_split in splits.items():
+        if hub_split not in dataset_dict:
+            if split == "test":
+                continue
+            raise DataError(f"hub {ARC_HUB} {spec.hub_config}: no split {hub_split!r} (for {split})")
+        where = f"hub {ARC_HUB} {spec.hub_config} {hub_split}"
+        questions: list[str] = []
+        options_of: list[list[str]] = []
+        labels: list[int] = []
+        for row_no, record in enumerate(dataset_dict[hub_split], start=1):
+            texts = [str(t) for t in record["choices"]["text"]]
+            keys = [str(k).strip() for k in record["choices"]["label"]]
+            answer = str(record["answerKey"]).strip()
+            if answer not in keys:
+                raise DataError(f"{where} row {row_no}, answerKey: {answer!r} is not among the labels {keys}")
+            index = keys.index(answer)
+            if not texts[index].strip():
+                raise DataError(f"{where} row {row_no}, answerKey: the answer {answer!r} is an empty option")
+            questions.append(str(record["question"]))
+            options_of.append(texts)
+            labels.append(index)
+        raw[split] = (questions, options_of, labels)
+    count = max(ARC_OPTIONS, *(len(o) for _, options_of, _ in raw.values() for o in options_of))
+    parts = {
+        split: ChoiceExamples(
+            text_a=questions, text_b=None, labels=labels, choices=[_pad(o, count) for o in options_of]
+        )
+        for split, (questions, options_of, labels) in raw.items()
+    }
+    eval_splits = {split: ex for split, ex in parts.items() if split != "train"}
+    task = replace(task, choices=count, eval_split_names=tuple(eval_splits))
+    source = f"hub {ARC_HUB} {spec.hub_config} (options padded to {count})"
+    return task, TaskData(train=parts["train"], eval_splits=eval_splits, source=source)
+
+
+def load_arc(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
+    """Loader of ``arc-easy`` and ``arc-challenge`` (see the module docstring)."""
+    spec = _ARC_SPECS[task.name]
+    if options.hub:
+        return _load_arc_hub(task, spec)
+    data_dir = options.data_dir
+    if data_dir is None:
+        env = os.environ.get("ATTENDOUT_DATA")
+        if not env:
+            raise DataError(
+                f"task {task.name!r} needs data_dir=<folder with {spec.prefix}_train.csv> (or the "
+                "ATTENDOUT_DATA environment variable), or hub=True to download it"
+            )
+        data_dir = str(Path(env) / "arc")
+    folder = _arc_folder(data_dir, spec, task.name)
+    parts = {
+        split: read_arc_csv(
+            folder / f"{spec.prefix}_{suffix}.csv",
+            split=split,
+            task=task.name,
+            drop_bad_rows=options.drop_bad_rows,
+        )
+        for split, suffix in _ARC_SPLIT_FILES.items()
+    }
+    eval_splits = {split: parts[split] for split in task.eval_split_names}
+    return task, TaskData(train=parts["train"], eval_splits=eval_splits, source=f"arc folder {folder}")
+
+
+def _swag_examples(dataset: Any, where: str) -> ChoiceExamples:
+    columns = list(getattr(dataset, "column_names", []))
+    needed = ["sent1", "sent2", "label", *(f"ending{i}" for i in range(SWAG_ENDINGS))]
+    for name in needed:
+        if name not in columns:
+            raise DataError(f"{where}: no column {name!r} (columns present: {', '.join(map(repr, columns))})")
+    contexts: list[str] = []
+    choices: list[list[str]] = []
+    labels: list[int] = []
+    for row_no, record in enumerate(dataset, start=1):
+        label = int(record["label"])
+        if not 0 <= label < SWAG_ENDINGS:
+            raise DataError(
+                f"{where} row {row_no}, label: {label} is not an option index 0..{SWAG_ENDINGS - 1}"
+            )
+        contexts.append(str(record["sent1"]))
+        start = str(record["sent2"])
+        choices.append([f"{start} {record[f'ending{i}']}".strip() for i in range(SWAG_ENDINGS)])
+        labels.append(label)
+    return ChoiceExamples(text_a=contexts, text_b=None, labels=labels, choices=choices)
+
+
+def load_swag(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
+    """Loader of ``swag``: the hub only (see the module docstring)."""
+    if not options.hub:
+        raise DataError(
+            f"task 'swag' comes from the hub only ({SWAG_HUB}): pass hub=True (--hub); offline, arc-easy "
+            "is the multiple-choice stand-in"
+        )
+    from .glue import _import_datasets
+
+    datasets = _import_datasets()
+    try:
+        dataset_dict = datasets.load_dataset(SWAG_HUB, SWAG_CONFIG)
+    except Exception as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise DataError(
+            f"could not load {SWAG_HUB} {SWAG_CONFIG} from the hub ({type(error).__name__}: {message})"
+        ) from None
+    parts: dict[str, ChoiceExamples] = {}
+    for split, hub_split in {"train": "train", "dev": "validation"}.items():
+        if hub_split not in dataset_dict:
+            raise DataError(f"hub {SWAG_HUB} {SWAG_CONFIG}: no split {hub_split!r} (for {split})")
+        parts[split] = _swag_examples(dataset_dict[hub_split], f"hub {SWAG_HUB} {SWAG_CONFIG} {hub_split}")
+    eval_splits = {"dev": parts["dev"]}
+    return task, TaskData(
+        train=parts["train"], eval_splits=eval_splits, source=f"hub {SWAG_HUB} {SWAG_CONFIG}"
+    )
+
+
+register_task(ARC_EASY, load_arc, replace=True)
+register_task(ARC_CHALLENGE, load_arc, replace=True)
+register_task(SWAG, load_swag, replace=True)
