@@ -192,10 +192,18 @@ def cmd_tasks(argv: list[str]) -> int:
     argparse.ArgumentParser(prog="attendout tasks", description="List the built-in tasks.").parse_args(argv)
     for name in list_tasks():
         task = get_task(name)
-        labels = task.label_names if task.kind != "regression" else "-"
-        print(
-            f"{name:16s} {'pair' if task.is_pair else 'single'} {task.kind:14s} metrics={','.join(task.metrics)} labels={labels}"
-        )
+        if task.kind == "regression":
+            labels = "a number"
+        elif task.kind == "multiple_choice":
+            labels = f"{task.choices} options"
+        elif task.label_names is None:
+            labels = "from the data"
+        elif len(task.label_names) > 9:
+            labels = f"{len(task.label_names)} tags ({', '.join(task.label_names[:6])}, ...)"
+        else:
+            labels = ", ".join(task.label_names)
+        shape = "pair" if task.is_pair else "single"
+        print(f"{name:16s} {shape:6s} {task.kind:20s} metrics={','.join(task.metrics)}  labels: {labels}")
     return 0
 
 

@@ -285,6 +285,15 @@ class TrainConfig:
         for ok, name, value, rule in checks:
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {value!r}")
+        kinds = {"classification": "classification", "regression": "regression"}
+        kinds.update(token="token_classification", token_classification="token_classification")
+        if self.label_kind is not None:
+            if self.label_kind not in kinds:
+                raise ValueError(
+                    f"label_kind must be classification, regression or token (token_classification), "
+                    f"got {self.label_kind!r}"
+                )
+            self.label_kind = kinds[self.label_kind]
         # Fail on a bad method name or option now, not after loading data and model.
         self.method_config()
 
