@@ -9,13 +9,18 @@
 {'accuracy': ..., 'f1': ...}
 
 Built-in tasks: the GLUE tasks (cola, sst2, mrpc, qnli, mnli, rte, stsb, qqp, wnli) from a local
-GLUE folder or the hub, ``rotten-tomatoes`` (offline), and ``file`` (any CSV/TSV/JSON-lines file).
+GLUE folder or the hub, ``rotten-tomatoes`` (offline), and ``file`` (any CSV/TSV/JSON-lines file,
+or CoNLL-style token files); token classification ``conll2003`` and ``ptb-pos``
+(:mod:`~attendout.tasks.tokens`); multiple choice ``arc-easy``, ``arc-challenge`` and ``swag``
+(:mod:`~attendout.tasks.choice`); long documents ``movie-reviews`` and ``imdb``
+(:mod:`~attendout.tasks.documents`).
 Every bad input raises :class:`DataError` with a one-line message.
 """
 
 from __future__ import annotations
 
 from . import choice as choice
+from . import documents as documents
 from . import glue as glue
 from . import rotten_tomatoes as rotten_tomatoes
 from . import tokens as tokens
