@@ -570,9 +570,9 @@ class FakeDataset:
 def fake_datasets(monkeypatch: pytest.MonkeyPatch, load: Any) -> list[tuple]:
     calls: list[tuple] = []
 
-    def load_dataset(*args: Any) -> Any:
-        calls.append(args)
-        return load(*args)
+    def load_dataset(*args: Any, **kwargs: Any) -> Any:
+        calls.append((*args, *kwargs.values()))
+        return load(*args, **kwargs)
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
     return calls
@@ -584,9 +584,15 @@ def test_conll2003_hub(monkeypatch: pytest.MonkeyPatch) -> None:
         {"tokens": [["EU", "rejects"], [], ["Peter", "Blackburn"]], "ner_tags": [[5, 8], [], [7, 6]]},
         {"ner_tags": FakeFeature(names)},
     )
-    calls = fake_datasets(monkeypatch, lambda *a: {"train": split, "validation": split, "test": split})
+
+    def load(name: str, revision: str = "main") -> dict[str, FakeDataset]:
+        if revision == "main":
+            raise RuntimeError("Dataset scripts are no longer supported, but found conll2003.py")
+        return {"train": split, "validation": split, "test": split}
+
+    calls = fake_datasets(monkeypatch, load)
     task, data = load_task_data("conll2003", hub=True)
-    assert calls == [("eriktks/conll2003",)]
+    assert calls == [("eriktks/conll2003",), ("eriktks/conll2003", "refs/convert/parquet")]
     assert data.sizes() == {"train": 2, "dev": 2, "test": 2}  # the empty (-DOCSTART-) row is left out
     assert tag_names(task, data.train) == [["B-ORG", "O"], ["B-PER", "I-PER"]]
 

@@ -87,6 +87,7 @@ class _FileReader:
 
     def __init__(self, task: Task, options: LoadOptions, generic: bool, kind: str) -> None:
         self.kind = kind
+        self.generic = generic
         if options.label_names is not None and not generic:
             task = replace(task, label_names=tuple(options.label_names))
         self.task = task
@@ -122,7 +123,7 @@ class _FileReader:
             what=f"{split} split of task {self.task.name!r}",
         )
         raw = check_table(raw, self.kind, drop_bad_rows=self.options.drop_bad_rows)
-        if self.kind == CLASSIFICATION:
+        if self.kind == CLASSIFICATION and self.generic:
             refuse_fraction_labels(raw, self.options.label_names or self.task.label_names)
         return raw
 

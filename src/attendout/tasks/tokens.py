@@ -20,8 +20,9 @@ or ``$ATTENDOUT_DATA`` itself): ``eng.train`` (train, 14,041 sentences), ``eng.t
 the fourth. Tags: ``O`` and ``B-``/``I-`` of ``PER``, ``ORG``, ``LOC``, ``MISC``, 9 in the order of
 :data:`CONLL2003_TAGS` (the hub's order). ``groups`` is the document (``-DOCSTART-`` to the next), so
 :func:`~attendout.tasks.carve_validation` keeps a document on one side. Hub (``hub=True``):
-``datasets.load_dataset("eriktks/conll2003")``, splits train / validation / test, tag names mapped to
-ours by name. Metrics: entity F1 (main), entity precision, entity recall (conlleval's micro scores),
+``datasets.load_dataset("eriktks/conll2003")`` (and, should that fail, e.g. because ``datasets`` 4
+refuses a loading script, its ``revision="refs/convert/parquet"``), splits train / validation / test,
+tag names mapped to ours by name. Metrics: entity F1 (main), entity precision, entity recall (conlleval's micro scores),
 token accuracy.
 
 **ptb-pos**: part-of-speech tags of the Penn Treebank WSJ *sample that NLTK ships* (199 files,
@@ -90,6 +91,7 @@ CONLL2003_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-
 CONLL2003_FILES = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"}
 CONLL2003_COLUMNS = 4  # token, POS, chunk, NER
 CONLL2003_HUB = "eriktks/conll2003"
+CONLL2003_HUB_PARQUET = "refs/convert/parquet"  # tried when the plain load fails
 CONLL2003_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 
 CONLL2003 = Task(
@@ -324,10 +326,15 @@ def _load_conll_hub(task: Task) -> tuple[Task, TaskData]:
     try:
         dataset_dict = datasets.load_dataset(CONLL2003_HUB)
     except Exception as error:  # network, script datasets, cache problems: all reported as one line
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise DataError(
-            f"could not load {CONLL2003_HUB} from the hub ({type(error).__name__}: {message})"
-        ) from None
+        # datasets >= 4 refuses loading scripts; the hub's parquet export of the same data has none
+        try:
+            dataset_dict = datasets.load_dataset(CONLL2003_HUB, revision=CONLL2003_HUB_PARQUET)
+        except Exception:
+            message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise DataError(
+                f"could not load {CONLL2003_HUB} from the hub, nor its revision {CONLL2003_HUB_PARQUET} "
+                f"({type(error).__name__}: {message})"
+            ) from None
     parts: dict[str, TokenExamples] = {}
     for split, hub_split in CONLL2003_HUB_SPLITS.items():
         where = f"hub {CONLL2003_HUB} {hub_split}"
