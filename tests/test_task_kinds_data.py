@@ -205,7 +205,7 @@ def test_iob_helpers() -> None:
 # CoNLL column files
 
 
-CONLL = """-DOCSTART- -X- -X- O
+CONLL = """-DOCSTART- -X- O
 
 EU NNP I-NP I-ORG
 rejects VBZ I-VP O
@@ -342,6 +342,14 @@ def test_file_task_token_file_errors(tmp_path: Path) -> None:
         load_task_data("file", train_file=str(train), kind="classification", token_column=0)
     with pytest.raises(DataError, match="token_column= applies to train_file/eval_files"):
         load_task_data("conll2003", data_dir=str(tmp_path), token_column=0)
+    with pytest.raises(DataError, match=r"train.txt line 1, column 3: the tag set lacks 'B-PER'"):
+        load_task_data(
+            "file",
+            train_file=str(train),
+            eval_files={"dev": str(train)},
+            kind="token_classification",
+            label_names=["O", "I-PER", "B-LOC", "I-LOC"],
+        )
     only_o = write(tmp_path / "o.txt", "a O\nb O\n")
     with pytest.raises(DataError, match="every tag of the train file is 'O'"):
         load_task_data("file", train_file=str(only_o), kind="token_classification")

@@ -2,8 +2,8 @@
 and ``ptb-pos``.
 
 **Column files** (:func:`read_conll`): one token per line, its fields separated by whitespace; a
-blank line (or several) ends a sentence; a line whose token is ``-DOCSTART-`` ends a sentence and
-a document and is skipped. Every token line of a file has the same number of columns (the first
+blank line (or several) ends a sentence; a line whose first field is ``-DOCSTART-`` ends a sentence
+and a document and is skipped. Every token line of a file has the same number of columns (the first
 token line's, or the number the task fixes: 4 for CoNLL-2003). Errors name the file, the line and
 the field: a line with the wrong number of columns, a column index beyond the line, a tag outside
 the task's tag set, a file with no sentence.
@@ -180,6 +180,10 @@ def read_conll(
                 if not fields:
                     end_sentence()
                     continue
+                if fields[0] == DOCSTART:  # checked first: its column count may differ from the tokens'
+                    end_sentence()
+                    document += 1
+                    continue
                 if expected is None:
                     expected, first_line = len(fields), number
                 if len(fields) != expected:
@@ -194,10 +198,6 @@ def read_conll(
                             f"{path} line {number}: {name}={index} is outside the {len(fields)} columns of "
                             f"the line (0-based, negative from the end)"
                         )
-                if fields[token_column] == DOCSTART:
-                    end_sentence()
-                    document += 1
-                    continue
                 sentence[0].append(fields[token_column])
                 sentence[1].append(fields[tag_column])
                 sentence[2].append(number)
@@ -280,7 +280,14 @@ def to_token_examples(
                     f"{sentences.path} line {line}, {sentences.tag_field}: tag {tag!r} is not in the tag set "
                     f"of split {split!r} ({shown})"
                 )
-        labels.append([index_of[t] for t in (iob1_to_iob2(tags) if iob else tags)])
+        written = iob1_to_iob2(tags) if iob else tags
+        for tag, line in zip(written, lines, strict=True):
+            if tag not in index_of:  # an IOB tag set given without the B- (or I-) of a type
+                raise DataError(
+                    f"{sentences.path} line {line}, {sentences.tag_field}: the tag set lacks {tag!r}, which "
+                    "this tag becomes in IOB2; give B- and I- of every type"
+                )
+        labels.append([index_of[t] for t in written])
     return TokenExamples.from_words(
         [list(w) for w in sentences.words], labels, groups=list(sentences.groups) if groups else None
     )
