@@ -24,7 +24,10 @@ valid (its empty option stays ``""``). The copies in ``../shared/data/arc``, mea
 
     * all four options empty and the answer a digit 1-4: the options were lost in conversion.
 
-So these files load only with ``drop_bad_rows=True``.
+So these files load only with ``drop_bad_rows=True``. A question paired with one option is short in
+word pieces of the packaged MiniLM's tokenizer (``[CLS]``/``[SEP]`` included; train, kept rows):
+arc-easy median 26, 99th percentile 80, longest 122; arc-challenge median 30, 99th percentile 95,
+longest 139.
 
 **ARC from the hub** (``hub=True``): ``datasets.load_dataset("allenai/ai2_arc", "ARC-Easy" or
 "ARC-Challenge")``, splits train / validation (``dev``) / test (``test``). ``answerKey`` is a letter

@@ -226,7 +226,9 @@ class Task:
         if self.kind in (REGRESSION, MULTIPLE_CHOICE) and self.label_names is not None:
             raise DataError(f"{where}: a {self.kind} task has no label_names, got {self.label_names!r}")
         if (self.kind == MULTIPLE_CHOICE) != (self.choices is not None):
-            raise DataError(f"{where}: choices (options per example) is for multiple choice, got {self.choices!r}")
+            raise DataError(
+                f"{where}: choices (options per example) is for multiple choice, got {self.choices!r}"
+            )
         if self.choices is not None and self.choices < 2:
             raise DataError(f"{where}: needs at least 2 choices, got {self.choices!r}")
         if self.label_names is not None:

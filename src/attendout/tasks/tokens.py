@@ -39,6 +39,10 @@ is looked for in ``data_dir`` (the ``nltk_data`` folder, its ``corpora`` folder,
 ``nltk_data/``, or the zip itself); with no ``data_dir``, in ``$ATTENDOUT_DATA/nltk_data``. Tags:
 the 45 of :data:`PTB_TAGS` (36 part-of-speech tags and 9 punctuation tags). Metric: token accuracy.
 No hub source (the PTB is licensed).
+
+Lengths of the train sentences in word pieces of the packaged MiniLM's tokenizer (``[CLS]`` and
+``[SEP]`` included): conll2003 median 15, 99th percentile 56, longest 164 (0.27% above 64, one above
+128); ptb-pos median 28, 99th percentile 71, longest 350 (1.7% above 64, 0.15% above 128).
 """
 
 from __future__ import annotations
