@@ -142,8 +142,12 @@ def _expand_attention(argv: list[str]) -> list[str]:
     return ["--method", "synthesizer", "--variant", known.attention, *rest]
 
 
+#: Options some tasks give their own defaults (attendout.train.TASK_DEFAULTS).
+TASK_DEFAULT_OPTIONS = ("batch_size", "learning_rate", "max_length")
+
+
 def cmd_finetune(argv: list[str]) -> int:
-    from .train import TrainConfig, finetune, format_results
+    from .train import TrainConfig, finetune, format_results, task_defaults
 
     argv = _expand_attention(argv)
     pre = argparse.ArgumentParser(add_help=False)
@@ -151,8 +155,16 @@ def cmd_finetune(argv: list[str]) -> int:
     known, _ = pre.parse_known_args(argv)
     if known.method not in METHODS:
         raise ValueError(f"unknown method {known.method!r}; known methods: {', '.join(list_methods())}")
-    args = _finetune_parser(known.method).parse_args(argv)
+    parser = _finetune_parser(known.method)
+    unset = object()  # options with task defaults: unset ones take the task's, else TrainConfig's
+    recipe = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    parser.set_defaults(**{name: unset for name in TASK_DEFAULT_OPTIONS})
+    args = parser.parse_args(argv)
     values = vars(args)
+    chosen = task_defaults(values.get("task"))
+    for name in TASK_DEFAULT_OPTIONS:
+        if values[name] is unset:
+            values[name] = chosen.get(name, recipe[name])
     method_options = {k[len("method__") :]: v for k, v in values.items() if k.startswith("method__")}
     # options that depend on the task (AD-DROP's layers) are settled now, so config.json records them
     method_options = settle_for_task(known.method, method_options, values.get("task"))
@@ -188,6 +200,7 @@ def cmd_methods(argv: list[str]) -> int:
 
 def cmd_tasks(argv: list[str]) -> int:
     from .tasks import get_task, list_tasks
+    from .train import task_defaults
 
     argparse.ArgumentParser(prog="attendout tasks", description="List the built-in tasks.").parse_args(argv)
     for name in list_tasks():
@@ -203,7 +216,11 @@ def cmd_tasks(argv: list[str]) -> int:
         else:
             labels = ", ".join(task.label_names)
         shape = "pair" if task.is_pair else "single"
-        print(f"{name:16s} {shape:6s} {task.kind:20s} metrics={','.join(task.metrics)}  labels: {labels}")
+        defaults = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in task_defaults(name).items())
+        print(
+            f"{name:16s} {shape:6s} {task.kind:20s} metrics={','.join(task.metrics)}  labels: {labels}"
+            + (f"  defaults: {defaults}" if defaults else "")
+        )
     return 0
 
 

@@ -22,7 +22,9 @@
   label -100, ignored by the loss. Predictions come back one tag per word; a word cut by
   ``max_length`` gets tag 0 (counted in ``cut``).
 * multiple choice (:class:`ChoiceEncoded`): each example is ``choices`` pairs (question, option),
-  batched as ``(B, choices, L)`` as ``transformers``' multiple-choice heads take them.
+  batched as ``(B, choices, L)`` as ``transformers``' multiple-choice heads take them. An empty option
+  (padding a question with fewer options) is never predicted: its score is set to -inf before the
+  argmax and softmax. In training it stays in the softmax of the loss, as a wrong answer.
 """
 
 from __future__ import annotations
@@ -117,7 +119,11 @@ class Encoded:
         if len(ids) <= self.max_length:
             return feature
         tok = self.tokenizer
-        if tok.num_special_tokens_to_add(False) != 2 or ids[0] != tok.cls_token_id or ids[-1] != tok.sep_token_id:
+        if (
+            tok.num_special_tokens_to_add(False) != 2
+            or ids[0] != tok.cls_token_id
+            or ids[-1] != tok.sep_token_id
+        ):
             raise ValueError(
                 f"head-tail truncation keeps the tokenizer's first and last special token around the cut "
                 f"text; {type(tok).__name__} does not wrap one text as one token on each side: use "
@@ -177,7 +183,9 @@ class Windows(Encoded):
         self, examples: Examples, tokenizer, max_length: int, regression: bool, stride: int | None = None
     ):
         if examples.text_b is not None:
-            raise ValueError("sliding windows are for single texts; a pair task truncates (truncation 'head')")
+            raise ValueError(
+                "sliding windows are for single texts; a pair task truncates (truncation 'head')"
+            )
         self.stride = max_length // 4 if stride is None else stride
         if not 0 <= self.stride < max_length - 2:
             raise ValueError(f"window stride must be in [0, {max_length - 2}), got {self.stride}")
@@ -237,7 +245,11 @@ class TokenEncoded(Encoded):
         self.truncation = "head"
         self.words = [len(w) for w in words]
         enc = tokenizer(
-            words, is_split_into_words=True, truncation=True, max_length=max_length, return_token_type_ids=None
+            words,
+            is_split_into_words=True,
+            truncation=True,
+            max_length=max_length,
+            return_token_type_ids=None,
         )
         self.features, self.firsts = [], []
         tags = examples.labels
@@ -265,10 +277,14 @@ class TokenEncoded(Encoded):
         return self.gold_tags
 
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        batch = dict(self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt"))
+        batch = dict(
+            self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt")
+        )
         if self.token_labels is not None:
             length = batch["input_ids"].shape[1]
-            rows = [self.token_labels[i] + [IGNORE_INDEX] * (length - len(self.token_labels[i])) for i in indices]
+            rows = [
+                self.token_labels[i] + [IGNORE_INDEX] * (length - len(self.token_labels[i])) for i in indices
+            ]
             batch["labels"] = torch.tensor(rows, dtype=torch.long)
         return batch
 
@@ -313,6 +329,12 @@ class ChoiceEncoded(Encoded):
         flat = [{k: enc[k][i] for k in enc.keys()} for i in range(len(first))]
         self.features = [flat[i * self.choices : (i + 1) * self.choices] for i in range(len(options))]
         self.labels = None if examples.labels is None else torch.tensor(examples.labels, dtype=torch.long)
+        # Empty options pad a question with fewer options (ARC's 3-option rows): never predicted.
+        self.empty = torch.tensor([[not c.strip() for c in o] for o in options], dtype=torch.bool)
+
+    def collect(self, logits: list[torch.Tensor]) -> tuple[Any, Any]:
+        out = torch.cat(logits).float().masked_fill(self.empty, float("-inf"))
+        return out.argmax(-1).numpy(), torch.softmax(out, -1).numpy()
 
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
         flat = [f for i in indices for f in self.features[i]]
