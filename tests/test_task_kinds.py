@@ -476,3 +476,79 @@ def test_cli_applies_a_tasks_own_defaults_unless_told_otherwise(monkeypatch):
 def test_encode_picks_the_kind(minilm_tokenizer):
     assert isinstance(encode(token_examples(2, 0), TOKEN_TASK, minilm_tokenizer, 16), TokenEncoded)
     assert isinstance(encode(choice_examples(2, 0), CHOICE_TASK, minilm_tokenizer, 16), ChoiceEncoded)
+
+
+# --------------------------------------------------------------------------------------------------
+# Predicting
+
+
+def test_predictor_tags_words_and_chooses_options(model_dir, tmp_path, capsys):
+    from attendout.cli import main
+    from attendout.predict import Predictor
+
+    finetune(config(model_dir, tmp_path, "toy-tags", max_steps=None, epochs=6, learning_rate=2e-3))
+    tagger = Predictor.load(tmp_path / "toy-tags-none")
+    tagged = tagger.predict_words([["good", "great", "film"], ["bad"]])
+    assert [len(tags) for tags in tagged.labels] == [3, 1]
+    assert all(tag in TAGS for tags in tagged.labels for tag in tags)
+    metrics, _ = tagger.evaluate(tagger.split("dev"))
+    assert metrics["token_accuracy"] > 0.8
+    conll = tmp_path / "input.conll"
+    conll.write_text("good X B-POS\ngreat X I-POS\nfilm X O\n\nbad X B-NEG\nthe X O\n")
+    assert (
+        main(
+            [
+                "predict",
+                str(tmp_path / "toy-tags-none"),
+                "--input",
+                str(conll),
+                "--tag-column",
+                "2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "text_a\tlabel\tprediction" and out[1].startswith("good great film\tB-POS I-POS O\t")
+    assert len(out[1].split("\t")[2].split()) == 3
+
+    finetune(config(model_dir, tmp_path, "toy-choice", max_steps=None, epochs=6, learning_rate=2e-3))
+    chooser = Predictor.load(tmp_path / "toy-choice-none")
+    chosen = chooser.predict_choices(["the film was"], [["bad dull", "good fun", "poor awful"]])
+    assert chosen.labels in ([0], [1], [2]) and chosen.scores.shape == (1, 3)
+    rows = tmp_path / "q.csv"
+    rows.write_text("question,A,B,C,D,answer\nthe film was,bad dull,awful poor,good nice,dull bad,C\n")
+    assert (
+        main(
+            [
+                "predict",
+                str(tmp_path / "toy-choice-none"),
+                "--input",
+                str(rows),
+                "--label-column",
+                "answer",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split("\t")[:6] == ["text_a", "option_0", "option_1", "option_2", "option_3", "label"]
+    assert out[1].split("\t")[5] == "2"
+    rows.write_text("question,A,B,C,D,answer\nthe film was,bad dull,awful poor,good nice,dull bad,E\n")
+    assert (
+        main(
+            [
+                "predict",
+                str(tmp_path / "toy-choice-none"),
+                "--input",
+                str(rows),
+                "--label-column",
+                "answer",
+                "--no-progress",
+            ]
+        )
+        != 0
+    )
+    assert "answer 'E' is not one of the row's 4 options" in capsys.readouterr().err

@@ -368,6 +368,18 @@ def cmd_predict(argv: list[str]) -> int:
     )
     parser.add_argument("--label-column", help="gold labels in the input file: print the task's metrics")
     parser.add_argument(
+        "--token-column",
+        type=int,
+        default=0,
+        help="token classifiers: the input is a CoNLL-style column file; its 0-based column of words (default 0)",
+    )
+    parser.add_argument(
+        "--tag-column",
+        type=int,
+        default=None,
+        help="token classifiers: the column of gold tags in the input (prints the task's metrics)",
+    )
+    parser.add_argument(
         "--format", dest="file_format", help="input format: csv, tsv or jsonl (default: extension)"
     )
     parser.add_argument("--data-dir", help="the run's data folder, if it moved (with --split)")
@@ -401,7 +413,12 @@ def cmd_predict(argv: list[str]) -> int:
     else:
         columns = args.text_columns.split(",") if args.text_columns else None
         examples = predictor.read(
-            args.input, text_columns=columns, label_column=args.label_column, file_format=args.file_format
+            args.input,
+            text_columns=columns,
+            label_column=args.label_column,
+            file_format=args.file_format,
+            token_column=args.token_column,
+            tag_column=args.tag_column,
         )
         what = f"{args.input} ({len(examples)} examples)"
     if examples.labels is not None:

@@ -30,9 +30,20 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from .encoding import Encoded, predict_batches
+from .encoding import encode, predict_batches
 from .optim import autocast_dtype
-from .tasks import CLASSIFICATION, REGRESSION, DataError, Examples, Task, compute_metrics
+from .tasks import (
+    CLASSIFICATION,
+    MULTIPLE_CHOICE,
+    REGRESSION,
+    TOKEN_CLASSIFICATION,
+    ChoiceExamples,
+    DataError,
+    Examples,
+    Task,
+    TokenExamples,
+    compute_metrics,
+)
 from .tasks.readers import read_file, to_examples
 from .train import TrainConfig, pick_device, split_for_training
 
@@ -47,28 +58,46 @@ class PredictError(ValueError):
 class Predictions:
     """The model's outputs for n examples, in input order.
 
-    ``predictions``: class indices [n] (regression: values [n]); ``scores``: class probabilities
-    [n, classes] (regression: the values again); ``label_names``: the class names (None for
-    regression); ``loss``: the mean loss when the examples had labels.
+    ``predictions``: class indices [n] (regression: values [n]; token classification: a list of tag
+    indices per example, one per word; multiple choice: the chosen option's index [n]); ``scores``:
+    class probabilities [n, classes] (regression: the values again; token classification: each word's
+    tag probability; multiple choice: the options' probabilities [n, options]); ``label_names``: the
+    class or tag names (None for regression and multiple choice); ``loss``: the mean loss when the
+    examples had labels; ``kind``: the task kind.
     """
 
-    predictions: np.ndarray
-    scores: np.ndarray
+    predictions: Any
+    scores: Any
     label_names: tuple[str, ...] | None
     loss: float | None = None
+    kind: str = CLASSIFICATION
 
     def __len__(self) -> int:
         return len(self.predictions)
 
     @property
-    def labels(self) -> list[str] | list[float]:
-        """The predicted class names (regression: the predicted values)."""
+    def labels(self) -> list[Any]:
+        """The predicted class names (regression: values; token classification: a list of tag names per
+        example; multiple choice: the chosen option's index)."""
+        if self.kind == TOKEN_CLASSIFICATION:
+            names = self.label_names or ()
+            return [[names[int(i)] for i in row] for row in self.predictions]
+        if self.kind == MULTIPLE_CHOICE:
+            return [int(i) for i in self.predictions]
         if self.label_names is None:
             return [float(v) for v in self.predictions]
         return [self.label_names[int(i)] for i in self.predictions]
 
     def records(self) -> list[dict[str, Any]]:
-        """One dict per example: ``prediction`` (name or value) and, for classes, each probability."""
+        """One dict per example: ``prediction`` (name, value, option index, or the words' tags joined by
+        spaces) and, for classes and options, each probability."""
+        if self.kind == TOKEN_CLASSIFICATION:
+            return [{"prediction": " ".join(tags)} for tags in self.labels]
+        if self.kind == MULTIPLE_CHOICE:
+            return [
+                {"prediction": index, **{f"p_{k}": round(float(p), 6) for k, p in enumerate(row)}}
+                for index, row in zip(self.labels, self.scores, strict=True)
+            ]
         if self.label_names is None:
             return [{"prediction": value} for value in self.labels]
         return [
@@ -93,8 +122,20 @@ def _run_settings(path: Path) -> dict[str, Any] | None:
 
 
 def _model_task(model: nn.Module, name: str) -> Task:
-    """A task described by a bare classification checkpoint: its labels, a ``text`` field, accuracy."""
+    """A task described by a bare checkpoint: its head's kind and labels, a ``text`` field, accuracy."""
     config = model.config
+    head = type(model).__name__
+    if head.endswith("ForMultipleChoice"):
+        return Task(
+            name=name,
+            kind=MULTIPLE_CHOICE,
+            text_fields=("question",),
+            label_names=None,
+            metrics=("accuracy",),
+            eval_split_names=("input",),
+            description=f"the multiple-choice head of {name}",
+            choices=2,  # replaced by the inputs' count of options
+        )
     if config.problem_type == "regression" or config.num_labels == 1:
         return Task(
             name=name,
@@ -106,14 +147,15 @@ def _model_task(model: nn.Module, name: str) -> Task:
             description=f"the regression head of {name}",
         )
     names = tuple(str(config.id2label[i]) for i in range(config.num_labels))
+    token = head.endswith("ForTokenClassification")
     return Task(
         name=name,
-        kind=CLASSIFICATION,
-        text_fields=("text",),
+        kind=TOKEN_CLASSIFICATION if token else CLASSIFICATION,
+        text_fields=("tokens",) if token else ("text",),
         label_names=names,
-        metrics=("accuracy",),
+        metrics=("token_accuracy",) if token else ("accuracy",),
         eval_split_names=("input",),
-        description=f"the {len(names)} classes of {name}",
+        description=f"the {len(names)} {'tags' if token else 'classes'} of {name}",
     )
 
 
@@ -212,7 +254,7 @@ class Predictor:
         if settings is not None:
             task = _task_from_settings(settings)
             expected = task.num_labels
-            if model.config.num_labels != expected:
+            if task.kind != MULTIPLE_CHOICE and model.config.num_labels != expected:
                 raise PredictError(
                     f"{model_dir} has {model.config.num_labels} outputs but the run's task {task.name!r} has {expected}"
                 )
@@ -241,36 +283,62 @@ class Predictor:
         )
 
     def predict_examples(self, examples: Examples) -> Predictions:
-        """Predict :class:`~attendout.tasks.Examples` (their labels, if any, give the loss)."""
+        """Predict :class:`~attendout.tasks.Examples` (their labels, if any, give the loss):
+        :class:`~attendout.tasks.TokenExamples` for a token classifier, :class:`~attendout.tasks.ChoiceExamples`
+        for a multiple-choice model."""
         if len(examples) == 0:
             raise PredictError("nothing to predict: no examples")
+        kind = self.task.kind
+        needed = {TOKEN_CLASSIFICATION: TokenExamples, MULTIPLE_CHOICE: ChoiceExamples}.get(kind)
+        if needed is not None and not isinstance(examples, needed):
+            what = (
+                "words (one list per sentence)" if needed is TokenExamples else "a question and its options"
+            )
+            raise PredictError(
+                f"task {self.task.name!r} is {kind}: its inputs are {what} ({needed.__name__})"
+            )
         pair_model = self.task.is_pair
         knows_inputs = self.settings is not None  # a run knows single vs pairs; a model folder takes both
-        if knows_inputs and pair_model != (examples.text_b is not None):
+        if needed is None and knows_inputs and pair_model != (examples.text_b is not None):
             raise PredictError(
                 f"task {self.task.name!r} takes {'pairs of texts' if pair_model else 'single texts'} "
                 f"({', '.join(self.task.text_fields)}) but the inputs are "
                 f"{'pairs' if examples.text_b is not None else 'single texts'}"
             )
-        regression = self.task.kind == REGRESSION
-        data = Encoded(examples, self.tokenizer, self.max_length, regression)
-        preds, scores, loss = predict_batches(
-            self.model,
-            data,
-            self.batch_size,
-            self.device,
-            self.autocast_dtype,
-            regression=regression,
-            progress=self.progress,
+        run = self.settings["config"] if self.settings is not None else {}
+        data = encode(
+            examples,
+            self.task,
+            self.tokenizer,
+            self.max_length,
+            run.get("truncation", "auto"),
+            run.get("window_stride"),
         )
-        return Predictions(preds, scores, self.task.label_names, loss)
+        preds, scores, loss = predict_batches(
+            self.model, data, self.batch_size, self.device, self.autocast_dtype, progress=self.progress
+        )
+        return Predictions(preds, scores, self.task.label_names, loss, kind)
+
+    def predict_words(self, sentences: Sequence[Sequence[str]]) -> Predictions:
+        """Tag sentences given as lists of words (token classification): one tag per word."""
+        words = [list(w) for w in sentences]
+        return self.predict_examples(TokenExamples.from_words(words, None))
+
+    def predict_choices(self, questions: Sequence[str], options: Sequence[Sequence[str]]) -> Predictions:
+        """Choose among each question's options (multiple choice); every question needs as many options."""
+        return self.predict_examples(
+            ChoiceExamples(
+                text_a=list(questions), text_b=None, labels=None, choices=[list(o) for o in options]
+            )
+        )
 
     def evaluate(self, examples: Examples) -> tuple[dict[str, float], Predictions]:
         """(the task's metrics and the loss, the predictions) on labelled examples."""
         if examples.labels is None:
             raise PredictError("cannot evaluate examples without labels")
         predictions = self.predict_examples(examples)
-        metrics = compute_metrics(self.task, predictions.predictions, np.asarray(examples.labels))
+        gold = examples.labels if self.task.kind == TOKEN_CLASSIFICATION else np.asarray(examples.labels)
+        metrics = compute_metrics(self.task, predictions.predictions, gold)
         return {**metrics, "loss": predictions.loss}, predictions
 
     # data -----------------------------------------------------------------------------------------
@@ -305,12 +373,26 @@ class Predictor:
         text_columns: Sequence[str] | None = None,
         label_column: str | None = None,
         file_format: str | None = None,
+        token_column: int = 0,
+        tag_column: int | None = None,
     ) -> Examples:
-        """Read a CSV/TSV/JSON-lines file of inputs (labels too when ``label_column`` is given).
+        """Read a file of inputs (labels too when ``label_column`` / ``tag_column`` is given).
 
-        Text columns default to the run's own (``text_columns`` of a file task, else the task's text
-        fields: ``sentence`` for CoLA, ``sentence1``/``sentence2`` for MRPC...).
+        Sequence tasks: a CSV/TSV/JSON-lines file; text columns default to the run's own (``text_columns``
+        of a file task, else the task's text fields: ``sentence`` for CoLA, ``sentence1``/``sentence2``
+        for MRPC...). Token classification: a CoNLL-style column file (one word per line, a blank line
+        between sentences), words in ``token_column``, gold tags in ``tag_column`` if given. Multiple
+        choice: a CSV/TSV/JSON-lines file whose ``text_columns`` are the question and then its options
+        (default ``question,A,B,C,D``); ``label_column`` holds the answer (a letter, A for the first
+        option, or the option's index from 0).
         """
+        if self.task.kind == TOKEN_CLASSIFICATION:
+            return read_tagged_inputs(path, self.task, token_column=token_column, tag_column=tag_column)
+        if self.task.kind == MULTIPLE_CHOICE:
+            columns = tuple(text_columns or ("question", "A", "B", "C", "D"))
+            examples = read_choice_inputs(path, columns, label_column=label_column, file_format=file_format)
+            self.task = dataclasses.replace(self.task, choices=len(columns) - 1)
+            return examples
         columns = tuple(text_columns or self._default_columns())
         task = self.task
         if self.settings is None:  # a model folder does not know whether it was trained on pairs
@@ -354,6 +436,64 @@ def read_inputs(
         raise DataError(f"{path}: no rows to predict")
     text_b = raw.texts[1] if len(raw.texts) > 1 else None
     return Examples(text_a=raw.texts[0], text_b=text_b, labels=None)
+
+
+def read_tagged_inputs(
+    path: str | os.PathLike, task: Task, *, token_column: int = 0, tag_column: int | None = None
+) -> TokenExamples:
+    """Sentences of a CoNLL-style column file for a token classifier; gold tags from ``tag_column``."""
+    from .tasks.tokens import is_iob, read_conll, to_token_examples
+
+    sentences = read_conll(
+        path,
+        token_column=token_column,
+        tag_column=token_column if tag_column is None else tag_column,
+        what="input file",
+    )
+    if len(sentences) == 0:
+        raise DataError(f"{path}: no sentences to tag")
+    if tag_column is None:
+        return TokenExamples.from_words([list(w) for w in sentences.words], None)
+    names = task.label_names or ()
+    return to_token_examples(sentences, names, split="input", iob=is_iob(names), groups=False)
+
+
+def read_choice_inputs(
+    path: str | os.PathLike,
+    columns: Sequence[str],
+    *,
+    label_column: str | None = None,
+    file_format: str | None = None,
+) -> ChoiceExamples:
+    """Questions and their options (``columns``: the question, then two or more options) from a file."""
+    from .tasks.choice import LETTERS
+
+    def answer_index(letter: str) -> int | None:
+        return LETTERS.index(letter) if len(letter) == 1 and letter in LETTERS else None
+
+    if len(columns) < 3:
+        raise DataError(
+            f"multiple choice inputs need a question column and 2 or more option columns, got {list(columns)!r}"
+        )
+    raw = read_file(
+        path, text_columns=columns, label_column=label_column, file_format=file_format, what="input file"
+    )
+    if len(raw) == 0:
+        raise DataError(f"{path}: no rows to predict")
+    options = [list(row) for row in zip(*raw.texts[1:], strict=True)]
+    labels = None
+    if label_column is not None:
+        labels = []
+        for value, line, row in zip(raw.labels, raw.lines, options, strict=True):
+            text = str(value).strip()
+            index = int(text) if text.isdigit() else answer_index(text.upper()) if text.isalpha() else None
+            if index is None or not 0 <= index < len(row) or not row[index].strip():
+                raise DataError(
+                    f"{path} line {line}, column {label_column!r}: answer {value!r} is not one of the row's "
+                    f"{sum(bool(o.strip()) for o in row)} options"
+                )
+            labels.append(index)
+    return ChoiceExamples(text_a=list(raw.texts[0]), text_b=None, labels=labels, choices=options)
 
 
 def write_predictions(
@@ -408,8 +548,14 @@ def prediction_rows(
         row: dict[str, Any] = {"text_a": examples.text_a[i]}
         if examples.text_b is not None:
             row["text_b"] = examples.text_b[i]
+        options = getattr(examples, "choices", None)
+        if options is not None:
+            row.update({f"option_{k}": option for k, option in enumerate(options[i])})
         if examples.labels is not None:
             gold = examples.labels[i]
-            row["label"] = label_names[int(gold)] if label_names is not None else gold
+            if predictions.kind == TOKEN_CLASSIFICATION:
+                row["label"] = " ".join(label_names[int(t)] for t in gold) if label_names else gold
+            else:
+                row["label"] = label_names[int(gold)] if label_names is not None else gold
         rows.append({**row, **record})
     return rows

@@ -144,13 +144,13 @@ class TokenExamples(Examples):
         super().__post_init__()
         if self.words is None:
             raise DataError("TokenExamples: words is required (one list of words per example)")
-        for i, (words, tags) in enumerate(zip(self.words, self.labels, strict=True)):
+        for i, (words, tags) in enumerate(zip(self.words, self.labels or [], strict=False)):
             if len(words) != len(tags):
                 raise DataError(f"TokenExamples: example {i} has {len(words)} words but {len(tags)} tags")
 
     @classmethod
-    def from_words(cls, words: list[list[str]], labels: list[list[int]], **kwargs: Any) -> TokenExamples:
-        """Examples from words and tag indices; ``text_a`` is made from the words."""
+    def from_words(cls, words: list[list[str]], labels: list[list[int]] | None, **kwargs: Any) -> TokenExamples:
+        """Examples from words and tag indices (None: words to tag); ``text_a`` is made from the words."""
         return cls(text_a=[" ".join(w) for w in words], text_b=None, labels=labels, words=words, **kwargs)
 
 
@@ -166,7 +166,7 @@ class ChoiceExamples(Examples):
         super().__post_init__()
         if self.choices is None:
             raise DataError("ChoiceExamples: choices is required (one list of options per example)")
-        for i, (options, label) in enumerate(zip(self.choices, self.labels, strict=True)):
+        for i, (options, label) in enumerate(zip(self.choices, self.labels or [], strict=False)):
             if not 0 <= int(label) < len(options):
                 raise DataError(f"ChoiceExamples: example {i} has answer {label} but {len(options)} options")
 
