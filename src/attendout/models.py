@@ -241,6 +241,9 @@ def load_for_task(
                 f"{_shown(ours)}; pass {IGNORE_HEAD_OPTION} to start a new head"
             )
         tokenizer = AutoTokenizer.from_pretrained(path)
+        if task.kind == "token_classification" and getattr(tokenizer, "add_prefix_space", None) is False:
+            # Byte-level BPE (RoBERTa, GPT-2) reads pre-split words only with a space before each.
+            tokenizer = AutoTokenizer.from_pretrained(path, add_prefix_space=True)
         # A head of another kind (a sentence classifier's for a token task): a fresh head, never its rows.
         other_head = plan == "new" and _has_a_head(config)
         extra = {"ignore_mismatched_sizes": True} if plan == "mismatch" or other_head else {}
