@@ -27,7 +27,7 @@ from attendout.tasks import (
     TokenExamples,
     register_task,
 )
-from attendout.train import TrainConfig, Trainer, finetune
+from attendout.train import TrainConfig, Trainer, finetune, format_truncation
 from conftest import WORDS, make_batch, no_dropout, save_tiny_model_dir, tiny_config
 from test_addrop import Perturb, inputs
 
@@ -311,7 +311,11 @@ def test_long_documents_record_their_truncation_in_the_config(model_dir, tmp_pat
     ]
     train.write_text("\n".join(rows) + "\n")
     values = dict(train_file=str(train), eval_files={"dev": str(train)}, text_columns=["text"])
-    finetune(config(model_dir, tmp_path, "file", **values))
+    results = finetune(config(model_dir, tmp_path, "file", **values))
+    assert format_truncation(results) == (
+        "longer than 16 pieces: 12 of 36 train, 2 of 4 validation, 14 of 40 dev "
+        "(head-tail: kept the first 3 and the last 11 pieces)"
+    )
     summary = json.loads((tmp_path / "file-none" / "config.json").read_text())["truncation"]
     assert summary["strategy"] == "head-tail" and (summary["head"], summary["tail"]) == (3, 11)
     assert summary["cut"]["dev"] == 14  # rows 0, 3, ..., 39: 40 words do not fit 16 pieces

@@ -147,7 +147,7 @@ TASK_DEFAULT_OPTIONS = ("batch_size", "learning_rate", "max_length")
 
 
 def cmd_finetune(argv: list[str]) -> int:
-    from .train import TrainConfig, finetune, format_results, task_defaults
+    from .train import TrainConfig, finetune, format_results, format_truncation, task_defaults
 
     argv = _expand_attention(argv)
     pre = argparse.ArgumentParser(add_help=False)
@@ -183,6 +183,9 @@ def cmd_finetune(argv: list[str]) -> int:
     if "resumed" in results:
         print(f"resumed at step {results['resumed']['step']} from the checkpoint in {config.output_dir}")
     print(format_results(results))
+    cut = format_truncation(results)
+    if cut:
+        print(cut)
     print(f"run directory: {config.output_dir}")
     return 0
 

@@ -508,6 +508,11 @@ class Trainer:
         c = self.config
         return encode(examples, self.task, self.tokenizer, c.max_length, c.truncation, c.window_stride)
 
+    def sizes(self) -> dict[str, int]:
+        """Examples per split (documents, not windows; sentences, not words)."""
+        sets = {"train": self.train_set, "validation": self.validation_set, **self.eval_sets}
+        return {name: data.examples_count() for name, data in sets.items()}
+
     def truncation_summary(self) -> dict[str, Any]:
         """How texts longer than max_length were cut, and how many were, per split (the run's config)."""
         sets = {"train": self.train_set, "validation": self.validation_set, **self.eval_sets}
@@ -557,8 +562,7 @@ class Trainer:
     def _write_config(self) -> None:
         if not self.is_main:
             return
-        sizes = {"train": self.train_set.examples_count(), "validation": self.validation_set.examples_count()}
-        sizes.update({name: s.examples_count() for name, s in self.eval_sets.items()})
+        sizes = self.sizes()
         write_json_atomic(
             self.out / "config.json",
             {
@@ -947,10 +951,12 @@ class Trainer:
             "seed": self.config.seed,
             "data_seed": self.config.data_seed,
             "main_metric": self.task.metrics[0],
+            "truncation": self.truncation_summary(),
             "best_step": self.state.best_step,
             "total_steps": self.total_steps,
             "validation": self.state.best_validation,
             "eval": evaluations,
+            "sizes": self.sizes(),
             "train_time_s": round(train_time, 2),
         }
         if self.stopped_early:
@@ -987,6 +993,24 @@ def finetune(config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | Non
     final evaluation): ``attendout bench`` prints its progress from the validation records.
     """
     return Trainer(config, on_log).fit()
+
+
+def format_truncation(results: dict[str, Any]) -> str | None:
+    """One line on how many examples were longer than max_length and how they were cut (None if none)."""
+    summary = results.get("truncation") or {}
+    cut = summary.get("cut") or {}
+    if not any(cut.values()):
+        return None
+    sizes = results.get("sizes") or {}
+    how = {
+        "head-tail": f"kept the first {summary.get('head')} and the last {summary.get('tail')} pieces",
+        "head": "kept the first pieces",
+        "sliding": f"windows with {summary.get('stride')} pieces of overlap, logits averaged",
+    }.get(summary.get("strategy"), summary.get("strategy"))
+    counts = ", ".join(
+        f"{n}{f' of {sizes[split]}' if split in sizes else ''} {split}" for split, n in cut.items()
+    )
+    return f"longer than {summary.get('max_length')} pieces: {counts} ({summary.get('strategy')}: {how})"
 
 
 def format_results(results: dict[str, Any]) -> str:
