@@ -556,3 +556,43 @@ def test_predictor_tags_words_and_chooses_options(model_dir, tmp_path, capsys):
         != 0
     )
     assert "answer 'E' is not one of the row's 4 options" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------
+# transformers.Trainer with a token classifier
+
+
+@pytest.mark.parametrize("method", ["addrop", "attendout"])
+def test_hf_trainer_trains_a_token_classifier_with_the_methods(model_dir, tmp_path, method):
+    from transformers import DataCollatorForTokenClassification
+
+    from attendout.hf import Trainer as MethodTrainer
+    from test_hf_trainer import hf_args, logged
+
+    data = Trainer(config(model_dir, tmp_path, "toy-tags"))  # for its tokenised splits
+
+    def rows(encoded):
+        return [{**encoded.features[i], "labels": encoded.token_labels[i]} for i in range(len(encoded))]
+
+    model = AutoModelForTokenClassification.from_pretrained(
+        model_dir, num_labels=5, ignore_mismatched_sizes=True
+    )
+    options = (
+        {"cross_tuning": "off", "q": 1.0} if method == "addrop" else {"dropout_steps": 2, "eval_samples": 8}
+    )
+    trainer = MethodTrainer(
+        model=model,
+        args=hf_args(tmp_path),
+        train_dataset=rows(data.train_set),
+        data_collator=DataCollatorForTokenClassification(data.tokenizer),
+        method=method,
+        method_options=options,
+        validation_dataset=rows(data.validation_set),
+        max_length=16,
+    )
+    trainer.train()
+    if method == "addrop":
+        assert min(logged(trainer, "addrop/candidate_fraction")) > 0.2
+        assert logged(trainer, "addrop/drop_rate_in_candidates") == [1.0] * 4
+    else:
+        assert logged(trainer, "attendout/games")[-1] == 2  # a game every 2 of the 4 steps

@@ -64,8 +64,6 @@ class ForwardEdits:
 class EvalSource(Protocol):
     """Labelled examples a method can score (AttendOut's games): indexable batches with labels."""
 
-    labels: torch.Tensor  # (N,)
-
     def __len__(self) -> int: ...
 
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:

@@ -58,8 +58,8 @@ class CollatedSource:
         self.dataset = dataset
         self.collate = collate
         self.accepts = set(inspect.signature(model.forward).parameters)
-        labels = [_label_of(dataset[i], i) for i in range(len(dataset))]
-        self.labels = torch.tensor(labels)
+        # every example must be labelled (games score against labels); a list per example for token tasks
+        self.labels = [_label_of(dataset[i], i) for i in range(len(dataset))]
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -76,7 +76,7 @@ def _label_of(example: Any, index: int) -> Any:
     for key in ("labels", "label"):
         if key in example:
             value = example[key]
-            return value.item() if torch.is_tensor(value) else value
+            return value.tolist() if torch.is_tensor(value) else value
     raise ValueError(f"attendout.hf: validation_dataset example {index} has no 'label' or 'labels' field")
 
 

@@ -401,10 +401,24 @@ def subsample(examples: Examples, n: int | None, seed: int) -> Examples:
 def task_of(model: Any) -> Task:
     """The task a ``transformers`` model's head implies, for loops that bring no attendout task.
 
-    Regression for one output (or ``problem_type`` "regression"; metrics Pearson, Spearman), else
-    classification over its ``id2label`` names (metrics accuracy, F1 for two classes).
+    Multiple choice for a ``...ForMultipleChoice`` model (accuracy); regression for one output (or
+    ``problem_type`` "regression"; metrics Pearson, Spearman); token classification for a
+    ``...ForTokenClassification`` model (token accuracy); else classification over its ``id2label``
+    names (metrics accuracy, F1 for two classes).
     """
     config = model.config
+    head = type(model).__name__
+    if head.endswith("ForMultipleChoice"):
+        return Task(
+            name="model-head",
+            kind=MULTIPLE_CHOICE,
+            text_fields=("question",),
+            label_names=None,
+            metrics=("accuracy",),
+            eval_split_names=("validation",),
+            description="the multiple-choice head of the model",
+            choices=2,  # the batches say how many; nothing here depends on it
+        )
     if getattr(config, "problem_type", None) == "regression" or getattr(config, "num_labels", 2) == 1:
         return Task(
             name="model-head",
@@ -419,6 +433,16 @@ def task_of(model: Any) -> Task:
     names = tuple(str((config.id2label or {}).get(i, i)) for i in range(count))
     if len(set(names)) != count:
         names = tuple(str(i) for i in range(count))
+    if head.endswith("ForTokenClassification"):
+        return Task(
+            name="model-head",
+            kind=TOKEN_CLASSIFICATION,
+            text_fields=("tokens",),
+            label_names=names,
+            metrics=("token_accuracy",),
+            eval_split_names=("validation",),
+            description="the token-classification head of the model",
+        )
     return Task(
         name="model-head",
         kind=CLASSIFICATION,
