@@ -232,12 +232,15 @@ def test_choices_batch_as_examples_by_options_and_empty_options_are_never_chosen
 
 
 @pytest.mark.parametrize("task", ["toy-tags", "toy-choice"])
-@pytest.mark.parametrize("method", sorted(set(list_methods())))
+@pytest.mark.parametrize("method", [*sorted(set(list_methods())), "synthesizer-dense"])
 def test_every_method_trains_on_token_and_choice_tasks(model_dir, tmp_path, task, method):
-    options = {"cross_tuning": "off"} if method == "addrop" else {}  # act from the first step
-    if method == "attendout":
-        options = {"dropout_steps": 2, "eval_samples": 8}
-    results = finetune(config(model_dir, tmp_path, task, method, method_options=options))
+    options = {
+        "addrop": {"cross_tuning": "off"},  # act from the first step
+        "attendout": {"dropout_steps": 2, "eval_samples": 8},
+        "synthesizer-dense": {"variant": "dense"},  # reads the hidden states: B x options rows for choices
+    }.get(method, {})
+    name = method.split("-dense")[0]
+    results = finetune(config(model_dir, tmp_path, task, name, method_options=options))
     assert np.isfinite(results["eval"]["dev"]["loss"])
 
 
