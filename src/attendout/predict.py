@@ -35,7 +35,6 @@ from .optim import autocast_dtype
 from .tasks import (
     CLASSIFICATION,
     MULTIPLE_CHOICE,
-    REGRESSION,
     TOKEN_CLASSIFICATION,
     ChoiceExamples,
     DataError,
@@ -44,6 +43,7 @@ from .tasks import (
     TokenExamples,
     compute_metrics,
 )
+from .tasks.core import task_of
 from .tasks.readers import read_file, to_examples
 from .train import TrainConfig, pick_device, split_for_training
 
@@ -122,40 +122,10 @@ def _run_settings(path: Path) -> dict[str, Any] | None:
 
 
 def _model_task(model: nn.Module, name: str) -> Task:
-    """A task described by a bare checkpoint: its head's kind and labels, a ``text`` field, accuracy."""
-    config = model.config
-    head = type(model).__name__
-    if head.endswith("ForMultipleChoice"):
-        return Task(
-            name=name,
-            kind=MULTIPLE_CHOICE,
-            text_fields=("question",),
-            label_names=None,
-            metrics=("accuracy",),
-            eval_split_names=("input",),
-            description=f"the multiple-choice head of {name}",
-            choices=2,  # replaced by the inputs' count of options
-        )
-    if config.problem_type == "regression" or config.num_labels == 1:
-        return Task(
-            name=name,
-            kind=REGRESSION,
-            text_fields=("text",),
-            label_names=None,
-            metrics=("pearson", "spearman"),
-            eval_split_names=("input",),
-            description=f"the regression head of {name}",
-        )
-    names = tuple(str(config.id2label[i]) for i in range(config.num_labels))
-    token = head.endswith("ForTokenClassification")
-    return Task(
-        name=name,
-        kind=TOKEN_CLASSIFICATION if token else CLASSIFICATION,
-        text_fields=("tokens",) if token else ("text",),
-        label_names=names,
-        metrics=("token_accuracy",) if token else ("accuracy",),
-        eval_split_names=("input",),
-        description=f"the {len(names)} {'tags' if token else 'classes'} of {name}",
+    """A task described by a bare checkpoint: its head's kind and labels (:func:`~attendout.tasks.core.task_of`)."""
+    task = task_of(model)
+    return dataclasses.replace(
+        task, name=name, eval_split_names=("input",), description=task.description.replace("the model", name)
     )
 
 

@@ -149,7 +149,9 @@ class TokenExamples(Examples):
                 raise DataError(f"TokenExamples: example {i} has {len(words)} words but {len(tags)} tags")
 
     @classmethod
-    def from_words(cls, words: list[list[str]], labels: list[list[int]] | None, **kwargs: Any) -> TokenExamples:
+    def from_words(
+        cls, words: list[list[str]], labels: list[list[int]] | None, **kwargs: Any
+    ) -> TokenExamples:
         """Examples from words and tag indices (None: words to tag); ``text_a`` is made from the words."""
         return cls(text_a=[" ".join(w) for w in words], text_b=None, labels=labels, words=words, **kwargs)
 

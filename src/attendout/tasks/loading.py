@@ -169,6 +169,18 @@ def _check_classes(train: Examples, kind: str, label_names: Sequence[str] | None
         )
 
 
+def _carve_dev(train: Examples, path: str | None, sources: list[str]) -> tuple[Examples, Examples]:
+    """(train, dev) for the "file" task given a train file only: dev carved from train, with a warning."""
+    logger.warning(
+        "task 'file': no eval_files; carving %d%% of %s as 'dev' (seed %d)",
+        round(100 * VALIDATION_FRACTION),
+        path,
+        VALIDATION_SEED,
+    )
+    sources.append(f"dev=carved {round(100 * VALIDATION_FRACTION)}% of train (seed {VALIDATION_SEED})")
+    return carve_validation(train, VALIDATION_FRACTION, VALIDATION_SEED)
+
+
 def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     """Read a task's splits from ``options.train_file`` / ``options.eval_files`` (see module doc)."""
     generic = task.name == FILE_TASK.name
@@ -244,14 +256,7 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     elif base is not None and base_task is not None:
         eval_splits = dict(base.eval_splits)
     else:  # the "file" task with a train file only
-        logger.warning(
-            "task 'file': no eval_files; carving %d%% of %s as 'dev' (seed %d)",
-            round(100 * VALIDATION_FRACTION),
-            options.train_file,
-            VALIDATION_SEED,
-        )
-        train, eval_splits["dev"] = carve_validation(train, VALIDATION_FRACTION, VALIDATION_SEED)
-        sources.append(f"dev=carved {round(100 * VALIDATION_FRACTION)}% of train (seed {VALIDATION_SEED})")
+        train, eval_splits["dev"] = _carve_dev(train, options.train_file, sources)
 
     source = "files " + ", ".join(sources)
     if base is not None:
@@ -341,14 +346,7 @@ def _load_token_files(task: Task, options: LoadOptions, generic: bool) -> tuple[
     elif base is not None:
         eval_splits = dict(base.eval_splits)
     else:
-        logger.warning(
-            "task 'file': no eval_files; carving %d%% of %s as 'dev' (seed %d)",
-            round(100 * VALIDATION_FRACTION),
-            options.train_file,
-            VALIDATION_SEED,
-        )
-        train, eval_splits["dev"] = carve_validation(train, VALIDATION_FRACTION, VALIDATION_SEED)
-        sources.append(f"dev=carved {round(100 * VALIDATION_FRACTION)}% of train (seed {VALIDATION_SEED})")
+        train, eval_splits["dev"] = _carve_dev(train, options.train_file, sources)
 
     source = "token files " + ", ".join(sources)
     if base is not None:

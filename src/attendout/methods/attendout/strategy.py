@@ -390,7 +390,9 @@ class AttendOutStrategy(TrainingStrategy):
         else:
             preds, gold = torch.cat(predictions).numpy(), torch.cat(golds).numpy()
         metric = compute_metrics(self.task, list(preds) if kind == "token_classification" else preds, gold)
-        return GameScores(torch.cat(per_sample).cpu(), float(np.nan_to_num(metric[self.task.metrics[0]])), preds, gold)
+        return GameScores(
+            torch.cat(per_sample).cpu(), float(np.nan_to_num(metric[self.task.metrics[0]])), preds, gold
+        )
 
     def pick_attacker(self, gap: float, error: float) -> tuple[bool, float]:
         """Sample the winner: P(A) = sigmoid(z / reinit_temperature), z = gap / error (A minus D, in
