@@ -526,38 +526,13 @@ def test_predictor_tags_words_and_chooses_options(model_dir, tmp_path, capsys):
     assert chosen.labels in ([0], [1], [2]) and chosen.scores.shape == (1, 3)
     rows = tmp_path / "q.csv"
     rows.write_text("question,A,B,C,D,answer\nthe film was,bad dull,awful poor,good nice,dull bad,C\n")
-    assert (
-        main(
-            [
-                "predict",
-                str(tmp_path / "toy-choice-none"),
-                "--input",
-                str(rows),
-                "--label-column",
-                "answer",
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
+    args = ["predict", str(tmp_path / "toy-choice-none"), "--input", str(rows), "--label-column", "answer"]
+    assert main([*args, "--no-progress"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split("\t")[:6] == ["text_a", "option_0", "option_1", "option_2", "option_3", "label"]
     assert out[1].split("\t")[5] == "2"
     rows.write_text("question,A,B,C,D,answer\nthe film was,bad dull,awful poor,good nice,dull bad,E\n")
-    assert (
-        main(
-            [
-                "predict",
-                str(tmp_path / "toy-choice-none"),
-                "--input",
-                str(rows),
-                "--label-column",
-                "answer",
-                "--no-progress",
-            ]
-        )
-        != 0
-    )
+    assert main([*args, "--no-progress"]) != 0
     assert "answer 'E' is not one of the row's 4 options" in capsys.readouterr().err
 
 
