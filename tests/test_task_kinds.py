@@ -480,9 +480,13 @@ def test_cli_applies_a_tasks_own_defaults_unless_told_otherwise(monkeypatch):
         assert (seen["c"].batch_size, seen["c"].learning_rate, seen["c"].max_length) == expected
 
 
-def test_encode_picks_the_kind(minilm_tokenizer):
+def test_encode_picks_the_kind_and_refuses_a_truncation_it_cannot_apply(minilm_tokenizer):
     assert isinstance(encode(token_examples(2, 0), TOKEN_TASK, minilm_tokenizer, 16), TokenEncoded)
     assert isinstance(encode(choice_examples(2, 0), CHOICE_TASK, minilm_tokenizer, 16), ChoiceEncoded)
+    for examples, task in ((token_examples(2, 0), TOKEN_TASK), (choice_examples(2, 0), CHOICE_TASK)):
+        for truncation in ("sliding", "head-tail"):
+            with pytest.raises(ValueError, match=f"truncation '{truncation}' is for long texts.*{task.kind}"):
+                encode(examples, task, minilm_tokenizer, 16, truncation)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -354,6 +354,11 @@ def encode(
     stride: int | None = None,
 ) -> Encoded:
     """``examples`` of ``task`` encoded for its kind (see the module docstring)."""
+    if task.kind in (TOKEN_CLASSIFICATION, MULTIPLE_CHOICE) and truncation not in ("auto", "head"):
+        raise ValueError(
+            f"truncation {truncation!r} is for long texts of sequence classification and regression; task "
+            f"{task.name!r} is {task.kind}, whose inputs are cut at max_length (truncation 'auto' or 'head')"
+        )
     if task.kind == TOKEN_CLASSIFICATION:
         return TokenEncoded(examples, tokenizer, max_length)
     if task.kind == MULTIPLE_CHOICE:
