@@ -578,3 +578,29 @@ def test_hf_trainer_trains_a_token_classifier_with_the_methods(model_dir, tmp_pa
         assert logged(trainer, "addrop/drop_rate_in_candidates") == [1.0] * 4
     else:
         assert logged(trainer, "attendout/games")[-1] == 2  # a game every 2 of the 4 steps
+
+
+# --------------------------------------------------------------------------------------------------
+# Tables of token tasks
+
+
+def test_sequence_metric_counts_score_any_resample_as_the_metric_does():
+    from attendout.report.stats import bootstrap_difference
+    from attendout.tasks.metrics import METRICS, SEQUENCE_METRICS, from_counts, sequence_counts
+
+    rng = random.Random(0)
+    gold = [[rng.choice(TAGS) for _ in range(rng.randint(1, 8))] for _ in range(300)]
+    a = [[t if rng.random() < 0.9 else rng.choice(TAGS) for t in row] for row in gold]
+    b = [[t if rng.random() < 0.5 else rng.choice(TAGS) for t in row] for row in gold]
+    draw = np.random.default_rng(1).integers(0, 300, size=300)
+    for metric in SEQUENCE_METRICS:
+        counts = sequence_counts(metric, a, gold)
+        direct = METRICS[metric]([a[i] for i in draw], [gold[i] for i in draw])
+        assert from_counts(metric, counts[draw].sum(0)) == pytest.approx(direct, abs=1e-12)
+        interval = bootstrap_difference(metric, gold, [a], [b], n_resamples=200)
+        assert interval.estimate == pytest.approx(
+            METRICS[metric](a, gold) - METRICS[metric](b, gold), abs=1e-12
+        )
+        assert (
+            interval.low <= interval.estimate <= interval.high and interval.low > 0
+        )  # a is the better tagger

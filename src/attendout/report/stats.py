@@ -19,9 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import optimize, stats
+
+from ..tasks.metrics import SEQUENCE_METRICS, from_counts, sequence_counts
 
 __all__ = [
     "BootstrapInterval",
@@ -106,6 +109,19 @@ class BootstrapInterval:
     n_resamples: int
 
 
+def _as_array(values: Any) -> np.ndarray:
+    """A 1-D array of ``values``; per-example lists (token tags) as a 1-D object array."""
+    if isinstance(values, np.ndarray):
+        return values
+    values = list(values)
+    if values and isinstance(values[0], list | tuple):
+        out = np.empty(len(values), dtype=object)
+        for i, row in enumerate(values):
+            out[i] = list(row)
+        return out
+    return np.asarray(values)
+
+
 def bootstrap_difference(
     metric: str | Callable[[np.ndarray, np.ndarray], float],
     labels: np.ndarray,
@@ -127,9 +143,9 @@ def bootstrap_difference(
     """
     from ..tasks.metrics import METRICS
 
-    y = np.asarray(labels)
-    runs_a = [np.asarray(p) for p in predictions_a]
-    runs_b = [np.asarray(p) for p in predictions_b]
+    y = _as_array(labels)
+    runs_a = [_as_array(p) for p in predictions_a]
+    runs_b = [_as_array(p) for p in predictions_b]
     if not runs_a or not runs_b:
         raise ValueError("bootstrap_difference: need at least one run on each side")
     n = len(y)
@@ -143,6 +159,8 @@ def bootstrap_difference(
     if n_resamples < 10:
         raise ValueError(f"bootstrap_difference: n_resamples must be at least 10, got {n_resamples!r}")
     rng = np.random.default_rng(seed)
+    if isinstance(metric, str) and metric in SEQUENCE_METRICS:  # per-example lists of tags
+        return _bootstrap_counts(metric, y, runs_a, runs_b, n_resamples, level, rng)
     fast = isinstance(metric, str) and metric in _CONFUSION_METRICS and _is_class_index(y, runs_a + runs_b)
     if isinstance(metric, str) and not fast:
         if metric not in METRICS:
@@ -192,6 +210,46 @@ def bootstrap_difference(
 
 
 _CONFUSION_METRICS = ("accuracy", "f1", "mcc")
+
+
+def _bootstrap_counts(
+    metric: str,
+    y: np.ndarray,
+    runs_a: list[np.ndarray],
+    runs_b: list[np.ndarray],
+    n_resamples: int,
+    level: float,
+    rng: np.random.Generator,
+) -> BootstrapInterval:
+    """:func:`bootstrap_difference` for micro-averaged sequence metrics: each resample sums the drawn
+    examples' counts (:func:`~attendout.tasks.metrics.sequence_counts`), as scoring them anew would."""
+    n = len(y)
+    counts_a = [sequence_counts(metric, p, y) for p in runs_a]
+    counts_b = [sequence_counts(metric, p, y) for p in runs_b]
+
+    def difference(weights: np.ndarray) -> np.ndarray:  # weights (b, n) -> (b,)
+        a = np.mean([from_counts(metric, weights @ c) for c in counts_a], axis=0)
+        b = np.mean([from_counts(metric, weights @ c) for c in counts_b], axis=0)
+        return a - b
+
+    estimate = float(difference(np.ones((1, n)))[0])
+    draws = np.empty(n_resamples)
+    chunk = max(1, min(n_resamples, 4_000_000 // max(n, 1)))
+    for start in range(0, n_resamples, chunk):
+        b = min(chunk, n_resamples - start)
+        idx = rng.integers(0, n, size=(b, n))
+        weights = np.bincount((idx + n * np.arange(b)[:, None]).ravel(), minlength=b * n).reshape(b, n)
+        draws[start : start + b] = difference(weights.astype(np.float64))
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return BootstrapInterval(
+        estimate=estimate,
+        low=float(low),
+        high=float(high),
+        se=float(draws.std(ddof=1)),
+        n_examples=n,
+        n_resamples=n_resamples,
+    )
 
 
 def _is_class_index(y: np.ndarray, runs: list[np.ndarray]) -> bool:

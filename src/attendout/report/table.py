@@ -59,7 +59,11 @@ class RunRecord:
         return None if value is None else float(value)
 
     def predictions(self, split: str) -> tuple[np.ndarray, np.ndarray] | None:
-        """(predictions, labels) of ``split`` from predictions/SPLIT.jsonl, or None if absent."""
+        """(predictions, labels) of ``split`` from predictions/SPLIT.jsonl, or None if absent.
+
+        Token classification (a list of tags per example): 1-D object arrays of tag-name lists, named by
+        the run's task (its config.json), as the sequence metrics take them.
+        """
         path = self.path / "predictions" / f"{split}.jsonl"
         if not path.is_file():
             return None
@@ -69,6 +73,9 @@ class RunRecord:
                 row = json.loads(line)
                 preds.append(row["prediction"])
                 labels.append(row["label"])
+        if preds and isinstance(preds[0], list):
+            names = (_read_json(self.path / "config.json").get("task") or {}).get("label_names") or []
+            return _tag_rows(preds, names), _tag_rows(labels, names)
         return np.asarray(preds), np.asarray(labels)
 
 
@@ -297,6 +304,13 @@ def build_table(
     )
 
 
+def _tag_rows(rows: list[list[int]], names: list[str]) -> np.ndarray:
+    out = np.empty(len(rows), dtype=object)
+    for i, row in enumerate(rows):
+        out[i] = [names[int(t)] for t in row] if names else list(row)
+    return out
+
+
 def majority_floor(runs: Sequence[RunRecord], split: str, metric: str) -> float | None:
     """``metric`` of always predicting the most frequent label of ``split``: the score a model that
     learned nothing reaches (MCC 0, F1 2p/(1+p) for a positive share p). Labels come from any run's
@@ -307,6 +321,14 @@ def majority_floor(runs: Sequence[RunRecord], split: str, metric: str) -> float 
         if stored is None or scorer is None:
             continue
         labels = stored[1]
+        if labels.dtype == object:  # tags per word: always the most frequent tag
+            tags, counts = np.unique([t for row in labels for t in row], return_counts=True)
+            common = tags[np.argmax(counts)]
+            constant = np.empty(len(labels), dtype=object)
+            for i, row in enumerate(labels):
+                constant[i] = [common] * len(row)
+            score = float(scorer(constant, labels))
+            return score if math.isfinite(score) else None
         if labels.dtype.kind not in "iub":  # regression: no class to predict
             return None
         values, counts = np.unique(labels, return_counts=True)

@@ -210,6 +210,49 @@ def token_accuracy(predictions: Any, labels: Any) -> float:
     return right / sum(len(ys) for ys in y)
 
 
+#: Sequence metrics that are functions of per-example counts summed over examples (micro averages).
+SEQUENCE_METRICS = ("entity_f1", "entity_precision", "entity_recall", "token_accuracy")
+
+
+def sequence_counts(metric: str, predictions: Any, labels: Any) -> np.ndarray:
+    """Per-example counts whose sums give ``metric`` (:func:`from_counts`): (n, 3) correct, predicted and
+    true entities for the entity metrics; (n, 2) right and all tags for token accuracy. Summing rows
+    with weights scores any resample of the examples without re-reading their tags."""
+    p, y = _sequences(predictions, labels, metric)
+    if metric == "token_accuracy":
+        return np.array(
+            [
+                [sum(int(a == b) for a, b in zip(ps, ys, strict=True)), len(ys)]
+                for ps, ys in zip(p, y, strict=True)
+            ],
+            dtype=np.int64,
+        ).reshape(-1, 2)
+    if metric not in SEQUENCE_METRICS:
+        raise DataError(f"sequence_counts: {metric!r} is not one of {', '.join(SEQUENCE_METRICS)}")
+    rows = []
+    for ps, ys in zip(p, y, strict=True):
+        guessed, gold = entities(ps, metric), entities(ys, metric)
+        rows.append([len(guessed & gold), len(guessed), len(gold)])
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def from_counts(metric: str, counts: np.ndarray) -> np.ndarray:
+    """``metric`` from summed :func:`sequence_counts` (..., k): the same 0.0 conventions as the metrics."""
+    counts = np.asarray(counts, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if metric == "token_accuracy":
+            return np.where(counts[..., 1] > 0, counts[..., 0] / counts[..., 1], 0.0)
+        correct, found, true = counts[..., 0], counts[..., 1], counts[..., 2]
+        precision = np.where(found > 0, correct / found, 0.0)
+        recall = np.where(true > 0, correct / true, 0.0)
+        if metric == "entity_precision":
+            return precision
+        if metric == "entity_recall":
+            return recall
+        total = precision + recall
+        return np.where(total > 0, 2 * precision * recall / np.where(total > 0, total, 1.0), 0.0)
+
+
 METRICS: dict[str, Metric] = {
     "accuracy": accuracy,
     "f1": f1,
