@@ -9,6 +9,7 @@ split carved from train (dev is only for reporting), and writes a run directory:
     RUN_DIR/model/                 the best model, saved with save_pretrained (plain `transformers` loads it;
                                    a Synthesizer model is saved in attendout's form: attendout.load_model)
     RUN_DIR/predictions/SPLIT.jsonl per-example predictions of the best model on each evaluation split
+                                   (token tasks: the tags of every word, without their probabilities)
     RUN_DIR/results.json           final metrics (written last, atomically: its presence means the run finished)
     RUN_DIR/checkpoint/state.pt    with ``checkpoint_steps``: the training state of an unfinished run
                                    (removed when the run finishes); ``resume`` continues from it. It
@@ -982,7 +983,10 @@ class Trainer:
         rows = (_as_list(preds), _as_list(scores), _as_list(labels))
         with open(tmp, "w") as f:
             for i, (p, s, y) in enumerate(zip(*rows, strict=True)):
-                f.write(json.dumps({"index": i, "prediction": p, "label": y, "score": s}) + "\n")
+                row = {"index": i, "prediction": p, "label": y, "score": s}
+                if self.task.kind == "token_classification":
+                    del row["score"]  # a probability per word would triple the file; `attendout predict` gives them
+                f.write(json.dumps(row) + "\n")
         os.replace(tmp, path)
 
 
