@@ -527,6 +527,8 @@ class Trainer:
             summary["stride"] = self.train_set.stride
             summary["windows"] = {name: len(data) for name, data in sets.items()}
         summary["cut"] = {name: data.cut for name, data in sets.items()}
+        if self.task.kind == "token_classification":  # the words past the cut get the first tag
+            summary["cut_words_tagged"] = self.task.label_names[0]
         return summary
 
     def _check_output_dir(self) -> None:
@@ -985,7 +987,9 @@ class Trainer:
             for i, (p, s, y) in enumerate(zip(*rows, strict=True)):
                 row = {"index": i, "prediction": p, "label": y, "score": s}
                 if self.task.kind == "token_classification":
-                    del row["score"]  # a probability per word would triple the file; `attendout predict` gives them
+                    del row[
+                        "score"
+                    ]  # a probability per word would triple the file; `attendout predict` gives them
                 f.write(json.dumps(row) + "\n")
         os.replace(tmp, path)
 
@@ -1014,7 +1018,11 @@ def format_truncation(results: dict[str, Any]) -> str | None:
     counts = ", ".join(
         f"{n}{f' of {sizes[split]}' if split in sizes else ''} {split}" for split, n in cut.items()
     )
-    return f"longer than {summary.get('max_length')} pieces: {counts} ({summary.get('strategy')}: {how})"
+    tagged = summary.get("cut_words_tagged")
+    words = f"; the words past the cut are tagged {tagged}" if tagged else ""
+    return (
+        f"longer than {summary.get('max_length')} pieces: {counts} ({summary.get('strategy')}: {how}{words})"
+    )
 
 
 def format_results(results: dict[str, Any]) -> str:
