@@ -604,3 +604,24 @@ def test_sequence_metric_counts_score_any_resample_as_the_metric_does():
         assert (
             interval.low <= interval.estimate <= interval.high and interval.low > 0
         )  # a is the better tagger
+
+
+def test_a_token_cells_stored_predictions_are_read_as_tag_names_and_floored_by_the_commonest_tag(tmp_path):
+    from attendout.report.table import RunRecord, majority_floor
+
+    (tmp_path / "predictions").mkdir()
+    rows = [
+        {"index": 0, "prediction": [1, 2, 0], "label": [1, 2, 0]},
+        {"index": 1, "prediction": [0], "label": [3]},
+    ]
+    (tmp_path / "predictions" / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = RunRecord(
+        cell=None, path=tmp_path, results={}, config={"task": {"label_names": list(TAGS)}}, record={}
+    )
+    preds, labels = run.predictions("dev")
+    assert list(preds) == [["B-POS", "I-POS", "O"], ["O"]] and list(labels) == [
+        ["B-POS", "I-POS", "O"],
+        ["B-NEG"],
+    ]
+    assert majority_floor([run], "dev", "token_accuracy") == pytest.approx(0.25)  # "O" everywhere: 1 of 4
+    assert majority_floor([run], "dev", "entity_f1") == 0.0

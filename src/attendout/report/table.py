@@ -74,7 +74,7 @@ class RunRecord:
                 preds.append(row["prediction"])
                 labels.append(row["label"])
         if preds and isinstance(preds[0], list):
-            names = (_read_json(self.path / "config.json").get("task") or {}).get("label_names") or []
+            names = (self.config.get("task") or {}).get("label_names") or []
             return _tag_rows(preds, names), _tag_rows(labels, names)
         return np.asarray(preds), np.asarray(labels)
 
