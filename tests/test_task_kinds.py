@@ -611,17 +611,14 @@ def test_a_token_cells_stored_predictions_are_read_as_tag_names_and_floored_by_t
 
     (tmp_path / "predictions").mkdir()
     rows = [
-        {"index": 0, "prediction": [1, 2, 0], "label": [1, 2, 0]},
-        {"index": 1, "prediction": [0], "label": [3]},
+        {"index": 0, "prediction": [1, 2, 0, 0], "label": [1, 2, 0, 0]},
+        {"index": 1, "prediction": [0, 0], "label": [3, 0]},
     ]
     (tmp_path / "predictions" / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    run = RunRecord(
-        cell=None, path=tmp_path, results={}, config={"task": {"label_names": list(TAGS)}}, record={}
-    )
+    config = {"task": {"label_names": list(TAGS)}}
+    run = RunRecord(cell=None, path=tmp_path, results={}, config=config, record={})
     preds, labels = run.predictions("dev")
-    assert list(preds) == [["B-POS", "I-POS", "O"], ["O"]] and list(labels) == [
-        ["B-POS", "I-POS", "O"],
-        ["B-NEG"],
-    ]
-    assert majority_floor([run], "dev", "token_accuracy") == pytest.approx(0.25)  # "O" everywhere: 1 of 4
+    assert list(preds) == [["B-POS", "I-POS", "O", "O"], ["O", "O"]]
+    assert list(labels) == [["B-POS", "I-POS", "O", "O"], ["B-NEG", "O"]]
+    assert majority_floor([run], "dev", "token_accuracy") == pytest.approx(0.5)  # "O" everywhere: 3 of 6
     assert majority_floor([run], "dev", "entity_f1") == 0.0
