@@ -622,3 +622,28 @@ def test_a_token_cells_stored_predictions_are_read_as_tag_names_and_floored_by_t
     assert list(labels) == [["B-POS", "I-POS", "O", "O"], ["B-NEG", "O"]]
     assert majority_floor([run], "dev", "token_accuracy") == pytest.approx(0.5)  # "O" everywhere: 3 of 6
     assert majority_floor([run], "dev", "entity_f1") == 0.0
+
+
+def test_cli_trains_on_token_files(model_dir, tmp_path, capsys):
+    from attendout.cli import main
+
+    examples = token_examples(40, 3)
+    lines = []
+    for words, tags in zip(examples.words, examples.labels, strict=True):
+        lines += [f"{w} X {TAGS[t]}" for w, t in zip(words, tags, strict=True)] + [""]
+    (tmp_path / "train.conll").write_text("\n".join(lines) + "\n")
+    args = [
+        "finetune",
+        "--task",
+        "file",
+        "--label-kind",
+        "token",
+        "--train-file",
+        str(tmp_path / "train.conll"),
+    ]
+    args += ["--eval-file", f"dev={tmp_path / 'train.conll'}", "--token-column", "0", "--tag-column", "2"]
+    args += ["--model", model_dir, "--max-steps", "2", "--max-length", "16", "--no-progress"]
+    assert main([*args, "--output-dir", str(tmp_path / "run")]) == 0, capsys.readouterr().err
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["main_metric"] == "entity_f1" and "token_accuracy" in results["eval"]["dev"]
+    assert results["sizes"]["dev"] == 40
