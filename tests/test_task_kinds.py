@@ -431,6 +431,21 @@ def test_attendout_scores_a_token_sample_by_its_gold_tags_mean_log_probability(m
     assert scores.labels[0] == data.gold[0]
 
 
+def test_attendout_scores_a_choice_sample_by_its_gold_options_log_probability(model_dir, tmp_path):
+    trainer = Trainer(
+        config(model_dir, tmp_path, "toy-choice", "attendout", method_options={"eval_samples": 8})
+    )
+    strategy = trainer.strategy
+    data = trainer.validation_set
+    scores = strategy.score(strategy.defender, data, [0, 1, 2])
+    batch = data.batch([0, 1, 2])
+    with torch.no_grad():
+        log_p = torch.log_softmax(strategy.defender(**inputs(batch)).logits, -1)  # (3, options)
+    gold = log_p.gather(1, batch["labels"][:, None]).squeeze(1)
+    torch.testing.assert_close(scores.per_sample, gold, rtol=1e-5, atol=1e-5)
+    assert scores.predictions.tolist() == log_p.argmax(-1).tolist()
+
+
 # --------------------------------------------------------------------------------------------------
 # The CLI
 
