@@ -662,3 +662,20 @@ def test_cli_trains_on_token_files(model_dir, tmp_path, capsys):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["main_metric"] == "entity_f1" and "token_accuracy" in results["eval"]["dev"]
     assert results["sizes"]["dev"] == 40
+
+
+def test_inspect_draws_a_token_classifiers_attribution_and_refuses_a_choice_model(
+    model_dir, tmp_path, capsys
+):
+    from attendout.cli import main
+
+    finetune(config(model_dir, tmp_path, "toy-tags"))
+    finetune(config(model_dir, tmp_path, "toy-choice"))
+    out = tmp_path / "inspect.png"
+    args = ["inspect", "--text", "good great film", "--layer", "1", "--output", str(out)]
+    assert main([*args, "--model", str(tmp_path / "toy-tags-none")]) == 0
+    printed = capsys.readouterr().out
+    tags = printed.split("predicted ")[1].split(";")[0].split()
+    assert len(tags) == 3 and all(tag in TAGS for tag in tags) and out.stat().st_size > 0
+    assert main([*args, "--model", str(tmp_path / "toy-choice-none")]) != 0
+    assert "multiple-choice model" in capsys.readouterr().err

@@ -287,9 +287,7 @@ def cmd_inspect(argv: list[str]) -> int:
         model_name=description,
     )
     path = plot_inspection(inspection, args.output, head=None if args.head == "mean" else int(args.head))
-    prediction = (
-        f"predicted {inspection.predicted} ({inspection.probability:.2f}); " if inspection.predicted else ""
-    )
+    prediction = f"{inspection.prediction}; " if inspection.predicted else ""
     print(
         f"{description}\nlayer {args.layer}, head {args.head}: {len(inspection.tokens)} tokens; {prediction}"
         f"{int(inspection.candidate.sum())} candidate and {int(inspection.dropped.sum())} dropped positions "

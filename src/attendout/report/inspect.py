@@ -43,6 +43,14 @@ class Inspection:
     probability: float | None
     model: str
 
+    @property
+    def prediction(self) -> str:
+        """``predicted X (0.93)`` (a token classifier: its tags, no probability), or ``""``."""
+        if self.predicted is None:
+            return ""
+        share = "" if self.probability is None else f" ({self.probability:.2f})"
+        return f"predicted {self.predicted}{share}"
+
 
 def inspect_text(
     model: nn.Module,
@@ -81,10 +89,13 @@ def inspect_text(
     dropped = sample_drops(candidate, q, generator)  # (1, H, L, L)
 
     predicted = probability = None
-    if result.logits is not None and result.logits.shape[-1] > 1:
+    names = getattr(model.config, "id2label", None) or {}
+    if result.logits is not None and result.logits.dim() == 3:  # token classifier: the predicted tags
+        tags = result.logits[0].float().argmax(-1).tolist()  # (L,) one per piece, [CLS] and [SEP] included
+        predicted = " ".join(str(names.get(t, t)) for t in tags[1:-1])
+    elif result.logits is not None and result.logits.shape[-1] > 1:
         probs = torch.softmax(result.logits.float(), -1)[0]  # (C,)
         index = int(probs.argmax())
-        names = getattr(model.config, "id2label", None) or {}
         predicted, probability = str(names.get(index, index)), float(probs[index])
     return Inspection(
         tokens=tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist()),
@@ -178,9 +189,7 @@ def plot_inspection(inspection: Inspection, path: str | Path, head: int | None =
         axis.set_xlabel("key")
         axis.set_ylabel("query")
 
-    prediction = ""
-    if inspection.predicted is not None:
-        prediction = f" | predicted {inspection.predicted} ({inspection.probability:.2f})"
+    prediction = f" | {inspection.prediction}" if inspection.predicted is not None else ""
     title = f"layer {inspection.layer}, {which} | AD-DROP {inspection.attribution}{prediction} | {inspection.model}"
     fig.suptitle(textwrap.fill(title, width=int(2 * side * 14)), fontsize=10)
     fig.tight_layout()
@@ -193,22 +202,29 @@ def plot_inspection(inspection: Inspection, path: str | Path, head: int | None =
 def load_for_inspection(name: str, num_labels: int = 2, seed: int = 0) -> tuple[nn.Module, object, str]:
     """(model, tokenizer, description) of a run directory, a model folder, ``minilm`` or a hub id.
 
-    A checkpoint without a sequence-classification head (``minilm``, any plain encoder) gets a random
+    A token classifier keeps its head (the attribution is then of its predicted tags, as AD-DROP's); a
+    multiple-choice model is refused. A checkpoint without a head (``minilm``, any plain encoder) gets a random
     head of ``num_labels`` labels, initialised from ``seed``: its "predicted label" is arbitrary, but the
     attribution still shows which positions that label's logit depends on.
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-    from ..models import resolve_model
+    from ..models import head_class, resolve_model
 
     if (Path(name) / "model" / "config.json").is_file():
         name = str(Path(name) / "model")  # a run directory of `attendout finetune`
     path, description = resolve_model(name)
     config = AutoConfig.from_pretrained(path)
-    has_head = any(arch.endswith("ForSequenceClassification") for arch in config.architectures or [])
+    architectures = [str(a) for a in config.architectures or []]
+    if any(a.endswith("ForMultipleChoice") for a in architectures):
+        raise ValueError(
+            f"{name} is a multiple-choice model ({', '.join(architectures)}): inspect draws one text or a "
+            "pair, not a question with its options"
+        )
+    has_head = any(a.endswith(("ForSequenceClassification", "ForTokenClassification")) for a in architectures)
     torch.manual_seed(seed)
-    if has_head:
-        model = AutoModelForSequenceClassification.from_pretrained(path)
+    if has_head:  # its own head: a token classifier's attribution is of its predicted tags
+        model = head_class(config).from_pretrained(path)
     else:
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels)
         description += f", untrained {num_labels}-label head (seed {seed})"
