@@ -303,7 +303,9 @@ def test_presets_pass_the_dry_run_offline(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     swag = [line for line in out.splitlines() if "/swag/" in line]
     assert len(swag) == 15 and all(" todo " in line for line in swag)  # multiple choice is built
-    assert main(["bench", "cpu-table2", "--dry-run", "--no-data-check", "--results", str(tmp_path / "t2")]) == 0
+    assert (
+        main(["bench", "cpu-table2", "--dry-run", "--no-data-check", "--results", str(tmp_path / "t2")]) == 0
+    )
     cells = [line for line in capsys.readouterr().out.splitlines() if "minilm/" in line]
     assert len(cells) == 48 and all("lr 0.0001" in line for line in cells)
     assert all("1000 train examples" in line for line in cells if "/conll2003/" in line)
