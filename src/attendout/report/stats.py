@@ -177,26 +177,39 @@ def bootstrap_difference(
         score_b = np.mean([fn(p[pick], y[pick]) for p in runs_b])
         return float(score_a - score_b)
 
-    draws = np.empty(n_resamples)
-    chunk = max(1, min(n_resamples, 4_000_000 // max(n, 1)))
     if fast:
         k = int(max(y.max(), *(p.max() for p in runs_a + runs_b))) + 1
         name = str(metric)
-        estimate = float(
-            np.mean([_confusion_metric(name, _counts(np.ones((1, n)), p, y, k))[0] for p in runs_a])
-            - np.mean([_confusion_metric(name, _counts(np.ones((1, n)), p, y, k))[0] for p in runs_b])
-        )
-        for start in range(0, n_resamples, chunk):
-            b = min(chunk, n_resamples - start)
-            idx = rng.integers(0, n, size=(b, n))
-            weights = np.bincount((idx + n * np.arange(b)[:, None]).ravel(), minlength=b * n).reshape(b, n)
+
+        def weighted(weights: np.ndarray) -> np.ndarray:  # (b, n) -> (b,)
             score_a = np.mean([_confusion_metric(name, _counts(weights, p, y, k)) for p in runs_a], axis=0)
             score_b = np.mean([_confusion_metric(name, _counts(weights, p, y, k)) for p in runs_b], axis=0)
-            draws[start : start + b] = score_a - score_b
+            return score_a - score_b
+
+        estimate = float(weighted(np.ones((1, n)))[0])
+        draws = _weighted_draws(weighted, n, n_resamples, rng)
     else:
         estimate = difference_on(None)
-        for i in range(n_resamples):
-            draws[i] = difference_on(rng.integers(0, n, size=n))
+        draws = np.array([difference_on(rng.integers(0, n, size=n)) for _ in range(n_resamples)])
+    return _interval(estimate, draws, n, level)
+
+
+def _weighted_draws(
+    difference: Callable[[np.ndarray], np.ndarray], n: int, n_resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``difference(weights)`` over ``n_resamples`` resamples of ``n`` examples, each given as weights
+    (b, n): how often each example was drawn. Drawn in chunks of at most 4M weights."""
+    draws = np.empty(n_resamples)
+    chunk = max(1, min(n_resamples, 4_000_000 // max(n, 1)))
+    for start in range(0, n_resamples, chunk):
+        b = min(chunk, n_resamples - start)
+        idx = rng.integers(0, n, size=(b, n))
+        weights = np.bincount((idx + n * np.arange(b)[:, None]).ravel(), minlength=b * n).reshape(b, n)
+        draws[start : start + b] = difference(weights)
+    return draws
+
+
+def _interval(estimate: float, draws: np.ndarray, n: int, level: float) -> BootstrapInterval:
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(draws, [tail, 100 - tail])
     return BootstrapInterval(
@@ -205,7 +218,7 @@ def bootstrap_difference(
         high=float(high),
         se=float(draws.std(ddof=1)),
         n_examples=n,
-        n_resamples=n_resamples,
+        n_resamples=len(draws),
     )
 
 
@@ -228,28 +241,13 @@ def _bootstrap_counts(
     counts_b = [sequence_counts(metric, p, y) for p in runs_b]
 
     def difference(weights: np.ndarray) -> np.ndarray:  # weights (b, n) -> (b,)
+        weights = weights.astype(np.float64)
         a = np.mean([from_counts(metric, weights @ c) for c in counts_a], axis=0)
         b = np.mean([from_counts(metric, weights @ c) for c in counts_b], axis=0)
         return a - b
 
     estimate = float(difference(np.ones((1, n)))[0])
-    draws = np.empty(n_resamples)
-    chunk = max(1, min(n_resamples, 4_000_000 // max(n, 1)))
-    for start in range(0, n_resamples, chunk):
-        b = min(chunk, n_resamples - start)
-        idx = rng.integers(0, n, size=(b, n))
-        weights = np.bincount((idx + n * np.arange(b)[:, None]).ravel(), minlength=b * n).reshape(b, n)
-        draws[start : start + b] = difference(weights.astype(np.float64))
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(draws, [tail, 100 - tail])
-    return BootstrapInterval(
-        estimate=estimate,
-        low=float(low),
-        high=float(high),
-        se=float(draws.std(ddof=1)),
-        n_examples=n,
-        n_resamples=n_resamples,
-    )
+    return _interval(estimate, _weighted_draws(difference, n, n_resamples, rng), n, level)
 
 
 def _is_class_index(y: np.ndarray, runs: list[np.ndarray]) -> bool:
