@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -181,6 +181,32 @@ def _carve_dev(train: Examples, path: str | None, sources: list[str]) -> tuple[E
     return carve_validation(train, VALIDATION_FRACTION, VALIDATION_SEED)
 
 
+def _eval_splits(
+    options: LoadOptions,
+    base: TaskData | None,
+    train: Examples,
+    sources: list[str],
+    read_split: Callable[[str, str], Examples],
+) -> tuple[Examples, dict[str, Examples]]:
+    """(train, evaluation splits): ``eval_files`` read by ``read_split(path, split)``, else the built-in
+    task's own splits, else (the "file" task with a train file only) dev carved from train."""
+    if options.eval_files is not None:
+        splits = {}
+        for split, path in options.eval_files.items():
+            splits[split] = read_split(path, split)
+            sources.append(f"{split}={path}")
+        return train, splits
+    if base is not None:
+        return train, dict(base.eval_splits)
+    train, dev = _carve_dev(train, options.train_file, sources)
+    return train, {"dev": dev}
+
+
+def _source(what: str, sources: list[str], base: TaskData | None) -> str:
+    source = f"{what} " + ", ".join(sources)
+    return source if base is None else f"{source}; other splits from {base.source}"
+
+
 def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     """Read a task's splits from ``options.train_file`` / ``options.eval_files`` (see module doc)."""
     generic = task.name == FILE_TASK.name
@@ -208,9 +234,9 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
             "label_names can only be given for a classification task whose train_file and eval_files are both given"
         )
 
-    base_task, base = (None, None)
+    base: TaskData | None = None
     if uses_base:
-        base_task, base = get_loader(task.name)(task, replace(options, train_file=None, eval_files=None))
+        _, base = get_loader(task.name)(task, replace(options, train_file=None, eval_files=None))
 
     reader = _FileReader(task, options, generic, kind)
     sources: list[str] = []
@@ -248,19 +274,10 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     else:  # excluded by the checks above
         raise DataError(f"task {task.name!r}: no train split")
 
-    eval_splits: dict[str, Examples] = {}
-    if options.eval_files is not None:
-        for split, path in options.eval_files.items():
-            eval_splits[split] = finish(reader.raw(path, split), split)
-            sources.append(f"{split}={path}")
-    elif base is not None and base_task is not None:
-        eval_splits = dict(base.eval_splits)
-    else:  # the "file" task with a train file only
-        train, eval_splits["dev"] = _carve_dev(train, options.train_file, sources)
-
-    source = "files " + ", ".join(sources)
-    if base is not None:
-        source += f"; other splits from {base.source}"
+    train, eval_splits = _eval_splits(
+        options, base, train, sources, lambda path, split: finish(reader.raw(path, split), split)
+    )
+    source = _source("files", sources, base)
     metrics = tuple(options.metrics) if options.metrics else None
     if generic:
         loaded = Task(
@@ -336,21 +353,16 @@ def _load_token_files(task: Task, options: LoadOptions, generic: bool) -> tuple[
     else:  # excluded by the checks in load_files
         raise DataError(f"task {task.name!r}: no train split")
 
-    eval_splits: dict[str, Examples] = {}
-    if options.eval_files is not None:
-        for split, path in options.eval_files.items():
-            eval_splits[split] = to_token_examples(
-                read(path, split), label_names, split=split, iob=iob, groups=False
-            )
-            sources.append(f"{split}={path}")
-    elif base is not None:
-        eval_splits = dict(base.eval_splits)
-    else:
-        train, eval_splits["dev"] = _carve_dev(train, options.train_file, sources)
-
-    source = "token files " + ", ".join(sources)
-    if base is not None:
-        source += f"; other splits from {base.source}"
+    train, eval_splits = _eval_splits(
+        options,
+        base,
+        train,
+        sources,
+        lambda path, split: to_token_examples(
+            read(path, split), label_names, split=split, iob=iob, groups=False
+        ),
+    )
+    source = _source("token files", sources, base)
     metrics = tuple(options.metrics) if options.metrics else None
     if generic:
         loaded = Task(
