@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from scipy import optimize, stats
 
-from ..tasks.metrics import SEQUENCE_METRICS, from_counts, sequence_counts
+from ..tasks.metrics import SEQUENCE_METRICS, from_counts, sequence_counts, sequences_array
 
 __all__ = [
     "BootstrapInterval",
@@ -115,10 +115,7 @@ def _as_array(values: Any) -> np.ndarray:
         return values
     values = list(values)
     if values and isinstance(values[0], list | tuple):
-        out = np.empty(len(values), dtype=object)
-        for i, row in enumerate(values):
-            out[i] = list(row)
-        return out
+        return sequences_array(values)
     return np.asarray(values)
 
 

@@ -28,7 +28,7 @@ from scipy import stats
 
 from ..experiments.spec import Budget, Cell, Experiment, MethodSpec, ModelSpec, TaskSpec
 from ..experiments.store import ResultsStore
-from ..tasks.metrics import METRICS
+from ..tasks.metrics import METRICS, sequences_array
 from .stats import (
     BootstrapInterval,
     PairedTest,
@@ -305,10 +305,7 @@ def build_table(
 
 
 def _tag_rows(rows: list[list[int]], names: list[str]) -> np.ndarray:
-    out = np.empty(len(rows), dtype=object)
-    for i, row in enumerate(rows):
-        out[i] = [names[int(t)] for t in row] if names else list(row)
-    return out
+    return sequences_array([[names[int(t)] for t in row] for row in rows] if names else rows)
 
 
 def majority_floor(runs: Sequence[RunRecord], split: str, metric: str) -> float | None:

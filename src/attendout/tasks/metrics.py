@@ -210,6 +210,15 @@ def token_accuracy(predictions: Any, labels: Any) -> float:
     return right / sum(len(ys) for ys in y)
 
 
+def sequences_array(rows: Any) -> np.ndarray:
+    """Per-example lists (tags of each sentence) as a 1-D object array, indexable by example like the
+    arrays of the other metrics (``np.array`` would stack lists of equal length into a 2-D array)."""
+    out = np.empty(len(rows), dtype=object)
+    for i, row in enumerate(rows):
+        out[i] = list(row)
+    return out
+
+
 #: Sequence metrics that are functions of per-example counts summed over examples (micro averages).
 SEQUENCE_METRICS = ("entity_f1", "entity_precision", "entity_recall", "token_accuracy")
 

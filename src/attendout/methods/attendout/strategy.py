@@ -49,6 +49,7 @@ from ...contract import ForwardEdits, LoopContext, StepInfo
 from ...optim import concat_batches, rows_of, update
 from ...tasks import compute_metrics
 from ...tasks.core import task_of
+from ...tasks.metrics import sequences_array
 from ..base import TrainingStrategy
 from .config import CARVED, AttendOutConfig
 from .generator import Generator, MaskSlot
@@ -109,14 +110,6 @@ def score_gap(
         d = compute_metrics(task, _rows(defender.predictions, rows), _rows(labels, rows))[metric]
         gaps.append(float(np.nan_to_num(a)) - float(np.nan_to_num(d)))
     return gap, float(np.std(gaps))
-
-
-def _objects(rows: list[Any]) -> np.ndarray:
-    """A 1-D object array of per-sample lists (np.array would stack equal-length lists into 2-D)."""
-    out = np.empty(len(rows), dtype=object)
-    for i, row in enumerate(rows):
-        out[i] = row
-    return out
 
 
 def _rows(values: np.ndarray, rows: np.ndarray) -> Any:
@@ -386,7 +379,7 @@ class AttendOutStrategy(TrainingStrategy):
                 predictions.append(predicted.cpu())
                 golds.append(labels.cpu())
         if kind == "token_classification":
-            preds, gold = _objects(predictions), _objects(golds)
+            preds, gold = sequences_array(predictions), sequences_array(golds)
         else:
             preds, gold = torch.cat(predictions).numpy(), torch.cat(golds).numpy()
         metric = compute_metrics(self.task, list(preds) if kind == "token_classification" else preds, gold)
