@@ -243,6 +243,33 @@ def test_selection_runs_only_the_chosen_cells_and_names_unknown_ids(tiny_run, on
     assert "summary (only seeds 1): 2 cells: 2 todo" in out  # the finished seed-2 cell is not this job's
 
 
+def test_filters_apply_before_cells_are_checked_and_shards_split_the_selection(tiny_run, capsys):
+    # a second task whose data is not on this machine: the grid is invalid only for a job that runs it
+    gone = tiny_run["tmp"] / "gone.csv"
+    tasks = (
+        f'[[tasks]]\nid = "gone"\nname = "file"\ntrain_file = "{gone}"\n'
+        'text_columns = ["text"]\nlabel_column = "label"\n'
+    )
+    path = write_experiment(tiny_run, methods=tasks + METHODS, seeds=(1, 2, 3))
+    root = tiny_run["tmp"] / "results"
+    assert main(["bench", str(path), "--results", str(root), "--dry-run"]) == 2
+    assert "6 invalid cell(s)" in capsys.readouterr().err  # the gone task's 2 methods x 3 seeds
+    assert main(["bench", str(path), "--results", str(root), "--dry-run", "--tasks", "toy"]) == 0
+    out = capsys.readouterr().out
+    assert "task gone" not in out  # its data was never read
+    toy = [line.split() for line in out.splitlines() if "tiny-bert/toy/" in line]
+    left_out = [line.split() for line in out.splitlines() if "tiny-bert/gone/" in line]
+    assert len(toy) == 6 and len(left_out) == 6 and {row[1] for row in left_out} == {"-"}
+    # grid order alternates toy and gone cells per seed; the 6 toy cells split 3 and 3, not by grid index
+    for k in (1, 2):
+        argv = ["bench", str(path), "--results", str(root), "--dry-run", "--tasks", "toy", "--shard", f"{k}/2"]
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert f"summary (shard {k}/2) (only tasks toy): 3 cells: 3 todo" in out, out
+    shards = [line.split()[1] for line in out.splitlines() if "tiny-bert/toy/" in line]
+    assert shards == ["1/2", "2/2"] * 3
+
+
 def test_experiments_sharing_a_results_folder_run_a_common_cell_once(tiny_run, one_thread, capsys):
     first = write_experiment(tiny_run, seeds=(1,), max_steps=2)
     text = first.read_text()

@@ -78,9 +78,20 @@ class GridPlan:
         return all(ids[axis] in wanted for axis, wanted in self.selection.items())
 
     def in_shard(self, cell: Cell) -> bool:
-        """This job's cells: its shard of the grid (by index in the whole grid), within the selection."""
+        """This job's cells: every n-th of the selected cells (so shards of a selection are balanced)."""
         k, n = self.shard
-        return cell.index % n == k - 1 and self.selected(cell)
+        position = self._positions().get(cell.key)
+        return position is not None and position % n == k - 1
+
+    def shard_label(self, cell: Cell) -> str:
+        """``K/N`` of the shard that runs ``cell``, or ``-`` for a cell the selection leaves out."""
+        position = self._positions().get(cell.key)
+        return "-" if position is None else f"{position % self.shard[1] + 1}/{self.shard[1]}"
+
+    def _positions(self) -> dict[str, int]:
+        """Each selected cell's place among the selected cells, in grid order."""
+        selected = [c.key for c in self.cells if self.selected(c)]
+        return {key: i for i, key in enumerate(selected)}
 
     @property
     def shard_cells(self) -> list[Cell]:
@@ -88,7 +99,8 @@ class GridPlan:
 
     @property
     def invalid(self) -> list[Cell]:
-        return [c for c in self.cells if c.invalid is not None]
+        """The selected cells that cannot run (cells that --tasks/--methods/--seeds leave out never count)."""
+        return [c for c in self.cells if c.invalid is not None and self.selected(c)]
 
 
 def parse_selection(
@@ -135,7 +147,10 @@ def prepare_cells(
     model_checks = {m.id: _check_model(m.name) for m in experiment.models}
     task_checks: dict[str, CellCheck] = {}
     for task in experiment.tasks:
-        first = next((c for c in cells if c.task.id == task.id and c.config is not None), None)
+        # only the tasks this job runs: a task left out by --tasks may have no data on this machine
+        first = next(
+            (c for c in cells if c.task.id == task.id and c.config is not None and plan.selected(c)), None
+        )
         if first is None:
             continue
         task_checks[task.id] = _check_task_data(first, check_data)
@@ -147,7 +162,7 @@ def prepare_cells(
             plan.notes.append(f"task {task_id}: {check.note}")
     checked = []
     for cell in cells:
-        if cell.config is not None:
+        if cell.config is not None and cell.task.id in task_checks:
             problem = model_checks[cell.model.id].error or task_checks[cell.task.id].error
             if problem is not None:
                 cell = dataclasses.replace(cell, config=None, invalid=problem)
@@ -258,7 +273,7 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
                 remaining_known = False
             else:
                 remaining += estimate
-        shard = f"{cell.index % n + 1}/{n}"
+        shard = plan.shard_label(cell)
         lines.append(
             f"{cell.index + 1:>4}  {shard:<6} {status.upper() if status in ('pending', 'invalid') else status:<8} {cell.key:<{width}}  {detail}"
         )
