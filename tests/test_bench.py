@@ -105,7 +105,7 @@ def events(root: Path, kind: str) -> list[dict]:
 
 def assert_complete_cell(folder: Path, steps: int) -> None:
     """One whole run: every file, and a log with each step exactly once (no remains of a killed attempt)."""
-    for name in ("cell.json", "config.json", "log.jsonl", "results.json", "predictions/dev.jsonl"):
+    for name in ("cell.json", "config.json", "log.jsonl", "results.json", "predictions/dev.jsonl.gz"):
         assert (folder / name).is_file(), f"{folder} has no {name}"
     assert not (folder / "model").exists()  # no weights unless --save-model
     records = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
@@ -268,6 +268,27 @@ def test_filters_apply_before_cells_are_checked_and_shards_split_the_selection(t
         assert f"summary (shard {k}/2) (only tasks toy): 3 cells: 3 todo" in out, out
     shards = [line.split()[1] for line in out.splitlines() if "tiny-bert/toy/" in line]
     assert shards == ["1/2", "2/2"] * 3
+
+
+def test_published_cells_keep_compact_predictions_that_the_table_reads(tmp_path):
+    from attendout.experiments.store import compact_predictions, read_predictions
+
+    folder = tmp_path / "cell"
+    (folder / "predictions").mkdir(parents=True)
+    rows = [{"index": i, "prediction": i % 3, "label": (i * 7) % 3, "score": [0.2, 0.3, 0.5]} for i in range(400)]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (folder / "predictions" / "dev.jsonl").write_text(text)
+    assert read_predictions(folder, "dev") == rows  # a finetune run directory: the plain file
+    size = compact_predictions(folder)
+    assert not (folder / "predictions" / "dev.jsonl").exists()
+    gz = folder / "predictions" / "dev.jsonl.gz"
+    assert size == gz.stat().st_size < len(text) / 10
+    assert read_predictions(folder, "dev") == [{k: r[k] for k in ("index", "prediction", "label")} for r in rows]
+    first = gz.read_bytes()
+    (folder / "predictions" / "dev.jsonl").write_text(text)
+    compact_predictions(folder)
+    assert gz.read_bytes() == first  # no time stamp: the same predictions give the same bytes in git
+    assert read_predictions(folder, "test") is None
 
 
 def test_experiments_sharing_a_results_folder_run_a_common_cell_once(tiny_run, one_thread, capsys):
@@ -486,9 +507,9 @@ def test_a_cell_killed_after_a_checkpoint_resumes_there_to_the_uninterrupted_num
     # Exact: every part ran on one thread with the same CPU kernels, and the resumed part repeats the
     # uninterrupted run's operations on the same values (weights, optimizer, generators bit for bit).
     assert ours["eval"] == theirs["eval"] and ours["validation"] == theirs["validation"]
-    assert (cell / "predictions" / "dev.jsonl").read_text() == (
-        whole / start["cell"] / "predictions" / "dev.jsonl"
-    ).read_text()
+    assert (cell / "predictions" / "dev.jsonl.gz").read_bytes() == (
+        whole / start["cell"] / "predictions" / "dev.jsonl.gz"
+    ).read_bytes()
 
 
 def test_two_shards_at_the_same_time_complete_the_grid_exactly_once(tiny_run):

@@ -22,7 +22,7 @@ from typing import Any
 from ..rundir import write_json_atomic
 from ..train import CheckpointError, TrainConfig, finetune
 from .spec import Budget, Cell, Experiment, ExperimentError
-from .store import HEARTBEAT_S, Claim, ResultsStore, has_checkpoint
+from .store import HEARTBEAT_S, Claim, ResultsStore, compact_predictions, has_checkpoint
 
 __all__ = [
     "BenchJob",
@@ -469,6 +469,7 @@ class BenchJob:
             self.store.event("interrupted", cell, resumable=resumable)
             raise
         wall = time.time() - started + results.get("resumed", {}).get("train_time_before_s", 0.0)
+        compact_predictions(work)  # labels and predictions only, gzipped: what the table reads
         write_json_atomic(work / "cell.json", _cell_record(cell, self.plan, self.store, started, wall))
         if self.store.publish(cell, work, replace_stale=self.rerun_stale):
             self.store.clear_failure(cell)

@@ -4,7 +4,7 @@ Layout (``ROOT`` is the results root, e.g. ``results/cpu-small``)::
 
     ROOT/experiment.json                 the experiment name and file, and the budget overrides
     ROOT/MODEL/TASK/METHOD/seed-N/       a finished cell: cell.json, config.json, log.jsonl,
-                                         results.json, predictions/SPLIT.jsonl (model/ if asked)
+                                         results.json, predictions/SPLIT.jsonl.gz (model/ if asked)
     ROOT/.work/KEY--HOST-PID-TOKEN/      a cell being trained (the Trainer's output_dir)
     ROOT/.claims/KEY.json                who is training KEY: host, pid, token; touched as a heartbeat
     ROOT/.bench/events.jsonl             start / done / failed / takeover events of every job
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
 import json
 import os
 import secrets
@@ -48,7 +49,16 @@ from typing import Any
 from ..rundir import CHECKPOINT_DIR, CHECKPOINT_FILE, CHECKPOINT_SUMMARY, write_json_atomic
 from .spec import Budget, Cell, Experiment, ExperimentError
 
-__all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "Claim", "ClaimInfo", "ResultsStore", "default_results_root"]
+__all__ = [
+    "HEARTBEAT_S",
+    "STALE_AFTER_S",
+    "Claim",
+    "ClaimInfo",
+    "ResultsStore",
+    "compact_predictions",
+    "default_results_root",
+    "read_predictions",
+]
 
 HEARTBEAT_S = 30.0  # the claim's mtime is refreshed this often while its cell trains
 STALE_AFTER_S = 900.0  # a claim from another host is stale after this long without a heartbeat
@@ -434,6 +444,41 @@ class ResultsStore:
 
 # --------------------------------------------------------------------------------------------------
 # File primitives
+
+
+#: What a published cell keeps of each prediction: what the metrics, paired tests and bootstrap read.
+#: A run directory of ``attendout finetune`` keeps the class probabilities too ("score").
+COMPACT_FIELDS = ("index", "prediction", "label")
+
+
+def compact_predictions(folder: Path) -> int:
+    """Rewrite ``folder/predictions/SPLIT.jsonl`` as ``SPLIT.jsonl.gz`` with :data:`COMPACT_FIELDS` only.
+
+    A cell of a 5-seed grid is committed to git: per-example probabilities would multiply the size of
+    results/ by seeds x methods while no report reads them. The gzip stream carries no time stamp, so
+    the same predictions give the same bytes. Returns the bytes written.
+    """
+    written = 0
+    for path in sorted((folder / "predictions").glob("*.jsonl")):
+        rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+        text = "".join(json.dumps({k: row[k] for k in COMPACT_FIELDS if k in row}) + "\n" for row in rows)
+        target = path.with_name(path.name + ".gz")
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_bytes(gzip.compress(text.encode(), mtime=0))
+        os.replace(tmp, target)
+        path.unlink()
+        written += target.stat().st_size
+    return written
+
+
+def read_predictions(folder: Path, split: str) -> list[dict[str, Any]] | None:
+    """The prediction rows of ``split`` in a cell or run folder (``.jsonl.gz`` or ``.jsonl``), or None."""
+    for name, opener in ((f"{split}.jsonl.gz", gzip.open), (f"{split}.jsonl", open)):
+        path = folder / "predictions" / name
+        if path.is_file():
+            with opener(path, "rt", encoding="utf-8") as f:
+                return [json.loads(line) for line in f if line.strip()]
+    return None
 
 
 def has_checkpoint(work: Path) -> bool:

@@ -27,7 +27,7 @@ import numpy as np
 from scipy import stats
 
 from ..experiments.spec import Budget, Cell, Experiment, MethodSpec, ModelSpec, TaskSpec
-from ..experiments.store import ResultsStore
+from ..experiments.store import ResultsStore, read_predictions
 from ..tasks.metrics import METRICS, sequences_array
 from .stats import (
     BootstrapInterval,
@@ -59,20 +59,16 @@ class RunRecord:
         return None if value is None else float(value)
 
     def predictions(self, split: str) -> tuple[np.ndarray, np.ndarray] | None:
-        """(predictions, labels) of ``split`` from predictions/SPLIT.jsonl, or None if absent.
+        """(predictions, labels) of ``split`` from predictions/SPLIT.jsonl(.gz), or None if absent.
 
         Token classification (a list of tags per example): 1-D object arrays of tag-name lists, named by
         the run's task (its config.json), as the sequence metrics take them.
         """
-        path = self.path / "predictions" / f"{split}.jsonl"
-        if not path.is_file():
+        rows = read_predictions(self.path, split)
+        if rows is None:
             return None
-        preds, labels = [], []
-        for line in path.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                preds.append(row["prediction"])
-                labels.append(row["label"])
+        preds = [row["prediction"] for row in rows]
+        labels = [row["label"] for row in rows]
         if preds and isinstance(preds[0], list):
             names = (self.config.get("task") or {}).get("label_names") or []
             return _tag_rows(preds, names), _tag_rows(labels, names)
