@@ -426,6 +426,18 @@ def test_never_active_schedule_warns(tiny_run, caplog):
     assert "AD-DROP never acts" in caplog.text
 
 
+@pytest.mark.parametrize(("epochs", "warned"), [(2, True), (3, False), (4, True)])
+def test_a_budget_that_ends_inside_an_addrop_phase_warns(epochs, warned, caplog):
+    # cross-tuning by epoch, plain first: epochs 2 and 4 are AD-DROP epochs, 1 and 3 plain
+    strategy = attendout.prepare(tiny_model("bert"), "addrop")
+    loop = attendout.LoopContext(
+        device="cpu", total_steps=5 * epochs, steps_per_epoch=5, task=get_task("cola")
+    )
+    with caplog.at_level(logging.WARNING):
+        strategy.start(loop)
+    assert ("ends inside an AD-DROP phase" in caplog.text) == warned
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

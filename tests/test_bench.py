@@ -262,7 +262,17 @@ def test_filters_apply_before_cells_are_checked_and_shards_split_the_selection(t
     assert len(toy) == 6 and len(left_out) == 6 and {row[1] for row in left_out} == {"-"}
     # grid order alternates toy and gone cells per seed; the 6 toy cells split 3 and 3, not by grid index
     for k in (1, 2):
-        argv = ["bench", str(path), "--results", str(root), "--dry-run", "--tasks", "toy", "--shard", f"{k}/2"]
+        argv = [
+            "bench",
+            str(path),
+            "--results",
+            str(root),
+            "--dry-run",
+            "--tasks",
+            "toy",
+            "--shard",
+            f"{k}/2",
+        ]
         assert main(argv) == 0
         out = capsys.readouterr().out
         assert f"summary (shard {k}/2) (only tasks toy): 3 cells: 3 todo" in out, out
@@ -275,7 +285,9 @@ def test_published_cells_keep_compact_predictions_that_the_table_reads(tmp_path)
 
     folder = tmp_path / "cell"
     (folder / "predictions").mkdir(parents=True)
-    rows = [{"index": i, "prediction": i % 3, "label": (i * 7) % 3, "score": [0.2, 0.3, 0.5]} for i in range(400)]
+    rows = [
+        {"index": i, "prediction": i % 3, "label": (i * 7) % 3, "score": [0.2, 0.3, 0.5]} for i in range(400)
+    ]
     text = "".join(json.dumps(r) + "\n" for r in rows)
     (folder / "predictions" / "dev.jsonl").write_text(text)
     assert read_predictions(folder, "dev") == rows  # a finetune run directory: the plain file
@@ -283,7 +295,9 @@ def test_published_cells_keep_compact_predictions_that_the_table_reads(tmp_path)
     assert not (folder / "predictions" / "dev.jsonl").exists()
     gz = folder / "predictions" / "dev.jsonl.gz"
     assert size == gz.stat().st_size < len(text) / 10
-    assert read_predictions(folder, "dev") == [{k: r[k] for k in ("index", "prediction", "label")} for r in rows]
+    assert read_predictions(folder, "dev") == [
+        {k: r[k] for k in ("index", "prediction", "label")} for r in rows
+    ]
     first = gz.read_bytes()
     (folder / "predictions" / "dev.jsonl").write_text(text)
     compact_predictions(folder)

@@ -157,3 +157,59 @@ def test_a_control_is_drawn_dashed_beside_its_run_and_final_rates_are_compared(t
     saved_figures.clear()
     pattern_figure([runs[0], controls[1]], tmp_path / "q.png")
     assert len(panels(saved_figures[0])) == 2
+
+
+def overfitting_run(path, task_id: str, peak: int, epochs: int = 6):
+    """A bench cell whose validation MCC peaks at epoch ``peak`` while the training loss keeps falling."""
+    path.mkdir(parents=True)
+    (path / "cell.json").write_text(json.dumps({"task": task_id}))
+    (path / "results.json").write_text(json.dumps({"main_metric": "mcc"}))
+    records = []
+    for epoch in range(1, epochs + 1):
+        for part in (0.5, 1.0):  # two training-loss lines an epoch; their mean is the epoch's loss
+            records.append(
+                {
+                    "step": int(10 * (epoch - 1 + part)),
+                    "epoch": epoch - 1 + part,
+                    "loss": 1.0 / (epoch + part),
+                }
+            )
+        mcc = 0.4 - 0.05 * abs(epoch - peak)
+        records.append(
+            {
+                "step": 10 * epoch,
+                "epoch": float(epoch),
+                "validation": {"mcc": mcc, "loss": 0.5 + 0.1 * abs(epoch - peak)},
+            }
+        )
+    (path / "log.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return path
+
+
+def test_regime_curves_find_the_peak_and_the_plot_marks_the_grid_budget(tmp_path, capsys):
+    from attendout.report.regime import epoch_curves
+
+    early = overfitting_run(tmp_path / "a", "cola-500", peak=2)
+    late = overfitting_run(tmp_path / "b", "sst2-500", peak=6)
+    curves = epoch_curves(early)
+    assert curves.epochs.tolist() == [1, 2, 3, 4, 5, 6] and curves.best == 1 and curves.overfits
+    assert curves.train_loss[0] == pytest.approx((1 / 1.5 + 1 / 2) / 2)  # epoch 1's two lines, not epoch 2's
+    assert not epoch_curves(late).overfits  # still climbing at the end of its budget
+    experiment = tmp_path / "grid.toml"
+    experiment.write_text(
+        '[experiment]\nname = "grid"\nseeds = [1]\n[training]\nepochs = 3\n'
+        '[[models]]\nname = "minilm"\n[[tasks]]\nid = "cola-500"\nname = "cola"\nepochs = 5\n'
+        '[[methods]]\nname = "none"\n'
+    )
+    out = tmp_path / "figures"
+    assert (
+        main(["plot", "--regime", str(early), str(late), "--budgets", str(experiment), "--out-dir", str(out)])
+        == 0
+    )
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("cola-500: validation mcc best 0.400 at epoch 2, 0.200 at the last (6)")
+    assert printed[0].endswith("grid budget 5 epochs")
+    assert printed[1].endswith("NOT overfitting within this budget") and "grid budget" not in printed[1]
+    assert (out / "regime.png").read_bytes().startswith(PNG)
+    with pytest.raises(SystemExit):
+        main(["plot", str(early), "--budgets", str(experiment), "--out-dir", str(out)])

@@ -321,12 +321,28 @@ def cmd_plot(argv: list[str]) -> int:
         help="one curve per method (mean ± std over its runs, e.g. seeds) or per run (default: method)",
     )
     parser.add_argument("--title", default="", help="title of the convergence figure")
+    parser.add_argument(
+        "--regime",
+        action="store_true",
+        help="draw regime.png instead: per run, the validation metric and the validation and training "
+        "losses by epoch (where plain fine-tuning peaks and overfits), and print one line per run",
+    )
+    parser.add_argument(
+        "--budgets",
+        default=None,
+        metavar="EXPERIMENT",
+        help="with --regime: mark on each run the epochs this experiment file gives the run's task id",
+    )
     args = parser.parse_args(argv)
     runs = [Path(run) for run in args.runs]
     for run in runs:
         if not (run / "log.jsonl").is_file():
             raise ValueError(f"{run} is not a run directory: it has no log.jsonl")
     out = Path(args.out_dir)
+    if args.regime:
+        return _plot_regime(runs, out, args.budgets, args.title)
+    if args.budgets:
+        parser.error("--budgets needs --regime")
     written = [
         convergence_figure(group_runs(runs, args.group_by), out / "convergence.png", args.metric, args.title)
     ]
@@ -335,6 +351,22 @@ def cmd_plot(argv: list[str]) -> int:
         written.append(pattern_figure(attendout_runs, out / "dropout_pattern.png"))
     for path in written:
         print(f"wrote {path}")
+    return 0
+
+
+def _plot_regime(runs: list[Any], out: Any, experiment: str | None, title: str) -> int:
+    """``attendout plot --regime``: regime.png and one line per run (see attendout.report.regime)."""
+    from .experiments import load_experiment
+    from .report.regime import regime_figure, regime_summary, run_task_id
+
+    budgets: dict[str, float] = {}
+    if experiment:
+        for cell in load_experiment(experiment).cells():
+            if cell.config is not None and cell.config.max_steps is None:
+                budgets[cell.task.id] = cell.config.epochs
+    for run in runs:
+        print(regime_summary(run, budgets.get(run_task_id(run))))
+    print(f"wrote {regime_figure(runs, out / 'regime.png', budgets, title)}")
     return 0
 
 

@@ -608,6 +608,19 @@ class ADDropStrategy(TrainingStrategy):
         if c.cross_tuning == "off" or c.start == "addrop":
             return
         length = c.period * (loop.steps_per_epoch if c.cross_tuning == "epoch" else 1)
+        last = loop.total_steps - 1
+        if loop.total_steps > length and addrop_active(
+            last, loop.steps_per_epoch, c.cross_tuning, c.period, c.start
+        ):
+            # The authors alternate by epoch until early stopping and keep the best validation epoch; a
+            # fixed budget that stops inside an AD-DROP phase leaves its last weights mid-perturbation.
+            logger.warning(
+                "addrop: this run of %d steps ends inside an AD-DROP phase of cross-tuning (phases of %d "
+                "steps, plain first); model selection keeps the best validation, but to end on a plain "
+                "phase give an odd number of phases (e.g. an odd number of epochs with --period 1)",
+                loop.total_steps,
+                length,
+            )
         if loop.total_steps <= length:
             logger.warning(
                 "addrop: with cross_tuning=%s, period=%d and start=finetune, AD-DROP never acts in this run "
