@@ -279,11 +279,11 @@ def test_table_command_writes_markdown_csv_and_figures(grid, capsys, saved_figur
         "200",
     ]
     assert main(args) == 0
-    for name in ("table.md", "table.csv", "bars.png", "curves-m-cola.png"):
+    for name in ("table.md", "table.csv", "bars.png", "deltas.png", "curves-m-cola.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     text = (out / "table.md").read_text()
-    assert "![bar chart](bars.png)" in text and "](curves-m-cola.png)" in text
-    bars, curves = saved_figures
+    assert "![bar chart](bars.png)" in text and "](curves-m-cola.png)" in text and "](deltas.png)" in text
+    bars, deltas, curves = saved_figures
     # a panel per split; in each a bar per method with finished cells, as high as its mean x 100, the
     # baseline's mean as a dashed line and the majority class (MCC 0) as a dotted one
     table = build_table(grid["experiment"], grid["root"], n_resamples=10)
@@ -296,6 +296,27 @@ def test_table_command_writes_markdown_csv_and_figures(grid, capsys, saved_figur
             line.get_linestyle(): line.get_ydata()[0] for line in ax.lines if line.get_linestyle() != "None"
         }
         assert lines == pytest.approx({"--": expected[0], ":": 0.0})
+    # differences: a panel per split, a row per method other than none; its dot at the paired mean x 100,
+    # its thick bar the t-interval over seeds around it, its thin bar the bootstrap interval
+    assert [ax.get_title() for ax in panels(deltas)] == ["CoLA dev", "CoLA dev_ood"]
+    for ax, split in zip(panels(deltas), ("dev", "dev_ood"), strict=True):
+        comparisons = [
+            table.row("m", "cola", split, m).comparison for m in ("scores-dropout", "attn-dropout")
+        ]
+        dots = [line for line in ax.lines if line.get_marker() == "o"]
+        np.testing.assert_allclose([d.get_xdata()[0] for d in dots], [100 * c.test.mean for c in comparisons])
+        for dot, comparison in zip(dots, comparisons, strict=True):
+            bars_at = [
+                line.get_xdata()
+                for line in ax.lines
+                if line.get_linewidth() == 4 and line.get_ydata()[0] == dot.get_ydata()[0]
+            ]
+            ((low, high),) = bars_at  # the t-interval (n >= 2), centred on the mean
+            assert low < dot.get_xdata()[0] < high and (low + high) / 2 == pytest.approx(
+                100 * comparison.test.mean
+            )
+        zero = [line for line in ax.lines if line.get_linestyle() == "--"]
+        assert len(zero) == 1 and list(zero[0].get_xdata()) == [0.0, 0.0]
     # validation curves: one panel, a line per method over the logged steps
     (ax,) = panels(curves)
     assert [line.get_label() for line in ax.lines] == [

@@ -14,11 +14,12 @@ import textwrap
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from scipy import stats
 
 from .curves import convergence_figure
 from .table import ComparisonTable
 
-__all__ = ["bar_chart", "convergence_curves", "method_colour"]
+__all__ = ["bar_chart", "convergence_curves", "delta_chart", "method_colour"]
 
 BASELINE_COLOUR = "0.55"
 #: matplotlib's tab10 without its grey (C7), which is the baseline's
@@ -104,6 +105,71 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
         "the y axes do not start at 0"
     )
     fig.suptitle(textwrap.fill(caption, width=int(11 * width * columns)), fontsize=9)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=130)
+    return out
+
+
+def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
+    """Write a PNG of every method's difference from the baseline, one panel per model, task and split.
+
+    Each method is a row: the mean paired difference over seeds (×100, the point), its 95% t-interval
+    over seeds (the thick bar: what another set of seeds would give) and the 95% bootstrap interval over
+    the split's examples (the thin bar: what another sample of examples would give), with the table's
+    Holm marks. The baseline is the line at 0. Returns ``out``.
+    """
+    e = table.experiment
+    others = [(number, m) for number, m in enumerate(e.methods) if m.id != e.baseline]
+    panels = []
+    for model in e.models:
+        for task in e.tasks:
+            for split in table.splits(model, task):
+                found = [
+                    (number, m, row)
+                    for number, m in others
+                    if (row := table.row(model.id, task.id, split, m.id)) is not None
+                    and row.comparison is not None
+                    and row.comparison.test.n >= 1
+                ]
+                if found:
+                    panels.append((model, task, split, found))
+    if not panels:
+        raise ValueError(f"delta_chart: no method of {e.name} has finished cells paired with {e.baseline!r}")
+    columns = min(len(panels), 3)
+    rows = math.ceil(len(panels) / columns)
+    height = 0.32 * len(others) + 1.4
+    fig = Figure(figsize=(4.3 * columns, height * rows + 0.7), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False)
+    for ax, (model, task, split, found) in zip(axes.flat, panels, strict=False):
+        labels = []
+        for y, (number, method, row) in enumerate(found):
+            c = row.comparison
+            n, mean, sd = c.test.n, 100 * c.test.mean, 100 * c.test.sd
+            colour = method_colour(number, False)
+            if n >= 2 and math.isfinite(sd):
+                half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+                ax.plot([mean - half, mean + half], [y, y], color=colour, linewidth=4, alpha=0.55)
+            if c.bootstrap is not None:
+                b = c.bootstrap
+                ax.plot([100 * b.low, 100 * b.high], [y - 0.22, y - 0.22], color=colour, linewidth=1.2)
+            ax.plot([mean], [y], "o", color=colour, markersize=5)
+            labels.append(f"{method.label} {c.mark}".strip() + ("" if n >= 2 else " (1 seed)"))
+        ax.axvline(0.0, color="0.3", linestyle="--", linewidth=0.8)
+        ax.set_yticks(range(len(found)), labels, fontsize=8)
+        ax.set_ylim(len(found) - 0.5, -0.7)  # first method on top
+        prefix = f"{model.label}: " if len(e.models) > 1 else ""
+        ax.set_title(f"{prefix}{task.label} {split}", fontsize=10)
+        ax.set_xlabel(f"Δ {found[0][2].metric} ×100 vs {e.baseline}", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    caption = (
+        f"{e.name}: difference from {e.method(e.baseline).label}, paired by seed; dot: mean over seeds; "
+        "thick bar: 95% t-interval over seeds; thin bar: 95% bootstrap interval over the split's examples; "
+        "* / **: Holm-corrected paired t-test p < 0.05 / 0.01"
+    )
+    fig.suptitle(textwrap.fill(caption, width=int(14 * 4.3 * columns)), fontsize=9)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=130)

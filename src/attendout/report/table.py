@@ -758,11 +758,14 @@ def table_main(argv: list[str]) -> int:
     parser.add_argument("experiment", help="an experiment file, or the name of one in --experiments-dir")
     parser.add_argument("--results", default=None, help="results root (default: results/NAME)")
     parser.add_argument(
-        "--out", default=None, help="write table.md, table.csv, bars.png and curves-*.png here"
+        "--out", default=None, help="write table.md, table.csv, bars.png, deltas.png and curves-*.png here"
     )
     parser.add_argument("--markdown", default=None, help="write the Markdown table to this file")
     parser.add_argument("--csv", default=None, help="write the CSV table to this file")
     parser.add_argument("--bar-chart", default=None, help="write the bar chart PNG to this file")
+    parser.add_argument(
+        "--delta-chart", default=None, help="write the PNG of differences from the baseline to this file"
+    )
     parser.add_argument(
         "--curves", default=None, metavar="DIR", help="write convergence curves PNGs to this folder"
     )
@@ -789,23 +792,28 @@ def table_main(argv: list[str]) -> int:
     if not table.runs:
         raise ValueError(f"no finished cell of {experiment.name} in {root}")
 
-    from .figures import bar_chart, convergence_curves
+    from .figures import bar_chart, convergence_curves, delta_chart
 
     markdown_path = Path(args.markdown) if args.markdown else None
     csv_path = Path(args.csv) if args.csv else None
     bars = Path(args.bar_chart) if args.bar_chart else None
+    deltas = Path(args.delta_chart) if args.delta_chart else None
     curves_dir = Path(args.curves) if args.curves else None
     if args.out:
         out = Path(args.out)
         markdown_path = markdown_path or out / "table.md"
         csv_path = csv_path or out / "table.csv"
         bars = bars or out / "bars.png"
+        deltas = deltas or out / "deltas.png"
         curves_dir = curves_dir or out
     figures: dict[str, str] = {}
     written: list[Path] = []
     if bars is not None:
         written.append(bar_chart(table, bars))
         figures["bar chart"] = _relative(bars, markdown_path)
+    if deltas is not None and any(row.comparison is not None for row in table.rows):
+        written.append(delta_chart(table, deltas))
+        figures["differences from the baseline"] = _relative(deltas, markdown_path)
     if curves_dir is not None:
         for path in convergence_curves(table, curves_dir):
             written.append(path)
