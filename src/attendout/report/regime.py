@@ -126,7 +126,14 @@ def regime_figure(
     for ax, run in zip(axes.flat, runs, strict=False):
         c = epoch_curves(run)
         task = run_task_id(run)
-        ax.plot(c.epochs, c.validation, marker="o", markersize=3, color="C0", label=f"validation {c.metric}")
+        ax.plot(
+            c.epochs,
+            c.validation,
+            marker="o",
+            markersize=3,
+            color="C0",
+            label="validation metric (left axis)",
+        )
         ax.plot(c.epochs[c.best], c.validation[c.best], "o", markersize=9, mfc="none", color="C0")
         ax.set_ylabel(f"validation {c.metric}", color="C0")
         ax.set_xlabel("epoch")
@@ -134,7 +141,7 @@ def regime_figure(
         losses.plot(
             c.epochs, c.validation_loss, marker="s", markersize=3, color="C3", label="validation loss"
         )
-        losses.plot(c.train_epochs, c.train_loss, ls="--", color="0.4", label="training loss")
+        losses.plot(c.train_epochs, c.train_loss, ls="--", color="0.4", label="training loss (right)")
         losses.set_ylabel("loss")
         legend_axes = legend_axes or [ax, losses]
         if task in budgets:
