@@ -1,12 +1,15 @@
-"""Checkpoints carry no code (issue 21): plain data, read with weights_only=True; format 1 still resumes."""
+"""Checkpoints carry no code (issue 21): plain data, read with weights_only=True; format 1 (written
+before manifests, issue 30) still resumes."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 import torch
 
-from attendout.rundir import CHECKPOINT_FORMAT, load_checkpoint
+from attendout.rundir import CHECKPOINT_FORMAT, MANIFEST, load_checkpoint
 from attendout.train import CHECKPOINT_DIR, CHECKPOINT_FILE, Trainer, finetune
 from test_resume import KILL_AT, Killed, kill_at, run_config
 
@@ -17,14 +20,20 @@ def test_a_checkpoint_is_plain_data_and_a_format_1_checkpoint_still_resumes_exac
         Trainer(run_config(tiny_run, "old", "none", {}), on_log=kill_at(KILL_AT)).fit()
     path = tiny_run["tmp"] / "old" / CHECKPOINT_DIR / CHECKPOINT_FILE
     state = torch.load(path, weights_only=True)  # no allow-list needed: tensors and plain values only
-    assert state["format"] == CHECKPOINT_FORMAT == 2
-    # Rewrite it as attendout wrote format 1: random.getstate()'s tuple, numpy's state with an array.
+    assert state["format"] == CHECKPOINT_FORMAT == 3
+    # Rewrite it as attendout wrote format 1: random.getstate()'s tuple, numpy's state with an array,
+    # and no manifest (state.json without a format).
     version, internal, gauss = state["rng"]["python"]
     name, keys, pos, has_gauss, cached = state["rng"]["numpy"]
     state["rng"]["python"] = (version, tuple(internal), gauss)
     state["rng"]["numpy"] = (name, keys.numpy().astype(np.uint32), pos, has_gauss, cached)
     state["format"] = 1
     torch.save(state, path)
+    (path.parent / MANIFEST).unlink()
+    summary = path.parent / "state.json"
+    summary.write_text(
+        json.dumps({k: v for k, v in json.loads(summary.read_text()).items() if k != "format"})
+    )
     with pytest.raises(Exception, match="Weights only load failed"):
         torch.load(path, weights_only=True)  # numpy's array is a global ...
     assert load_checkpoint(path)["format"] == 1  # ... which load_checkpoint allows, and nothing else

@@ -46,14 +46,19 @@ import attendout.rundir as rundir
 import attendout.train as train
 
 if kind == "checkpoint":  # half of state.pt's temporary file written, then killed (before the rename)
+    import io
+
     save = torch.save
 
     def half_save(obj, f, *args, **kwargs):
-        save(obj, f, *args, **kwargs)
         if hit():
-            data = open(f, "rb").read()
-            open(f, "wb").write(data[: len(data) // 2])
+            buffer = io.BytesIO()
+            save(obj, buffer, *args, **kwargs)
+            data = buffer.getvalue()
+            f.write(data[: len(data) // 2])
+            f.flush()
             die()
+        save(obj, f, *args, **kwargs)
 
     torch.save = half_save
 elif kind == "model":  # inside a model save: its folder written under the temporary name, not renamed

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from attendout.train import CHECKPOINT_DIR, CHECKPOINT_FILE, Trainer, TrainingError, finetune
+from attendout.train import CHECKPOINT_DIR, CHECKPOINT_FILE, RunExistsError, Trainer, TrainingError, finetune
 from conftest import toy_train_config
 
 KILL_AT = 5  # the step after which the "killed" run stops; its last checkpoint is at step 4
@@ -101,11 +101,18 @@ def test_without_a_checkpoint_resume_starts_afresh(tiny_run, caplog):
     assert results["total_steps"] == 9 and read_log(tiny_run["tmp"] / "fresh")[0]["step"] == 1
 
 
-def test_a_run_without_resume_discards_an_old_checkpoint(tiny_run):
+def test_a_run_without_resume_refuses_an_unfinished_runs_checkpoint_unless_told_to_overwrite(tiny_run):
     with pytest.raises(Killed):
         Trainer(run_config(tiny_run, "again", "none", {}), on_log=kill_at(KILL_AT)).fit()
-    trainer = Trainer(run_config(tiny_run, "again", "none", {}, checkpoint_steps=None))
-    assert trainer.state.step == 0 and not (tiny_run["tmp"] / "again" / CHECKPOINT_DIR).exists()
+    checkpoint = tiny_run["tmp"] / "again" / CHECKPOINT_DIR
+    before = (checkpoint / CHECKPOINT_FILE).read_bytes()
+    with pytest.raises(
+        RunExistsError, match=r"unfinished run with a checkpoint of step 4 .*--resume.*--overwrite"
+    ):
+        Trainer(run_config(tiny_run, "again", "none", {}, checkpoint_steps=None))
+    assert (checkpoint / CHECKPOINT_FILE).read_bytes() == before  # the user's run, untouched
+    trainer = Trainer(run_config(tiny_run, "again", "none", {}, checkpoint_steps=None, overwrite=True))
+    assert trainer.state.step == 0 and not checkpoint.exists()
 
 
 def test_resuming_with_other_settings_or_a_broken_checkpoint_is_a_clear_error(tiny_run):
@@ -122,7 +129,7 @@ def test_resuming_with_other_settings_or_a_broken_checkpoint_is_a_clear_error(ti
     assert resumed.state.step == 4
     state = tiny_run["tmp"] / "run" / CHECKPOINT_DIR / CHECKPOINT_FILE
     state.write_bytes(state.read_bytes()[:100])
-    with pytest.raises(TrainingError, match="cannot read the checkpoint"):
+    with pytest.raises(TrainingError, match=r"cannot resume .*state.pt has 100 bytes.*\(truncated\)"):
         Trainer(run_config(tiny_run, "run", "none", {}, resume=True))
 
 

@@ -7,8 +7,10 @@ name (rows reordered), or a clear error naming ``--ignore-mismatched-head`` (see
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
+import pickle
 import re
 from pathlib import Path
 
@@ -31,6 +33,13 @@ class ModelNotFoundError(ValueError):
     """The model name is neither the packaged default, a local folder, nor reachable on the hub."""
 
 
+class ModelFileError(ModelNotFoundError):
+    """A file of a local model folder is unreadable: config.json not JSON, weights truncated or corrupt."""
+
+
+REPAIR = "copy the model folder again from its source (or save it again with save_pretrained)"
+
+
 def packaged_model_path() -> Path:
     """The folder of the packaged MiniLM, found without importing its package."""
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
@@ -51,8 +60,17 @@ def resolve_model(name: str) -> tuple[str, str]:
     if name in DEFAULT_MODEL_ALIASES:
         return str(packaged_model_path()), DEFAULT_MODEL_DESCRIPTION
     if os.path.isdir(name):
-        if not os.path.isfile(os.path.join(name, "config.json")):
-            raise ModelNotFoundError(f"model folder {name} has no config.json")
+        config = os.path.join(name, "config.json")
+        if not os.path.isfile(config):
+            raise ModelNotFoundError(
+                f"model folder {name} has no config.json; give a folder written by save_pretrained (its "
+                f"config.json beside the weights), or {REPAIR}"
+            )
+        try:
+            with open(config, encoding="utf-8") as file:
+                json.load(file)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ModelFileError(f"{config} is not valid JSON ({error}); {REPAIR}") from None
         return name, f"local model {name}"
     if os.path.exists(name) or name.startswith((".", "/")):
         raise ModelNotFoundError(f"model path {name} does not exist or is not a folder")
@@ -194,6 +212,61 @@ def reinit_head(model: nn.Module) -> None:
             model._init_weights(module)
 
 
+def check_model_folder(folder: str | os.PathLike) -> None:
+    """Refuse a local model folder whose files are not whole, before ``transformers`` reads them.
+
+    A folder attendout saved carries ``manifest.json`` (each file's size and sha256): every file is
+    checked against it, so any changed byte is caught. Any folder: each ``*.safetensors`` file's header
+    must describe the whole file (a truncated or garbled file fails here). A wrong byte inside the
+    tensors of a folder without a manifest cannot be seen, unless it makes a weight NaN or infinite
+    (:func:`check_finite`). Raises :class:`ModelFileError` naming the file.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    from .rundir import MANIFEST, verify_folder
+
+    folder = Path(folder)
+    if (folder / MANIFEST).is_file():
+        problem = verify_folder(folder)
+        if problem is not None:
+            raise ModelFileError(
+                f"model folder {folder} does not match the {MANIFEST} attendout wrote when it saved it: "
+                f"{problem}; {REPAIR} (if you changed its files on purpose, delete {MANIFEST})"
+            )
+    for weights in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="pt") as file:
+                file.keys()
+        except (SafetensorError, OSError) as error:
+            raise ModelFileError(
+                f"model file {weights} is truncated or corrupt ({_first_line(error)}); {REPAIR}"
+            ) from None
+
+
+def check_finite(model: nn.Module, source: str) -> None:
+    """A weight that is NaN or infinite: the weights file is corrupt (a changed byte), or the model diverged."""
+    for name, param in model.named_parameters():
+        if param.is_floating_point() and not torch.isfinite(param).all():
+            raise ModelFileError(
+                f"model {source}: the weight {name} holds NaN or infinite values (the weights file is corrupt, "
+                f"or was saved from a diverged run); {REPAIR}"
+            )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def _unreadable_weights(error: BaseException) -> bool:
+    """Whether ``from_pretrained`` failed on the bytes of a weights file (not on a setting)."""
+    from safetensors import SafetensorError
+
+    if isinstance(error, SafetensorError | pickle.UnpicklingError | EOFError):
+        return True
+    return isinstance(error, RuntimeError) and "PytorchStreamReader" in str(error)
+
+
 def load_for_task(
     name: str, task, *, ignore_mismatched_head: bool = False, **kwargs
 ) -> tuple[nn.Module, object, str]:
@@ -217,6 +290,9 @@ def load_for_task(
         )
     auto_class = getattr(transformers, HEAD_CLASSES[task.kind])
     path, description = resolve_model(name)
+    local = os.path.isdir(path)
+    if local:
+        check_model_folder(path)
     head: dict = {}
     if task.kind == "regression":
         head = {"num_labels": 1, "problem_type": "regression"}
@@ -249,10 +325,21 @@ def load_for_task(
         extra = {"ignore_mismatched_sizes": True} if plan == "mismatch" or other_head else {}
         model = auto_class.from_pretrained(path, **head, **extra, **kwargs)
     except OSError as error:
+        if local:
+            raise ModelNotFoundError(
+                f"could not load model {name!r} ({_first_line(error)}); {REPAIR}"
+            ) from None
         raise ModelNotFoundError(
             f"could not load model {name!r} ({error.__class__.__name__}: {str(error).splitlines()[0]}); "
             f"offline, use a local folder or the packaged default --model minilm"
         ) from error
+    except Exception as error:
+        if not _unreadable_weights(error):
+            raise
+        raise ModelFileError(
+            f"the weights of model {name!r} are truncated or corrupt ({_first_line(error)}); {REPAIR}"
+        ) from None
+    check_finite(model, repr(name))
     if other_head:
         reinit_head(model)
         logger.warning(

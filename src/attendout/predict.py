@@ -214,6 +214,12 @@ class Predictor:
             )
         if not (model_dir / "config.json").is_file():
             raise PredictError(f"{path} has no config.json: it is neither a run directory nor a model folder")
+        from .models import ModelFileError, check_model_folder
+
+        try:
+            check_model_folder(model_dir)  # its manifest, if attendout saved it; safetensors headers
+        except ModelFileError as error:
+            raise PredictError(str(error)) from None
         try:
             model = load_model(model_dir)
             tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -13,7 +13,8 @@ split carved from train (dev is only for reporting), and writes a run directory:
     RUN_DIR/results.json           final metrics (written last, atomically: its presence means the run finished)
     RUN_DIR/checkpoint/state.pt    with ``checkpoint_steps``: the training state of an unfinished run
                                    (removed when the run finishes); ``resume`` continues from it. It
-                                   holds tensors and plain values only (loaded with weights_only=True)
+                                   holds tensors and plain values only (loaded with weights_only=True);
+                                   checkpoint/manifest.json, written last, says the folder is complete
     RUN_DIR/.attendout.lock        while a run writes the folder: a second run on it refuses to start
 
 The loop is a small :class:`Trainer` whose state (step, epoch, best score, optimizer, scheduler, the
@@ -24,18 +25,17 @@ nondeterministic kernels may make the continuation differ slightly).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import math
 import os
-import pickle
 import platform
 import random
-import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,13 +54,23 @@ from .rundir import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
     CHECKPOINT_FORMAT,
-    CHECKPOINT_SUMMARY,
-    READABLE_FORMATS,
+    MANIFEST,
+    CheckpointError,
+    CheckpointStatus,
+    RunBusyError,
     RunLock,
-    load_checkpoint,
+    StorageError,
+    check_output_dir,
+    checkpoint_status,
+    describe_os_error,
+    os_error_remedy,
+    output_dir_failure,
+    read_checkpoint,
     recover_folder,
     rng_state,
     set_rng_state,
+    verify_folder,
+    write_checkpoint,
     write_json_atomic,
     write_text_atomic,
 )
@@ -71,7 +81,9 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "NEUTRAL_OPTIONS",
     "RESUME_MUST_MATCH",
+    "CheckpointError",
     "RunExistsError",
+    "StorageError",
     "TrainConfig",
     "Trainer",
     "TrainingError",
@@ -79,12 +91,15 @@ __all__ = [
 ]
 
 
-class CheckpointError(TrainingError):
-    """The checkpoint to resume from cannot be used: unreadable, another format, or other settings."""
+#: What a run writes in its directory (with the temporary names of its folders written whole), results.json
+#: first: removed when a run starts afresh there, so that no older file passes for this run's.
+RUN_OUTPUTS = ("results.json", "config.json", "log.jsonl", "predictions", "model", ".model.tmp", ".model.old")
+RUN_OUTPUTS += (CHECKPOINT_DIR, f".{CHECKPOINT_DIR}.tmp", f".{CHECKPOINT_DIR}.old")
 
 
 class RunExistsError(FileExistsError):
-    """The output directory holds a finished run; pass overwrite=True to replace it."""
+    """The output directory holds a finished run, or an unfinished one with a checkpoint; pass
+    overwrite=True to replace it (or resume=True to continue the unfinished one)."""
 
 
 #: The TrainConfig fields that are not part of a run's recipe, each with why: they leave its numbers
@@ -260,10 +275,14 @@ class TrainConfig:
     resume: bool = field(
         default=False,
         metadata={
-            "help": "continue the unfinished run in output_dir from its checkpoint (afresh if it has none)"
+            "help": "continue the unfinished run in output_dir from its checkpoint (afresh if it has none; "
+            "an incomplete or corrupt checkpoint is an error)"
         },
     )
-    overwrite: bool = field(default=False, metadata={"help": "replace a finished run in output_dir"})
+    overwrite: bool = field(
+        default=False,
+        metadata={"help": "replace a finished run in output_dir, or an unfinished run's checkpoint"},
+    )
     save_model: bool = field(default=True, metadata={"help": "save the best model with save_pretrained"})
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda, cuda:N or mps"})
     precision: str = field(default="fp32", metadata={"help": "fp32, bf16 or fp16 (mixed precision, GPU)"})
@@ -490,15 +509,18 @@ class Trainer:
         # Only now, with data and model loaded and the method applied, touch the run directory: one
         # writer at a time (the main process's lock, released at the end of fit).
         self._lock = RunLock(self.out)
-        if self.is_main:
-            self._lock.acquire()
         try:
-            checkpoint = self._read_checkpoint() if config.resume else None
-            self.distributed.barrier()  # every process has read the checkpoint before the main one moves on
-            self._prepare_output_dir(resumed_at=None if checkpoint is None else checkpoint["state"]["step"])
-            if checkpoint is not None:
-                self._restore(checkpoint)
-            self._write_config()
+            with self._setting_up():
+                if self.is_main:
+                    self._lock.acquire()
+                checkpoint = self._read_checkpoint() if config.resume else None
+                self.distributed.barrier()  # every process has read the checkpoint before the main one moves on
+                self._prepare_output_dir(
+                    resumed_at=None if checkpoint is None else checkpoint["state"]["step"]
+                )
+                if checkpoint is not None:
+                    self._restore(checkpoint)
+                self._write_config()
         except BaseException:
             self._lock.release()
             raise
@@ -531,11 +553,54 @@ class Trainer:
             summary["cut_words_tagged"] = self.task.label_names[0]
         return summary
 
+    @contextlib.contextmanager
+    def _setting_up(self) -> Iterator[None]:
+        """A write that fails before training starts is the output directory's fault: a clear error."""
+        try:
+            yield
+        except (RunBusyError, RunExistsError):
+            raise
+        except OSError as error:
+            raise output_dir_failure(self.out, error) from None
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """A write that fails during training (a full disk): one line naming it and what is intact."""
+        try:
+            yield
+        except OSError as error:
+            raise StorageError(
+                f"could not write {what} ({describe_os_error(error)}); {self._kept()}; {os_error_remedy(error)}, then "
+                f"{self._again()}"
+            ) from None
+
+    def _checkpoint_found(self) -> tuple[Path, CheckpointStatus]:
+        """The checkpoint folder (``.checkpoint.old`` while a kill between two renames left it there) and
+        what it holds, by sizes (cheap; :func:`read_checkpoint` reads every byte)."""
+        folder = self.out / CHECKPOINT_DIR
+        old = folder.with_name(f".{folder.name}.old")
+        if not os.path.lexists(folder) and old.is_dir():
+            folder = old
+        return folder, checkpoint_status(folder)
+
     def _check_output_dir(self) -> None:
+        """Refuse, before anything is loaded or written, an output directory that cannot take this run."""
+        check_output_dir(self.out)
         if (self.out / "results.json").exists() and not self.config.overwrite:
             raise RunExistsError(
                 f"{self.out} holds a finished run (results.json); choose another --output-dir or pass --overwrite"
             )
+        folder, found = self._checkpoint_found()
+        if found.kind == "none" or (self.config.overwrite and not self.config.resume):
+            return
+        if not self.config.resume:
+            at = f" of step {found.step}" if found.step is not None else ""
+            raise RunExistsError(
+                f"{self.out} holds an unfinished run with a checkpoint{at} ({folder}); continue it with "
+                "--resume, or pass --overwrite to start afresh (discarding it)"
+            )
+        if found.kind == "broken":
+            raise CheckpointError.broken(folder, found.problem or "")
 
     def _prepare_output_dir(self, resumed_at: int | None = None) -> None:
         self._check_output_dir()
@@ -545,9 +610,14 @@ class Trainer:
         if self.config.overwrite:
             (self.out / "results.json").unlink(missing_ok=True)
         log = self.out / "log.jsonl"
-        if resumed_at is None:
+        if resumed_at is None:  # afresh: nothing of an older run stays beside this one's files
+            for name in RUN_OUTPUTS:
+                path = self.out / name
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
             write_text_atomic(log, "")
-            shutil.rmtree(self.out / CHECKPOINT_DIR, ignore_errors=True)  # an older run's state
             return
         recover_folder(self.out / "model")  # a kill between the two renames of a model save
         # Keep the log up to the checkpoint: what a killed run wrote after it is done again (a last line
@@ -668,9 +738,10 @@ class Trainer:
         return {k: v for k, v in self.config.to_dict().items() if k not in free}
 
     def save_checkpoint(self) -> None:
-        """Write the whole training state to RUN_DIR/checkpoint/state.pt, atomically (main process)."""
-        self._checkpointed_at = self.state.step
+        """Write the whole training state to RUN_DIR/checkpoint (state.pt, state.json, then manifest.json),
+        swapped in whole (main process): a failed or killed save leaves the previous checkpoint."""
         if not self.is_main:
+            self._checkpointed_at = self.state.step
             return
         state = {
             "format": CHECKPOINT_FORMAT,
@@ -686,52 +757,54 @@ class Trainer:
             "elapsed": self._elapsed + (0.0 if self._started is None else time.time() - self._started),
             "rng": rng_state(self.device),
         }
-        path = self.out / CHECKPOINT_DIR / CHECKPOINT_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)
         summary = {
             "step": self.state.step,
             "total_steps": self.total_steps,
             "best_step": self.state.best_step,
         }
-        write_json_atomic(path.parent / CHECKPOINT_SUMMARY, summary)
+        folder = self.out / CHECKPOINT_DIR
+        with self._writing(f"the checkpoint of step {self.state.step} to {folder}"):
+            write_checkpoint(folder, state, summary)
+        self._checkpointed_at = self.state.step
 
     def _read_checkpoint(self) -> dict[str, Any] | None:
-        path = self.out / CHECKPOINT_DIR / CHECKPOINT_FILE
-        if not path.is_file():
+        folder = self.out / CHECKPOINT_DIR
+        if self.is_main:
+            recover_folder(folder)  # a kill between the two renames of a checkpoint save
+        found = read_checkpoint(self._checkpoint_found()[0], map_location=self.device)
+        if found is None:
             if (self.out / "log.jsonl").is_file():
                 logger.warning("%s has no checkpoint to resume from: the run starts afresh", self.out)
             return None
-        try:  # weights_only: tensors and plain values only; a pickled object (code) is refused
-            checkpoint = load_checkpoint(path, map_location=self.device)
-        except pickle.UnpicklingError as error:
-            found = re.search(r"Unsupported global: GLOBAL (\S+)|Unsupported operand \d+", str(error))
-            what = found.group(1) or found.group(0) if found else str(error).splitlines()[0]
-            raise CheckpointError(
-                f"refusing the checkpoint {path}: it holds a pickled Python object ({what}), and loading it "
-                "could run code; attendout's checkpoints hold tensors and plain values only (start afresh "
-                "without --resume)"
-            ) from None
-        except Exception as error:  # a truncated or foreign file
-            raise CheckpointError(
-                f"cannot read the checkpoint {path} ({type(error).__name__}: {error})"
-            ) from None
-        if not isinstance(checkpoint, dict):
-            raise CheckpointError(f"{path} is not an attendout checkpoint (a {type(checkpoint).__name__})")
-        if checkpoint.get("format") not in READABLE_FORMATS:
-            raise CheckpointError(
-                f"{path} has checkpoint format {checkpoint.get('format')!r}, not one of {READABLE_FORMATS}"
-            )
+        checkpoint, status = found
+        path = folder / CHECKPOINT_FILE
         ours, theirs = self._checkpoint_config(), checkpoint["config"]
         differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
         if differ:
             shown = ", ".join(f"{k} {theirs.get(k)!r} -> {ours.get(k)!r}" for k in differ[:4])
             raise CheckpointError(
                 f"{path} belongs to a run with other settings ({shown}); resume with the same settings, "
-                "or start afresh without --resume"
+                "or start afresh with --overwrite instead of --resume"
             )
+        if status.kind == "unchecked":
+            logger.warning(
+                "%s was written by an older attendout, without %s: its files cannot be checked for "
+                "corruption; its state.pt loaded whole (step %s), resuming from it",
+                folder,
+                MANIFEST,
+                status.step,
+            )
+        best = checkpoint["state"].get("best_step")
+        model = self.out / "model"
+        if self.config.save_model and best is not None:  # the best model so far is kept in RUN_DIR/model
+            if self.is_main:
+                recover_folder(model)
+            problem = verify_folder(model, unchecked_ok=True)  # no manifest: saved before manifests
+            if problem is not None:
+                raise CheckpointError(
+                    f"cannot resume from {folder}: the best model so far (step {best}) in {model} is "
+                    f"incomplete or corrupt ({problem}); start afresh with --overwrite instead of --resume"
+                )
         return checkpoint
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
@@ -753,7 +826,7 @@ class Trainer:
     def log(self, record: dict[str, Any]) -> None:
         if not self.is_main:
             return
-        with open(self.out / "log.jsonl", "a") as f:
+        with self._writing(f"a line of {self.out / 'log.jsonl'}"), open(self.out / "log.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if self.on_log is not None:
             self.on_log(record)
@@ -804,16 +877,27 @@ class Trainer:
         local_rows = sum(len(next(iter(part.values()))) for part in parts)
         return self.distributed.sum(loss * (local_rows / batch_rows))  # the whole batch's mean loss
 
+    def _saved_at(self) -> int | None:
+        """The step of the last whole checkpoint (this run's, or the one it resumed from)."""
+        return self._checkpointed_at if self._checkpointed_at is not None else self._resumed_at
+
+    def _kept(self) -> str:
+        saved = self._saved_at()
+        if saved is not None:
+            return f"the checkpoint of step {saved} in {self.out / CHECKPOINT_DIR} is intact"
+        return "no checkpoint had been written (--checkpoint-steps)"
+
+    def _again(self) -> str:
+        """What to run after a failure that left the run directory as it was."""
+        if self._saved_at() is not None:
+            return "run the same command with --resume"
+        return "run the same command again"
+
     def _failure(self, loss: torch.Tensor) -> str:
-        saved = self._checkpointed_at if self._checkpointed_at is not None else self._resumed_at
-        kept = (
-            f"the checkpoint of step {saved} in {self.out / CHECKPOINT_DIR} is intact"
-            if saved is not None
-            else "no checkpoint had been written (--checkpoint-steps)"
-        )
         return (
             f"loss is {loss.item()} at step {self.state.step + 1} (learning rate "
-            f"{self.scheduler.get_last_lr()[0]:.3g}); training stopped before the step was applied; {kept}"
+            f"{self.scheduler.get_last_lr()[0]:.3g}); training stopped before the step was applied; "
+            f"{self._kept()}"
         )
 
     def fit(self) -> dict[str, Any]:
@@ -899,7 +983,9 @@ class Trainer:
             self.state.best_validation = metrics
             if self.config.save_model:
                 if self.is_main:
-                    self.strategy.save_model(self.out / "model", self.tokenizer)
+                    target = self.out / "model"
+                    with self._writing(f"the best model (step {self.state.step}) to {target}"):
+                        self.strategy.save_model(target, self.tokenizer)
             else:
                 self._best_state = {
                     k: v.detach().to("cpu", copy=True)
@@ -931,7 +1017,14 @@ class Trainer:
     def _restore_best(self) -> None:
         self.distributed.barrier()  # the main process has written the best model
         if self.config.save_model:
-            self.strategy.load_best(self.out / "model")
+            model = self.out / "model"
+            problem = verify_folder(model, unchecked_ok=True)
+            if problem is not None:
+                raise TrainingError(
+                    f"the best model (step {self.state.best_step}) in {model} is incomplete or corrupt "
+                    f"({problem}): it changed after it was saved; {self._kept()}"
+                )
+            self.strategy.load_best(model)
         else:
             self.strategy.eval_model().load_state_dict(self._best_state)
 
@@ -971,8 +1064,10 @@ class Trainer:
             results["resumed"] = {"step": self._resumed_at, "train_time_before_s": round(self._elapsed, 2)}
         self.log({"step": self.state.step, "eval": evaluations, "best_step": self.state.best_step})
         if self.is_main:
-            write_json_atomic(self.out / "results.json", results)
-            shutil.rmtree(self.out / CHECKPOINT_DIR, ignore_errors=True)  # finished: nothing to resume
+            with self._writing(f"{self.out / 'results.json'}"):
+                write_json_atomic(self.out / "results.json", results)
+            for name in (CHECKPOINT_DIR, f".{CHECKPOINT_DIR}.tmp", f".{CHECKPOINT_DIR}.old"):
+                shutil.rmtree(self.out / name, ignore_errors=True)  # finished: nothing to resume
         self.distributed.barrier()  # no process returns before the run is complete on disk
         return results
 
@@ -980,18 +1075,17 @@ class Trainer:
         if not self.is_main:
             return
         path = self.out / "predictions" / f"{split}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
         rows = (_as_list(preds), _as_list(scores), _as_list(labels))
-        with open(tmp, "w") as f:
-            for i, (p, s, y) in enumerate(zip(*rows, strict=True)):
-                row = {"index": i, "prediction": p, "label": y, "score": s}
-                if self.task.kind == "token_classification":
-                    del row[
-                        "score"
-                    ]  # a probability per word would triple the file; `attendout predict` gives them
-                f.write(json.dumps(row) + "\n")
-        os.replace(tmp, path)
+        lines = []
+        for i, (p, s, y) in enumerate(zip(*rows, strict=True)):
+            row = {"index": i, "prediction": p, "label": y, "score": s}
+            if self.task.kind == "token_classification":
+                del row[
+                    "score"
+                ]  # a probability per word would triple the file; `attendout predict` gives them
+            lines.append(json.dumps(row) + "\n")
+        with self._writing(str(path)):
+            write_text_atomic(path, "".join(lines))
 
 
 def finetune(config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:

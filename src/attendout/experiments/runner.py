@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rundir import write_json_atomic
-from ..train import CheckpointError, TrainConfig, finetune
+from ..train import CheckpointError, StorageError, TrainConfig, finetune
 from .spec import Budget, Cell, Experiment, ExperimentError
 from .store import HEARTBEAT_S, Claim, ResultsStore, compact_predictions, has_checkpoint
 
@@ -451,11 +451,12 @@ class BenchJob:
         try:
             try:
                 results = self.train(run, listener)
-            except CheckpointError as error:  # unreadable, or a default changed since it was written
+            except CheckpointError as error:  # corrupt, or a default changed since it was written
                 self.echo(f"{prefix}: cannot resume ({error}); training afresh")
-                results = self.train(dataclasses.replace(run, resume=False), listener)
+                results = self.train(dataclasses.replace(run, resume=False, overwrite=True), listener)
         except Exception as error:  # TrainingError (NaN loss) or a bug: recorded, the grid goes on
-            shutil.rmtree(work, ignore_errors=True)
+            if not (isinstance(error, StorageError) and has_checkpoint(work)):  # a full disk: kept to resume
+                shutil.rmtree(work, ignore_errors=True)
             message = f"{type(error).__name__}: {error}"
             self.store.record_failure(cell, message)
             self.store.event("failed", cell, error=message, traceback=traceback.format_exc(limit=5))

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..rundir import CHECKPOINT_DIR, CHECKPOINT_FILE, CHECKPOINT_SUMMARY, write_json_atomic
+from ..rundir import CHECKPOINT_DIR, checkpoint_status, write_json_atomic
 from .spec import Budget, Cell, Experiment, ExperimentError
 
 __all__ = [
@@ -482,16 +482,19 @@ def read_predictions(folder: Path, split: str) -> list[dict[str, Any]] | None:
 
 
 def has_checkpoint(work: Path) -> bool:
-    """Whether the work folder ``work`` holds a training checkpoint to resume from."""
-    return (work / CHECKPOINT_DIR / CHECKPOINT_FILE).is_file()
+    """Whether the work folder ``work`` holds a training checkpoint to resume from.
+
+    The rule of ``finetune --resume`` (:func:`attendout.rundir.checkpoint_status`): a checkpoint whose
+    manifest lists every file at its size (or one written before manifests, with its state.pt). An
+    incomplete one is not a checkpoint: the cell trains afresh. The bytes themselves are checked by the
+    resume, which refuses a corrupt checkpoint (the runner then trains the cell afresh).
+    """
+    return checkpoint_status(work / CHECKPOINT_DIR).resumable
 
 
 def checkpoint_step(work: Path) -> int | None:
-    """The training step of the checkpoint in ``work``, from its summary (None if unreadable)."""
-    try:
-        return int(json.loads((work / CHECKPOINT_DIR / CHECKPOINT_SUMMARY).read_text())["step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    """The training step of the checkpoint in ``work`` (None if it has none, or does not say)."""
+    return checkpoint_status(work / CHECKPOINT_DIR).step
 
 
 def _create_exclusive(path: Path, content: str) -> bool:
