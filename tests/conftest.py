@@ -10,8 +10,11 @@ from transformers import (
     AlbertConfig,
     AutoModelForSequenceClassification,
     BertConfig,
+    DebertaV2Config,
     DistilBertConfig,
     ElectraConfig,
+    EuroBertConfig,
+    ModernBertConfig,
     RobertaConfig,
     XLMRobertaConfig,
 )
@@ -62,6 +65,35 @@ def tiny_config(family: str, **overrides):
         )
     elif family == "albert":
         config = AlbertConfig(**COMMON, embedding_size=16)
+    elif family == "modernbert":
+        # 3 layers: global, local (a window of 2 keys each side), global; RoPE; pad id 0 as make_batch pads
+        config = ModernBertConfig(
+            **{k: v for k, v in COMMON.items() if k != "max_position_embeddings"},
+            max_position_embeddings=64,
+            local_attention=4,
+            global_attn_every_n_layers=2,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            cls_token_id=1,
+            sep_token_id=2,
+        )
+        config.num_hidden_layers = 3
+        config.layer_types = ["full_attention", "sliding_attention", "full_attention"]
+    elif family == "eurobert":
+        config = EuroBertConfig(**COMMON, pad_token_id=0, bos_token_id=1, eos_token_id=2, mask_token_id=3)
+    elif family == "deberta-v2":
+        # the DeBERTa-v3 layout: relative attention with both disentangled terms, shared keys, buckets
+        config = DebertaV2Config(
+            **COMMON,
+            relative_attention=True,
+            pos_att_type=["p2c", "c2p"],
+            position_buckets=8,
+            max_relative_positions=16,
+            position_biased_input=False,
+            norm_rel_ebd="layer_norm",
+            share_att_key=True,
+        )
     else:
         raise KeyError(family)
     for key, value in overrides.items():
@@ -78,6 +110,17 @@ def no_dropout(family: str) -> dict:
     """Overrides that switch a family's own dropouts off, so only a method's masks remain."""
     if family == "distilbert":
         return {"dropout": 0.0, "attention_dropout": 0.0, "seq_classif_dropout": 0.0}
+    if family == "modernbert":
+        return {
+            "attention_dropout": 0.0,
+            "embedding_dropout": 0.0,
+            "mlp_dropout": 0.0,
+            "classifier_dropout": 0.0,
+        }
+    if family == "eurobert":
+        return {"attention_dropout": 0.0, "classifier_dropout": 0.0}
+    if family == "albert":
+        return {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "classifier_dropout_prob": 0.0}
     return {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
 
@@ -92,7 +135,19 @@ def make_batch(batch: int = 4, length: int = 12, pad_from: dict[int, int] | None
     return {"input_ids": ids, "attention_mask": mask, "labels": torch.randint(0, 2, (batch,), generator=g)}
 
 
-FAMILIES = ["bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert"]
+FAMILIES = [
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "electra",
+    "distilbert",
+    "albert",
+    "modernbert",
+    "eurobert",
+    "deberta-v2",
+]
+#: families whose attention scores are reachable (AttentionInterface); DeBERTa's stay inside its forward
+SCORE_FAMILIES = [f for f in FAMILIES if f != "deberta-v2"]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import attendout
-from attendout.attention import AttentionEdit, AttentionMethod, get_controller, install
+from attendout.attention import AttentionEdit, AttentionMethod, get_controller, install, layer_key_valid
 from attendout.cli import main
 from attendout.experiments import load_experiment
 from attendout.methods import settle_for_task
@@ -150,8 +150,13 @@ def test_every_family_trains_a_step_with_addrop(family):
     extra = handle.method.prepare(model, batch)
     model(**batch, **extra).loss.backward()
     stats = handle.stats()
-    lengths = batch["attention_mask"].sum(-1).double()  # (B,) non-padding keys of each example's rows
-    expected = torch.ceil(lengths * 0.3).sum() / lengths.sum()  # every query row of an example alike
+    # ceil(0.3 n) candidates of each row's n visible keys: the non-padding keys (every query row of an
+    # example alike), within the window on ModernBERT's local layer
+    real = batch["attention_mask"].bool()[:, None, None, :].expand(4, 1, 12, 12)
+    counts = torch.stack(
+        [layer_key_valid(model, i, real).sum(-1).double() for i in range(model.config.num_hidden_layers)]
+    )
+    expected = torch.ceil(counts * 0.3).sum() / counts.sum()
     assert stats["addrop/candidate_fraction"] == pytest.approx(expected.item(), rel=1e-6)
     assert stats["addrop/drop_rate_in_candidates"] == 1
 

@@ -10,6 +10,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Bert
 
 import attendout
 from attendout import record_attention
+from attendout.attention import UnsupportedModelError, get_controller
 from attendout.methods.synthesizer import (
     MODEL_TYPE,
     VARIANTS,
@@ -19,7 +20,7 @@ from attendout.methods.synthesizer import (
     get_synthesizer,
 )
 from attendout.train import Trainer
-from conftest import FAMILIES, make_batch, no_dropout, tiny_model, toy_train_config
+from conftest import SCORE_FAMILIES, make_batch, no_dropout, tiny_model, toy_train_config
 
 MIXTURES = [v for v in VARIANTS if v.endswith("+dot")]
 PADDED = {1: 7, 3: 4}  # rows 1 and 3 are padded from positions 7 and 4
@@ -105,7 +106,7 @@ def test_exact_init_computes_the_pretrained_model_at_step_0(variant):
     assert torch.equal(model(**batch).logits, synthesized)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", SCORE_FAMILIES)
 def test_every_family_is_exact_at_step_0_and_dense_gets_its_input(family):
     model = tiny_model(family, **no_dropout(family))
     batch = make_batch(pad_from=PADDED)
@@ -117,6 +118,22 @@ def test_every_family_is_exact_at_step_0_and_dense_gets_its_input(family):
         assert torch.equal(model(**batch).logits, eager)  # bit for bit, as above
         get_synthesizer(model).modules["0"].mix.data.fill_(0.5)
         assert not torch.equal(model(**batch).logits, eager)
+
+
+def test_deberta_refuses_synthesized_attention_and_stays_stock():
+    model = tiny_model("deberta-v2", **no_dropout("deberta-v2"))
+    batch = make_batch(pad_from=PADDED)
+    model.eval()
+    before = model(**batch).logits
+    names = set(dict(model.named_parameters()))
+    with pytest.raises(UnsupportedModelError, match="synthesizer rewrites attention scores.*DeBERTa"):
+        attendout.synthesize(model, "random+dot", max_length=16)
+    assert (
+        set(dict(model.named_parameters())) == names
+        and get_controller(model) is None
+        or not get_controller(model).methods
+    )
+    assert torch.equal(model(**batch).logits, before)
 
 
 def test_mixing_weight_receives_gradient_then_the_synthesizer_learns():

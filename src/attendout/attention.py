@@ -75,6 +75,12 @@ class Family:
     attention: str
     block: str
     shared: bool = False
+    #: how the edits reach the attention: "interface" = the registered attention function (every family
+    #: whose attention goes through transformers' AttentionInterface); "deberta" = module hooks around
+    #: DeBERTa's own disentangled attention (:mod:`attendout.deberta`)
+    route: str = "interface"
+    #: what a block returns: the hidden states, or a (hidden states, attention weights) pair
+    block_output: str = "tensor"
 
 
 _BERT_LIKE = Family(
@@ -94,14 +100,43 @@ FAMILIES: dict[str, Family] = {
         block=r"(^|\.)albert_layer_groups\.\d+$",
         shared=True,
     ),
+    # RoPE encoders: rotary positions are applied to query and key before the attention function, and
+    # ModernBERT's local layers arrive with the sliding window already in the boolean mask (built through
+    # AttentionMaskInterface, as for every family), so every edit stays inside the window.
+    "modernbert": Family(attention=r"(^|\.)layers\.(\d+)\.attn$", block=r"(^|\.)layers\.(\d+)$"),
+    "eurobert": Family(attention=r"(^|\.)layers\.(\d+)\.self_attn$", block=r"(^|\.)layers\.(\d+)$"),
+    # DeBERTa-v2 and v3 (model_type deberta-v2): disentangled attention in the module's own code
+    "deberta-v2": Family(
+        attention=r"(^|\.)encoder\.layer\.(\d+)\.attention\.self$",
+        block=r"(^|\.)encoder\.layer\.(\d+)$",
+        route="deberta",
+        block_output="pair",
+    ),
 }
 
 # Families whose attention does not go through AttentionInterface in transformers 5.x.
 _WHY_NOT = {
     "mpnet": "MPNet adds a relative position bias inside its own attention code, outside AttentionInterface",
-    "deberta": "DeBERTa computes disentangled attention in its own code, outside AttentionInterface",
-    "deberta-v2": "DeBERTa-v2 computes disentangled attention in its own code, outside AttentionInterface",
+    "deberta": "DeBERTa (v1) computes disentangled attention in its own code, outside AttentionInterface "
+    "(DeBERTa-v2 and v3, model_type deberta-v2, are supported)",
 }
+
+
+def layer_key_valid(model: nn.Module, layer: int, key_valid: torch.Tensor) -> torch.Tensor:
+    """(B, 1, Lq, Lk) bool: the keys ``layer`` lets each query see, from the padding mask ``key_valid``.
+
+    The non-padding keys, and on the local layers of windowed encoders (ModernBERT: ``layer_types`` entry
+    ``"sliding_attention"``) only those within ``config.sliding_window`` positions, inclusive, as
+    transformers' bidirectional sliding-window masks build them. Methods that choose positions before
+    the forward (AD-DROP's candidates) use it, so that they choose among keys the layer can see.
+    """
+    config = getattr(model, "config", None)
+    types = getattr(config, "layer_types", None)
+    if not types or types[layer] != "sliding_attention":
+        return key_valid
+    lq, lk = key_valid.shape[-2], key_valid.shape[-1]
+    distance = torch.arange(lq, device=key_valid.device)[:, None] - torch.arange(lk, device=key_valid.device)
+    return key_valid & (distance.abs() <= config.sliding_window)  # (B, 1, Lq, Lk)
 
 
 def supported_model_types() -> list[str]:
@@ -309,8 +344,19 @@ class Controller:
     _calls: int = 0
     _block_calls: int = 0
     _pre_hook: object | None = None
+    #: handles of module hooks to remove on uninstall (families routed through module hooks)
+    _handles: list = field(default_factory=list)
+    #: the running forward's own edits, for families whose forward does not pass them to attention
+    forward_edits: ForwardEdits | None = None
 
     def add(self, method: AttentionMethod) -> None:
+        if self.family.route == "deberta" and rewrites_scores(method):
+            raise UnsupportedModelError(
+                f"{method.name} rewrites attention scores, and {type(self.model).__name__} computes and "
+                "consumes its scores inside its own forward (DeBERTa's disentangled attention), out of the "
+                "hook's reach; use it with a family whose attention goes through transformers' "
+                "AttentionInterface (BERT, RoBERTa, ModernBERT, EuroBERT, ...)"
+            )
         method.attach(self)
         self.methods.append(method)
 
@@ -346,6 +392,11 @@ class Controller:
 
     def block_index(self, position: int | None) -> int:
         return self.next_block() if position is None else position
+
+
+def rewrites_scores(method: AttentionMethod) -> bool:
+    """Whether the method replaces or modifies the scores themselves (Synthesizer), not only masks them."""
+    return type(method).transform_scores is not AttentionMethod.transform_scores
 
 
 def get_controller(model: nn.Module) -> Controller | None:
@@ -395,7 +446,12 @@ def install(model: nn.Module) -> Controller:
         module._attendout_slot = _Slot(controller, None if family.shared else index)
     if family.shared:
         controller._pre_hook = model.register_forward_pre_hook(controller._reset_counters)
-    model.set_attn_implementation(HOOK_NAME)
+    if family.route == "deberta":
+        from .deberta import install_hooks
+
+        install_hooks(controller)
+    else:
+        model.set_attn_implementation(HOOK_NAME)
     model._attendout_controller = controller
     return controller
 
@@ -412,7 +468,12 @@ def uninstall(model: nn.Module) -> None:
         module.__dict__.pop("_attendout_slot", None)
     if controller._pre_hook is not None:
         controller._pre_hook.remove()
-    model.set_attn_implementation(controller.previous_implementation or "sdpa")
+    if controller.family.route == "deberta":
+        from .deberta import remove_hooks
+
+        remove_hooks(controller)
+    else:
+        model.set_attn_implementation(controller.previous_implementation or "sdpa")
     del model._attendout_controller
 
 
@@ -466,16 +527,7 @@ def attendout_attention(
     training = module.training
     methods = [m for m in controller.methods if m.acts_on(layer, training)]
     recorders = [r for r in controller.recorders if r.wants(layer)]
-    own = edits.layers.get(layer) if edits is not None and training else None
-    if own is not None and own.drop_scores is not None:
-        b, h, lq, lk = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
-        shape = tuple(own.drop_scores.shape)
-        if len(shape) != 4 or any(n not in (1, m) for n, m in zip(shape, (b, h, lq, lk), strict=True)):
-            raise ValueError(
-                f"attendout: the drops given to layer {layer} ({edits.driver or 'attendout_edits'}) have shape "
-                f"{shape}, which does not fit this forward's attention {(b, h, lq, lk)}; make them from the "
-                "batch this forward runs on"
-            )
+    own = own_edit(edits, layer, training, (query.shape[0], query.shape[1], query.shape[2], key.shape[2]))
     if not methods and not recorders and own is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
@@ -484,21 +536,8 @@ def attendout_attention(
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         raise TypeError(f"attendout expects a boolean attention mask, got {attention_mask.dtype}")
     call = AttentionCall(layer, module, query, key, value, attention_mask, training, edits)
-
-    drop: torch.Tensor | None = None
-    scale: torch.Tensor | None = None
-    skip = False
-    for edit in [method.edit(call) for method in methods] + [own]:
-        if edit is None:
-            continue
-        if edit.drop_scores is not None:
-            drop = edit.drop_scores if drop is None else drop | edit.drop_scores
-        if edit.scale_weights is not None:
-            scale = edit.scale_weights if scale is None else scale * edit.scale_weights
-        skip = skip or edit.skip
-        if edit.dropout is not None:
-            dropout = edit.dropout if training else 0.0
-    transforms = any(type(m).transform_scores is not AttentionMethod.transform_scores for m in methods)
+    drop, scale, skip, dropout = combine_edits(call, methods, own, dropout)
+    transforms = any(rewrites_scores(m) for m in methods)
 
     if drop is None and scale is None and not skip and not recorders and not transforms:
         # Only the dropout probability changed: stock SDPA can still do the work.
@@ -519,12 +558,51 @@ def attendout_attention(
     return output.transpose(1, 2).contiguous(), weights
 
 
+def own_edit(
+    edits: ForwardEdits | None, layer: int, training: bool, shape: tuple[int, int, int, int]
+) -> AttentionEdit | None:
+    """The forward's own edit of ``layer`` (training only), its drops checked against (B, H, Lq, Lk)."""
+    own = edits.layers.get(layer) if edits is not None and training else None
+    if own is not None and own.drop_scores is not None:
+        given = tuple(own.drop_scores.shape)
+        if len(given) != 4 or any(n not in (1, m) for n, m in zip(given, shape, strict=True)):
+            raise ValueError(
+                f"attendout: the drops given to layer {layer} ({edits.driver or 'attendout_edits'}) have shape "
+                f"{given}, which does not fit this forward's attention {shape}; make them from the "
+                "batch this forward runs on"
+            )
+    return own
+
+
+def combine_edits(
+    call: AttentionCall, methods: list[AttentionMethod], own: AttentionEdit | None, dropout: float
+) -> tuple[torch.Tensor | None, torch.Tensor | None, bool, float]:
+    """Every acting method's edit and the forward's own, combined: (drop, scale, skip, dropout).
+
+    Drops are OR-ed, scales multiplied, a skip wins; a method's dropout replaces the model's own.
+    """
+    drop: torch.Tensor | None = None
+    scale: torch.Tensor | None = None
+    skip = False
+    for edit in [method.edit(call) for method in methods] + [own]:
+        if edit is None:
+            continue
+        if edit.drop_scores is not None:
+            drop = edit.drop_scores if drop is None else drop | edit.drop_scores
+        if edit.scale_weights is not None:
+            scale = edit.scale_weights if scale is None else scale * edit.scale_weights
+        skip = skip or edit.skip
+        if edit.dropout is not None:
+            dropout = edit.dropout if call.training else 0.0
+    return drop, scale, skip, dropout
+
+
 def _per_head(scale: torch.Tensor) -> bool:
     """A scale that is constant along each row of weights: (B|1, H|1, 1, 1) or a scalar."""
     return scale.dim() == 0 or (scale.dim() == 4 and scale.shape[-2:] == (1, 1))
 
 
-def _allowed(call: AttentionCall, drop: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def allowed_keys(call: AttentionCall, drop: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The keys each query may attend to after ``drop`` (eq. 3), and the rows where none is left.
 
     Returns ``allowed`` (B, H|1, Lq, Lk) bool, where an emptied row falls back to its non-padding
@@ -537,7 +615,7 @@ def _allowed(call: AttentionCall, drop: torch.Tensor) -> tuple[torch.Tensor, tor
     return torch.where(empty, fallback, allowed), empty
 
 
-def _uniform(call: AttentionCall) -> torch.Tensor:
+def uniform_weights(call: AttentionCall) -> torch.Tensor:
     """(B, 1, Lq, Lk) uniform weights over each row's non-padding keys (eq. 4)."""
     uniform = call.valid().to(call.query.dtype)
     return uniform / uniform.sum(-1, keepdim=True).clamp(min=1)
@@ -554,14 +632,14 @@ def _masked_sdpa(
     """Eq. 3 and 4 (and a per-head eq. 2) through SDPA; the same result as the explicit softmax path.
 
     Eq. 4 needs no branch on the data (no host sync, no graph break under ``torch.compile``): an emptied
-    row's mask falls back to its non-padding keys (``_allowed``), and its query is zeroed, so every score
+    row's mask falls back to its non-padding keys (``allowed_keys``), and its query is zeroed, so every score
     of that row is 0 and SDPA's softmax is uniform over those keys, with the model's dropout applied
     inside SDPA as on every other row. The zeroed query also cuts that row's query and key gradients,
     as the explicit path's zeroed scores do.
     """
     query, mask = call.query, call.key_valid
     if drop is not None:
-        mask, empty = _allowed(call, drop)  # empty: (B, H|1, Lq, 1)
+        mask, empty = allowed_keys(call, drop)  # empty: (B, H|1, Lq, 1)
         query = query.masked_fill(empty, 0.0)  # eq. 4 rows: all scores 0, uniform softmax
     output, _ = sdpa_attention_forward(
         call.module, query, call.key, call.value, mask, scaling=scaling, dropout=dropout, **kwargs
@@ -584,7 +662,7 @@ def _attention_probs(
     valid = call.key_valid  # (B, 1, Lq, Lk) or None
     if skip:
         # eq. 4 for the whole layer: Softmax(M) with every score dropped = uniform over real keys.
-        return _uniform(call).expand(b, h, lq, lk)
+        return uniform_weights(call).expand(b, h, lq, lk)
 
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     scores = torch.matmul(query, key.transpose(-1, -2)) * scale  # (B, H, Lq, Lk)
@@ -596,11 +674,20 @@ def _attention_probs(
     if drop is None:
         if valid is not None:
             scores = scores.masked_fill(~valid, lowest)
-        return torch.softmax(scores, dim=-1)
+        return no_key_rows_zero(torch.softmax(scores, dim=-1), valid)
 
-    allowed, empty = _allowed(call, drop)  # rows with every real key dropped: eq. 4
+    allowed, empty = allowed_keys(call, drop)  # rows with every real key dropped: eq. 4
     scores = scores.masked_fill(empty, 0.0).masked_fill(~allowed, lowest)
-    return torch.softmax(scores, dim=-1)
+    return no_key_rows_zero(torch.softmax(scores, dim=-1), valid)
+
+
+def no_key_rows_zero(probs: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """Rows with no real key at all attend to nothing, as SDPA's fully masked rows do (zeros).
+
+    Only a padding query can have such a row (e.g. in ModernBERT's local layers, a padding position
+    whose window holds only padding); without this its softmax would spread over the padding keys.
+    """
+    return probs if valid is None else probs * valid.any(dim=-1, keepdim=True).to(probs.dtype)
 
 
 _REGISTERED = False

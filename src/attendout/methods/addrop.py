@@ -102,6 +102,7 @@ from ..attention import (
     AttentionMethod,
     RateMeter,
     install,
+    layer_key_valid,
     record_attention,
 )
 from ..contract import ForwardEdits, LoopContext, StepInfo
@@ -521,10 +522,11 @@ class ADDrop(AttentionMethod):
             scores = result.scores
         edits = {}
         for layer, layer_scores in scores.items():
-            candidate = candidate_region(layer_scores, valid, self.p, rounding=self.rounding)  # bool
+            seen = layer_key_valid(model, layer, valid)  # a local layer's window too (ModernBERT)
+            candidate = candidate_region(layer_scores, seen, self.p, rounding=self.rounding)  # bool
             drop = sample_drops(candidate, self.q)  # (B, H, Lq, Lk) bool
             n_candidate = candidate.sum()
-            self.meter.add("addrop/candidate_fraction", n_candidate, valid.sum() * candidate.shape[1])
+            self.meter.add("addrop/candidate_fraction", n_candidate, seen.sum() * candidate.shape[1])
             self.meter.add("addrop/drop_rate_in_candidates", drop.sum(), n_candidate)
             if self.keep_masks:
                 self.last_masks[layer] = (candidate, drop)

@@ -55,7 +55,10 @@ class BlockDrop(AttentionMethod):
                 if dropped:
                     if position is None:  # shared attention module: keep its call counter in step
                         controller.next_layer()
-                    return hidden_states
+                    # DeBERTa's blocks return (hidden states, attention weights)
+                    return (
+                        (hidden_states, None) if controller.family.block_output == "pair" else hidden_states
+                    )
             return original(hidden_states, *args, **kwargs)
 
         return forward

@@ -146,13 +146,19 @@ def copy_optimizer_state(source: torch.optim.Optimizer, target: torch.optim.Opti
 
 
 def _embeddings(model: nn.Module) -> nn.Module:
+    """The module whose output the Generator reads: the encoder's embedding block (token, position and
+    type embeddings with their norm), or, for families that have none (EuroBERT: RoPE positions, no
+    embedding norm), the token embedding table."""
     embeddings = getattr(getattr(model, "base_model", model), "embeddings", None)
-    if not isinstance(embeddings, nn.Module):
-        raise UnsupportedModelError(
-            f"attendout: the Generator reads the embedding output, and {type(model).__name__} has no "
-            "base_model.embeddings module"
-        )
-    return embeddings
+    if isinstance(embeddings, nn.Module):
+        return embeddings
+    tokens = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if isinstance(tokens, nn.Module):
+        return tokens
+    raise UnsupportedModelError(
+        f"attendout: the Generator reads the embedding output, and {type(model).__name__} has neither a "
+        "base_model.embeddings module nor input embeddings"
+    )
 
 
 class AttendOutStrategy(TrainingStrategy):
@@ -293,6 +299,8 @@ class AttendOutStrategy(TrainingStrategy):
         was_training = self.embeddings.training
         self.embeddings.eval()
         try:
+            if isinstance(self.embeddings, nn.Embedding):  # a token table only (EuroBERT)
+                return self.embeddings(inputs["input_ids"]).float()
             return self.embeddings(**kwargs).float()
         finally:
             self.embeddings.train(was_training)
