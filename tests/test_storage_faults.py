@@ -630,6 +630,15 @@ def test_a_model_folder_attendout_saved_is_checked_byte_for_byte(toy, tmp_path, 
     refused(capsys, ["predict", str(run), "--split", "dev"], run, 2, "model.safetensors has other bytes")
 
 
+def test_any_other_file_that_cannot_be_written_is_one_line_at_the_cli(toy, tmp_path, capsys):
+    (tmp_path / "notes").write_text("")
+    out = tmp_path / "notes" / "dev.csv"
+    rc = main(["predict", str(toy["root"] / "whole"), "--split", "dev", "--output", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("attendout: error: ") and str(tmp_path / "notes") in err
+
+
 # --------------------------------------------------------------------------------------------------
 # `attendout bench`: the same completeness rule
 

@@ -553,6 +553,11 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingError as error:
         print(f"attendout: training failed: {error}", file=sys.stderr)
         return 1
+    except OSError as error:  # a file that cannot be read or written: a full disk, a path through a file
+        from .rundir import describe_os_error
+
+        print(f"attendout: error: {describe_os_error(error)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
