@@ -45,10 +45,11 @@ DEFAULT_RATES = {
 }
 
 
+@pytest.mark.parametrize("family", ["bert", "modernbert", "eurobert", "deberta-v2"])
 @pytest.mark.parametrize("method", DEFAULT_RATES)
-def test_default_options_drop_at_the_documented_rate_in_every_layer(method):
+def test_default_options_drop_at_the_documented_rate_in_every_layer(method, family):
     rate, forwards = DEFAULT_RATES[method]
-    model = tiny_model("bert", **no_dropout("bert"))
+    model = tiny_model(family, **no_dropout(family))
     handle = attendout.apply(model, method)
     handle.set_progress(0.0)  # the start of training (DropHead's schedule needs a progress)
     model.train()
@@ -58,7 +59,8 @@ def test_default_options_drop_at_the_documented_rate_in_every_layer(method):
         for _ in range(forwards):
             model(**batch)
     rates = {k: v for k, v in handle.stats().items() if "/drop_rate/" in k}
-    assert sorted(rates) == [f"{method}/drop_rate/L0", f"{method}/drop_rate/L1"]  # every layer by default
+    layers = model.config.num_hidden_layers
+    assert sorted(rates) == [f"{method}/drop_rate/L{i}" for i in range(layers)]  # every layer by default
     assert all(abs(value - rate) < 0.05 for value in rates.values()), rates  # > 3 binomial sd
 
 
