@@ -219,7 +219,9 @@ def test_a_permission_error_at_the_first_writes_leaves_a_finished_run_as_it_was(
 
 
 class FullDisk:
-    """A file that takes ``room`` more bytes, then fails as a full disk does."""
+    """A file that takes ``room`` more bytes, then fails as a full disk does (or with another ``code``)."""
+
+    code = errno.ENOSPC
 
     def __init__(self, file, room: int) -> None:
         self.file, self.room = file, room
@@ -228,7 +230,7 @@ class FullDisk:
         if len(data) > self.room:
             self.file.write(data[: self.room])
             self.room = 0
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            raise OSError(self.code, os.strerror(self.code))
         self.room -= len(data)
         return self.file.write(data)
 
@@ -252,6 +254,7 @@ def fill_disk_at(monkeypatch, point: str, call: int) -> None:
 
     if point in ("model.safetensors", "log.jsonl"):
         if point == "model.safetensors":  # inside save_pretrained: half the weights written, then ENOSPC
+            from safetensors import SafetensorError
             from transformers import PreTrainedModel
 
             save = PreTrainedModel.save_pretrained
@@ -261,7 +264,10 @@ def fill_disk_at(monkeypatch, point: str, call: int) -> None:
                 if due():
                     weights = Path(folder) / "model.safetensors"
                     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    # what safetensors raises on a full disk (its own error, the errno in the text)
+                    raise SafetensorError(
+                        "Error while serializing: I/O error: No space left on device (os error 28)"
+                    )
 
             monkeypatch.setattr(PreTrainedModel, "save_pretrained", half_save)
         else:  # an appended log line cut short
@@ -324,6 +330,20 @@ def test_a_full_disk_mid_run_leaves_the_last_complete_checkpoint_and_a_resume_en
     same_numbers(resumed, toy["whole"])
     assert (out / "log.jsonl").read_text() == (toy["root"] / "whole" / "log.jsonl").read_text()
     assert not (out / CHECKPOINT_DIR).exists()
+
+
+def test_a_folder_made_unwritable_mid_run_says_so_and_keeps_the_last_checkpoint(toy, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(FullDisk, "code", errno.EACCES)
+        fill_disk_at(patch, CHECKPOINT_FILE, 4)  # step 6's state
+        with pytest.raises(
+            StorageError, match=r"\(PermissionError: .* step 4 .* intact; make the folder writable"
+        ):
+            finetune(config(toy, out))
+    no_temporaries(out)
+    assert checkpoint_status(out / CHECKPOINT_DIR, hashes=True).step == 4
+    assert finetune(config(toy, out, resume=True))["resumed"]["step"] == 4
 
 
 def test_a_full_disk_is_one_line_at_the_cli_with_exit_code_1(toy, tmp_path, capsys, monkeypatch):

@@ -191,9 +191,11 @@ def check_output_dir(path: Path, option: str = "--output-dir") -> None:
             f"{option} {path} cannot be created: {existing} is a file, not a folder; choose another {option}"
         )
     if not os.access(existing, os.W_OK | os.X_OK):
+        read_only = hasattr(os, "statvfs") and os.statvfs(existing).f_flag & getattr(os, "ST_RDONLY", 1)
+        why = "a read-only file system" if read_only else "permission denied"
         raise OutputDirError(
-            f"{option} {path} cannot be written ({existing}: permission denied); choose a folder you can "
-            f"write as {option}, or change its permissions"
+            f"{option} {path} cannot be written ({existing}: {why}); choose a folder you can write as "
+            f"{option}, or change its permissions"
         )
 
 
@@ -354,10 +356,17 @@ def save_model_atomic(
     """
 
     def fill(folder: Path) -> None:
-        if save is None:
-            model.save_pretrained(folder)
-        else:
-            save(model, folder)
+        try:
+            if save is None:
+                model.save_pretrained(folder)
+            else:
+                save(model, folder)
+        except Exception as error:  # safetensors reports a failed write as its own error: the OSError back
+            found = re.search(r"\(os error (\d+)\)", str(error))
+            if found is None or isinstance(error, OSError):
+                raise
+            code = int(found.group(1))
+            raise OSError(code, os.strerror(code)) from error
         tokenizer.save_pretrained(folder)
 
     write_folder_atomic(target, fill)
