@@ -523,7 +523,7 @@ def as_written_before_manifests(folder: Path) -> None:
     (folder / CHECKPOINT_SUMMARY).write_text(json.dumps({k: v for k, v in summary.items() if k != "format"}))
 
 
-@pytest.mark.parametrize("summary", ["agrees", "missing"])
+@pytest.mark.parametrize("summary", ["agrees", "missing", "older"])
 def test_a_checkpoint_written_before_manifests_resumes_with_a_warning(toy, killed, tmp_path, caplog, summary):
     """Its writer renamed state.pt into place whole (state.json after it: a kill between the two leaves
     it older or missing), so a state.pt that loads is the last whole state; nothing can check its bytes,
@@ -532,9 +532,14 @@ def test_a_checkpoint_written_before_manifests_resumes_with_a_warning(toy, kille
     as_written_before_manifests(out / CHECKPOINT_DIR)
     if summary == "missing":
         (out / CHECKPOINT_DIR / CHECKPOINT_SUMMARY).unlink()
+    if summary == "older":  # killed between state.pt's rename and state.json's
+        rewrite_summary(out / CHECKPOINT_DIR, step=3)
     assert checkpoint_status(out / CHECKPOINT_DIR).kind == "unchecked"
     results = finetune(config(toy, out, resume=True))
     assert "written by an older attendout, without manifest.json: its files cannot be checked" in caplog.text
+    assert "loaded whole (step 4)" in caplog.text
+    said = {"agrees": None, "missing": "state.json is missing", "older": "state.json says step 3"}[summary]
+    assert said is None or f"(its {said}: a kill came between the two writes" in caplog.text
     assert results["resumed"]["step"] == 4
     same_numbers(results, toy["whole"])
 

@@ -524,7 +524,13 @@ def read_checkpoint(folder: Path, map_location: Any = None) -> tuple[dict[str, A
         raise CheckpointError.broken(
             folder, f"state.pt holds step {saved_step}, {MANIFEST} says {status.step}"
         )
-    return checkpoint, CheckpointStatus(status.kind, saved_step)
+    problem = None
+    if status.kind == "unchecked" and status.step != saved_step:  # its writer wrote state.json second
+        said = "is missing" if status.step is None else f"says step {status.step}"
+        problem = (
+            f"its {CHECKPOINT_SUMMARY} {said}: a kill came between the two writes, state.pt is the newer"
+        )
+    return checkpoint, CheckpointStatus(status.kind, saved_step, problem)
 
 
 # --------------------------------------------------------------------------------------------------

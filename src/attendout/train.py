@@ -789,10 +789,11 @@ class Trainer:
         if status.kind == "unchecked":
             logger.warning(
                 "%s was written by an older attendout, without %s: its files cannot be checked for "
-                "corruption; its state.pt loaded whole (step %s), resuming from it",
+                "corruption; its state.pt loaded whole (step %s), resuming from it%s",
                 folder,
                 MANIFEST,
                 status.step,
+                f" ({status.problem})" if status.problem else "",
             )
         best = checkpoint["state"].get("best_step")
         model = self.out / "model"
