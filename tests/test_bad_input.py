@@ -88,6 +88,7 @@ def write(path: Path, text: str | bytes) -> Path:
 
 
 GOOD_ROWS = ["good fun film,1", "bad dull plot,0", "great nice story,1", "awful boring actors,0"]
+JSONL_GOOD = '{"text": "good fun film", "label": 1}\n{"text": "bad dull plot", "label": 0}\n'
 
 
 def csv_with(*rows: str, header: str = "text,label") -> str:
@@ -169,6 +170,48 @@ FILE_CASES = [
     ),
     ("labels-by-space", "t.csv", csv_with('nice film,"1 "'), ["line 6", "'1 '", "surrounding whitespace"]),
     ("one-class", "t.csv", "text,label\ngood,1\nfine,1\nnice,1\n", ["t.csv", "at least 2 labels", "'1'"]),
+    # issue 30: a JSON value of the wrong type never becomes a class (or a text) named after its repr
+    *(
+        (
+            f"jsonl-{name}-label",
+            "t.jsonl",
+            JSONL_GOOD + f'{{"text": "plot", "label": {value}}}\n',
+            ["t.jsonl line 3", "column 'label'", *needles],
+        )
+        for name, value, needles in [
+            ("array", "[1]", ["a JSON array", "string or integer"]),
+            ("object", '{"y": 1}', ["a JSON object", "string or integer"]),
+            ("boolean", "true", ["a JSON boolean", "string or integer"]),
+            ("float", "1.0", ["a JSON number with a decimal point", "--label-kind regression"]),
+            ("nan", "NaN", ["a JSON NaN or Infinity"]),
+        ]
+    ),
+    (
+        "jsonl-object-text",
+        "t.jsonl",
+        JSONL_GOOD + '{"text": {"a": 1}, "label": 1}\n',
+        ["t.jsonl line 3", "key 'text'", "a JSON object", "write the text as a JSON string"],
+    ),
+    ("jsonl-number-text", "t.jsonl", JSONL_GOOD + '{"text": 5, "label": 1}\n', ["line 3", "a JSON integer"]),
+    (
+        "jsonl-deeply-nested",
+        "t.jsonl",
+        JSONL_GOOD + '{"text": ' + "[" * 50_000 + "]" * 50_000 + ', "label": 1}\n',
+        ["t.jsonl line 3", "nested too deeply"],
+    ),
+    (
+        "jsonl-huge-integer",
+        "t.jsonl",
+        JSONL_GOOD + '{"text": "plot", "label": 1' + "0" * 5000 + "}\n",
+        ["t.jsonl line 3", "cannot read this JSON"],
+    ),
+    (
+        "labels-by-number",
+        "t.csv",
+        csv_with("nice film,01"),
+        ["line 6", "'01'", "'1'", "the way a number is written"],
+    ),
+    ("csv-blank-first-line", "t.csv", "\n" + csv_with(), ["t.csv line 1", "the header row is empty"]),
 ]
 
 
@@ -243,6 +286,14 @@ OPTION_CASES = [
     ("bad-method-option", ["--method", "scores-dropout", "--p", "1.5"], ["p", "1.5"]),
     ("unknown-task", ["--task", "imdbx"], ["unknown task 'imdbx'"]),
     ("eval-file-without-split", ["--eval-file", "dev.csv"], ["SPLIT=PATH"]),
+    # issue 30: a run that would read the answer as input is refused before any file is read
+    (
+        "label-column-as-text",
+        ["--text-columns", "label"],
+        ["column 'label' is both a text column", "read the answer as input", "--text-columns"],
+    ),
+    ("text-column-twice", ["--text-columns", "text,text"], ["name column 'text' twice"]),
+    ("text-is-the-label", ["--label-column", "text"], ["column 'text' is both a text column"]),
 ]
 
 
@@ -402,3 +453,14 @@ def test_drop_bad_rows_leaves_out_blank_labels_and_empty_texts_and_says_how_many
     config = json.loads((out / "config.json").read_text())
     assert config["sizes"]["train"] + config["sizes"]["validation"] == 64
     assert config["task"]["label_names"] == ["0", "1"]  # no '' class
+
+
+def test_train_eval_overlap_is_warned_of_before_training(shared, tmp_path, caplog):
+    """Issue 30: dev rows copied from the train file are counted in one warning; the run goes on."""
+    rows = Path(shared["train"]).read_text().splitlines()
+    dev = write(tmp_path / "dev.csv", "\n".join(rows[:17]) + "\n")  # the header and 16 training rows
+    out = tmp_path / "out"
+    assert main(finetune_args(shared, out, None, dev, "--max-steps", "1")) == 0
+    [line] = [r.getMessage() for r in caplog.records if "train/eval overlap" in r.getMessage()]
+    count = int(line.split("train/eval overlap: ")[1].split()[0])
+    assert 12 <= count <= 16 and "of 16 'dev' examples have an input identical to a training example" in line

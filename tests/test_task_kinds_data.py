@@ -317,6 +317,31 @@ def test_file_task_token_files_other_tags(tmp_path: Path) -> None:
     assert data.train.labels == [[1, 2], [3, 0]]
 
 
+def test_column_files_split_fields_on_spaces_and_tabs_only(tmp_path: Path) -> None:
+    """A no-break space or an ideographic space is part of a token (str.split() cut "1\xa0000" in two,
+    making a 3-column line or, in a 2-column file, the token's second half its tag)."""
+    path = write(tmp_path / "a.txt", "1\xa0000 CD\n東京\u3000駅 NNP\r\n\t\nx\tNN\n")
+    sentences = read_conll(path, token_column=0, tag_column=1)
+    assert sentences.words == [["1\xa0000", "東京\u3000駅"], ["x"]]
+    assert sentences.tags == [["CD", "NNP"], ["NN"]]
+
+
+def test_token_and_tag_columns_must_differ(tmp_path: Path) -> None:
+    """Issue 30: the words would be their own tags (a tagger that reads its answer) if both options
+    name one column, directly or from either end."""
+    train = write(tmp_path / "train.txt", IOB1_TRAIN)
+    for token_column, tag_column in [(1, 1), (0, -3), (-1, 2)]:
+        with pytest.raises(
+            DataError, match=f"token_column={token_column} and tag_column={tag_column} are the same column"
+        ) as error:
+            load_task_data("file", train_file=str(train), token_column=token_column, tag_column=tag_column)
+        one_line(error)
+    with pytest.raises(
+        DataError, match=r"train.txt: token_column=0 and tag_column=-3 are the same column of its 3 columns"
+    ):
+        load_task_data("file", train_file=str(train), token_column=0, tag_column=-3)
+
+
 def test_file_task_token_files_carve_dev(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     text = "".join(f"w{i} B-X\nv{i} O\n\n" for i in range(30))
     train = write(tmp_path / "train.txt", text)
@@ -435,6 +460,9 @@ def test_ptb_pos_small_zip(tmp_path: Path) -> None:
         ("( (S (NP (-NONE- *) ) ))\n", r"wsj_0001.mrg line 1: sentence 1 has only -NONE- tokens"),
         ("( (S (NP (NNP Mary) ) )\n", r"wsj_0001.mrg: the last tree is not closed"),
         ("( (S (NNP Mary) ) ) )\n", r"wsj_0001.mrg line 1: unbalanced"),
+        # issue 30: a word outside a (TAG word) leaf was skipped, dropping it from its sentence
+        ("( (S (NP Mary (NNP Ann)) ) )\n", r"wsj_0001.mrg line 1: word 'Mary' is not in a \(TAG word\) leaf"),
+        ("( (S (NNP Mary Ann) ) )\n", r"wsj_0001.mrg line 1: word 'Mary' is not in a \(TAG word\) leaf"),
     ],
 )
 def test_ptb_pos_bad_trees(tmp_path: Path, tree: str, message: str) -> None:

@@ -15,11 +15,14 @@ from pathlib import Path
 import pytest
 
 from attendout.tasks import (
+    ChoiceExamples,
     DataError,
     Examples,
     Task,
     TaskData,
+    TokenExamples,
     carve_validation,
+    check_training_splits,
     core,
     get_task,
     list_tasks,
@@ -28,6 +31,7 @@ from attendout.tasks import (
     subsample,
 )
 from attendout.tasks import rotten_tomatoes as rt
+from attendout.tasks.checks import overlap_counts
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("ATTENDOUT_DATA", REPO.parent / "shared" / "data"))
@@ -420,6 +424,80 @@ def test_bad_eval_label_unseen_in_train(tmp_path: Path) -> None:
         load_task_data("file", train_file=str(train), eval_files={"dev": str(dev)})
 
 
+def test_bad_numeric_eval_label_is_not_read_as_an_index(tmp_path: Path) -> None:
+    """Issue 30: with labels 1, 2, 10 a dev label 0 was taken as the index of class '1'; an integer is
+    an index only when the label names are not integers themselves (GLUE's 0/1 for named classes)."""
+    train = write(tmp_path / "train.csv", "text,label\nA,1\nB,2\nC,10\n")
+    dev = write(tmp_path / "dev.csv", "text,label\nD,2\nE,0\n")
+    with pytest.raises(
+        DataError,
+        match=r"dev.csv line 3, column 'label': label '0' is not in the label set \(1, 2, 10\); use",
+    ) as error:
+        load_task_data("file", train_file=str(train), eval_files={"dev": str(dev)})
+    assert "index" not in one_line(error)
+    named = write(tmp_path / "named.csv", "text,label\nA,neg\nB,pos\n")
+    _, data = load_task_data(
+        "file", train_file=str(named), eval_files={"dev": str(write(tmp_path / "d.csv", "text,label\nC,1\n"))}
+    )
+    assert data.eval_splits["dev"].labels == [1]  # named classes: an index still reads
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (
+            {"text_columns": ["text", "label"]},
+            r"column 'label' is both a text column \(text_columns \['text', 'label'\]\)",
+        ),
+        ({"text_columns": ["label"]}, "the model would read the answer as input"),
+        ({"text_columns": ["text", "text"]}, r"text_columns \['text', 'text'\] name column 'text' twice"),
+        ({"label_column": "text"}, "column 'text' is both a text column"),
+        ({"group_column": "label"}, "both the label column and the group column"),
+    ],
+    ids=["pair-with-label", "label-as-text", "pair-of-one-column", "text-as-label", "group-by-label"],
+)
+def test_bad_column_roles_are_refused_before_reading(tmp_path: Path, options: dict, message: str) -> None:
+    """Issue 30: a run set up to read the answer as input is refused, for the file task and for a
+    built-in task given files, before any file is read (the files here do not exist)."""
+    with pytest.raises(DataError, match=message) as error:
+        load_task_data("file", train_file=str(tmp_path / "nope.csv"), **options)
+    one_line(error)
+    if "text_columns" in options and len(options["text_columns"]) == 2:
+        with pytest.raises(DataError, match=message):
+            load_task_data(
+                "qnli", train_file=str(tmp_path / "nope.csv"), eval_files={"dev": "x.csv"}, **options
+            )
+
+
+def test_bad_json_types_name_file_line_field_and_type(tmp_path: Path) -> None:
+    """Issue 30: a JSON value of the wrong type is refused in every role, not read as its repr."""
+    good = '{"t": "a", "y": "pos", "g": 1}\n{"t": "b", "y": "neg", "g": 2}\n'
+    cases = [
+        ('{"t": "c", "y": ["pos"], "g": 3}', r"line 3, column 'y': label \[\"pos\"\] is a JSON array"),
+        ('{"t": "c", "y": false, "g": 3}', "line 3, column 'y': label false is a JSON boolean"),
+        ('{"t": ["c"], "y": "pos", "g": 3}', "line 3, key 't': expected text, found a JSON array"),
+        ('{"t": null, "y": "pos", "g": 3}', "line 3, key 't': expected text, found null"),
+        (
+            '{"t": "c", "y": "pos", "g": {"a": 1}}',
+            "line 3, key 'g': a group must be a JSON string or integer",
+        ),
+    ]
+    for line, message in cases:
+        train = write(tmp_path / "train.jsonl", good + line + "\n")
+        with pytest.raises(DataError, match=message) as error:
+            load_task_data(
+                "file", train_file=str(train), text_columns=["t"], label_column="y", group_column="g"
+            )
+        assert str(train) in one_line(error)
+    scores = write(tmp_path / "scores.jsonl", '{"t": "a", "y": 1.5}\n{"t": "b", "y": {"v": 2}}\n')
+    with pytest.raises(
+        DataError, match=r"line 2, column 'y': label \{\"v\": 2\} is a JSON object, not a number"
+    ):
+        load_task_data(
+            "file", train_file=str(scores), text_columns=["t"], label_column="y", kind="regression"
+        )
+
+
 def test_bad_empty_split(tmp_path: Path) -> None:
     write_glue_task(tmp_path, "sst2")
     write(tmp_path / "SST-2" / "dev.tsv", "sentence\tlabel\n")
@@ -534,6 +612,61 @@ def test_carve_validation_keeps_groups_together() -> None:
         assert len(train) + len(val) == 200 and len(val) == 50  # 5 groups of 10
     assert carve_validation(ex, 0.25, seed=0) == carve_validation(ex, 0.25, seed=0)
     assert carve_validation(ex, 0.25, seed=0)[1].groups != carve_validation(ex, 0.25, seed=1)[1].groups
+
+
+def test_split_checks_count_train_eval_overlap(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 30: an evaluation input identical to a training input (a pair as a pair, words as words,
+    a question with its options) is counted per split, in one warning of the 'attendout' logger."""
+    train = Examples(["a", "b", "c"], ["x", "y", "z"], [0, 1, 0])
+    dev = Examples(["a", "b", "q"], ["x", "other", "z"], [1, 1, 0])  # only ("a", "x") is a training pair
+    test = Examples(["c", "a"], ["z", "x"], [0, 0])
+    data = TaskData(train, {"dev": dev, "test": test}, "toy")
+    with caplog.at_level(logging.WARNING, logger="attendout"):
+        check_training_splits(data, train, {"dev": dev, "test": test})
+    [record] = [r for r in caplog.records if "overlap" in r.getMessage()]
+    assert record.name.startswith("attendout.")
+    assert record.getMessage().startswith(
+        "train/eval overlap: 1 of 3 'dev' and 2 of 2 'test' examples have an input identical to a training example"
+    )
+    assert overlap_counts(train, {"none": Examples(["x"], ["a"], [0])}) == {
+        "none": 0
+    }  # not the pair reversed
+    words = TokenExamples.from_words([["New", "York"], ["Paris"]], [[1, 2], [1]])
+    assert overlap_counts(words, {"dev": TokenExamples.from_words([["Paris"], ["New"]], [[1], [1]])}) == {
+        "dev": 1
+    }
+    choices = ChoiceExamples(["q"], None, [0], choices=[["a", "b"]])
+    other = ChoiceExamples(["q", "q"], None, [0, 0], choices=[["a", "b"], ["a", "c"]])
+    assert overlap_counts(choices, {"dev": other}) == {"dev": 1}
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attendout"):
+        check_training_splits(data, train, {"dev": Examples(["new"], ["pair"], [0])})
+    assert "overlap" not in caplog.text
+
+
+def test_split_checks_refuse_an_evaluation_class_that_train_never_has(tmp_path: Path) -> None:
+    """A task with a fixed label set loads a train file lacking a class; the run is refused when it
+    splits its data, before any model is built (the file readers refuse it already when train's
+    labels make the label set)."""
+    from attendout.train import split_for_training
+
+    write_glue_file(
+        tmp_path, "mnli", "train.tsv", [(f"A{i}.", "B.", ["entailment", "neutral"][i % 2]) for i in range(20)]
+    )
+    for name in ("dev_matched.tsv", "dev_mismatched.tsv"):
+        write_glue_file(tmp_path, "mnli", name, [("C.", "D.", "contradiction"), ("E.", "F.", "neutral")])
+    _, data = load_task_data("mnli", data_dir=str(tmp_path))
+    config = types.SimpleNamespace(
+        validation_split=0.1, data_seed=0, max_train_samples=None, max_eval_samples=None
+    )
+    with pytest.raises(
+        DataError,
+        match=r"evaluation split 'dev_matched' of glue folder .* has class index 2, which the training split never has",
+    ) as error:
+        split_for_training(data, config)
+    one_line(error)
+    regression = TaskData(Examples(["a"], None, [0.5]), {"dev": Examples(["b"], None, [7.0])}, "toy")
+    check_training_splits(regression, regression.train, regression.eval_splits)  # scores are not classes
 
 
 def test_carve_validation_bad_inputs() -> None:

@@ -462,7 +462,8 @@ def read_choice_inputs(
         labels = []
         for value, line, row in zip(raw.labels, raw.lines, options, strict=True):
             text = str(value).strip()
-            index = int(text) if text.isdigit() else answer_index(text.upper()) if text.isalpha() else None
+            digits = text.isascii() and text.isdigit()  # int() of "²" (a digit to isdigit) would raise
+            index = int(text) if digits else answer_index(text.upper()) if text.isalpha() else None
             if index is None or not 0 <= index < len(row) or not row[index].strip():
                 raise DataError(
                     f"{path} line {line}, column {label_column!r}: answer {value!r} is not one of the row's "

@@ -75,6 +75,7 @@ from .rundir import (
     write_text_atomic,
 )
 from .tasks import Examples, Task, TaskData, carve_validation, compute_metrics, load_task_data, subsample
+from .tasks.checks import check_training_splits
 
 logger = logging.getLogger(__name__)
 
@@ -448,6 +449,7 @@ def split_for_training(data: TaskData, c: TrainConfig) -> tuple[Examples, Exampl
     if c.max_eval_samples is not None:
         validation = subsample(validation, c.max_eval_samples, c.data_seed)
     evals = {name: subsample(ex, c.max_eval_samples, c.data_seed) for name, ex in data.eval_splits.items()}
+    check_training_splits(data, train, evals)  # unseen eval classes refused; train/eval overlap warned of
     return train, validation, evals
 
 

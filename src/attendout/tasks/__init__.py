@@ -19,11 +19,13 @@ Every bad input raises :class:`DataError` with a one-line message.
 
 from __future__ import annotations
 
+from . import checks as checks
 from . import choice as choice
 from . import documents as documents
 from . import glue as glue
 from . import rotten_tomatoes as rotten_tomatoes
 from . import tokens as tokens
+from .checks import check_training_splits
 from .core import (
     CLASSIFICATION,
     MULTIPLE_CHOICE,
@@ -82,6 +84,7 @@ __all__ = [
     "TokenExamples",
     "accuracy",
     "carve_validation",
+    "check_training_splits",
     "compute_metrics",
     "entity_f1",
     "entity_precision",

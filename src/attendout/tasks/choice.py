@@ -174,7 +174,7 @@ def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool
                 index = answer_index(row[-1])
                 labels.append(0 if index is None else index)  # never None here: checked above
     except csv.Error as error:
-        raise DataError(f"{path}: malformed CSV ({error})") from None
+        raise DataError(f"{path} line {reader.line_num}: malformed CSV ({error})") from None
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
     if bad and not drop_bad_rows:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,11 @@ def read_movie_reviews(path: str | Path) -> dict[str, Examples]:
                 text = archive.read(member).decode("utf-8")
             except UnicodeDecodeError as error:
                 raise DataError(f"{path}:{member}: not UTF-8 text (byte offset {error.start})") from None
+            except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:  # a damaged member
+                raise DataError(
+                    f"{path}:{member}: cannot read it from the zip ({type(error).__name__}: {error}); the zip "
+                    "is damaged: download it again"
+                ) from None
             text = " ".join(line.strip() for line in text.splitlines() if line.strip())
             if not text:
                 raise DataError(f"{path}:{member}: the review is empty")

@@ -53,7 +53,15 @@ from .core import (
     register_task,
 )
 from .glue import GLUE_SPECS, read_glue_file
-from .readers import RawTable, check_table, detect_format, infer_label_names, read_file, to_examples
+from .readers import (
+    RawTable,
+    check_column_roles,
+    check_table,
+    detect_format,
+    infer_label_names,
+    read_file,
+    to_examples,
+)
 from .tokens import ENTITY_METRICS, TaggedSentences, iob_label_names, is_iob, read_conll, to_token_examples
 
 __all__ = ["FILE_TASK", "load_files", "load_task_data"]
@@ -103,6 +111,8 @@ class _FileReader:
         self.label_column = options.label_column or "label"
         if not 1 <= len(self.text_columns) <= 2:
             raise DataError(f"text_columns must name 1 or 2 columns, got {list(self.text_columns)!r}")
+        if self.glue_spec is None:  # checked before any file is read (the GLUE layouts are fixed)
+            check_column_roles(self.text_columns, self.label_column, options.group_column)
         if not generic and len(self.text_columns) != len(task.text_fields):
             raise DataError(
                 f"task {task.name!r} takes {len(task.text_fields)} text column(s) {task.text_fields!r}, "
@@ -306,6 +316,8 @@ def _load_token_files(task: Task, options: LoadOptions, generic: bool) -> tuple[
             raise DataError(f"{name}= is for table files; token files take token_column= and tag_column=")
     token_column = 0 if options.token_column is None else int(options.token_column)
     tag_column = -1 if options.tag_column is None else int(options.tag_column)
+    if (token_column < 0) == (tag_column < 0):  # mixed signs are compared once a file says how many columns
+        _check_token_columns(token_column, tag_column, None, "")
     uses_base = options.train_file is None or (options.eval_files is None and not generic)
     if options.label_names is not None and not generic:
         raise DataError(f"label_names cannot be given for task {task.name!r}: its tag set is fixed")
@@ -315,12 +327,14 @@ def _load_token_files(task: Task, options: LoadOptions, generic: bool) -> tuple[
         _, base = get_loader(task.name)(task, replace(options, train_file=None, eval_files=None))
 
     def read(path: str, split: str) -> TaggedSentences:
-        return read_conll(
+        sentences = read_conll(
             path,
             token_column=token_column,
             tag_column=tag_column,
             what=f"{split} split of task {task.name!r}",
         )
+        _check_token_columns(token_column, tag_column, sentences.columns, path)
+        return sentences
 
     sources: list[str] = []
     train_sentences = None
@@ -377,6 +391,18 @@ def _load_token_files(task: Task, options: LoadOptions, generic: bool) -> tuple[
     else:
         loaded = replace(task, metrics=metrics or task.metrics, eval_split_names=tuple(eval_splits))
     return loaded, TaskData(train=train, eval_splits=eval_splits, source=source)
+
+
+def _check_token_columns(token_column: int, tag_column: int, columns: int | None, path: str) -> None:
+    """The words and the tags come from two different columns (else the model reads its answer)."""
+    same = token_column == tag_column if columns is None else token_column % columns == tag_column % columns
+    if same:
+        where = f"{path}: " if path else ""
+        of = f" of its {columns} columns" if columns is not None else ""
+        raise DataError(
+            f"{where}token_column={token_column} and tag_column={tag_column} are the same column{of}: the "
+            "model would read each tag as its input; choose --token-column and --tag-column apart"
+        )
 
 
 def load_task_data(

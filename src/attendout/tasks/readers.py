@@ -17,6 +17,7 @@ import gzip
 import json
 import logging
 import math
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from .core import CLASSIFICATION, REGRESSION, DataError, Examples
 __all__ = [
     "FORMATS",
     "RawTable",
+    "check_column_roles",
     "check_table",
     "detect_format",
     "infer_label_names",
@@ -102,6 +104,61 @@ def _check_exists(path: Path, what: str) -> None:
         raise DataError(f"not a file: {path} ({what})")
 
 
+def brief(value: Any, limit: int = 60) -> str:
+    """A value for a one-line message: a string's repr, anything else as JSON writes it (``false``,
+    ``null``, ``[1]``), cut to ``limit`` characters."""
+    if isinstance(value, str):
+        text = repr(value)
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):  # not a JSON value (a label from elsewhere)
+            text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def json_type(value: Any) -> str:
+    """What a JSON value is, in the words of JSON (for messages about a value of the wrong type)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a JSON boolean"
+    if isinstance(value, int):
+        return "a JSON integer"
+    if isinstance(value, float):
+        return "a JSON number with a decimal point" if math.isfinite(value) else "a JSON NaN or Infinity"
+    if isinstance(value, str):
+        return "a JSON string"
+    if isinstance(value, list):
+        return "a JSON array"
+    return "a JSON object"
+
+
+def check_column_roles(
+    text_columns: Sequence[str], label_column: str | None, group_column: str | None = None
+) -> None:
+    """Each column has one role: a text column listed twice, or a label column that is also read as text
+    (the model would read the answer) or used to group examples (validation would hold whole classes),
+    is a DataError naming the columns and the option to change."""
+    texts = list(text_columns)
+    for i, name in enumerate(texts):
+        if name in texts[:i]:
+            raise DataError(
+                f"text_columns {texts!r} name column {name!r} twice; a pair takes two different columns "
+                "(--text-columns a,b)"
+            )
+    if label_column is not None and label_column in texts:
+        raise DataError(
+            f"column {label_column!r} is both a text column (text_columns {texts!r}) and the label column: "
+            "the model would read the answer as input; choose other --text-columns or --label-column"
+        )
+    if label_column is not None and group_column == label_column:
+        raise DataError(
+            f"column {label_column!r} is both the label column and the group column: grouping by label puts "
+            "whole classes on one side of the validation split; choose another group_column"
+        )
+
+
 def _column_index(header: Sequence[str], name: str, path: Path) -> int:
     try:
         return list(header).index(name)
@@ -112,6 +169,11 @@ def _column_index(header: Sequence[str], name: str, path: Path) -> int:
 
 def _check_header(header: Sequence[str], path: Path) -> None:
     """Header names are unique (else a column option would silently pick the first of two)."""
+    if not any(name.strip() for name in header):
+        raise DataError(
+            f"{path} line 1: the header row is empty; the first line must name the columns (remove blank "
+            "lines before it)"
+        )
     seen: dict[str, int] = {}
     for number, name in enumerate(header, start=1):
         key = name.strip()
@@ -154,6 +216,7 @@ def read_file(
     line must have as many fields as the header. ``what`` says which split the file is, for errors.
     """
     path = Path(path)
+    check_column_roles(text_columns, label_column, group_column)
     _check_exists(path, what)
     fmt = detect_format(path, file_format)
     try:
@@ -166,7 +229,7 @@ def read_file(
             return _read_delimited(reader, path, fmt, text_columns, label_column, group_column, column_names)
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
-    except (OSError, EOFError) as error:  # unreadable or corrupt compressed file
+    except (OSError, EOFError, zlib.error) as error:  # unreadable or corrupt compressed file
         raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
 
 
@@ -196,13 +259,25 @@ def _read_delimited(
         lines: list[int] = []
         groups: list[str] | None = None if group_idx is None else []
         kind = "tab-separated" if fmt == "tsv" else "comma-separated"
+        names = ", ".join(brief(name, 30) for name in header)
+        last_line = 0 if column_names is not None else reader.line_num  # the line before each record
         for row in rows:
+            first_line, last_line = last_line + 1, reader.line_num
             if not row:  # blank line
                 continue
             if len(row) != len(header):
+                lines_of = (
+                    f"line {last_line}" if first_line == last_line else f"lines {first_line}-{last_line}"
+                )
+                hint = (
+                    "; a field that holds a comma must be in double quotes"
+                    if fmt == "csv" and first_line == last_line
+                    else "; is a double quote left open on the first of these lines?"
+                    if fmt == "csv"
+                    else "; a text must not hold a tab"
+                )
                 raise DataError(
-                    f"{path} line {reader.line_num}: expected {len(header)} {kind} fields "
-                    f"({', '.join(header)}), found {len(row)}"
+                    f"{path} {lines_of}: expected {len(header)} {kind} fields ({names}), found {len(row)}{hint}"
                 )
             for column, i in zip(texts, text_idx, strict=True):
                 column.append(row[i])
@@ -211,7 +286,13 @@ def _read_delimited(
             if groups is not None and group_idx is not None:
                 groups.append(row[group_idx])
     except csv.Error as error:
-        raise DataError(f"{path} line {reader.line_num}: malformed {fmt.upper()} ({error})") from None
+        hint = ""
+        if "field limit" in str(error):
+            hint = (
+                f"; a field over {csv.field_size_limit():,} characters: a double quote left open earlier in the "
+                "file (the rest became one field), or a text too long to read: shorten it"
+            )
+        raise DataError(f"{path} line {reader.line_num}: malformed {fmt.upper()} ({error}){hint}") from None
     return RawTable(str(path), texts, labels, lines, label_column, groups, tuple(text_columns))
 
 
@@ -237,21 +318,40 @@ def _read_jsonl(
                 f"{path} line {line_no}: not valid JSON ({error.msg} at column {error.colno}); "
                 "expected one JSON object per line"
             ) from None
+        except DataError:
+            raise
+        except (ValueError, RecursionError) as error:  # an integer of 4,300+ digits; arrays nested too deep
+            why = "nested too deeply" if isinstance(error, RecursionError) else str(error).split(";")[0]
+            raise DataError(
+                f"{path} line {line_no}: cannot read this JSON ({why}); expected one flat JSON object per line"
+            ) from None
         if not isinstance(record, dict):
-            raise DataError(f"{path} line {line_no}: expected a JSON object, found {type(record).__name__}")
+            raise DataError(
+                f"{path} line {line_no}: expected a JSON object, found {json_type(record)}; write one "
+                '{"key": value, ...} object per line'
+            )
         for name in wanted:
             if name not in record:
-                present = ", ".join(repr(k) for k in record)
+                present = ", ".join(brief(k, 30) for k in record)
                 raise DataError(f"{path} line {line_no}: no key {name!r} (keys present: {present})")
         for column, name in zip(texts, text_columns, strict=True):
             value = record[name]
-            if value is None or isinstance(value, dict | list):
-                raise DataError(f"{path} line {line_no}, key {name!r}: expected text, found {value!r}")
-            column.append(str(value))
+            if not isinstance(value, str):  # str(5.0), str(True), a dict's repr: never what the file says
+                raise DataError(
+                    f"{path} line {line_no}, key {name!r}: expected text, found {json_type(value)} "
+                    f"({brief(value)}); write the text as a JSON string"
+                )
+            column.append(value)
         labels.append(None if label_column is None else record[label_column])
         lines.append(line_no)
         if groups is not None and group_column is not None:
-            groups.append(str(record[group_column]))
+            value = record[group_column]
+            if isinstance(value, bool) or not isinstance(value, str | int):
+                raise DataError(
+                    f"{path} line {line_no}, key {group_column!r}: a group must be a JSON string or integer, "
+                    f"found {json_type(value)} ({brief(value)}); write it as one"
+                )
+            groups.append(str(value))
     return RawTable(str(path), texts, labels, lines, label_column, groups, tuple(text_columns))
 
 
@@ -270,6 +370,38 @@ def _label_text(value: Any) -> str:
 
 def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _as_int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _label_key(text: str) -> str:
+    """One label, however it is written: case and surrounding whitespace folded, integers by value."""
+    number = _as_int(text)
+    return str(number) if number is not None else text.strip().casefold()
+
+
+def _wrong_label_type(value: Any, kind: str) -> str | None:
+    """Why a (non-blank) label value cannot be a label of ``kind``: the wrong JSON type; None if it can.
+    CSV and TSV cells are strings and always pass; a regression string is parsed by :func:`to_examples`."""
+    if kind == CLASSIFICATION and (isinstance(value, bool) or not isinstance(value, str | int)):
+        return (
+            f"is {json_type(value)}; a class label must be a JSON string or integer: write it as one "
+            "(for a numeric target use kind='regression', --label-kind regression)"
+        )
+    if kind == REGRESSION and (isinstance(value, bool) or not isinstance(value, str | int | float)):
+        return f"is {json_type(value)}, not a number; write the score as a JSON number"
+    return None
+
+
+def _refuse_label_type(raw: RawTable, value: Any, line: int, kind: str) -> None:
+    why = _wrong_label_type(value, kind)
+    if why is not None:
+        raise DataError(f"{raw.path} line {line}, column {raw.label_column!r}: label {brief(value)} {why}")
 
 
 def check_table(raw: RawTable, kind: str, *, drop_bad_rows: bool = False) -> RawTable:
@@ -294,6 +426,8 @@ def check_table(raw: RawTable, kind: str, *, drop_bad_rows: bool = False) -> Raw
             if _blank(value):
                 why = f"{raw.path} line {line}, column {raw.label_column!r}: the label is blank ({value!r})"
                 bad.setdefault(row, why)
+            else:
+                _refuse_label_type(raw, value, line, kind)
     if bad and not drop_bad_rows:
         first = bad[min(bad)]
         raise DataError(
@@ -316,12 +450,12 @@ def check_table(raw: RawTable, kind: str, *, drop_bad_rows: bool = False) -> Raw
     first: dict[str, tuple[str, int]] = {}  # folded label -> (label as written, its first line)
     for value, line in zip(raw.labels, raw.lines, strict=True):
         text = _label_text(value)
-        key = text.strip().casefold()
-        seen = first.setdefault(key, (text, line))
+        seen = first.setdefault(_label_key(text), (text, line))
         if seen[0] != text:
             raise DataError(
-                f"{raw.path} line {line}, column {raw.label_column!r}: label {text!r} differs from label "
-                f"{seen[0]!r} (line {seen[1]}) only by case or surrounding whitespace; write each label one way"
+                f"{raw.path} line {line}, column {raw.label_column!r}: label {brief(text)} differs from label "
+                f"{brief(seen[0])} (line {seen[1]}) only by case, surrounding whitespace or the way a number is "
+                "written; write each label one way"
             )
     return raw
 
@@ -329,22 +463,21 @@ def check_table(raw: RawTable, kind: str, *, drop_bad_rows: bool = False) -> Raw
 def infer_label_names(raw: RawTable) -> tuple[str, ...]:
     """The sorted set of labels in ``raw``: numerically if all are integers, else as text."""
     seen = {_label_text(v) for v in raw.labels}
-    try:
-        return tuple(sorted(seen, key=int))
+    try:  # ties ("1", "01"; refused by check_table) by text: never in the set's hash order
+        return tuple(sorted(seen, key=lambda text: (int(text), text)))
     except ValueError:
         return tuple(sorted(seen))
 
 
-def _class_index(value: Any, label_names: Sequence[str], index_of: dict[str, int]) -> int | None:
-    """The class of a raw label: an exact label name, else an integer index in range, else None."""
+def _class_index(
+    value: Any, label_names: Sequence[str], index_of: dict[str, int], by_index: bool
+) -> int | None:
+    """The class of a raw label: an exact label name, else (``by_index``) an integer index in range, else None."""
     text = _label_text(value)
     if text in index_of:
         return index_of[text]
-    try:
-        index = int(text.strip())
-    except ValueError:
-        return None
-    return index if 0 <= index < len(label_names) else None
+    index = _as_int(text) if by_index else None
+    return index if index is not None and 0 <= index < len(label_names) else None
 
 
 def to_examples(
@@ -358,7 +491,9 @@ def to_examples(
     """Examples from a raw table: labels to class indices (classification) or floats (regression).
 
     A classification label is matched against ``label_names`` first; failing that, an integer in
-    ``[0, len(label_names))`` is taken as the class index (GLUE files write ``0``/``1``).
+    ``[0, len(label_names))`` is taken as the class index (GLUE files write ``0``/``1``), unless the label
+    names are integers themselves (then ``0`` with labels ``1, 2, 3`` would silently be class ``1``).
+    A label of the wrong JSON type (an array, an object; a boolean or fraction for a class) is refused.
     """
     if len(raw) == 0:
         raise DataError(f"split {split!r} is empty: {raw.path} has no data rows")
@@ -369,27 +504,32 @@ def to_examples(
         if label_names is None:
             raise DataError(f"split {split!r} from {raw.path}: classification needs label names")
         index_of = {name: i for i, name in enumerate(label_names)}
+        by_index = not any(_as_int(name) is not None for name in label_names)
         for value, line in zip(raw.labels, raw.lines, strict=True):
-            index = _class_index(value, label_names, index_of)
+            _refuse_label_type(raw, value, line, kind)
+            index = _class_index(value, label_names, index_of, by_index)
             if index is None:
+                also = f" nor an index 0..{len(label_names) - 1}" if by_index else ""
                 raise DataError(
-                    f"{raw.path} line {line}, column {raw.label_column!r}: label {value!r} is not in the "
-                    f"label set ({', '.join(label_names)}) nor an index 0..{len(label_names) - 1}"
+                    f"{raw.path} line {line}, column {raw.label_column!r}: label {brief(value)} is not in the "
+                    f"label set ({', '.join(label_names)}){also}; use one of these labels, or leave the row out"
                 )
             labels.append(index)
     elif kind == REGRESSION:
         for value, line in zip(raw.labels, raw.lines, strict=True):
+            _refuse_label_type(raw, value, line, kind)
             try:
                 number = float(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 number = math.nan
-            if isinstance(value, bool) or not math.isfinite(number):
+            if not math.isfinite(number):
                 raise DataError(
-                    f"{raw.path} line {line}, column {raw.label_column!r}: regression label {value!r} is not a number"
+                    f"{raw.path} line {line}, column {raw.label_column!r}: regression label {brief(value)} is not "
+                    "a number; write a finite number"
                 )
             if label_range is not None and not label_range[0] <= number <= label_range[1]:
                 raise DataError(
-                    f"{raw.path} line {line}, column {raw.label_column!r}: regression label {value!r} is "
+                    f"{raw.path} line {line}, column {raw.label_column!r}: regression label {brief(value)} is "
                     f"outside the range {label_range[0]:g}..{label_range[1]:g}"
                 )
             labels.append(number)

@@ -1,7 +1,8 @@
 """Token classification data: a CoNLL-style column reader, IOB1 -> IOB2, and the tasks ``conll2003``
 and ``ptb-pos``.
 
-**Column files** (:func:`read_conll`): one token per line, its fields separated by whitespace; a
+**Column files** (:func:`read_conll`): one token per line, its fields separated by spaces or tabs (other
+Unicode spaces, such as a no-break space inside a token, belong to the field); a
 blank line (or several) ends a sentence; a line whose first field is ``-DOCSTART-`` ends a sentence
 and a document and is skipped. Every token line of a file has the same number of columns (the first
 token line's, or the number the task fixes: 4 for CoNLL-2003). Errors name the file, the line and
@@ -51,6 +52,7 @@ import logging
 import os
 import re
 import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +91,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DOCSTART = "-DOCSTART-"
+_ASCII_SPACE = " \t\n\r\f\v"  # what separates the fields of a column file
+_FIELD_SEPARATOR = re.compile(r"[ \t\n\r\f\v]+")
 ENTITY_METRICS = ("entity_f1", "entity_precision", "entity_recall", "token_accuracy")
 
 CONLL2003_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
@@ -142,6 +146,7 @@ class TaggedSentences:
     lines: list[list[int]]  # 1-based line of each token
     groups: list[str]  # the document (column files) or file (treebank) of each sentence
     tag_field: str  # how errors name the tag field, e.g. "column 4"
+    columns: int = 0  # fields per token line of a column file (0: not a column file)
 
     def __len__(self) -> int:
         return len(self.words)
@@ -180,7 +185,8 @@ def read_conll(
     try:
         with _open_text(path) as handle:
             for number, line in enumerate(handle, start=1):
-                fields = line.split()
+                stripped = line.strip(_ASCII_SPACE)
+                fields = _FIELD_SEPARATOR.split(stripped) if stripped else []
                 if not fields:
                     end_sentence()
                     continue
@@ -208,12 +214,12 @@ def read_conll(
             end_sentence()
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
-    except (OSError, EOFError) as error:
+    except (OSError, EOFError, zlib.error) as error:
         raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
     if not words:
         raise DataError(f"{path}: no sentence (the file is empty or holds only blank and {DOCSTART} lines)")
     column = (expected or 1) + tag_column if tag_column < 0 else tag_column
-    return TaggedSentences(str(path), words, tags, lines, groups, f"column {column + 1}")
+    return TaggedSentences(str(path), words, tags, lines, groups, f"column {column + 1}", expected or 0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -420,7 +426,7 @@ def find_nltk_zip(data_dir: str | Path | None, name: str, task: str) -> Path:
 
 
 _PTB_FILE = re.compile(r"treebank/combined/wsj_(\d{4})\.mrg")
-_PTB_TOKEN = re.compile(r"\(|\)|[^\s()]+")
+_PTB_TOKEN = re.compile(r"\(|\)|[^ \t\n\r\f\v()]+")  # words hold any but ASCII spaces, as in column files
 
 
 def _parse_mrg(text: str, where: str) -> list[tuple[list[str], list[str], list[int]]]:
@@ -445,6 +451,8 @@ def _parse_mrg(text: str, where: str) -> list[tuple[list[str], list[str], list[i
                 i += 4
                 continue
             depth += 1
+            if i + 1 < len(tokens) and tokens[i + 1][0] not in "()":
+                i += 1  # the constituent's label: (NP-SBJ ...)
         elif token == ")":
             depth -= 1
             if depth < 0:
@@ -456,6 +464,11 @@ def _parse_mrg(text: str, where: str) -> list[tuple[list[str], list[str], list[i
                 current = ([], [], [])
         elif depth == 0:
             raise DataError(f"{where} line {line_of(offset)}: text {token!r} outside a tree")
+        else:  # skipping it would drop a word without a word of warning
+            raise DataError(
+                f"{where} line {line_of(offset)}: word {token!r} is not in a (TAG word) leaf; write every "
+                "word as (TAG word)"
+            )
         i += 1
     if depth != 0:
         raise DataError(f"{where}: the last tree is not closed ({depth} '(' left open)")
@@ -480,6 +493,11 @@ def read_ptb_zip(path: str | Path) -> dict[int, TaggedSentences]:
                 text = archive.read(member).decode("utf-8")
             except UnicodeDecodeError as error:
                 raise DataError(f"{where}: not UTF-8 text (byte offset {error.start})") from None
+            except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:  # a damaged member
+                raise DataError(
+                    f"{where}: cannot read it from the zip ({type(error).__name__}: {error}); the zip is "
+                    "damaged: download it again"
+                ) from None
             words: list[list[str]] = []
             tags: list[list[str]] = []
             lines: list[list[int]] = []
