@@ -472,6 +472,24 @@ def test_ptb_pos_bad_trees(tmp_path: Path, tree: str, message: str) -> None:
     one_line(error)
 
 
+def test_ptb_pos_damaged_zip(tmp_path: Path) -> None:
+    """Issue 30: a damaged member (a cut download, flipped bytes) raised zlib.error or BadZipFile from
+    deep in zipfile; it is a DataError naming the zip and the member."""
+    path = tmp_path / "treebank.zip"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for number in (1, 160, 180):
+            archive.writestr(f"treebank/combined/wsj_{number:04d}.mrg", TREE * 20)
+    data = bytearray(path.read_bytes())
+    start = 30 + len("treebank/combined/wsj_0001.mrg")  # the first member's deflated bytes
+    data[start + 5 : start + 25] = bytes(b ^ 0x5A for b in data[start + 5 : start + 25])
+    path.write_bytes(bytes(data))
+    with pytest.raises(
+        DataError, match=r"treebank.zip:treebank/combined/wsj_0001.mrg: cannot read it from the zip"
+    ) as error:
+        load_task_data("ptb-pos", data_dir=str(tmp_path))
+    one_line(error)
+
+
 def test_ptb_pos_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(DataError, match="no treebank.zip for task 'ptb-pos'"):
         load_task_data("ptb-pos", data_dir=str(tmp_path))

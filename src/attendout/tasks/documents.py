@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import re
 import zipfile
-import zlib
 from pathlib import Path
 from typing import Any
 
 from .core import CLASSIFICATION, DataError, Examples, LoadOptions, Task, TaskData, register_task
+from .readers import ARCHIVE_ERRORS
 from .tokens import find_nltk_zip
 
 __all__ = [
@@ -74,7 +74,7 @@ def read_movie_reviews(path: str | Path) -> dict[str, Examples]:
     path = Path(path)
     try:
         archive = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile) as error:
+    except ARCHIVE_ERRORS as error:
         raise DataError(f"{path}: cannot read the zip ({type(error).__name__}: {error})") from None
     parts: dict[str, tuple[list[str], list[int], list[str]]] = {s: ([], [], []) for s in MOVIE_REVIEWS_SPLITS}
     with archive:
@@ -87,7 +87,7 @@ def read_movie_reviews(path: str | Path) -> dict[str, Examples]:
                 text = archive.read(member).decode("utf-8")
             except UnicodeDecodeError as error:
                 raise DataError(f"{path}:{member}: not UTF-8 text (byte offset {error.start})") from None
-            except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:  # a damaged member
+            except ARCHIVE_ERRORS as error:  # a damaged member
                 raise DataError(
                     f"{path}:{member}: cannot read it from the zip ({type(error).__name__}: {error}); the zip "
                     "is damaged: download it again"

@@ -16,7 +16,9 @@ import csv
 import gzip
 import json
 import logging
+import lzma
 import math
+import zipfile
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from typing import IO, Any
 from .core import CLASSIFICATION, REGRESSION, DataError, Examples
 
 __all__ = [
+    "ARCHIVE_ERRORS",
     "FORMATS",
     "RawTable",
     "check_column_roles",
@@ -38,6 +41,19 @@ __all__ = [
 
 FORMATS = ("csv", "tsv", "jsonl")
 logger = logging.getLogger(__name__)
+
+# What reading a damaged or unsupported archive raises: zipfile's own errors, a corrupt deflate or lzma
+# stream, a cut file, and "compression method not supported" / "file is encrypted" (zipfile raises
+# NotImplementedError and RuntimeError for those).
+ARCHIVE_ERRORS = (
+    OSError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,
+    lzma.LZMAError,
+    NotImplementedError,
+    RuntimeError,
+)
 
 _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
 _COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}
@@ -229,7 +245,7 @@ def read_file(
             return _read_delimited(reader, path, fmt, text_columns, label_column, group_column, column_names)
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
-    except (OSError, EOFError, zlib.error) as error:  # unreadable or corrupt compressed file
+    except ARCHIVE_ERRORS as error:  # unreadable or corrupt compressed file
         raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
 
 

@@ -52,7 +52,6 @@ import logging
 import os
 import re
 import zipfile
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +65,7 @@ from .core import (
     TokenExamples,
     register_task,
 )
-from .readers import _check_exists, _open_text
+from .readers import ARCHIVE_ERRORS, _check_exists, _open_text
 
 __all__ = [
     "CONLL2003",
@@ -214,7 +213,7 @@ def read_conll(
             end_sentence()
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
-    except (OSError, EOFError, zlib.error) as error:
+    except ARCHIVE_ERRORS as error:
         raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
     if not words:
         raise DataError(f"{path}: no sentence (the file is empty or holds only blank and {DOCSTART} lines)")
@@ -480,7 +479,7 @@ def read_ptb_zip(path: str | Path) -> dict[int, TaggedSentences]:
     path = Path(path)
     try:
         archive = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile) as error:
+    except ARCHIVE_ERRORS as error:
         raise DataError(f"{path}: cannot read the zip ({type(error).__name__}: {error})") from None
     files: dict[int, TaggedSentences] = {}
     with archive:
@@ -493,7 +492,7 @@ def read_ptb_zip(path: str | Path) -> dict[int, TaggedSentences]:
                 text = archive.read(member).decode("utf-8")
             except UnicodeDecodeError as error:
                 raise DataError(f"{where}: not UTF-8 text (byte offset {error.start})") from None
-            except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:  # a damaged member
+            except ARCHIVE_ERRORS as error:  # a damaged member
                 raise DataError(
                     f"{where}: cannot read it from the zip ({type(error).__name__}: {error}); the zip is "
                     "damaged: download it again"
