@@ -78,22 +78,22 @@ class Expected:
         return not self.problems
 
 
-_LINE = re.compile(r"\bline (\d+)")
+_LINES = re.compile(r"\blines? (\d+)(?:-(\d+))?")  # "line 7", "lines 3-5" (a record over several lines)
 
 
 def assert_clear(error: DataError, path: Path | str, expected: Expected | None = None) -> None:
-    """One line naming the file; a line it names is one the reference finds wrong (or the file is)."""
+    """One line naming the file, and a line the reference also finds wrong (any place, or none, when the
+    reference finds the file as a whole wrong: not UTF-8, no header, no usable row...)."""
     message = str(error)
     assert "\n" not in message and "\r" not in message, repr(message)
     assert str(path) in message or Path(path).name in message, message
     if expected is None:
         return
     assert expected.problems, f"the reference reads this file without a problem, but: {message}"
-    named = {int(n) for n in _LINE.findall(message)}
-    if named and None not in expected.problems:
-        assert named & expected.problems, (
-            f"{message} (the reference finds lines {sorted(expected.problems, key=str)})"
-        )
+    if None in expected.problems:
+        return
+    named = {n for a, b in _LINES.findall(message) for n in range(int(a), int(b or a) + 1)}
+    assert named & expected.problems, f"{message} (the reference finds lines {sorted(expected.problems)})"
 
 
 def label_text(value: Any) -> str:
@@ -508,6 +508,7 @@ def check_file_task(case: FileTaskCase, scratch: Path) -> None:
         assert examples.text_b == (None if len(columns) == 1 else [v[columns[1]] for v in expected.values])
     if kind == REGRESSION:
         assert data.train.labels == [float(v[label]) for v in train.values]
+        assert data.eval_splits["dev"].labels == [float(v[label]) for v in dev.values]
         return
     names = task.label_names
     assert names == expected_label_names([label_text(v[label]) for v in train.values])
