@@ -120,7 +120,11 @@ def no_dropout(family: str) -> dict:
     if family == "eurobert":
         return {"attention_dropout": 0.0, "classifier_dropout": 0.0}
     if family == "albert":
-        return {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "classifier_dropout_prob": 0.0}
+        return {
+            "hidden_dropout_prob": 0.0,
+            "attention_probs_dropout_prob": 0.0,
+            "classifier_dropout_prob": 0.0,
+        }
     return {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
 
