@@ -195,6 +195,21 @@ def save_tiny_model_dir(path, family: str = "bert", **overrides) -> str:
     return str(path)
 
 
+def snapshot(folder) -> dict[str, str] | None:
+    """Every file under ``folder`` with the hash of its bytes (None: no folder): what a fault left."""
+    import hashlib
+    from pathlib import Path
+
+    folder = Path(folder)
+    if not folder.exists():
+        return None
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
 def write_sentiment_csv(path, n: int, seed: int = 0) -> str:
     """A learnable toy sentiment CSV: label 1 iff the text has more positive than negative words."""
     import random
@@ -241,9 +256,10 @@ def toy_train_config(tiny_run, **overrides):
         max_steps=4,
         max_length=16,
         progress=False,
-        output_dir=str(tiny_run["tmp"] / "run"),
     )
     base.update(overrides)
+    if "output_dir" not in base:  # a toy without a "tmp" folder must name its output_dir
+        base["output_dir"] = str(tiny_run["tmp"] / "run")
     return TrainConfig(**base)
 
 

@@ -7,7 +7,6 @@ training starts. The two run cases (a NaN loss, a busy output folder) run or hol
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import torch
 from attendout.cli import main
 from attendout.rundir import LOCK_FILE
 from attendout.train import CHECKPOINT_DIR, CHECKPOINT_FILE
-from conftest import save_tiny_model_dir, write_sentiment_csv
+from conftest import save_tiny_model_dir, snapshot, write_sentiment_csv
 
 
 @pytest.fixture(scope="module")
@@ -31,17 +30,6 @@ def shared(tmp_path_factory):
         "train": write_sentiment_csv(root / "train.csv", 64, seed=0),
         "dev": write_sentiment_csv(root / "dev.csv", 16, seed=1),
         "root": root,
-    }
-
-
-def snapshot(folder: Path) -> dict[str, str] | None:
-    """Every file under ``folder`` with the hash of its bytes (None: no folder)."""
-    if not folder.exists():
-        return None
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
     }
 
 

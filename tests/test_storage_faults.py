@@ -33,7 +33,7 @@ from attendout.rundir import (
     write_checkpoint,
 )
 from attendout.train import StorageError, TrainConfig, Trainer, finetune
-from conftest import save_tiny_model_dir, write_sentiment_csv
+from conftest import save_tiny_model_dir, snapshot, toy_train_config, write_sentiment_csv
 
 # --------------------------------------------------------------------------------------------------
 # Shared toy data, one tiny model folder, one uninterrupted run and one killed run (module scope)
@@ -54,26 +54,17 @@ def toy(tmp_path_factory):
 
 def config(toy, out: Path, method: str = "none", options: dict | None = None, **overrides) -> TrainConfig:
     """9 steps, a validation every 3 and a checkpoint every 2 (and after each new best)."""
-    settings = dict(
-        task="file",
-        train_file=toy["train"],
-        eval_files={"dev": toy["dev"]},
-        text_columns=["text"],
-        label_column="label",
-        model=toy["model"],
+    return toy_train_config(
+        toy,
         method=method,
         method_options=options or {},
-        batch_size=16,
-        max_length=16,
         max_steps=9,
         eval_steps=3,
         log_steps=1,
         checkpoint_steps=2,
-        progress=False,
         output_dir=str(out),
+        **overrides,
     )
-    settings.update(overrides)
-    return TrainConfig(**settings)
 
 
 def cli_args(toy, out: Path, *extra: str, model: str | None = None) -> list[str]:
@@ -112,17 +103,6 @@ def copy_of(folder: Path, tmp_path: Path) -> Path:
     out = tmp_path / "run"
     shutil.copytree(folder, out)
     return out
-
-
-def snapshot(folder: Path) -> dict[str, str] | None:
-    """Every file under ``folder`` with the hash of its bytes (None: no folder)."""
-    if not folder.exists():
-        return None
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 def refused(capsys, args: list[str], out: Path, code: int, *needles: str) -> str:
