@@ -635,6 +635,21 @@ def test_a_model_folder_attendout_saved_is_checked_byte_for_byte(toy, tmp_path, 
     refused(capsys, ["predict", str(run), "--split", "dev"], run, 2, "model.safetensors has other bytes")
 
 
+@pytest.mark.parametrize("damage", ["weights truncated", "weights NaN"])
+def test_the_python_api_checks_a_run_model_folder_as_the_cli_does(toy, tmp_path, damage):
+    """attendout.load_model: the same ModelFileError as --model, not a safetensors traceback or NaN logits."""
+    import attendout
+    from attendout.models import ModelFileError
+
+    run = copy_of(toy["root"] / "whole", tmp_path)
+    assert attendout.load_model(run / "model") is not None  # whole: loads
+    hurt, needles = MODEL_DAMAGE[damage]
+    hurt(run / "model")
+    with pytest.raises(ModelFileError) as error:
+        attendout.load_model(run / "model")
+    assert str(run / "model") in str(error.value)
+
+
 def test_any_other_file_that_cannot_be_written_is_one_line_at_the_cli(toy, tmp_path, capsys):
     (tmp_path / "notes").write_text("")
     out = tmp_path / "notes" / "dev.csv"

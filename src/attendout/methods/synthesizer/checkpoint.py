@@ -172,12 +172,19 @@ def _load_weights(model: nn.Module, path: Path) -> None:
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:
-    """Load a fine-tuned model from a run's ``model/`` folder, synthesized or plain (eval mode)."""
-    if is_synthesized_checkpoint(path):
-        return load_synthesized(path, device)
-    from ...models import head_class
+    """Load a fine-tuned model from a run's ``model/`` folder, synthesized or plain (eval mode).
 
-    model = head_class(transformers.AutoConfig.from_pretrained(path)).from_pretrained(path)
+    The folder is checked first, as ``--model`` folders are (its manifest, whole safetensors files,
+    finite weights): a damaged folder raises :class:`~attendout.models.ModelFileError` naming the file.
+    """
+    from ...models import check_finite, check_model_folder, head_class
+
+    check_model_folder(path)
+    if is_synthesized_checkpoint(path):
+        model = load_synthesized(path, device)
+    else:
+        model = head_class(transformers.AutoConfig.from_pretrained(path)).from_pretrained(path)
+    check_finite(model, str(path))
     return model.to(device).eval()
 
 
