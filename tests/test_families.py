@@ -280,3 +280,15 @@ def test_new_families_train_under_torchrun_with_the_same_weights_on_every_proces
         for key, value in ranks[0]["model"].items():
             torch.testing.assert_close(value, ranks[1]["model"][key], rtol=0, atol=0, msg=f"{name}: {key}")
         assert (tmp_path / name / "results.json").is_file()
+
+
+@pytest.mark.parametrize("family", ["modernbert", "eurobert"])
+def test_synthesizer_on_a_rope_family_needs_its_length_and_then_starts_exact(family):
+    model = tiny_model(family, **no_dropout(family))
+    with pytest.raises(ValueError, match="has rotary positions and no fixed length .*give l_max"):
+        attendout.synthesize(model, "random")  # would size its logits by max_position_embeddings
+    batch = make_batch(pad_from=PADDED)
+    model.eval()
+    before = model(**batch).logits
+    attendout.synthesize(model, "random+dot", max_length=16)
+    torch.testing.assert_close(model(**batch).logits, before)  # the mixture starts at 0 (up to rounding)

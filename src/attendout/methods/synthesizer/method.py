@@ -86,6 +86,17 @@ class Synthesizer(AttentionMethod):
                 f"a model takes one synthesizer"
             )
         config = model.config
+        if self.l_max is None and getattr(config, "rope_parameters", None) is not None:
+            # Every variant fits a rotary-position model (ModernBERT, EuroBERT): the synthesized logits
+            # are indexed by position as in the paper's encoders, and the +dot variants keep RoPE in their
+            # dot-product part. But such a model has no fixed length: max_position_embeddings (8,192) would
+            # give the random variants H * 8192^2 weights per layer.
+            raise ValueError(
+                f"{self.name}: {type(model).__name__} has rotary positions and no fixed length "
+                f"(max_position_embeddings {config.max_position_embeddings}); give l_max, the longest "
+                "sequence you will fine-tune on (attendout.synthesize(model, variant, max_length=N); "
+                "attendout finetune sets it from --max-length)"
+            )
         if self.l_max is None:
             self.l_max = int(config.max_position_embeddings)
         if self.config.rank > self.l_max:
@@ -195,7 +206,8 @@ def synthesize(
 
     ``max_length`` is l_max, the longest sequence accepted (default: the model's
     ``max_position_embeddings``; random variants cost H * l_max^2 parameters per layer, so pass your
-    data's length). ``init='exact'`` (the default for mixtures) starts the mixing weights at 0: the
+    data's length). Rotary-position models (ModernBERT, EuroBERT) have no fixed length: for them it is
+    required. ``init='exact'`` (the default for mixtures) starts the mixing weights at 0: the
     model then computes exactly what it computed before. Save with :func:`attendout.save_synthesized`
     (``model.save_pretrained(path)`` is redirected to it, so no save writes a plain checkpoint that
     `transformers` would load without the synthesizer); load with :func:`attendout.load_synthesized`.
