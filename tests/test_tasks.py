@@ -655,7 +655,7 @@ def test_split_checks_refuse_an_evaluation_class_that_train_never_has(tmp_path: 
     )
     for name in ("dev_matched.tsv", "dev_mismatched.tsv"):
         write_glue_file(tmp_path, "mnli", name, [("C.", "D.", "contradiction"), ("E.", "F.", "neutral")])
-    _, data = load_task_data("mnli", data_dir=str(tmp_path))
+    task, data = load_task_data("mnli", data_dir=str(tmp_path))
     config = types.SimpleNamespace(
         validation_split=0.1, data_seed=0, max_train_samples=None, max_eval_samples=None
     )
@@ -665,6 +665,11 @@ def test_split_checks_refuse_an_evaluation_class_that_train_never_has(tmp_path: 
     ) as error:
         split_for_training(data, config)
     one_line(error)
+    # with the task's label names, the class is named (the run's loop, bench and predict pass them)
+    with pytest.raises(
+        DataError, match=rf"has class '{task.label_names[2]}' \(index 2\), which the training"
+    ):
+        split_for_training(data, config, task.label_names)
     regression = TaskData(Examples(["a"], None, [0.5]), {"dev": Examples(["b"], None, [7.0])}, "toy")
     check_training_splits(regression, regression.train, regression.eval_splits)  # scores are not classes
 

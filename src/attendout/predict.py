@@ -335,8 +335,8 @@ class Predictor:
         if data_dir is not None:
             values["data_dir"] = str(data_dir)
         config = TrainConfig.from_dict(values)
-        _, data = config.load_data()
-        train, validation, evals = split_for_training(data, config)
+        task, data = config.load_data()
+        train, validation, evals = split_for_training(data, config, task.label_names)
         splits = {"train": train, "validation": validation, **evals}
         if name not in splits:
             raise PredictError(f"run {self.source} has no split {name!r}; its splits: {', '.join(splits)}")

@@ -35,7 +35,7 @@ import platform
 import random
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -442,14 +442,19 @@ def process_group(device: str) -> tuple[Distributed, torch.device]:
     return Distributed(state.process_index, state.num_processes, chosen), chosen
 
 
-def split_for_training(data: TaskData, c: TrainConfig) -> tuple[Examples, Examples, dict[str, Examples]]:
-    """(train, validation, evaluation splits): validation carved from train, then the subsamples; all by data_seed."""
+def split_for_training(
+    data: TaskData, c: TrainConfig, label_names: Sequence[str] | None = None
+) -> tuple[Examples, Examples, dict[str, Examples]]:
+    """(train, validation, evaluation splits): validation carved from train, then the subsamples; all by data_seed.
+
+    ``label_names`` (the task's) only make the checks' messages name a class instead of its index.
+    """
     train, validation = carve_validation(data.train, c.validation_split, c.data_seed)
     train = subsample(train, c.max_train_samples, c.data_seed)
     if c.max_eval_samples is not None:
         validation = subsample(validation, c.max_eval_samples, c.data_seed)
     evals = {name: subsample(ex, c.max_eval_samples, c.data_seed) for name, ex in data.eval_splits.items()}
-    check_training_splits(data, train, evals)  # unseen eval classes refused; train/eval overlap warned of
+    check_training_splits(data, train, evals, label_names)  # unseen eval classes refused; overlap warned of
     return train, validation, evals
 
 
@@ -478,7 +483,9 @@ class Trainer:
         task, data = config.load_data()
         self.task: Task = task
         self.data_source = data.source
-        self.train_examples, self.validation_examples, self.eval_examples = split_for_training(data, config)
+        self.train_examples, self.validation_examples, self.eval_examples = split_for_training(
+            data, config, task.label_names
+        )
 
         set_seed(config.seed)  # the head's initialisation depends on the model seed only
         self.model, self.tokenizer, self.model_description = load_for_task(

@@ -214,7 +214,7 @@ def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:
         return CellCheck(note="data not checked (--no-data-check)")
     try:
         task, data = config.load_data()
-        train, validation, evals = split_for_training(data, config)
+        train, validation, evals = split_for_training(data, config, task.label_names)
     except DataError as error:
         return CellCheck(error=f"data: {error}")
     if cell.task.splits is not None:

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from numbers import Integral
 
 from .core import ChoiceExamples, DataError, Examples, TaskData, TokenExamples
@@ -52,7 +52,19 @@ def _classes(labels: Iterable[object], tokens: bool) -> set[int] | None:
     return {int(y) for y in flat}
 
 
-def check_training_splits(data: TaskData, train: Examples, evaluation: dict[str, Examples]) -> None:
+def _named(index: int, label_names: Sequence[str] | None) -> str:
+    """``'unacceptable' (index 0)``, or ``index 0`` when the names are unknown or do not reach it."""
+    if label_names is not None and 0 <= index < len(label_names):
+        return f"{label_names[index]!r} (index {index})"
+    return f"index {index}"
+
+
+def check_training_splits(
+    data: TaskData,
+    train: Examples,
+    evaluation: dict[str, Examples],
+    label_names: Sequence[str] | None = None,
+) -> None:
     """Refuse evaluation classes the training data never has; warn of train/eval input overlap.
 
     ``data`` is the task's data as loaded (its whole train split is what classes are checked against,
@@ -67,9 +79,10 @@ def check_training_splits(data: TaskData, train: Examples, evaluation: dict[str,
             missing = sorted(present - known) if present is not None else []
             if missing:
                 what = "tag" if tokens else "class"
+                named = ", ".join(_named(i, label_names) for i in missing)
                 raise DataError(
-                    f"evaluation split {name!r} of {data.source} has {what} index "
-                    f"{', '.join(map(str, missing))}, which the training split never has: a model cannot "
+                    f"evaluation split {name!r} of {data.source} has {what} {named}, which the training "
+                    "split never has: a model cannot "
                     f"learn a {what} it never sees; add training examples of it or leave those examples out"
                 )
     counts = overlap_counts(train, evaluation)
