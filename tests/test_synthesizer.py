@@ -45,7 +45,7 @@ def test_layer_shapes(variant, shared_heads):
     dot = torch.randn(2, 4, 10, 10)  # (B, H, L, L)
     x = torch.randn(2, 10, 32)  # (B, L, d)
     assert layer(dot, x).shape == (2, 4, 10, 10)
-    raw = layer.logits(x, 10)
+    raw = layer.logits(x, 10, 10)
     assert raw.shape[-2:] == (10, 10) and raw.shape[1] == (1 if shared_heads else 4)
 
 

@@ -1,4 +1,4 @@
-"""The one hook into the self-attention of `transformers` encoders.
+"""The one hook into the self-attention of `transformers` encoders, decoders and encoder-decoders.
 
 Every method of attendout that touches attention goes through :func:`attendout_attention`, registered
 with ``transformers.AttentionInterface`` under the name ``"attendout"``. Nothing copies a model's
@@ -12,7 +12,9 @@ Per layer and per forward pass the hook can (paper 001, "Not All Attention Is Al
   which also serves to skip a whole layer's attention (attention LayerDrop);
 * **record** the attention probabilities and, on request, keep their gradients.
 
-Padding keys stay masked whatever a method asks. The model's own attention dropout (the ``dropout``
+Padding keys stay masked whatever a method asks, and so do later positions in a causal layer (a decoder's
+self-attention: GPT-2, Llama, T5's decoder): eq. 4's uniform attention is uniform over the keys the
+query may see, and with a KV cache a query at position t sees keys 0..t. The model's own attention dropout (the ``dropout``
 argument the encoder passes) is applied as stock attention applies it, after the softmax, unless an
 active method replaces it. With the hook installed and nothing to do, the call goes straight to
 ``transformers``' SDPA attention, so plain fine-tuning costs the same as stock.
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .contract import EDITS_KWARG, ForwardEdits
@@ -79,13 +81,20 @@ class Family:
     #: whose attention goes through transformers' AttentionInterface); "deberta" = module hooks around
     #: DeBERTa's own disentangled attention (:mod:`attendout.deberta`)
     route: str = "interface"
-    #: what a block returns: the hidden states, or a (hidden states, attention weights) pair
+    #: what a block returns: the hidden states ("tensor"), a (hidden states, attention weights) pair
+    #: ("pair", DeBERTa), or T5's (hidden states, self-attention bias, cross-attention bias) ("t5")
     block_output: str = "tensor"
+    #: encoder-decoders (T5): the attention regex matches both stacks; layers are numbered through the
+    #: encoder first, then the decoder (a 6+6 T5 has layers 0-5 in its encoder and 6-11 in its decoder)
+    stacks: bool = False
 
 
 _BERT_LIKE = Family(
-    attention=r"(^|\.)encoder\.layer\.(\d+)\.attention\.self$", block=r"(^|\.)encoder\.layer\.(\d+)$"
+    attention=r"(^|\.)encoder\.layer\.(?P<n>\d+)\.attention\.self$",
+    block=r"(^|\.)encoder\.layer\.(?P<n>\d+)$",
 )
+# Llama-style decoders (and EuroBERT, an encoder on Llama's layout): model.layers.N.self_attn
+_LLAMA_LIKE = Family(attention=r"(^|\.)layers\.(?P<n>\d+)\.self_attn$", block=r"(^|\.)layers\.(?P<n>\d+)$")
 
 FAMILIES: dict[str, Family] = {
     "bert": _BERT_LIKE,
@@ -93,7 +102,8 @@ FAMILIES: dict[str, Family] = {
     "xlm-roberta": _BERT_LIKE,
     "electra": _BERT_LIKE,
     "distilbert": Family(
-        attention=r"(^|\.)transformer\.layer\.(\d+)\.attention$", block=r"(^|\.)transformer\.layer\.(\d+)$"
+        attention=r"(^|\.)transformer\.layer\.(?P<n>\d+)\.attention$",
+        block=r"(^|\.)transformer\.layer\.(?P<n>\d+)$",
     ),
     "albert": Family(
         attention=r"(^|\.)albert_layer_groups\.\d+\.albert_layers\.\d+\.attention$",
@@ -103,16 +113,31 @@ FAMILIES: dict[str, Family] = {
     # RoPE encoders: rotary positions are applied to query and key before the attention function, and
     # ModernBERT's local layers arrive with the sliding window already in the boolean mask (built through
     # AttentionMaskInterface, as for every family), so every edit stays inside the window.
-    "modernbert": Family(attention=r"(^|\.)layers\.(\d+)\.attn$", block=r"(^|\.)layers\.(\d+)$"),
-    "eurobert": Family(attention=r"(^|\.)layers\.(\d+)\.self_attn$", block=r"(^|\.)layers\.(\d+)$"),
+    "modernbert": Family(attention=r"(^|\.)layers\.(?P<n>\d+)\.attn$", block=r"(^|\.)layers\.(?P<n>\d+)$"),
+    "eurobert": _LLAMA_LIKE,
     # DeBERTa-v2 and v3 (model_type deberta-v2): disentangled attention in the module's own code
     "deberta-v2": Family(
-        attention=r"(^|\.)encoder\.layer\.(\d+)\.attention\.self$",
-        block=r"(^|\.)encoder\.layer\.(\d+)$",
+        attention=r"(^|\.)encoder\.layer\.(?P<n>\d+)\.attention\.self$",
+        block=r"(^|\.)encoder\.layer\.(?P<n>\d+)$",
         route="deberta",
         block_output="pair",
     ),
+    # Decoders. Their attention modules are causal (``is_causal``): the hook keeps every edit causal.
+    "gpt2": Family(attention=r"(^|\.)h\.(?P<n>\d+)\.attn$", block=r"(^|\.)h\.(?P<n>\d+)$"),
+    "llama": _LLAMA_LIKE,
+    "mistral": _LLAMA_LIKE,
+    "qwen2": _LLAMA_LIKE,
+    # Encoder-decoders: the self-attention of both stacks (the decoder's is causal); the decoder's
+    # cross-attention (layer.1.EncDecAttention) is left to stock attention. T5's relative position
+    # bias arrives with each call and is added to the scores on every path.
+    "t5": Family(
+        attention=r"(^|\.)(?P<stack>encoder|decoder)\.block\.(?P<n>\d+)\.layer\.0\.SelfAttention$",
+        block=r"(^|\.)(?P<stack>encoder|decoder)\.block\.(?P<n>\d+)$",
+        block_output="t5",
+        stacks=True,
+    ),
 }
+FAMILIES["mt5"] = FAMILIES["t5"]
 
 # Families whose attention does not go through AttentionInterface in transformers 5.x.
 _WHY_NOT = {
@@ -125,18 +150,52 @@ _WHY_NOT = {
 def layer_key_valid(model: nn.Module, layer: int, key_valid: torch.Tensor) -> torch.Tensor:
     """(B, 1, Lq, Lk) bool: the keys ``layer`` lets each query see, from the padding mask ``key_valid``.
 
-    The non-padding keys, and on the local layers of windowed encoders (ModernBERT: ``layer_types`` entry
-    ``"sliding_attention"``) only those within ``config.sliding_window`` positions, inclusive, as
-    transformers' bidirectional sliding-window masks build them. Methods that choose positions before
-    the forward (AD-DROP's candidates) use it, so that they choose among keys the layer can see.
+    The non-padding keys; in a causal layer (a decoder's) only those at or before the query; and on the
+    local layers of windowed models (``layer_types`` entry ``"sliding_attention"``) only those within
+    ``config.sliding_window`` positions, as transformers builds those masks: inclusive on both sides in
+    a bidirectional encoder (ModernBERT), the last ``sliding_window`` positions in a causal decoder.
+    Methods that choose positions before the forward (AD-DROP's candidates) use it, so that they choose
+    among keys the layer can see.
     """
+    controller = get_controller(model)
+    modules = controller.attention_modules if controller is not None else []
+    # DeBERTa's own attention has no is_causal (and is never causal); AttentionInterface modules have it
+    causal = (
+        bool(modules)
+        and controller.family.route == "interface"
+        and is_causal(modules[0 if controller.family.shared else layer])
+    )
     config = getattr(model, "config", None)
     types = getattr(config, "layer_types", None)
-    if not types or types[layer] != "sliding_attention":
+    window = getattr(config, "sliding_window", None)
+    # a window on the layers that layer_types marks local (ModernBERT, Qwen2), or on every layer (Mistral)
+    windowed = bool(window) and (
+        types[layer] == "sliding_attention" if types else hasattr(config, "sliding_window")
+    )
+    if not (causal or windowed):
         return key_valid
     lq, lk = key_valid.shape[-2], key_valid.shape[-1]
-    distance = torch.arange(lq, device=key_valid.device)[:, None] - torch.arange(lk, device=key_valid.device)
-    return key_valid & (distance.abs() <= config.sliding_window)  # (B, 1, Lq, Lk)
+    queries = torch.arange(lk - lq, lk, device=key_valid.device)[:, None]  # absolute positions
+    distance = queries - torch.arange(lk, device=key_valid.device)  # (Lq, Lk): query minus key
+    seen = torch.ones_like(distance, dtype=torch.bool)
+    if causal:
+        seen = distance >= 0
+        if windowed:
+            seen = seen & (distance < config.sliding_window)
+    elif windowed:
+        seen = distance.abs() <= config.sliding_window
+    return key_valid & seen  # (B, 1, Lq, Lk)
+
+
+def is_causal(module: nn.Module) -> bool:
+    """Whether an attention module is causal, as transformers' SDPA attention reads it (default True)."""
+    return bool(getattr(module, "is_causal", True))
+
+
+def causal_mask(lq: int, lk: int, device: torch.device) -> torch.Tensor:
+    """(1, 1, Lq, Lk) bool: query i (at absolute position Lk - Lq + i, after a KV cache) sees keys 0..that."""
+    queries = torch.arange(lk - lq, lk, device=device)[:, None]
+    return (queries >= torch.arange(lk, device=device)).view(1, 1, lq, lk)
 
 
 def supported_model_types() -> list[str]:
@@ -404,13 +463,30 @@ def get_controller(model: nn.Module) -> Controller | None:
     return model.__dict__.get("_attendout_controller")
 
 
+_STACK_ORDER = {None: 0, "encoder": 0, "decoder": 1}
+
+
 def _numbered(model: nn.Module, pattern: str, shared: bool) -> list[nn.Module]:
     regex = re.compile(pattern)
-    found = [(name, module) for name, module in model.named_modules() if regex.search(name)]
+    found = [(regex.search(name), module) for name, module in model.named_modules() if regex.search(name)]
     if shared:
         return [module for _, module in found]
-    # sort by the layer number captured in the pattern, not by name order ("10" < "2")
-    return [module for _, module in sorted(found, key=lambda item: int(regex.search(item[0]).group(2)))]
+    # by stack (encoder, then decoder), then by the layer number ("10" sorts after "2")
+    return [
+        module
+        for _, module in sorted(
+            found, key=lambda item: (_STACK_ORDER[item[0].groupdict().get("stack")], int(item[0]["n"]))
+        )
+    ]
+
+
+def _expected_layers(model: nn.Module, family: Family, found: int) -> int:
+    config = model.config
+    if family.stacks:  # T5, T5EncoderModel: both stacks, or the encoder's alone
+        encoder = int(config.num_layers)
+        decoder = int(getattr(config, "num_decoder_layers", None) or encoder)
+        return encoder + decoder if found > encoder else encoder
+    return int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layers", 0))
 
 
 def install(model: nn.Module) -> Controller:
@@ -426,7 +502,7 @@ def install(model: nn.Module) -> Controller:
     family = _family_of(model)
     attention = _numbered(model, family.attention, family.shared)
     blocks = _numbered(model, family.block, family.shared)
-    num_layers = int(getattr(model.config, "num_hidden_layers", 0) or getattr(model.config, "n_layers", 0))
+    num_layers = _expected_layers(model, family, len(attention))
     if not attention or (not family.shared and len(attention) != num_layers):
         raise UnsupportedModelError(
             f"attendout cannot hook {type(model).__name__}: found {len(attention)} self-attention modules "
@@ -535,7 +611,16 @@ def attendout_attention(
 
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         raise TypeError(f"attendout expects a boolean attention mask, got {attention_mask.dtype}")
-    call = AttentionCall(layer, module, query, key, value, attention_mask, training, edits)
+    valid = attention_mask
+    if valid is None and is_causal(module) and kwargs.get("is_causal", True) is not False:
+        # transformers leaves an unpadded causal batch's mask to SDPA's is_causal; every edit below
+        # needs it explicit (with a KV cache, the Lq queries are the last of Lk positions)
+        b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
+        valid = causal_mask(lq, lk, query.device).expand(b, 1, lq, lk)
+    groups = getattr(module, "num_key_value_groups", 1)  # grouped-query attention: K/V per query head
+    call = AttentionCall(
+        layer, module, query, repeat_kv(key, groups), repeat_kv(value, groups), valid, training, edits
+    )
     drop, scale, skip, dropout = combine_edits(call, methods, own, dropout)
     transforms = any(rewrites_scores(m) for m in methods)
 
@@ -547,14 +632,15 @@ def attendout_attention(
     if not skip and not recorders and not transforms and (scale is None or _per_head(scale)):
         # Dropped scores and per-head scales fit SDPA too: the drops join the padding mask, a scale
         # of whole rows of weights scales the output. About 1.4x faster than the softmax below on CPU.
-        return _masked_sdpa(call, drop, scale, scaling, dropout, **kwargs)
+        return _masked_sdpa(call, key, value, drop, scale, scaling, dropout, **kwargs)
 
-    probs = _attention_probs(call, methods, scaling, drop, skip)  # (B, H, Lq, Lk)
+    bias = kwargs.get("position_bias")  # T5's relative position bias, (1|B, H, Lq, Lk)
+    probs = _attention_probs(call, methods, scaling, drop, skip, bias)  # (B, H, Lq, Lk)
     for recorder in recorders:
         recorder.record(layer, probs)
     weights = probs if scale is None else probs * scale.to(probs.dtype)  # eq. 2
     weights = nn.functional.dropout(weights, p=dropout, training=training)  # the model's own, as stock
-    output = torch.matmul(weights, value)  # (B, H, Lq, d)
+    output = torch.matmul(weights, call.value)  # (B, H, Lq, d)
     return output.transpose(1, 2).contiguous(), weights
 
 
@@ -623,6 +709,8 @@ def uniform_weights(call: AttentionCall) -> torch.Tensor:
 
 def _masked_sdpa(
     call: AttentionCall,
+    key: torch.Tensor,
+    value: torch.Tensor,
     drop: torch.Tensor | None,
     scale: torch.Tensor | None,
     scaling: float | None,
@@ -635,14 +723,18 @@ def _masked_sdpa(
     row's mask falls back to its non-padding keys (``allowed_keys``), and its query is zeroed, so every score
     of that row is 0 and SDPA's softmax is uniform over those keys, with the model's dropout applied
     inside SDPA as on every other row. The zeroed query also cuts that row's query and key gradients,
-    as the explicit path's zeroed scores do.
+    as the explicit path's zeroed scores do. ``key`` and ``value`` are the module's own (before any
+    grouped-query repeat, which SDPA does itself). A relative position bias (T5) in ``kwargs`` is zeroed
+    on eq. 4 rows too, so that they stay uniform, as on the explicit path.
     """
     query, mask = call.query, call.key_valid
     if drop is not None:
         mask, empty = allowed_keys(call, drop)  # empty: (B, H|1, Lq, 1)
         query = query.masked_fill(empty, 0.0)  # eq. 4 rows: all scores 0, uniform softmax
+        if kwargs.get("position_bias") is not None:
+            kwargs["position_bias"] = kwargs["position_bias"].masked_fill(empty, 0.0)
     output, _ = sdpa_attention_forward(
-        call.module, query, call.key, call.value, mask, scaling=scaling, dropout=dropout, **kwargs
+        call.module, query, key, value, mask, scaling=scaling, dropout=dropout, **kwargs
     )  # (B, Lq, H, d)
     if scale is not None:
         output = output * (scale if scale.dim() == 0 else scale.transpose(1, 2)).to(output.dtype)
@@ -655,8 +747,13 @@ def _attention_probs(
     scaling: float | None,
     drop: torch.Tensor | None,
     skip: bool,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Softmax attention with eq. 3 (dropped scores = -inf) and eq. 4 (all dropped = uniform)."""
+    """Softmax attention with eq. 3 (dropped scores = -inf) and eq. 4 (all dropped = uniform).
+
+    ``bias`` (T5's relative position bias) is added after the methods' score transforms: a synthesizer
+    replaces the token-token scores, and the position bias stays, as BERT's position embeddings do.
+    """
     query, key = call.query, call.key
     b, h, lq, lk = call.shape
     valid = call.key_valid  # (B, 1, Lq, Lk) or None
@@ -670,6 +767,8 @@ def _attention_probs(
         changed = method.transform_scores(call, scores)
         if changed is not None:
             scores = changed
+    if bias is not None:
+        scores = scores + bias
     lowest = torch.finfo(scores.dtype).min
     if drop is None:
         if valid is not None:

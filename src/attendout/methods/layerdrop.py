@@ -55,10 +55,7 @@ class BlockDrop(AttentionMethod):
                 if dropped:
                     if position is None:  # shared attention module: keep its call counter in step
                         controller.next_layer()
-                    # DeBERTa's blocks return (hidden states, attention weights)
-                    return (
-                        (hidden_states, None) if controller.family.block_output == "pair" else hidden_states
-                    )
+                    return _skipped(controller.family.block_output, block, hidden_states, args, kwargs)
             return original(hidden_states, *args, **kwargs)
 
         return forward
@@ -70,6 +67,23 @@ class BlockDrop(AttentionMethod):
 
     def stats(self) -> dict[str, float]:
         return self.meter.pop()
+
+
+def _skipped(output: str, block: torch.nn.Module, hidden_states: torch.Tensor, args: tuple, kwargs: dict):
+    """What a skipped block returns: its input, in the form the family's blocks return."""
+    if output == "pair":  # DeBERTa: (hidden states, attention weights)
+        return hidden_states, None
+    if output == "t5":  # (hidden states, self-attention bias, cross-attention bias), shared down the stack
+        bias = args[1] if len(args) > 1 else kwargs.get("position_bias")
+        attention = block.layer[0].SelfAttention
+        if bias is None and attention.has_relative_attention_bias:
+            # the stack's first block computes the relative bias every later block reuses: compute it
+            # though the block is skipped, or the whole stack would lose its positions for this step
+            length = hidden_states.shape[1]
+            bias = attention.compute_bias(length, length, device=hidden_states.device)
+        cross = args[4] if len(args) > 4 else kwargs.get("encoder_decoder_position_bias")
+        return hidden_states, bias, cross
+    return hidden_states
 
 
 class AttentionSkip(AttentionMethod):

@@ -26,6 +26,15 @@ computed; ``init="paper"`` starts from ``a_h = 1/2``.
 
 The modules here only produce logits; the attention hook (:mod:`attendout.attention`) masks padding
 keys, applies the softmax, the model's attention dropout, and the layer's own value projection.
+
+**Decoders (causal) and KV caches.** Every variant produces logits for every key position, later ones
+included; in a causal layer the hook masks keys after the query (to -inf, before the softmax), so a
+position never sees a later one. A call brings Lq queries over Lk keys; query i sits at position
+t = Lk - Lq + i (without a cache Lq = Lk and t = i; generating with a cache, Lq = 1 and t = Lk - 1).
+The random variants read row t of R (or of R1 R2^T), columns 0..Lk-1; the dense variants compute
+F(X_t) from the query token's own input and keep its first Lk entries (rows 0..Lk-1 of W2). So step t
+of generation reads exactly the row that position t read in training, and Lk must not exceed l_max.
+Positions are cache slots: a left-padded prompt shifts them, as it shifts absolute position embeddings.
 """
 
 from __future__ import annotations
@@ -80,8 +89,8 @@ class RandomLogits(nn.Module):
         else:
             self.logits = nn.Parameter(logits)
 
-    def forward(self, x: torch.Tensor | None, length: int) -> torch.Tensor:
-        return self.logits[:, :length, :length].unsqueeze(0)  # (1, H, L, L)
+    def forward(self, x: torch.Tensor | None, lq: int, lk: int) -> torch.Tensor:
+        return self.logits[:, lk - lq : lk, :lk].unsqueeze(0)  # (1, H, Lq, Lk): rows of positions t
 
 
 class FactorizedRandomLogits(nn.Module):
@@ -105,10 +114,10 @@ class FactorizedRandomLogits(nn.Module):
             self.left = nn.Parameter(left)
             self.right = nn.Parameter(right)
 
-    def forward(self, x: torch.Tensor | None, length: int) -> torch.Tensor:
-        left = self.left[:, :length]  # (H, L, k)
-        right = self.right[:, :length]  # (H, L, k)
-        return torch.matmul(left, right.transpose(-1, -2)).unsqueeze(0)  # (1, H, L, L)
+    def forward(self, x: torch.Tensor | None, lq: int, lk: int) -> torch.Tensor:
+        left = self.left[:, lk - lq : lk]  # (H, Lq, k): the query positions
+        right = self.right[:, :lk]  # (H, Lk, k)
+        return torch.matmul(left, right.transpose(-1, -2)).unsqueeze(0)  # (1, H, Lq, Lk)
 
 
 class _Hidden(nn.Module):
@@ -146,13 +155,13 @@ class DenseLogits(nn.Module):
         self.hidden = _Hidden(hidden_size, init_std)
         self.weight, self.bias = _head_rows(heads, l_max, hidden_size, init_std)  # (H, l, d), (H, l)
 
-    def forward(self, x: torch.Tensor | None, length: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | None, lq: int, lk: int) -> torch.Tensor:
         if x is None:
             raise ValueError("the dense synthesizer needs the layer's input hidden states")
-        hidden = self.hidden(x)  # (B, L, d)
-        weight = self.weight[:, :length]  # (H, L, d)
-        logits = torch.einsum("bid,hjd->bhij", hidden, weight)  # (B, H, L, L)
-        return logits + self.bias[:, :length].unsqueeze(0).unsqueeze(2)  # + (1, H, 1, L)
+        hidden = self.hidden(x)  # (B, Lq, d): the query tokens' inputs
+        weight = self.weight[:, :lk]  # (H, Lk, d)
+        logits = torch.einsum("bid,hjd->bhij", hidden, weight)  # (B, H, Lq, Lk)
+        return logits + self.bias[:, :lk].unsqueeze(0).unsqueeze(2)  # + (1, H, 1, Lk)
 
 
 class FactorizedDenseLogits(nn.Module):
@@ -174,17 +183,17 @@ class FactorizedDenseLogits(nn.Module):
         self.weight_a, self.bias_a = _head_rows(heads, self.a, hidden_size, init_std)  # (H, a, d), (H, a)
         self.weight_b, self.bias_b = _head_rows(heads, self.b, hidden_size, init_std)  # (H, b, d), (H, b)
 
-    def forward(self, x: torch.Tensor | None, length: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | None, lq: int, lk: int) -> torch.Tensor:
         if x is None:
             raise ValueError("the factorized dense synthesizer needs the layer's input hidden states")
-        hidden = self.hidden(x)  # (B, L, d)
-        used = math.ceil(length / self.b)  # the A values that reach positions < length
-        a = torch.einsum("bid,had->bhia", hidden, self.weight_a[:, :used])  # (B, H, L, a')
+        hidden = self.hidden(x)  # (B, Lq, d)
+        used = math.ceil(lk / self.b)  # the A values that reach key positions < Lk
+        a = torch.einsum("bid,had->bhia", hidden, self.weight_a[:, :used])  # (B, H, Lq, a')
         a = a + self.bias_a[:, :used].unsqueeze(0).unsqueeze(2)
-        b = torch.einsum("bid,hcd->bhic", hidden, self.weight_b)  # (B, H, L, b)
+        b = torch.einsum("bid,hcd->bhic", hidden, self.weight_b)  # (B, H, Lq, b)
         b = b + self.bias_b.unsqueeze(0).unsqueeze(2)
-        logits = (a.unsqueeze(-1) * b.unsqueeze(-2)).flatten(-2)  # (B, H, L, a' * b)
-        return logits[..., :length]  # (B, H, L, L)
+        logits = (a.unsqueeze(-1) * b.unsqueeze(-2)).flatten(-2)  # (B, H, Lq, a' * b)
+        return logits[..., :lk]  # (B, H, Lq, Lk)
 
 
 def build_logits(
@@ -212,9 +221,9 @@ def build_logits(
 class SynthesizerLayer(nn.Module):
     """The synthesized attention logits of one layer, alone or mixed with the dot-product logits.
 
-    ``forward(dot, x)`` takes the scaled dot-product scores (B, H, L, L) that the hook computed and the
-    layer's input hidden states x (B, L, d) (None for the random variants) and returns the logits the
-    hook feeds to its padding mask and softmax.
+    ``forward(dot, x)`` takes the scaled dot-product scores (B, H, Lq, Lk) that the hook computed and the
+    query tokens' input hidden states x (B, Lq, d) (None for the random variants) and returns the logits
+    the hook feeds to its padding (and causal) mask and softmax.
 
     Mixture (Tay et al. 2021, §3.3): ``(1 - a_h) dot + a_h synth``, one ``a_h`` per head in ``mix``.
     """
@@ -258,9 +267,9 @@ class SynthesizerLayer(nn.Module):
 
     def forward(self, dot: torch.Tensor, x: torch.Tensor | None) -> torch.Tensor:
         b, h, lq, lk = dot.shape
-        synth = self.logits(x, lk)  # (B|1, H|1, L, L)
+        synth = self.logits(x, lq, lk)  # (B|1, H|1, Lq, Lk)
         if self.mix is None:
-            return synth.expand(b, h, lq, lk)  # (B, H, L, L), a view
+            return synth.expand(b, h, lq, lk)  # (B, H, Lq, Lk), a view
         weight = self.mix.view(1, h, 1, 1).to(dot.dtype)  # (1, H, 1, 1)
         # (1 - a) dot + a synth in one fused op; with a = 0 it returns dot bit for bit
         return torch.lerp(dot, synth.to(dot.dtype), weight)  # (B, H, L, L)

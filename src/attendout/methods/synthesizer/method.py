@@ -97,6 +97,13 @@ class Synthesizer(AttentionMethod):
                 "sequence you will fine-tune on (attendout.synthesize(model, variant, max_length=N); "
                 "attendout finetune sets it from --max-length)"
             )
+        if self.l_max is None and getattr(config, "max_position_embeddings", None) is None:
+            # T5: relative positions, no longest sequence in the config
+            raise ValueError(
+                f"{self.name}: {type(model).__name__} has relative positions and no fixed length; give "
+                "l_max, the longest sequence (prompt plus generated tokens, in a decoder) the synthesized "
+                "layers will see (attendout.synthesize(model, variant, max_length=N))"
+            )
         if self.l_max is None:
             self.l_max = int(config.max_position_embeddings)
         if self.config.rank > self.l_max:
@@ -148,13 +155,14 @@ class Synthesizer(AttentionMethod):
             raise RuntimeError(f"{self.name}: the method is not attached to a model")
         layer = self.modules[str(call.layer)]
         b, h, lq, lk = call.shape
-        if lq != lk:
+        if lq > lk:
             raise ValueError(f"{self.name}: self-attention expected, got {lq} queries and {lk} keys")
         if lk > self.l_max:
+            cached = f", {lk - lq} of them from the KV cache" if lq < lk else ""
             raise SequenceTooLongError(
-                f"{self.name}: sequence length {lk} exceeds the synthesizer's l_max {self.l_max} "
-                f"(layer {call.layer}); truncate inputs to at most {self.l_max} tokens (--max-length) "
-                f"or synthesize with a larger l_max"
+                f"{self.name}: sequence length {lk}{cached} exceeds the synthesizer's l_max {self.l_max} "
+                f"(layer {call.layer}); truncate inputs to at most {self.l_max} tokens (--max-length), "
+                f"generate at most {self.l_max} positions in all, or synthesize with a larger l_max"
             )
         x = None
         if layer.needs_input:
