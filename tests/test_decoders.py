@@ -388,3 +388,32 @@ def test_layer_key_valid_stays_bidirectional_in_every_encoder():
         model = tiny_model(family)
         attendout.install(model)
         assert layer_key_valid(model, 0, everything).all(), family  # layer 0: global in ModernBERT too
+
+
+def test_finetune_pads_a_decoder_without_a_pad_token_with_its_eos_token(tmp_path):
+    """GPT-2 and Llama tokenizers ship no padding token: the run pads with the end-of-sequence token, and
+    the classifier reads each example's last real token, so padding never changes an example's logits."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from attendout.models import load_for_task
+    from attendout.tasks import get_task
+
+    words = ["<eos>", "<unk>", *[f"w{i}" for i in range(VOCAB - 2)]]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    folder = tmp_path / "gpt2"
+    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", unk_token="<unk>").save_pretrained(
+        folder
+    )
+    torch.manual_seed(0)
+    GPT2ForSequenceClassification(
+        GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4)
+    ).save_pretrained(folder)
+    model, tokenizer, _ = load_for_task(str(folder), get_task("sst2"))
+    assert tokenizer.pad_token == "<eos>" and model.config.pad_token_id == 0
+    model.eval()
+    batch = tokenizer(["w3 w4 w5", "w6 w7 w8 w9 w10"], padding=True, return_tensors="pt")
+    alone = tokenizer(["w3 w4 w5"], return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(model(**batch).logits[:1], model(**alone).logits)

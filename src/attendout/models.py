@@ -129,6 +129,26 @@ def checkpoint_head(config, kind: str = "classification") -> tuple[str, ...] | N
     return tuple(id2label.get(i, f"LABEL_{i}") for i in range(count))
 
 
+def _pad_with_eos(model: nn.Module, tokenizer, name: str) -> None:
+    """Decoders (GPT-2, Llama) ship no padding token: pad with their end-of-sequence token, as is usual.
+
+    Their sequence heads read the last token that is not padding (``config.pad_token_id``); the inputs
+    attendout tokenizes carry no end-of-sequence token, so none is mistaken for padding.
+    """
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ModelNotFoundError(
+                f"model {name!r}: its tokenizer has neither a padding nor an end-of-sequence token, so batches "
+                "cannot be padded; add a pad token to the tokenizer (tokenizer.add_special_tokens) and save it"
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+        logger.info(
+            "model %s: no padding token; padding with its end-of-sequence token %r", name, tokenizer.eos_token
+        )
+    if getattr(model.config, "pad_token_id", None) is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+
+
 def _has_a_head(config) -> bool:
     """Whether the checkpoint was saved with a task head (``BertFor...``), not as a bare encoder."""
     return any("For" in str(a) for a in getattr(config, "architectures", None) or [])
@@ -340,6 +360,7 @@ def load_for_task(
             f"the weights of model {name!r} are truncated or corrupt ({_first_line(error)}); {REPAIR}"
         ) from None
     check_finite(model, repr(name))
+    _pad_with_eos(model, tokenizer, name)
     if other_head:
         reinit_head(model)
         logger.warning(
