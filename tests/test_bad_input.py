@@ -321,18 +321,21 @@ def test_a_model_folder_without_weights(shared, tmp_path, capsys):
 
 
 def test_a_model_of_an_unsupported_family(shared, tmp_path, capsys):
-    from transformers import GPT2Config, GPT2ForSequenceClassification
+    from transformers import MPNetConfig, MPNetForSequenceClassification
 
-    folder = tmp_path / "gpt2"
+    folder = tmp_path / "mpnet"
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, pad_token_id=0)
-    GPT2ForSequenceClassification(config).save_pretrained(folder)
+    config = MPNetConfig(
+        vocab_size=99, max_position_embeddings=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=37,
+    )  # fmt: skip
+    MPNetForSequenceClassification(config).save_pretrained(folder)
     for f in Path(shared["model"]).iterdir():
         if "token" in f.name or f.name == "vocab.txt":
             (folder / f.name).write_bytes(f.read_bytes())
     out = tmp_path / "out"
     refused(
-        capsys, finetune_args(shared, out, model=folder), out, "model_type 'gpt2'", "supported model types"
+        capsys, finetune_args(shared, out, model=folder), out, "model_type 'mpnet'", "supported model types"
     )
 
 
