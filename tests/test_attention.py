@@ -147,6 +147,27 @@ def test_attn_layerdrop_skip_is_uniform_and_cuts_query_key_gradients(bert):
     assert attn.value.weight.grad.abs().max() > 0  # values still train
 
 
+def test_a_skipped_layer_goes_through_sdpa_and_equals_the_explicit_uniform_rows(bert):
+    """Without a recorder a skipped layer runs on SDPA (zeroed queries over the real keys); it must give
+    what the explicit softmax path gives (the path a recorder forces), outputs and gradients alike."""
+    batch = make_batch(pad_from=PADDED)
+    attendout.apply(bert, "attn-layerdrop", p=1.0, layers=[1])
+    bert.train()
+    results = []
+    for recorded in (False, True):
+        bert.zero_grad()
+        if recorded:
+            with attendout.record_attention(bert, layers=[1]):
+                loss = bert(**batch).loss
+        else:
+            loss = bert(**batch).loss
+        loss.backward()
+        results.append((loss.detach(), bert.bert.encoder.layer[1].attention.self.value.weight.grad.clone()))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    torch.testing.assert_close(results[0][1], results[1][1])
+    assert bert.bert.encoder.layer[1].attention.self.query.weight.grad.abs().max() == 0
+
+
 def test_attn_layerdrop_per_sample_rate(bert):
     handle = attendout.apply(bert, "attn-layerdrop", p=0.5, per_sample=True)
     bert.train()

@@ -74,7 +74,7 @@ def test_masked_sdpa_eq4_rows_equal_the_explicit_softmax(padded):
             t.grad = None
         call = AttentionCall(0, module, query, key, value, valid, True)
         if explicit:
-            probs = _attention_probs(call, [], None, drop, False)
+            probs = _attention_probs(call, [], None, drop)
             output = torch.matmul(probs, value).transpose(1, 2)  # (B, Lq, H, d)
         else:
             output, _ = _masked_sdpa(call, key, value, drop, None, None, 0.0)

@@ -623,19 +623,21 @@ def attendout_attention(
     )
     drop, scale, skip, dropout = combine_edits(call, methods, own, dropout)
     transforms = any(rewrites_scores(m) for m in methods)
+    if skip:  # eq. 4 for the whole layer is every score dropped: the same paths below compute it
+        drop = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=query.device)
 
-    if drop is None and scale is None and not skip and not recorders and not transforms:
+    if drop is None and scale is None and not recorders and not transforms:
         # Only the dropout probability changed: stock SDPA can still do the work.
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
-    if not skip and not recorders and not transforms and (scale is None or _per_head(scale)):
+    if not recorders and not transforms and (scale is None or _per_head(scale)):
         # Dropped scores and per-head scales fit SDPA too: the drops join the padding mask, a scale
         # of whole rows of weights scales the output. About 1.4x faster than the softmax below on CPU.
         return _masked_sdpa(call, key, value, drop, scale, scaling, dropout, **kwargs)
 
     bias = kwargs.get("position_bias")  # T5's relative position bias, (1|B, H, Lq, Lk)
-    probs = _attention_probs(call, methods, scaling, drop, skip, bias)  # (B, H, Lq, Lk)
+    probs = _attention_probs(call, methods, scaling, drop, bias)  # (B, H, Lq, Lk)
     for recorder in recorders:
         recorder.record(layer, probs)
     weights = probs if scale is None else probs * scale.to(probs.dtype)  # eq. 2
@@ -746,7 +748,6 @@ def _attention_probs(
     methods: list[AttentionMethod],
     scaling: float | None,
     drop: torch.Tensor | None,
-    skip: bool,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Softmax attention with eq. 3 (dropped scores = -inf) and eq. 4 (all dropped = uniform).
@@ -757,10 +758,6 @@ def _attention_probs(
     query, key = call.query, call.key
     b, h, lq, lk = call.shape
     valid = call.key_valid  # (B, 1, Lq, Lk) or None
-    if skip:
-        # eq. 4 for the whole layer: Softmax(M) with every score dropped = uniform over real keys.
-        return uniform_weights(call).expand(b, h, lq, lk)
-
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     scores = torch.matmul(query, key.transpose(-1, -2)) * scale  # (B, H, Lq, Lk)
     for method in methods:
