@@ -43,16 +43,9 @@ from pathlib import Path
 
 import torch
 
-VARIANTS = [
-    "dot",
-    "random",
-    "random-fixed",
-    "factorized-random",
-    "dense",
-    "factorized-dense",
-    "random+dot",
-    "dense+dot",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synthesizer_from_scratch import VARIANTS  # noqa: E402  (the same variants as the classification runs)
+
 SPECIALS = ["<unk>", "<eos>"]
 
 
