@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 from transformers import (
+    AutoModelForSequenceClassification,
     GPT2Config,
     GPT2ForSequenceClassification,
     GPT2LMHeadModel,
@@ -20,6 +21,7 @@ from transformers import (
     Qwen2ForCausalLM,
     T5Config,
     T5ForConditionalGeneration,
+    T5ForSequenceClassification,
 )
 
 import attendout
@@ -272,13 +274,34 @@ def test_addrop_candidates_in_a_decoder_are_past_keys_only():
 
 
 @pytest.mark.parametrize("method", ["attendout", "addrop", "synthesizer", "drophead"])
-def test_finetune_trains_a_decoder_classifier_with_every_kind_of_method(tmp_path, method, capsys):
+@pytest.mark.parametrize("family", ["gpt2", "t5"])
+def test_finetune_trains_a_decoder_or_t5_classifier_with_every_kind_of_method(
+    tmp_path, family, method, capsys
+):
     train, dev = (
         write_sentiment_csv(tmp_path / "train.csv", 48, seed=0),
         write_sentiment_csv(tmp_path / "dev.csv", 16),
     )
-    folder = save_tiny_model_dir(tmp_path / "gpt2", "bert")  # its word-level tokenizer, then a GPT-2 in it
-    tiny_classifier().save_pretrained(folder)
+    folder = save_tiny_model_dir(tmp_path / family, "bert")  # its word-level tokenizer, then our model in it
+    if family == "gpt2":
+        classifier = tiny_classifier()
+    else:
+        torch.manual_seed(0)
+        classifier = T5ForSequenceClassification(
+            T5Config(
+                vocab_size=VOCAB,
+                d_model=32,
+                d_kv=8,
+                d_ff=37,
+                num_layers=2,
+                num_decoder_layers=2,
+                num_heads=4,
+                decoder_start_token_id=0,
+                pad_token_id=0,
+                eos_token_id=3,
+            )  # fmt: skip
+        )
+    classifier.save_pretrained(folder)
     out = tmp_path / "run"
     args = [
         "finetune", "--task", "file", "--train-file", train, "--eval-file", f"dev={dev}",
@@ -290,11 +313,9 @@ def test_finetune_trains_a_decoder_classifier_with_every_kind_of_method(tmp_path
     assert main(args) == 0, capsys.readouterr().err
     results = json.loads((out / "results.json").read_text())
     assert results["method"] == method and "dev" in results["eval"]
-    if method != "synthesizer":  # a plain transformers GPT-2 checkpoint
-        assert (
-            type(GPT2ForSequenceClassification.from_pretrained(out / "model"))
-            is GPT2ForSequenceClassification
-        )
+    if method != "synthesizer":  # a plain transformers checkpoint of the same class
+        saved = AutoModelForSequenceClassification.from_pretrained(out / "model")
+        assert type(saved) is type(classifier)
 
 
 # --------------------------------------------------------------------------------------------------
