@@ -197,14 +197,51 @@ def test_weights_dropout_mask_rate_and_rescaling(bert):
         assert torch.all(weights[~valid] == 0)
 
 
+def test_weights_dropout_runs_inside_sdpa_at_its_rate_rescaled_and_independently_per_head():
+    """attn-dropout (rescaled) is the model's dropout at its own p, inside SDPA: no mask of ours. Values
+    set to the identity make the attention output the weights themselves, so the fused path's draws can
+    be read: about p of the real weights are 0, the rest are the softmax's divided by (1 - p), and each
+    example and head draws its own."""
+    from attendout.attention import attendout_attention
+
+    model = tiny_model("bert", **no_dropout("bert"))
+    attendout.apply(model, "attn-dropout", p=0.25)
+    module = get_controller(model).attention_modules[0].train()
+    b, h, length = 8, 4, 24
+    g = torch.Generator().manual_seed(0)
+    query, key = torch.randn(b, h, length, 8, generator=g), torch.randn(b, h, length, 8, generator=g)
+    value = torch.eye(length).expand(b, h, length, length)  # output row = weights row
+    valid = torch.ones(b, 1, length, length, dtype=torch.bool)
+    valid[1, ..., 10:] = False
+    torch.manual_seed(0)
+    output, weights = attendout_attention(module, query, key, value, valid, scaling=8**-0.5, dropout=0.1)
+    assert weights is None  # the fused path: SDPA returns no weights
+    weights = output.transpose(1, 2)  # (B, H, Lq, Lk)
+    scores = (query @ key.transpose(-1, -2) * 8**-0.5).masked_fill(~valid, float("-inf"))
+    probs = torch.softmax(scores, -1)
+    real = valid.expand(b, h, length, length)
+    dropped = (weights == 0) & real
+    rate = dropped.sum() / real.sum()
+    assert abs(rate.item() - 0.25) < 4 * (0.25 * 0.75 / real.sum().item()) ** 0.5  # not the model's 0.1
+    kept = real & ~dropped
+    torch.testing.assert_close(weights[kept], probs[kept] / 0.75)
+    per_head = dropped.flatten(2).sum(-1) / real.flatten(2).sum(-1)  # (B, H): each near 0.25
+    assert (per_head - 0.25).abs().max() < 0.1
+    flat = dropped.flatten(2)
+    assert not any(torch.equal(flat[0, i], flat[0, j]) for i in range(h) for j in range(i))
+    assert not torch.equal(flat[0, 0], flat[2, 0])
+
+
 def test_weights_dropout_replaces_model_dropout():
-    """With the model's own attention dropout at 0.5 and attn-dropout p=0.1, about 10% are dropped."""
+    """With the model's own attention dropout at 0.5 and attn-dropout p=0.1, about 10% are dropped (on the
+    explicit path, which a recorder forces and where the weights can be captured)."""
     model = tiny_model("bert", attention_probs_dropout_prob=0.5, hidden_dropout_prob=0.0)
     attendout.apply(model, "attn-dropout", p=0.1)
     captured, _ = capture_weights(model)
     model.train()
     batch = make_batch(batch=16, length=24)
-    model(**batch)
+    with attendout.record_attention(model):
+        model(**batch)
     rate = (captured[0] == 0).float().mean().item()
     assert abs(rate - 0.1) < 0.03
 

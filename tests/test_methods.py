@@ -36,8 +36,9 @@ def test_registry_has_the_paper_methods():
 
 # What each method does with no options, as the README's method table says: the rate it drops at in
 # training, and the number of forwards it needs to show it (LayerDrop decides once per forward).
+# (attn-dropout's default p 0.2 acts inside SDPA, where no rate is counted: tests/test_attention.py
+# measures it there, from the weights themselves.)
 DEFAULT_RATES = {
-    "attn-dropout": (0.2, 2),  # attention weights
     "scores-dropout": (0.1, 2),  # scores before the softmax
     "drophead": (0.1, 2),  # heads, per example (the V schedule's rate at the start)
     "layerdrop": (0.2, 800),  # blocks

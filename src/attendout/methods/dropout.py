@@ -3,7 +3,10 @@
 * ``attn-dropout`` is vanilla attention dropout (paper 001 §7.1, "Vanilla Dropout"): a Bernoulli mask on
   the weights after the softmax, *in place of* the model's own attention dropout (which is already
   p = 0.1 in BERT-style models, so the default here is 0.2). It rescales the kept weights by 1/(1-p)
-  like standard dropout (and like the model's own); ``rescale=False`` leaves them as they are.
+  like standard dropout (and like the model's own); ``rescale=False`` leaves them as they are. With
+  rescaling it *is* the model's dropout at another rate, so it runs where the model's own runs: inside
+  SDPA (``dropout_p``), at the cost of stock attention, with no mask of ours; its realised rate is then
+  not counted (no ``drop_rate`` statistic). ``rescale=False`` needs its own mask (the explicit path).
 * ``scores-dropout`` sets scores to -inf before the softmax; the softmax renormalises the row, which
   plays the part of the 1/(1-p) rescaling. A row with every key dropped attends uniformly (eq. 4).
   It *adds to* the model's own attention dropout, which still acts on the weights.
@@ -26,6 +29,8 @@ class WeightsDropout(AttentionMethod):
         self.meter = RateMeter()
 
     def edit(self, call: AttentionCall) -> AttentionEdit:
+        if self.rescale:  # eq. 2 with 1/(1-p): the model's own dropout at rate p, inside SDPA
+            return AttentionEdit(dropout=self.p)
         drop = bernoulli_drop(call.shape, self.p, call.query.device)  # (B, H, Lq, Lk)
         self.meter.add(f"{self.name}/drop_rate/L{call.layer}", *call.dropped_fraction(drop))
         return AttentionEdit(
