@@ -634,7 +634,7 @@ def attendout_attention(
     if not recorders and not transforms and (scale is None or _per_head(scale)):
         # Dropped scores and per-head scales fit SDPA too: the drops join the padding mask, a scale
         # of whole rows of weights scales the output. About 1.4x faster than the softmax below on CPU.
-        return _masked_sdpa(call, key, value, drop, scale, scaling, dropout, **kwargs)
+        return _masked_sdpa(call, key, value, attention_mask, drop, scale, scaling, dropout, **kwargs)
 
     bias = kwargs.get("position_bias")  # T5's relative position bias, (1|B, H, Lq, Lk)
     probs = _attention_probs(call, methods, scaling, drop, bias)  # (B, H, Lq, Lk)
@@ -713,6 +713,7 @@ def _masked_sdpa(
     call: AttentionCall,
     key: torch.Tensor,
     value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     drop: torch.Tensor | None,
     scale: torch.Tensor | None,
     scaling: float | None,
@@ -727,9 +728,10 @@ def _masked_sdpa(
     inside SDPA as on every other row. The zeroed query also cuts that row's query and key gradients,
     as the explicit path's zeroed scores do. ``key`` and ``value`` are the module's own (before any
     grouped-query repeat, which SDPA does itself). A relative position bias (T5) in ``kwargs`` is zeroed
-    on eq. 4 rows too, so that they stay uniform, as on the explicit path.
+    on eq. 4 rows too, so that they stay uniform, as on the explicit path. Without drops the model's own
+    ``attention_mask`` goes to SDPA as it came (None for an unpadded causal batch: SDPA's ``is_causal``).
     """
-    query, mask = call.query, call.key_valid
+    query, mask = call.query, attention_mask
     if drop is not None:
         mask, empty = allowed_keys(call, drop)  # empty: (B, H|1, Lq, 1)
         query = query.masked_fill(empty, 0.0)  # eq. 4 rows: all scores 0, uniform softmax
