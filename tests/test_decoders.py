@@ -438,3 +438,13 @@ def test_finetune_pads_a_decoder_without_a_pad_token_with_its_eos_token(tmp_path
     alone = tokenizer(["w3 w4 w5"], return_tensors="pt")
     with torch.no_grad():
         torch.testing.assert_close(model(**batch).logits[:1], model(**alone).logits)
+
+
+def test_a_synthesized_decoder_refuses_a_static_cache_rather_than_misread_its_rows():
+    model = tiny_lm("llama").eval()
+    attendout.synthesize(model, "random", max_length=32)
+    prompt = ids()[:, :4]
+    kwargs = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=4, do_sample=False, pad_token_id=0)
+    model.generate(input_ids=prompt, **kwargs)  # a dynamic cache: fine (the other tests check its logits)
+    with pytest.raises(ValueError, match="dynamic KV caches only"):
+        model.generate(input_ids=prompt, cache_implementation="static", **kwargs)

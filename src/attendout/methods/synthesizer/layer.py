@@ -34,6 +34,8 @@ t = Lk - Lq + i (without a cache Lq = Lk and t = i; generating with a cache, Lq 
 The random variants read row t of R (or of R1 R2^T), columns 0..Lk-1; the dense variants compute
 F(X_t) from the query token's own input and keep its first Lk entries (rows 0..Lk-1 of W2). So step t
 of generation reads exactly the row that position t read in training, and Lk must not exceed l_max.
+That needs a cache holding exactly the earlier positions (transformers' dynamic cache, the default of
+``generate``); a static cache, longer than the sequence so far, is refused with an error.
 Positions are cache slots: a left-padded prompt shifts them, as it shifts absolute position embeddings.
 """
 

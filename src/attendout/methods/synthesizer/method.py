@@ -164,6 +164,8 @@ class Synthesizer(AttentionMethod):
                 f"(layer {call.layer}); truncate inputs to at most {self.l_max} tokens (--max-length), "
                 f"generate at most {self.l_max} positions in all, or synthesize with a larger l_max"
             )
+        if lq < lk and call.key_valid is not None:
+            _check_positions(call, self.name)
         x = None
         if layer.needs_input:
             x = self._inputs.pop(id(call.module), None)
@@ -185,6 +187,25 @@ class Synthesizer(AttentionMethod):
             return {}
         with torch.no_grad():
             return {f"{self.name}/mix/L{k}": float(m.mix.mean()) for k, m in self.modules.items()}
+
+
+def _check_positions(call: AttentionCall, name: str) -> None:
+    """With a KV cache, query i must sit at position Lk - Lq + i (the row its logits are read from).
+
+    A dynamic cache holds exactly the earlier positions, so the last key a query sees is itself. A
+    static cache is longer than the sequence so far (its free slots masked): its rows would be misread,
+    so it is refused rather than giving other logits than the same model without a cache.
+    """
+    b, _, lq, lk = call.shape
+    keys = torch.arange(1, lk + 1, device=call.query.device)
+    last = (call.key_valid * keys).amax(dim=-1) - 1  # (B, 1, Lq): the last key each query sees
+    expected = torch.arange(lk - lq, lk, device=call.query.device)
+    if bool(((last != expected) & (last >= 0)).any()):
+        raise ValueError(
+            f"{name}: layer {call.layer}'s {lq} queries over {lk} cached keys do not sit at the cache's last "
+            "positions (a static or sliding cache?); synthesized attention reads its logits by position and "
+            "supports dynamic KV caches only (the default of generate)"
+        )
 
 
 def get_synthesizer(model: nn.Module) -> Synthesizer | None:
