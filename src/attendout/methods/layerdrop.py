@@ -1,7 +1,7 @@
 """Layer-level regularisers of paper 001 §7.1.
 
 * ``layerdrop`` (Fan et al., 2019, "Reducing Transformer Depth on Demand with Structured Dropout"):
-  in training, each encoder block is skipped with probability p (the block returns its input). The
+  in training, each block (an encoder or decoder layer) is skipped with probability p (the block returns its input). The
   attention hook cannot skip a feed-forward sub-layer, so this is the one method that wraps a module:
   it sets an instance ``forward`` on each block that either calls the block's own forward or returns
   the hidden states unchanged. Parameters and state-dict keys are untouched; ``remove()`` deletes the
@@ -112,7 +112,7 @@ class AttentionSkip(AttentionMethod):
 @dataclass
 class LayerDropConfig(MethodConfig):
     name = "layerdrop"
-    summary = "skip whole encoder blocks with probability p in training (LayerDrop, Fan et al. 2019)"
+    summary = "skip whole blocks (layers) with probability p in training (LayerDrop, Fan et al. 2019)"
     unused_parameters = "a skipped block's weights get no gradient in that step"
 
     p: float = field(default=0.2, metadata={"help": "probability of skipping each block, per batch"})
