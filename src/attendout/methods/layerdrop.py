@@ -1,8 +1,9 @@
 """Layer-level regularisers of paper 001 §7.1.
 
 * ``layerdrop`` (Fan et al., 2019, "Reducing Transformer Depth on Demand with Structured Dropout"):
-  in training, each block (an encoder or decoder layer) is skipped with probability p (the block returns its input). The
-  attention hook cannot skip a feed-forward sub-layer, so this is the one method that wraps a module:
+  in training, each block (an encoder or decoder layer) is skipped with probability p (the block
+  returns its input). The attention hook cannot skip a feed-forward sub-layer, so this is the one
+  method that wraps a module:
   it sets an instance ``forward`` on each block that either calls the block's own forward or returns
   the hidden states unchanged. Parameters and state-dict keys are untouched; ``remove()`` deletes the
   instance attribute. The decision is per batch, as in LayerDrop.
