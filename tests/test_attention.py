@@ -409,3 +409,15 @@ def test_weights_dropout_at_the_models_rate_is_the_same_noise_as_the_models_own_
     replaced = spread()
     assert stock > 0
     assert abs(replaced / stock - 1) < 0.15, (stock, replaced)
+
+
+def test_weights_dropout_reports_the_rate_it_hands_sdpa_for_the_layers_it_acted_on():
+    model = tiny_model("bert", **no_dropout("bert"))
+    handle = attendout.apply(model, "attn-dropout", p=0.3, layers="1")
+    model.eval()
+    model(**make_batch())
+    assert handle.stats() == {}  # eval: it never acted
+    model.train()
+    model(**make_batch())
+    assert handle.stats() == {"attn-dropout/p/L1": 0.3}
+    assert handle.stats() == {}  # reset after each call

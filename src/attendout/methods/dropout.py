@@ -6,7 +6,8 @@
   like standard dropout (and like the model's own); ``rescale=False`` leaves them as they are. With
   rescaling it *is* the model's dropout at another rate, so it runs where the model's own runs: inside
   SDPA (``dropout_p``), at the cost of stock attention, with no mask of ours; its realised rate is then
-  not counted (no ``drop_rate`` statistic). ``rescale=False`` needs its own mask (the explicit path).
+  not counted: its statistic is the rate it handed SDPA (``attn-dropout/p/L*``), not a ``drop_rate``.
+  ``rescale=False`` needs its own mask (the explicit path).
 * ``scores-dropout`` sets scores to -inf before the softmax; the softmax renormalises the row, which
   plays the part of the 1/(1-p) rescaling. A row with every key dropped attends uniformly (eq. 4).
   It *adds to* the model's own attention dropout, which still acts on the weights.
@@ -27,9 +28,11 @@ class WeightsDropout(AttentionMethod):
     def __init__(self, p: float, rescale: bool, layers=None):
         self.p, self.rescale, self.layers = p, rescale, layers
         self.meter = RateMeter()
+        self._applied: set[int] = set()  # layers that handed SDPA their rate since the last stats()
 
     def edit(self, call: AttentionCall) -> AttentionEdit:
         if self.rescale:  # eq. 2 with 1/(1-p): the model's own dropout at rate p, inside SDPA
+            self._applied.add(call.layer)
             return AttentionEdit(dropout=self.p)
         drop = bernoulli_drop(call.shape, self.p, call.query.device)  # (B, H, Lq, Lk)
         self.meter.add(f"{self.name}/drop_rate/L{call.layer}", *call.dropped_fraction(drop))
@@ -38,7 +41,11 @@ class WeightsDropout(AttentionMethod):
         )
 
     def stats(self) -> dict[str, float]:
-        return self.meter.pop()
+        """The realised drop rate per layer where our masks drew it; the rate handed to SDPA
+        (``attn-dropout/p/L*``) where SDPA drew it, which counts no draws."""
+        applied = {f"{self.name}/p/L{layer}": self.p for layer in sorted(self._applied)}
+        self._applied = set()
+        return {**applied, **self.meter.pop()}
 
 
 class ScoresDropout(AttentionMethod):
