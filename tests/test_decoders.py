@@ -62,12 +62,17 @@ def tiny_lm(family: str, seed: int = 0, **overrides):
     if family == "qwen2":
         return Qwen2ForCausalLM(Qwen2Config(**LLAMA, **overrides))
     if family == "t5":
-        config = T5Config(
-            vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_decoder_layers=2, num_heads=4,
-            dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0, **overrides,
-        )  # fmt: skip
-        return T5ForConditionalGeneration(config)
+        return T5ForConditionalGeneration(tiny_t5_config(**overrides))
     raise ValueError(family)
+
+
+def tiny_t5_config(**overrides) -> T5Config:
+    """T5, 2 + 2 layers, hidden 32, 4 heads, its dropout off."""
+    options = dict(
+        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_decoder_layers=2, num_heads=4,
+        dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0,
+    )  # fmt: skip
+    return T5Config(**{**options, **overrides})
 
 
 def ids(seed: int = 1, batch: int = 2) -> torch.Tensor:
@@ -287,20 +292,7 @@ def test_finetune_trains_a_decoder_or_t5_classifier_with_every_kind_of_method(
         classifier = tiny_classifier()
     else:
         torch.manual_seed(0)
-        classifier = T5ForSequenceClassification(
-            T5Config(
-                vocab_size=VOCAB,
-                d_model=32,
-                d_kv=8,
-                d_ff=37,
-                num_layers=2,
-                num_decoder_layers=2,
-                num_heads=4,
-                decoder_start_token_id=0,
-                pad_token_id=0,
-                eos_token_id=3,
-            )  # fmt: skip
-        )
+        classifier = T5ForSequenceClassification(tiny_t5_config(eos_token_id=3))
     classifier.save_pretrained(folder)
     out = tmp_path / "run"
     args = [
