@@ -77,7 +77,7 @@ def test_masked_sdpa_eq4_rows_equal_the_explicit_softmax(padded):
             probs = _attention_probs(call, [], None, drop)
             output = torch.matmul(probs, value).transpose(1, 2)  # (B, Lq, H, d)
         else:
-            output, _ = _masked_sdpa(call, key, value, valid, drop, None, None, 0.0)
+            output, _ = _masked_sdpa(call, valid, drop, None, None, 0.0)
         weights = torch.randn(output.shape, generator=torch.Generator().manual_seed(1))
         (output * weights).sum().backward()
         results.append((output.detach(), *(t.grad.clone() for t in (query, key, value))))

@@ -174,16 +174,12 @@ def layer_key_valid(model: nn.Module, layer: int, key_valid: torch.Tensor) -> to
     )
     if not (causal or windowed):
         return key_valid
-    lq, lk = key_valid.shape[-2], key_valid.shape[-1]
-    queries = torch.arange(lk - lq, lk, device=key_valid.device)[:, None]  # absolute positions
-    distance = queries - torch.arange(lk, device=key_valid.device)  # (Lq, Lk): query minus key
-    seen = torch.ones_like(distance, dtype=torch.bool)
-    if causal:
-        seen = distance >= 0
-        if windowed:
-            seen = seen & (distance < config.sliding_window)
-    elif windowed:
-        seen = distance.abs() <= config.sliding_window
+    distance = _distance(key_valid.shape[-2], key_valid.shape[-1], key_valid.device)
+    if not causal:  # a bidirectional window, inclusive on both sides
+        return key_valid & (distance.abs() <= config.sliding_window)
+    seen = distance >= 0
+    if windowed:  # the last sliding_window positions
+        seen = seen & (distance < config.sliding_window)
     return key_valid & seen  # (B, 1, Lq, Lk)
 
 
@@ -192,10 +188,14 @@ def is_causal(module: nn.Module) -> bool:
     return bool(getattr(module, "is_causal", True))
 
 
+def _distance(lq: int, lk: int, device: torch.device) -> torch.Tensor:
+    """(Lq, Lk): query position minus key position; query i sits at Lk - Lq + i (after a KV cache)."""
+    return torch.arange(lk - lq, lk, device=device)[:, None] - torch.arange(lk, device=device)
+
+
 def causal_mask(lq: int, lk: int, device: torch.device) -> torch.Tensor:
     """(1, 1, Lq, Lk) bool: query i (at absolute position Lk - Lq + i, after a KV cache) sees keys 0..that."""
-    queries = torch.arange(lk - lq, lk, device=device)[:, None]
-    return (queries >= torch.arange(lk, device=device)).view(1, 1, lq, lk)
+    return (_distance(lq, lk, device) >= 0).view(1, 1, lq, lk)
 
 
 def supported_model_types() -> list[str]:
@@ -226,8 +226,8 @@ class AttentionCall:
     layer: int
     module: nn.Module
     query: torch.Tensor  # (B, H, Lq, d)
-    key: torch.Tensor  # (B, H, Lk, d)
-    value: torch.Tensor  # (B, H, Lk, d)
+    key: torch.Tensor  # (B, H_kv, Lk, d): grouped-query models have fewer key/value heads
+    value: torch.Tensor  # (B, H_kv, Lk, d)
     key_valid: torch.Tensor | None  # (B, 1, Lq, Lk) bool, True = a real (non-padding) key; None = no padding
     training: bool
     #: this forward's edits, passed as ``model(..., attendout_edits=...)`` (None: the forward brought none)
@@ -617,10 +617,7 @@ def attendout_attention(
         # needs it explicit (with a KV cache, the Lq queries are the last of Lk positions)
         b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
         valid = causal_mask(lq, lk, query.device).expand(b, 1, lq, lk)
-    groups = getattr(module, "num_key_value_groups", 1)  # grouped-query attention: K/V per query head
-    call = AttentionCall(
-        layer, module, query, repeat_kv(key, groups), repeat_kv(value, groups), valid, training, edits
-    )
+    call = AttentionCall(layer, module, query, key, value, valid, training, edits)
     drop, scale, skip, dropout = combine_edits(call, methods, own, dropout)
     transforms = any(rewrites_scores(m) for m in methods)
     if skip:  # eq. 4 for the whole layer is every score dropped: the same paths below compute it
@@ -634,7 +631,7 @@ def attendout_attention(
     if not recorders and not transforms and (scale is None or _per_head(scale)):
         # Dropped scores and per-head scales fit SDPA too: the drops join the padding mask, a scale
         # of whole rows of weights scales the output. About 1.4x faster than the softmax below on CPU.
-        return _masked_sdpa(call, key, value, attention_mask, drop, scale, scaling, dropout, **kwargs)
+        return _masked_sdpa(call, attention_mask, drop, scale, scaling, dropout, **kwargs)
 
     bias = kwargs.get("position_bias")  # T5's relative position bias, (1|B, H, Lq, Lk)
     probs = _attention_probs(call, methods, scaling, drop, bias)  # (B, H, Lq, Lk)
@@ -642,7 +639,7 @@ def attendout_attention(
         recorder.record(layer, probs)
     weights = probs if scale is None else probs * scale.to(probs.dtype)  # eq. 2
     weights = nn.functional.dropout(weights, p=dropout, training=training)  # the model's own, as stock
-    output = torch.matmul(weights, call.value)  # (B, H, Lq, d)
+    output = torch.matmul(weights, _per_query_head(call, call.value))  # (B, H, Lq, d)
     return output.transpose(1, 2).contiguous(), weights
 
 
@@ -685,6 +682,11 @@ def combine_edits(
     return drop, scale, skip, dropout
 
 
+def _per_query_head(call: AttentionCall, states: torch.Tensor) -> torch.Tensor:
+    """Grouped-query key or value heads repeated to one per query head (the explicit softmax needs them)."""
+    return repeat_kv(states, getattr(call.module, "num_key_value_groups", 1))
+
+
 def _per_head(scale: torch.Tensor) -> bool:
     """A scale that is constant along each row of weights: (B|1, H|1, 1, 1) or a scalar."""
     return scale.dim() == 0 or (scale.dim() == 4 and scale.shape[-2:] == (1, 1))
@@ -711,8 +713,6 @@ def uniform_weights(call: AttentionCall) -> torch.Tensor:
 
 def _masked_sdpa(
     call: AttentionCall,
-    key: torch.Tensor,
-    value: torch.Tensor,
     attention_mask: torch.Tensor | None,
     drop: torch.Tensor | None,
     scale: torch.Tensor | None,
@@ -726,8 +726,8 @@ def _masked_sdpa(
     row's mask falls back to its non-padding keys (``allowed_keys``), and its query is zeroed, so every score
     of that row is 0 and SDPA's softmax is uniform over those keys, with the model's dropout applied
     inside SDPA as on every other row. The zeroed query also cuts that row's query and key gradients,
-    as the explicit path's zeroed scores do. ``key`` and ``value`` are the module's own (before any
-    grouped-query repeat, which SDPA does itself). A relative position bias (T5) in ``kwargs`` is zeroed
+    as the explicit path's zeroed scores do. Grouped-query key/value heads go to SDPA as they came (it
+    repeats them itself). A relative position bias (T5) in ``kwargs`` is zeroed
     on eq. 4 rows too, so that they stay uniform, as on the explicit path. Without drops the model's own
     ``attention_mask`` goes to SDPA as it came (None for an unpadded causal batch: SDPA's ``is_causal``).
     """
@@ -738,7 +738,7 @@ def _masked_sdpa(
         if kwargs.get("position_bias") is not None:
             kwargs["position_bias"] = kwargs["position_bias"].masked_fill(empty, 0.0)
     output, _ = sdpa_attention_forward(
-        call.module, query, key, value, mask, scaling=scaling, dropout=dropout, **kwargs
+        call.module, query, call.key, call.value, mask, scaling=scaling, dropout=dropout, **kwargs
     )  # (B, Lq, H, d)
     if scale is not None:
         output = output * (scale if scale.dim() == 0 else scale.transpose(1, 2)).to(output.dtype)
@@ -757,7 +757,7 @@ def _attention_probs(
     ``bias`` (T5's relative position bias) is added after the methods' score transforms: a synthesizer
     replaces the token-token scores, and the position bias stays, as BERT's position embeddings do.
     """
-    query, key = call.query, call.key
+    query, key = call.query, _per_query_head(call, call.key)
     b, h, lq, lk = call.shape
     valid = call.key_valid  # (B, 1, Lq, Lk) or None
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
