@@ -20,13 +20,28 @@ def _ours(reason) -> bool:
     return any(Path(frame.filename).resolve().is_relative_to(PACKAGE) for frame in reason.user_stack)
 
 
-def test_compiled_scores_dropout_has_no_graph_break_in_attendout():
+#: every method that acts through the hook alone, with options that make it act in a short trace
+HOOK_METHODS = {
+    "scores-dropout": {"p": 0.3},
+    "attn-dropout": {"p": 0.3},
+    "attn-dropout (no rescale)": {"p": 0.3, "rescale": False},
+    "drophead": {"p": 0.3},
+    "attn-layerdrop": {"p": 0.5},
+    "attn-layerdrop (per sample)": {"p": 0.5, "per_sample": True},
+    "scheduled": {"start": 0.3, "slopes": [0.0, 0.0]},
+}
+
+
+@pytest.mark.parametrize("method", list(HOOK_METHODS))
+def test_compiled_hook_method_has_no_graph_break_in_attendout(method):
     # Stock BertForSequenceClassification (transformers 5.x) traces as one graph; a break that
     # transformers itself may cause in another version is not ours, so only breaks with a frame in
-    # attendout's files count. The one this guards against: a host sync (`bool(empty.any())`) per
-    # layer per forward in the SDPA path of scores dropout.
+    # attendout's files count. What this guards against: a host sync per layer per forward (e.g.
+    # `bool(empty.any())` for eq. 4, or attention LayerDrop's skip decided on the host) and ops that
+    # dynamo cannot trace (e.g. `random_` with bounds, the eager mask draw).
     model = tiny_model("bert", num_attention_heads=2)  # hidden 32, 2 layers, intermediate 37, vocab 99
-    handle = attendout.apply(model, "scores-dropout", p=0.3)
+    handle = attendout.apply(model, method.split(" ")[0], **HOOK_METHODS[method])
+    handle.set_progress(0.5)
     model.train()
     batch = make_batch(pad_from={1: 7, 3: 4})
     torch._dynamo.reset()
@@ -39,9 +54,10 @@ def test_compiled_scores_dropout_has_no_graph_break_in_attendout():
     ]
     assert not ours, ours
     # The drop-rate statistics still accumulate through the traced forward (a side effect dynamo replays).
-    stats = handle.stats()
-    assert set(stats) == {"scores-dropout/drop_rate/L0", "scores-dropout/drop_rate/L1"}
-    assert all(0.1 < v < 0.5 for v in stats.values()), stats
+    stats = {k: v for k, v in handle.stats().items() if "/drop_rate/" in k or "/p/" in k}
+    assert {k.rsplit("/", 1)[1] for k in stats} == {"L0", "L1"}, stats
+    if method == "scores-dropout":
+        assert all(0.1 < v < 0.5 for v in stats.values()), stats
 
 
 class _Attention(nn.Module):

@@ -101,7 +101,13 @@ class AttentionSkip(AttentionMethod):
             drop = bernoulli_drop((b, 1, 1, 1), self.p, call.query.device)  # every score of the sample
             self.meter.add(key, drop.sum(), torch.tensor(float(b)))
             return AttentionEdit(drop_scores=drop)  # all dropped rows -> eq. 4
-        skipped = bool(torch.rand(()) < self.p)
+        if torch.compiler.is_compiling():
+            # a decision on the host would break the graph: every score of the layer dropped at once,
+            # a (1, 1, 1, 1) mask that eq. 4 turns into the same uniform layer, branch-free
+            drop = torch.rand(1, 1, 1, 1, device=call.query.device) < self.p
+            self.meter.add(key, drop.sum(), torch.tensor(1.0))
+            return AttentionEdit(drop_scores=drop)
+        skipped = bool(torch.rand(()) < self.p)  # eager: a layer not skipped stays on stock attention
         self.meter.add(key, torch.tensor(float(skipped)), torch.tensor(1.0))
         return AttentionEdit(skip=True) if skipped else None
 

@@ -74,8 +74,14 @@ def check_knots(curves: list[Knots]) -> None:
 
 def schedule_value(curve: Knots, progress: float) -> float:
     """The curve's probability at ``progress`` (linear between knots, flat outside, clipped)."""
-    times, values = zip(*curve, strict=True)
-    return float(np.clip(np.interp(progress, times, values), 0.0, 1.0))
+    # plain Python (not numpy.interp): it runs in every training forward, which torch.compile traces
+    (t0, p0), *rest = curve
+    value = p0 if progress <= t0 else None
+    for t1, p1 in rest:
+        if value is None and progress <= t1:
+            value = p1 if t1 == t0 else p0 + (p1 - p0) * (progress - t0) / (t1 - t0)
+        t0, p0 = t1, p1
+    return min(max(p0 if value is None else value, 0.0), 1.0)
 
 
 def fit_piecewise_linear(x: np.ndarray, y: np.ndarray, segments: int) -> Knots:

@@ -1,0 +1,226 @@
+"""Cost of each method against stock attention as the sequence grows: time and peak memory of a
+training step at lengths 128 to 8192, as ratios to stock `transformers` attention measured in the
+same run.
+
+MiniLM stops at 512 positions, so every length runs on one tiny long-context encoder built in code
+(BERT architecture, random weights, ``--hidden`` / ``--heads`` / ``--layers``, 8192 positions, MiniLM's
+tokenizer): attention dominates its step at long lengths, as in the long-context encoders users
+fine-tune. The batch holds about ``--tokens`` tokens at every length (batch = tokens // length).
+
+Each (length, method) trains through the real loop in its own child process (``bench_methods.py``'s
+child: ``Trainer.train_step`` on the same random texts), repeats interleaved. Two numbers per cell:
+
+    time     median step time / stock's
+    memory   the training increment of peak RSS (peak during the steps minus RSS before them) / stock's;
+             process RSS covers every tensor torch allocates on the CPU, the attention matrices included
+
+``stock`` is the model as `transformers` builds it (SDPA, the model's own attention dropout, no hook).
+
+Usage (from the repository root):
+
+    python benchmarks/bench_lengths.py                                   # 128 512 2048 8192, every method
+    python benchmarks/bench_lengths.py --lengths 128 512 --methods stock scores-dropout --repeats 1
+    python benchmarks/bench_lengths.py --json benchmarks/results/lengths.json --png results/lengths.png
+
+Prints a Markdown table; ``--json`` keeps every measurement (written after each length, and read back
+with ``--resume`` so a stopped sweep goes on where it stopped); ``--png`` plots ratio against length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_methods import run_child  # noqa: E402  (the child that trains one method)
+
+METHODS = [
+    "stock",
+    "none",
+    "attn-dropout",
+    "scores-dropout",
+    "drophead",
+    "attn-layerdrop",
+    "scheduled",
+    "layerdrop",
+    "addrop",
+    "attendout",
+]
+#: the methods the hook runs on the fused path (target: at most 1.05x stock time, 1.10x memory at 2048+)
+HOOK_METHODS = ["attn-dropout", "scores-dropout", "drophead", "attn-layerdrop"]
+
+
+def build_long_model(folder: str, hidden: int, heads: int, layers: int, positions: int) -> None:
+    """A random-weight BERT encoder with ``positions`` positions and MiniLM's tokenizer, saved to ``folder``."""
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from attendout.models import packaged_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(packaged_model_path())
+    tokenizer.model_max_length = positions
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_hidden_layers=layers,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=positions,
+        num_labels=2,
+    )
+    model = BertForSequenceClassification(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def measure(args: argparse.Namespace, model: str, length: int, method: str) -> dict:
+    child = argparse.Namespace(
+        model=model,
+        batch_size=max(1, args.tokens // length),
+        length=length,
+        steps=args.steps,
+        warmup=args.warmup,
+        threads=args.threads,
+    )
+    return run_child(method, child)
+
+
+def ratios(runs: dict[str, list[dict]], method: str) -> tuple[float, float]:
+    """(time ratio, memory-increment ratio) of ``method`` to stock, from medians."""
+
+    def median(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[name])
+
+    time = median(method, "step_s") / median("stock", "step_s")
+    memory = median(method, "train_peak_mib") / max(median("stock", "train_peak_mib"), 1e-9)
+    return time, memory
+
+
+def table(results: dict[str, dict[str, list[dict]]], methods: list[str]) -> str:
+    lengths = sorted(results, key=int)
+    head = "| method | " + " | ".join(f"{n}: time | {n}: memory" for n in lengths) + " |"
+    rows = [head, "|---|" + "---|---|" * len(lengths)]
+    for method in methods:
+        cells = []
+        for n in lengths:
+            if method in results[n] and "stock" in results[n]:
+                t, m = ratios(results[n], method)
+                cells += [f"{t:.2f}x", f"{m:.2f}x"]
+            else:
+                cells += ["--", "--"]
+        rows.append(f"| {method} | " + " | ".join(cells) + " |")
+    stock = []
+    for n in lengths:
+        if "stock" in results[n]:
+            runs = results[n]["stock"]
+            step = statistics.median(r["step_s"] for r in runs)
+            mem = statistics.median(r["train_peak_mib"] for r in runs)
+            stock += [f"{step:.3f} s", f"{mem:.0f} MiB"]
+        else:
+            stock += ["--", "--"]
+    rows.append("| *stock (absolute)* | " + " | ".join(stock) + " |")
+    return "\n".join(rows)
+
+
+def plot(results: dict[str, dict[str, list[dict]]], methods: list[str], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lengths = sorted(results, key=int)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
+    for method in methods:
+        if method == "stock":
+            continue
+        points = [(int(n), *ratios(results[n], method)) for n in lengths if method in results[n]]
+        if not points:
+            continue
+        xs, ts, ms = zip(*points, strict=True)
+        style = "-" if method in HOOK_METHODS or method == "none" else "--"
+        axes[0].plot(xs, ts, style, marker="o", label=method)
+        axes[1].plot(xs, ms, style, marker="o", label=method)
+    for ax, what, target in (
+        (axes[0], "step time", 1.05),
+        (axes[1], "peak memory (training increment)", 1.10),
+    ):
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.axhline(target, color="grey", linestyle=":", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([int(n) for n in lengths], [str(n) for n in lengths])
+        ax.set_xlabel("sequence length (tokens per batch held constant)")
+        ax.set_ylabel(f"{what} / stock attention")
+    axes[1].legend(fontsize=8, ncol=2)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2048, 8192])
+    parser.add_argument("--methods", nargs="+", default=METHODS)
+    parser.add_argument("--tokens", type=int, default=8192, help="tokens per batch at every length")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per child")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per child")
+    parser.add_argument("--repeats", type=int, default=2, help="children per (length, method), interleaved")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--json", default=None, help="write every measurement here (after each length)")
+    parser.add_argument("--resume", action="store_true", help="keep the lengths already in --json")
+    parser.add_argument("--png", default=None, help="plot ratio against length here")
+    args = parser.parse_args()
+    methods = list(dict.fromkeys(["stock", *args.methods]))
+    positions = max(args.lengths)
+
+    results: dict[str, dict[str, list[dict]]] = {}
+    if args.resume and args.json and os.path.exists(args.json):
+        results = json.loads(Path(args.json).read_text())["results"]
+    import torch
+
+    device = f"CPU ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} threads"
+    title = (
+        f"random BERT encoder: hidden {args.hidden}, {args.heads} heads, {args.layers} layers; "
+        f"{args.tokens} tokens per batch; {device}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        build_long_model(tmp, args.hidden, args.heads, args.layers, positions)
+        for length in args.lengths:
+            if str(length) in results:
+                continue
+            runs: dict[str, list[dict]] = {m: [] for m in methods}
+            for repeat in range(args.repeats):
+                for method in methods:
+                    result = measure(args, tmp, length, method)
+                    runs[method].append(result)
+                    print(
+                        f"[length {length}, repeat {repeat + 1}/{args.repeats}] {method}: {result['step_s']:.3f} s/step, "
+                        f"training peak +{result['train_peak_mib']:.0f} MiB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            results[str(length)] = runs
+            if args.json:
+                tmp_json = f"{args.json}.tmp"
+                Path(tmp_json).write_text(
+                    json.dumps({"args": vars(args), "device": device, "results": results}, indent=1)
+                )
+                os.replace(tmp_json, args.json)
+    print(
+        f"\n{title}; {args.steps} timed steps x {args.repeats} interleaved repeats; ratios of medians to stock\n"
+    )
+    print(table(results, methods))
+    if args.png:
+        plot(results, methods, args.png, title)
+        print(f"\nplot: {args.png}")
+
+
+if __name__ == "__main__":
+    main()
