@@ -52,7 +52,9 @@ METHODS = [
     "attendout",
 ]
 #: the methods the hook runs on the fused path (target: at most 1.05x stock time, 1.10x memory at 2048+)
-HOOK_METHODS = ["attn-dropout", "scores-dropout", "drophead", "attn-layerdrop"]
+HOOK_METHODS = ["attn-dropout", "scores-dropout", "drophead", "attn-layerdrop", "scheduled"]
+#: timed round-robin in one process (drift cancels); the others train through the loop in child processes
+ROUND_ROBIN = ["none", *HOOK_METHODS]
 
 
 def build_long_model(folder: str, hidden: int, heads: int, layers: int, positions: int) -> None:
@@ -82,11 +84,78 @@ def measure(args: argparse.Namespace, model: str, length: int, method: str) -> d
         model=model,
         batch_size=max(1, args.tokens // length),
         length=length,
-        steps=args.steps,
+        steps=max(args.steps, round(args.steps * 1024 / length)),  # short steps: more of them, for the noise
         warmup=args.warmup,
         threads=args.threads,
     )
     return run_child(method, child)
+
+
+def round_robin_child(args: argparse.Namespace) -> None:
+    """Forward + backward of every hook method in turn, one process, one model copy each; prints JSON.
+
+    Process children measure memory but not time finely enough: this machine's speed drifts by 10-20%
+    between minutes, more than the differences in question. Here each round runs stock and every hook
+    method once on the same batch (in a rotated order), and the ratio to stock is taken within the
+    round, so drift cancels; the median over rounds is reported.
+    """
+    import copy
+    import time
+
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    import attendout
+
+    torch.set_num_threads(args.threads)
+    length = args.rr_child
+    batch_size = max(1, args.tokens // length)
+    torch.manual_seed(0)
+    stock = AutoModelForSequenceClassification.from_pretrained(args.model).train()
+    models = {"stock": stock}
+    for method in [m for m in args.methods if m in ROUND_ROBIN]:
+        models[method] = copy.deepcopy(stock)
+        handle = attendout.apply(models[method], method)
+        handle.set_progress(0.5)  # DropHead's V and `scheduled` halfway through training
+    ids = torch.randint(1000, 29000, (batch_size, length))
+    mask = torch.ones(batch_size, length, dtype=torch.long)
+    for row in range(batch_size):  # random lengths L/2..L, as the process children's texts
+        mask[row, int(torch.randint(length // 2, length + 1, ())) :] = 0
+    labels = torch.randint(0, 2, (batch_size,))
+    names = list(models)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    rounds = max(3, round(args.steps * 8 * 1024 / length))
+    for r in range(rounds + 1):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            model = models[name]
+            model.zero_grad(set_to_none=True)
+            start = time.perf_counter()
+            model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+            if r > 0:  # round 0 warms up
+                times[name].append(time.perf_counter() - start)
+    per_round = {name: [t / s for t, s in zip(times[name], times["stock"], strict=True)] for name in names}
+    print(json.dumps({"length": length, "rounds": rounds, "times": times, "ratio": per_round}))
+
+
+def round_robin(args: argparse.Namespace, model: str, length: int) -> dict:
+    import subprocess
+
+    cmd = [
+        sys.executable,
+        __file__,
+        "--rr-child",
+        str(length),
+        "--model-dir",
+        model,
+        "--tokens",
+        str(args.tokens),
+    ]
+    cmd += ["--steps", str(args.steps), "--threads", str(args.threads), "--methods", *args.methods]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"round-robin child at length {length} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def ratios(runs: dict[str, list[dict]], method: str) -> tuple[float, float]:
@@ -100,22 +169,33 @@ def ratios(runs: dict[str, list[dict]], method: str) -> tuple[float, float]:
     return time, memory
 
 
-def table(results: dict[str, dict[str, list[dict]]], methods: list[str]) -> str:
-    lengths = sorted(results, key=int)
+def time_ratio(results, rr, method: str, n: str) -> tuple[float, bool] | None:
+    """(step-time ratio to stock, whether from the round-robin) at length ``n``: the round-robin's median
+    of within-round ratios where it ran the method, else the process children's ratio of medians."""
+    if n in rr and method in rr[n]["ratio"]:
+        return statistics.median(rr[n]["ratio"][method]), True
+    if method in results.get(n, {}) and "stock" in results[n]:
+        return ratios(results[n], method)[0], False
+    return None
+
+
+def table(results: dict[str, dict[str, list[dict]]], rr: dict[str, dict], methods: list[str]) -> str:
+    lengths = sorted(set(results) | set(rr), key=int)
     head = "| method | " + " | ".join(f"{n}: time | {n}: memory" for n in lengths) + " |"
     rows = [head, "|---|" + "---|---|" * len(lengths)]
     for method in methods:
         cells = []
         for n in lengths:
-            if method in results[n] and "stock" in results[n]:
-                t, m = ratios(results[n], method)
-                cells += [f"{t:.2f}x", f"{m:.2f}x"]
+            timed = time_ratio(results, rr, method, n)
+            cells.append("--" if timed is None else f"{timed[0]:.2f}x" + ("" if timed[1] else "*"))
+            if method in results.get(n, {}) and "stock" in results[n]:
+                cells.append(f"{ratios(results[n], method)[1]:.2f}x")
             else:
-                cells += ["--", "--"]
+                cells.append("--")
         rows.append(f"| {method} | " + " | ".join(cells) + " |")
     stock = []
     for n in lengths:
-        if "stock" in results[n]:
+        if "stock" in results.get(n, {}):
             runs = results[n]["stock"]
             step = statistics.median(r["step_s"] for r in runs)
             mem = statistics.median(r["train_peak_mib"] for r in runs)
@@ -126,24 +206,26 @@ def table(results: dict[str, dict[str, list[dict]]], methods: list[str]) -> str:
     return "\n".join(rows)
 
 
-def plot(results: dict[str, dict[str, list[dict]]], methods: list[str], path: str, title: str) -> None:
+def plot(results: dict, rr: dict, methods: list[str], path: str, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lengths = sorted(results, key=int)
+    lengths = sorted(set(results) | set(rr), key=int)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
     for method in methods:
         if method == "stock":
             continue
-        points = [(int(n), *ratios(results[n], method)) for n in lengths if method in results[n]]
-        if not points:
-            continue
-        xs, ts, ms = zip(*points, strict=True)
-        style = "-" if method in HOOK_METHODS or method == "none" else "--"
-        axes[0].plot(xs, ts, style, marker="o", label=method)
-        axes[1].plot(xs, ms, style, marker="o", label=method)
+        style = "-" if method in ROUND_ROBIN else "--"
+        timed = [(int(n), t[0]) for n in lengths if (t := time_ratio(results, rr, method, n)) is not None]
+        line = None
+        if timed:
+            (line,) = axes[0].plot(*zip(*timed, strict=True), style, marker="o", label=method)
+        memory = [(int(n), ratios(results[n], method)[1]) for n in lengths if method in results.get(n, {})]
+        if memory:
+            color = None if line is None else line.get_color()
+            axes[1].plot(*zip(*memory, strict=True), style, marker="o", label=method, color=color)
     for ax, what, target in (
         (axes[0], "step time", 1.05),
         (axes[1], "peak memory (training increment)", 1.10),
@@ -161,6 +243,15 @@ def plot(results: dict[str, dict[str, list[dict]]], methods: list[str], path: st
     plt.close(fig)
 
 
+def save(args: argparse.Namespace, device: str, results: dict, rr: dict) -> None:
+    """Write every measurement so far to ``--json`` (whole or not at all)."""
+    if args.json:
+        tmp_json = f"{args.json}.tmp"
+        saved = {"args": vars(args), "device": device, "results": results, "round_robin": rr}
+        Path(tmp_json).write_text(json.dumps(saved, indent=1))
+        os.replace(tmp_json, args.json)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2048, 8192])
@@ -169,20 +260,33 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per child")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=3,
+        help="timed steps per child at 1024 and longer (x 1024 / length below)",
+    )
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per child")
     parser.add_argument("--repeats", type=int, default=2, help="children per (length, method), interleaved")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", default=None, help="write every measurement here (after each length)")
     parser.add_argument("--resume", action="store_true", help="keep the lengths already in --json")
     parser.add_argument("--png", default=None, help="plot ratio against length here")
+    parser.add_argument("--rr-child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rr_child:
+        args.model = args.model_dir
+        round_robin_child(args)
+        return
     methods = list(dict.fromkeys(["stock", *args.methods]))
     positions = max(args.lengths)
 
     results: dict[str, dict[str, list[dict]]] = {}
+    rr: dict[str, dict] = {}  # length -> the round-robin child's output
     if args.resume and args.json and os.path.exists(args.json):
-        results = json.loads(Path(args.json).read_text())["results"]
+        saved = json.loads(Path(args.json).read_text())
+        results, rr = saved["results"], saved.get("round_robin", {})
     import torch
 
     device = f"CPU ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} threads"
@@ -193,9 +297,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         build_long_model(tmp, args.hidden, args.heads, args.layers, positions)
         for length in args.lengths:
+            if str(length) not in rr and any(m in ROUND_ROBIN for m in methods):
+                rr[str(length)] = round_robin(args, tmp, length)
+                print(
+                    f"[length {length}] round-robin, {rr[str(length)]['rounds']} rounds: "
+                    + ", ".join(
+                        f"{m} {statistics.median(v):.3f}x" for m, v in rr[str(length)]["ratio"].items()
+                    ),
+                    file=sys.stderr,
+                    flush=True,
+                )
+                save(args, device, results, rr)
             if str(length) in results:
                 continue
             runs: dict[str, list[dict]] = {m: [] for m in methods}
+            measure(
+                argparse.Namespace(**{**vars(args), "steps": 1, "warmup": 0}), tmp, length, "stock"
+            )  # untimed:
+            # the first child after a pause runs slow (caches, page faults), which would bias its method
             for repeat in range(args.repeats):
                 for method in methods:
                     result = measure(args, tmp, length, method)
@@ -207,18 +326,13 @@ def main() -> None:
                         flush=True,
                     )
             results[str(length)] = runs
-            if args.json:
-                tmp_json = f"{args.json}.tmp"
-                Path(tmp_json).write_text(
-                    json.dumps({"args": vars(args), "device": device, "results": results}, indent=1)
-                )
-                os.replace(tmp_json, args.json)
+            save(args, device, results, rr)
     print(
-        f"\n{title}; {args.steps} timed steps x {args.repeats} interleaved repeats; ratios of medians to stock\n"
+        f"\n{title}; {args.steps} timed steps (x 1024 / length below 1024) x {args.repeats} interleaved repeats; ratios of medians to stock\n"
     )
-    print(table(results, methods))
+    print(table(results, rr, methods))
     if args.png:
-        plot(results, methods, args.png, title)
+        plot(results, rr, methods, args.png, title)
         print(f"\nplot: {args.png}")
 
 

@@ -114,6 +114,7 @@ def child(args: argparse.Namespace) -> None:
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         times = []
         for i, batch in enumerate(batches):
+            trainer.strategy.set_progress(i / len(batches))  # as the loop does (DropHead's V, scheduled)
             start = time.perf_counter()
             trainer.train_step(batch)
             if i >= args.warmup:

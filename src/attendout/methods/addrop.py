@@ -107,6 +107,7 @@ from ..attention import (
 )
 from ..contract import ForwardEdits, LoopContext, StepInfo
 from .base import MethodConfig, TrainingStrategy, check_probability, register_method
+from .masks import bernoulli_drop
 
 logger = logging.getLogger(__name__)
 
@@ -194,8 +195,7 @@ def sample_drops(candidate: torch.Tensor, q: float, generator: torch.Generator |
     """Drop each candidate position with probability ``q``: bool (B, H, Lq, Lk), True = dropped."""
     if q <= 0:
         return torch.zeros_like(candidate)
-    noise = torch.rand(candidate.shape, generator=generator, device=candidate.device)  # (B, H, Lq, Lk)
-    return candidate & (noise < q)
+    return candidate & bernoulli_drop(candidate.shape, q, candidate.device, generator)  # (B, H, Lq, Lk)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,7 +11,10 @@ LEVELS = 1 << 16
 
 
 def bernoulli_drop(
-    shape: tuple[int, ...], p: float | torch.Tensor, device: torch.device | str
+    shape: tuple[int, ...],
+    p: float | torch.Tensor,
+    device: torch.device | str,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Bool mask of ``shape``, each element True (dropped) with probability ``p``, independently.
 
@@ -25,13 +28,15 @@ def bernoulli_drop(
     if isinstance(p, torch.Tensor) or torch.compiler.is_compiling():
         # under torch.compile a float draw traces (random_ with bounds would break the graph), and the
         # compiler fuses it with the comparison, which this bit trick only imitates in eager mode
-        return torch.rand(shape, device=device) < p
+        return torch.rand(shape, generator=generator, device=device) < p
     count = round(p * LEVELS)
     if count <= 0 or count >= LEVELS:
         return torch.full(shape, count > 0, dtype=torch.bool, device=device)
     numel = math.prod(shape)
     # the full signed range: a bare random_() leaves an int64's sign bit 0 (one lane of four never drops)
-    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), 2**63 - 1)
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_(
+        -(2**63), 2**63 - 1, generator=generator
+    )
     bits = words.view(torch.int16)[:numel].view(shape)  # uniform over [-32768, 32767]
     return bits < count - LEVELS // 2
 
