@@ -122,4 +122,3 @@ def test_allowed_keys_matches_the_plain_formula_with_eq4_rows(padded):
     assert torch.equal(empty, plain_empty)
     assert torch.equal(allowed, torch.where(plain_empty, real, plain_allowed))
     assert empty[:, :, 3].all() and (not padded or empty[2, 0, 4])
-
