@@ -29,6 +29,7 @@ with ``--resume`` so a stopped sweep goes on where it stopped); ``--png`` plots 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -37,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_methods import run_child  # noqa: E402  (the child that trains one method)
+from bench_methods import interleaved, run_child  # noqa: E402  (the child that trains one method)
 
 METHODS = [
     "stock",
@@ -310,21 +311,10 @@ def main() -> None:
                 save(args, device, results, rr)
             if str(length) in results:
                 continue
-            runs: dict[str, list[dict]] = {m: [] for m in methods}
-            measure(
-                argparse.Namespace(**{**vars(args), "steps": 1, "warmup": 0}), tmp, length, "stock"
-            )  # untimed:
-            # the first child after a pause runs slow (caches, page faults), which would bias its method
-            for repeat in range(args.repeats):
-                for method in methods:
-                    result = measure(args, tmp, length, method)
-                    runs[method].append(result)
-                    print(
-                        f"[length {length}, repeat {repeat + 1}/{args.repeats}] {method}: {result['step_s']:.3f} s/step, "
-                        f"training peak +{result['train_peak_mib']:.0f} MiB",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+            # untimed: the first child after a pause runs slow (caches, page faults), which would bias its method
+            measure(argparse.Namespace(**{**vars(args), "steps": 1, "warmup": 0}), tmp, length, "stock")
+            run = functools.partial(measure, args, tmp, length)  # run(method)
+            runs = interleaved(methods, args.repeats, run, f"length {length}, ")
             results[str(length)] = runs
             save(args, device, results, rr)
     print(

@@ -159,6 +159,23 @@ def run_child(method: str, args: argparse.Namespace) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def interleaved(methods: list[str], repeats: int, run, label: str = "") -> dict[str, list[dict]]:
+    """``run(method)`` for every method, ``repeats`` times in turn (none, a, b, none, a, b, ...), so that a
+    slow spell of the machine hits every method alike; progress on stderr."""
+    runs: dict[str, list[dict]] = {m: [] for m in methods}
+    for repeat in range(repeats):
+        for method in methods:
+            result = run(method)
+            runs[method].append(result)
+            print(
+                f"[{label}repeat {repeat + 1}/{repeats}] {method}: {result['step_s']:.3f} s/step, "
+                f"peak {result['peak_rss_mib']:.0f} MiB (training +{result['train_peak_mib']:.0f} MiB)",
+                file=sys.stderr,
+                flush=True,
+            )
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="minilm")
@@ -176,17 +193,7 @@ def main() -> None:
         child(args)
         return
     methods = list(dict.fromkeys(["none", *args.methods]))
-    runs: dict[str, list[dict]] = {m: [] for m in methods}
-    for repeat in range(args.repeats):
-        for method in methods:
-            result = run_child(method, args)
-            runs[method].append(result)
-            print(
-                f"[repeat {repeat + 1}/{args.repeats}] {method}: {result['step_s']:.3f} s/step, "
-                f"peak {result['peak_rss_mib']:.0f} MiB",
-                file=sys.stderr,
-                flush=True,
-            )
+    runs = interleaved(methods, args.repeats, lambda method: run_child(method, args))
 
     def median(method: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[method])

@@ -79,6 +79,14 @@ class _Attention(nn.Module):
     is_causal = False
 
 
+def _padded(b: int, length: int, real: dict[int, int]) -> torch.Tensor:
+    """(B, 1, L, L) key mask where example i has its first real[i] keys real (the rest padding)."""
+    valid = torch.ones(b, 1, length, length, dtype=torch.bool)
+    for row, count in real.items():
+        valid[row, ..., count:] = False
+    return valid
+
+
 def _call(b, h, lq, lk, valid):
     q = torch.zeros(b, h, lq, 4)
     k = torch.zeros(b, h, lk, 4)
@@ -90,11 +98,7 @@ def _call(b, h, lq, lk, valid):
 def test_dropped_fraction_counts_as_the_plain_formula(drop_shape, padded):
     torch.manual_seed(0)
     b, h, length = 3, 2, 6
-    valid = None
-    if padded:
-        valid = torch.ones(b, 1, length, length, dtype=torch.bool)
-        valid[1, ..., 4:] = False
-        valid[2, ..., 2:] = False
+    valid = _padded(b, length, {1: 4, 2: 2}) if padded else None
     call = _call(b, h, length, length, valid)
     drop = torch.rand(drop_shape) < 0.4
     dropped, total = call.dropped_fraction(drop)
@@ -107,11 +111,7 @@ def test_dropped_fraction_counts_as_the_plain_formula(drop_shape, padded):
 def test_allowed_keys_matches_the_plain_formula_with_eq4_rows(padded):
     torch.manual_seed(0)
     b, h, length = 3, 2, 7
-    valid = None
-    if padded:
-        valid = torch.ones(b, 1, length, length, dtype=torch.bool)
-        valid[1, ..., 5:] = False
-        valid[2, ..., 2:] = False
+    valid = _padded(b, length, {1: 5, 2: 2}) if padded else None
     drop = torch.rand(b, h, length, length) < 0.5
     drop[:, :, 3] = True  # wholly dropped rows
     drop[2, 0, 4, :2] = True  # every real key of this row (padded: its padding keys not dropped)
