@@ -253,14 +253,16 @@ class AttentionCall:
         caller can sum over many steps without a device sync per call.
         """
         b, h, lq, lk = self.shape
-        size = b * h * lq * lk
-        if self.key_valid is None:  # count_nonzero: a bool .sum() would first copy the mask to int64
-            return dropped.count_nonzero() * (size // dropped.numel()), torch.tensor(
-                size, device=dropped.device
-            )
-        both = dropped & self.key_valid  # counted once per broadcast copy over heads (or over rows)
-        valid = self.key_valid.count_nonzero() * (size // self.key_valid.numel())
-        return both.count_nonzero() * (size // both.numel()), valid
+        size, valid = b * h * lq * lk, self.key_valid
+        # count_nonzero: a bool .sum() would first copy the mask to int64. A mask broadcast over heads
+        # (or rows) is counted once and multiplied by its copies.
+        dropped = dropped if valid is None else dropped & valid
+        total = (
+            torch.tensor(size, device=dropped.device)
+            if valid is None
+            else valid.count_nonzero() * (size // valid.numel())
+        )
+        return dropped.count_nonzero() * (size // dropped.numel()), total
 
 
 @dataclass

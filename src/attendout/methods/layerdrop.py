@@ -104,7 +104,7 @@ class AttentionSkip(AttentionMethod):
         if torch.compiler.is_compiling():
             # a decision on the host would break the graph: every score of the layer dropped at once,
             # a (1, 1, 1, 1) mask that eq. 4 turns into the same uniform layer, branch-free
-            drop = torch.rand(1, 1, 1, 1, device=call.query.device) < self.p
+            drop = bernoulli_drop((1, 1, 1, 1), self.p, call.query.device)
             self.meter.add(key, drop.sum(), torch.tensor(1.0))
             return AttentionEdit(drop_scores=drop)
         skipped = bool(torch.rand(()) < self.p)  # eager: a layer not skipped stays on stock attention
