@@ -19,6 +19,8 @@ from transformers import (
     XLMRobertaConfig,
 )
 
+import attendout
+
 # Tiny models run fastest on one thread, and CI machines are shared: no oversubscription. `make
 # test-matrix` sets ATTENDOUT_TEST_THREADS to run the suite with other thread counts too (the split of
 # a reduction over threads changes its rounding, which every cross-computation comparison must absorb).
@@ -313,3 +315,68 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+#: each family's attention-dropout setting (those not named: ``attention_probs_dropout_prob``)
+ATTENTION_DROPOUT = {
+    "distilbert": "attention_dropout",
+    "modernbert": "attention_dropout",
+    "eurobert": "attention_dropout",
+    "llama": "attention_dropout",
+    "t5": "dropout_rate",
+}
+
+
+def outputs_on_each_drop_path(model, forward, monkeypatch, seed: int = 5) -> dict[str, tuple]:
+    """``forward()``'s output and every parameter's gradient on each path that dropped scores can take,
+    all under one seed: ``filled`` (in place, the CPU path when the model's attention dropout is on),
+    ``sdpa`` (the drops joined to SDPA's mask) and ``explicit`` (the softmax a recorder forces). Asserts
+    that the filled path really ran. ``forward`` returns a tensor; the loss is its sum against fixed
+    random weights, so every position's output gets a gradient."""
+    from attendout import attention
+
+    taken = []
+    filled = attention._filled_softmax
+
+    def spy(*args, **kwargs):
+        taken.append(True)
+        return filled(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "_filled_softmax", spy)
+    results = {}
+    for path in ("filled", "sdpa", "explicit"):
+        if path == "sdpa":
+            monkeypatch.setattr(attention, "_fills_in_place", lambda call, dropout: False)
+        model.zero_grad()
+        torch.manual_seed(seed)
+        if path == "explicit":
+            with attendout.record_attention(model):
+                out = forward()
+        else:
+            out = forward()
+        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
+        (out * weights).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results[path] = (out.detach(), grads)
+        if path == "filled":
+            assert taken, "the filled path did not run"
+    return results
+
+
+def assert_same_outputs(results: dict[str, tuple]) -> None:
+    """Every path's output and gradients equal the explicit path's, up to float32 rounding.
+
+    Outputs with assert_close's float32 defaults; each gradient relative to its largest entry (1e-4 of
+    it, at least 1e-6): an embedding's gradient sums every position's, the paths sum in different
+    orders, and a key bias's gradient is zero but for rounding (a softmax ignores a constant per row).
+    """
+    out, grads = results["explicit"]
+    assert any(g.abs().max() > 0 for g in grads.values())
+    for path, (other, other_grads) in results.items():
+        torch.testing.assert_close(other, out, msg=lambda m, path=path: f"{path}: {m}")
+        assert other_grads.keys() == grads.keys(), path
+        for name, grad in grads.items():
+            size = float(grad.abs().max())
+            torch.testing.assert_close(
+                other_grads[name], grad, rtol=1e-4, atol=max(1e-4 * size, 1e-6), msg=lambda m, n=name, p=path: f"{p} {n}: {m}"
+            )

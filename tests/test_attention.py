@@ -8,7 +8,16 @@ from transformers import MPNetConfig, MPNetForSequenceClassification
 
 import attendout
 from attendout.attention import get_controller
-from conftest import FAMILIES, make_batch, no_dropout, tiny_model
+from conftest import (
+    ATTENTION_DROPOUT,
+    FAMILIES,
+    SCORE_FAMILIES,
+    assert_same_outputs,
+    make_batch,
+    no_dropout,
+    outputs_on_each_drop_path,
+    tiny_model,
+)
 
 PADDED = {1: 7, 3: 4}  # rows 1 and 3 are padded from positions 7 and 4
 
@@ -131,6 +140,100 @@ def test_sdpa_path_for_dropped_scores_equals_the_explicit_softmax(bert, scale_he
     torch.testing.assert_close(fast, slow)
     torch.testing.assert_close(fast_grad, slow_grad)
     assert fast_grad.abs().max() > 0
+
+
+@pytest.mark.parametrize("family", SCORE_FAMILIES)
+@pytest.mark.parametrize("scale_heads", [False, True])
+def test_dropped_scores_filled_in_place_equal_sdpa_and_the_explicit_softmax(family, scale_heads, monkeypatch):
+    """With the model's attention dropout on, dropped scores are filled in place on a CPU; under one seed
+    that path, SDPA's and the explicit softmax give the same hidden states and gradients: padding,
+    eq. 4 rows, ModernBERT's windows (a padding query whose window holds only padding), the model's own
+    dropout drawn alike on all three."""
+    overrides = {ATTENTION_DROPOUT.get(family, "attention_probs_dropout_prob"): 0.1}
+    model = tiny_model(family, **overrides)
+    attendout.install(model)
+    get_controller(model).add(FixedEdit(scale_heads))
+    model.train()
+    batch = make_batch(pad_from=PADDED)
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "token_type_ids")}
+    base = model.base_model
+    results = outputs_on_each_drop_path(model, lambda: base(**inputs).last_hidden_state, monkeypatch)
+    assert_same_outputs(results)
+
+
+class GivenDrops(attendout.attention.AttentionMethod):
+    """Drops the given mask of each layer."""
+
+    def __init__(self, masks: dict[int, torch.Tensor]) -> None:
+        self.masks = masks
+
+    def edit(self, call):
+        return attendout.attention.AttentionEdit(drop_scores=self.masks[call.layer])
+
+
+def test_scores_dropout_draws_a_block_of_rows_at_a_time_and_applies_what_it_drew(bert, monkeypatch):
+    """The filled path draws scores dropout's mask a block of query rows at a time: the blocks tile the
+    rows once, the realised rate is p on real keys (and is what the statistic says), heads and examples
+    are independent, a seed reproduces them, and the output and gradients are those of the explicit
+    softmax given the same masks."""
+    from attendout import attention
+
+    monkeypatch.setattr(attention, "BLOCK_BYTES", 1)  # the smallest blocks: 16 rows
+    monkeypatch.setattr(attention, "_fills_in_place", lambda call, dropout: True)  # the model's dropout is off
+    drawn: dict[int, list] = {}
+    draw = attention.RandomDrops.draw
+
+    def spy(self, call, rows=slice(None)):
+        mask = draw(self, call, rows)
+        drawn.setdefault(call.layer, []).append((rows, mask))
+        return mask
+
+    monkeypatch.setattr(attention.RandomDrops, "draw", spy)
+    p, length = 0.3, 40
+    batch = make_batch(batch=8, length=length, pad_from={1: 30, 5: 12})
+    handle = attendout.apply(bert, "scores-dropout", p=p)
+    bert.train()
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    weights = torch.randn(length, bert.config.hidden_size, generator=torch.Generator().manual_seed(0))
+
+    def run():
+        drawn.clear()
+        bert.zero_grad()
+        torch.manual_seed(11)
+        hidden = bert.bert(**inputs).last_hidden_state
+        (hidden * weights).sum().backward()
+        return hidden.detach(), bert.bert.encoder.layer[0].attention.self.query.weight.grad.clone()
+
+    filled, filled_grad = run()
+    masks = {}
+    for layer, blocks in drawn.items():
+        assert [(r.start, r.stop) for r, _ in blocks] == [(0, 16), (16, 32), (32, 48)]
+        masks[layer] = torch.cat([m for _, m in blocks], dim=2)  # (B, H, L, L)
+    valid = valid_keys(batch).expand(8, 4, length, length)
+    stats = handle.stats()
+    for layer, mask in masks.items():
+        assert mask.shape == (8, 4, length, length)
+        n = int(valid.sum())
+        dropped = int((mask & valid).sum())
+        assert abs(dropped - n * p) < 5 * (n * p * (1 - p)) ** 0.5
+        assert stats[f"scores-dropout/drop_rate/L{layer}"] == pytest.approx(dropped / n)
+        # heads and examples drawn independently: both dropped at the rate p * p, not p
+        for a, b in ((mask[:, 0], mask[:, 1]), (mask[0], mask[2])):
+            both = (a & b).float().mean().item()
+            assert abs(both - p * p) < 0.02, both
+    assert not torch.equal(masks[0], masks[1])
+    again, _ = run()
+    torch.testing.assert_close(again, filled, rtol=0, atol=0)
+    assert all(torch.equal(torch.cat([m for _, m in drawn[layer]], 2), masks[layer]) for layer in masks)
+
+    # the explicit softmax (a recorder forces it), given the masks the filled path drew
+    attendout.remove(bert)
+    attendout.install(bert)
+    get_controller(bert).add(GivenDrops(masks))
+    with attendout.record_attention(bert):
+        explicit, explicit_grad = run()
+    torch.testing.assert_close(filled, explicit)
+    torch.testing.assert_close(filled_grad, explicit_grad)
 
 
 def test_attn_layerdrop_skip_is_uniform_and_cuts_query_key_gradients(bert):

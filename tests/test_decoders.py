@@ -29,7 +29,15 @@ from attendout.attention import AttentionEdit, get_controller, layer_key_valid
 from attendout.cli import main
 from attendout.contract import ForwardEdits
 from attendout.methods.synthesizer import VARIANTS
-from conftest import FAMILIES, save_tiny_model_dir, tiny_model, write_sentiment_csv
+from conftest import (
+    ATTENTION_DROPOUT,
+    FAMILIES,
+    assert_same_outputs,
+    outputs_on_each_drop_path,
+    save_tiny_model_dir,
+    tiny_model,
+    write_sentiment_csv,
+)
 
 VOCAB, LENGTH, CHANGED = 99, 10, 6  # token CHANGED is replaced: logits before it must not move
 DECODERS = ["gpt2", "llama", "mistral", "qwen2"]
@@ -208,6 +216,21 @@ def test_fused_and_explicit_paths_agree_with_grouped_queries_and_position_bias(f
     assert probs.shape == (2, 4, LENGTH, LENGTH)
     assert not (probs > 0)[~torch.tril(torch.ones(LENGTH, LENGTH, dtype=torch.bool)).expand_as(probs)].any()
     torch.testing.assert_close(probs[0, 1, 5, :6], torch.full((6,), 1 / 6))
+
+
+@pytest.mark.parametrize("family", ["llama", "t5"])
+def test_filled_drops_agree_with_grouped_queries_position_bias_and_the_models_dropout(family, monkeypatch):
+    """With the model's attention dropout on, drops are filled in place on a CPU: under one seed that path,
+    SDPA's and the explicit softmax's agree, Llama's grouped key/value heads and T5's bias included."""
+    model = tiny_lm(family, **{ATTENTION_DROPOUT[family]: 0.1})
+    attendout.install(model)
+    model.train()
+    layer = 2 if family == "t5" else 1
+    drop = torch.rand(2, 4, LENGTH, LENGTH, generator=torch.Generator().manual_seed(0)) < 0.4
+    drop[0, 1, 5] = True  # a row with every key dropped: eq. 4
+    edits = ForwardEdits({layer: AttentionEdit(drop_scores=drop)}).kwargs()
+    forward = lambda: model(**inputs(family, ids()), **edits).logits  # noqa: E731
+    assert_same_outputs(outputs_on_each_drop_path(model, forward, monkeypatch))
 
 
 def test_t5_layerdrop_of_the_first_block_keeps_the_stack_relative_bias():

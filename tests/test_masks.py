@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from attendout.attention import AttentionCall, allowed_keys
+from attendout.attention import AttentionCall, allowed_keys, empty_rows
 from attendout.methods.masks import LEVELS, bernoulli_drop
 
 
@@ -122,3 +122,31 @@ def test_allowed_keys_matches_the_plain_formula_with_eq4_rows(padded):
     assert torch.equal(empty, plain_empty)
     assert torch.equal(allowed, torch.where(plain_empty, real, plain_allowed))
     assert empty[:, :, 3].all() and (not padded or empty[2, 0, 4])
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_empty_rows_match_the_plain_formula(padded):
+    torch.manual_seed(1)
+    b, h, length = 3, 2, 7
+    valid = _padded(b, length, {1: 5, 2: 2}) if padded else None
+    drop = torch.rand(b, h, length, length) < 0.5
+    drop[:, :, 3] = True
+    drop[2, 0, 4, :2] = True  # every real key of row 4 of example 2 when padded
+    real = torch.ones(b, 1, length, length, dtype=torch.bool) if valid is None else valid
+    expected = ~(real & ~drop).any(-1, keepdim=True)
+    assert torch.equal(empty_rows(valid, drop), expected)
+    assert expected[:, :, 3].all() and 0 < expected.sum() < expected.numel()
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_dropped_fraction_of_a_block_of_rows_counts_those_rows(padded):
+    torch.manual_seed(2)
+    b, h, length = 3, 2, 9
+    valid = _padded(b, length, {1: 5, 2: 2}) if padded else None
+    call = _call(b, h, length, length, valid)
+    rows = slice(3, 7)
+    drop = torch.rand(b, h, 4, length) < 0.3
+    dropped, total = call.dropped_fraction(drop, rows)
+    block_valid = call.valid().expand(b, h, length, length)[:, :, rows]
+    assert int(dropped) == int((drop & block_valid).sum())
+    assert int(total) == int(block_valid.sum())

@@ -26,7 +26,7 @@ and recorders. Methods usually reach this module through :func:`attendout.apply`
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -48,6 +48,7 @@ __all__ = [
     "AttentionRecorder",
     "Controller",
     "UnsupportedModelError",
+    "RandomDrops",
     "attendout_attention",
     "get_controller",
     "install",
@@ -246,14 +247,18 @@ class AttentionCall:
         b, _, lq, lk = self.shape
         return torch.ones(b, 1, lq, lk, dtype=torch.bool, device=self.query.device)
 
-    def dropped_fraction(self, dropped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def dropped_fraction(
+        self, dropped: torch.Tensor, rows: slice = slice(None)
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(number of dropped non-padding positions, number of non-padding positions), as tensors.
 
-        ``dropped`` is a bool mask broadcastable to (B, H, Lq, Lk). Returned as tensors so that a
-        caller can sum over many steps without a device sync per call.
+        ``dropped`` is a bool mask broadcastable to (B, H, Lq, Lk), or to (B, H, rows, Lk) for the query
+        rows ``rows``. Returned as tensors so that a caller can sum over many steps without a device
+        sync per call.
         """
         b, h, lq, lk = self.shape
-        size, valid = b * h * lq * lk, self.key_valid
+        lq = len(range(lq)[rows])
+        size, valid = b * h * lq * lk, query_rows(self.key_valid, rows)
         # count_nonzero: a bool .sum() would first copy the mask to int64. A mask broadcast over heads
         # (or rows) is counted once and multiplied by its copies.
         dropped = dropped if valid is None else dropped & valid
@@ -271,6 +276,9 @@ class AttentionEdit:
 
     drop_scores:   bool, broadcastable to (B, H, Lq, Lk); True = that score becomes -inf (eq. 3).
                    A row with every key dropped gets uniform attention over its non-padding keys (eq. 4).
+    random_drops:  scores dropped independently at random (:class:`RandomDrops`), as ``drop_scores``
+                   but drawn by the attention path where it needs them, block by block of query rows
+                   where it can, so that no whole (B, H, Lq, Lk) mask need exist.
     scale_weights: float or bool, broadcastable to (B, H, Lq, Lk); multiplies the weights after the
                    softmax (eq. 2). Rescaling (1/(1-p)) is the method's choice and goes in the values.
     skip:          the whole layer attends uniformly to its non-padding keys (eq. 4).
@@ -278,9 +286,32 @@ class AttentionEdit:
     """
 
     drop_scores: torch.Tensor | None = None
+    random_drops: RandomDrops | None = None
     scale_weights: torch.Tensor | None = None
     skip: bool = False
     dropout: float | None = None
+
+
+@dataclass(frozen=True)
+class RandomDrops:
+    """Each score dropped with probability ``p``, independently (a Bernoulli mask of eq. 3).
+
+    ``count`` (optional) receives, for every draw, the number of dropped non-padding positions and the
+    number of non-padding positions (tensors: no host sync), e.g. a :class:`RateMeter`'s ``add``.
+    """
+
+    p: float
+    count: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+
+    def draw(self, call: AttentionCall, rows: slice = slice(None)) -> torch.Tensor:
+        """The mask of query rows ``rows``: bool (B, H, rows, Lk), True = dropped."""
+        from .methods.masks import bernoulli_drop  # here: attendout.methods imports this module
+
+        b, h, lq, lk = call.shape
+        drop = bernoulli_drop((b, h, len(range(lq)[rows]), lk), self.p, call.query.device)
+        if self.count is not None:
+            self.count(*call.dropped_fraction(drop, rows))
+        return drop
 
 
 class AttentionMethod:
@@ -625,23 +656,23 @@ def attendout_attention(
         b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
         valid = causal_mask(lq, lk, query.device).expand(b, 1, lq, lk)
     call = AttentionCall(layer, module, query, key, value, valid, training, edits)
-    drop, scale, skip, dropout = combine_edits(call, methods, own, dropout)
+    combined = combine_edits(call, methods, own, dropout)
+    scale, dropout = combined.scale, combined.dropout
     transforms = any(rewrites_scores(m) for m in methods)
-    if skip:  # eq. 4 for the whole layer is every score dropped: the same paths below compute it
-        drop = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=query.device)
-
-    if drop is None and scale is None and not recorders and not transforms:
+    if not combined.drops_any and scale is None and not recorders and not transforms:
         # Only the dropout probability changed: stock SDPA can still do the work.
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
     if not recorders and not transforms and (scale is None or _per_head(scale)):
+        if combined.drops_any and _fills_in_place(call, dropout):
+            return _filled_softmax(call, combined, scaling, kwargs.get("position_bias"))
         # Dropped scores and per-head scales fit SDPA too: the drops join the padding mask, a scale
         # of whole rows of weights scales the output. About 1.4x faster than the softmax below on CPU.
-        return _masked_sdpa(call, attention_mask, drop, scale, scaling, dropout, **kwargs)
+        return _masked_sdpa(call, attention_mask, combined.drops(call), scale, scaling, dropout, **kwargs)
 
     bias = kwargs.get("position_bias")  # T5's relative position bias, (1|B, H, Lq, Lk)
-    probs = _attention_probs(call, methods, scaling, drop, bias)  # (B, H, Lq, Lk)
+    probs = _attention_probs(call, methods, scaling, combined.drops(call), bias)  # (B, H, Lq, Lk)
     for recorder in recorders:
         recorder.record(layer, probs)
     weights = probs if scale is None else probs * scale.to(probs.dtype)  # eq. 2
@@ -666,14 +697,49 @@ def own_edit(
     return own
 
 
+@dataclass
+class CombinedEdits:
+    """Every acting method's edit of one call and the forward's own, combined.
+
+    ``drop`` (given masks, OR-ed) and ``random`` (random drops, drawn on demand) together are the
+    dropped scores; ``skip`` drops every score of the layer (eq. 4 for the whole layer). ``scale``
+    is the product of the scales; ``dropout`` the model's attention-dropout probability, or the one a
+    method put in its place.
+    """
+
+    drop: torch.Tensor | None
+    random: list[RandomDrops]
+    scale: torch.Tensor | None
+    skip: bool
+    dropout: float
+
+    @property
+    def drops_any(self) -> bool:
+        return self.skip or self.drop is not None or bool(self.random)
+
+    def drops(self, call: AttentionCall, rows: slice = slice(None)) -> torch.Tensor | None:
+        """Every dropped score of the query rows ``rows``: bool, broadcastable to (B, H, rows, Lk); None = none.
+
+        Random drops are drawn here, once per call of this function: a path asks once for each block.
+        """
+        if self.skip:
+            return torch.ones(1, 1, 1, 1, dtype=torch.bool, device=call.query.device)
+        drop = query_rows(self.drop, rows)
+        for random in self.random:
+            drawn = random.draw(call, rows)
+            drop = drawn if drop is None else drop | drawn
+        return drop
+
+
 def combine_edits(
     call: AttentionCall, methods: list[AttentionMethod], own: AttentionEdit | None, dropout: float
-) -> tuple[torch.Tensor | None, torch.Tensor | None, bool, float]:
-    """Every acting method's edit and the forward's own, combined: (drop, scale, skip, dropout).
+) -> CombinedEdits:
+    """Every acting method's edit and the forward's own, combined.
 
     Drops are OR-ed, scales multiplied, a skip wins; a method's dropout replaces the model's own.
     """
     drop: torch.Tensor | None = None
+    random: list[RandomDrops] = []
     scale: torch.Tensor | None = None
     skip = False
     for edit in [method.edit(call) for method in methods] + [own]:
@@ -681,12 +747,21 @@ def combine_edits(
             continue
         if edit.drop_scores is not None:
             drop = edit.drop_scores if drop is None else drop | edit.drop_scores
+        if edit.random_drops is not None:
+            random.append(edit.random_drops)
         if edit.scale_weights is not None:
             scale = edit.scale_weights if scale is None else scale * edit.scale_weights
         skip = skip or edit.skip
         if edit.dropout is not None:
             dropout = edit.dropout if call.training else 0.0
-    return drop, scale, skip, dropout
+    return CombinedEdits(drop, random, scale, skip, dropout)
+
+
+def query_rows(mask: torch.Tensor | None, rows: slice) -> torch.Tensor | None:
+    """The query rows ``rows`` of a (B|1, H|1, Lq|1, Lk|1) tensor (a row broadcast over Lq stays)."""
+    if mask is None or mask.shape[-2] == 1 or rows == slice(None):
+        return mask
+    return mask[:, :, rows]
 
 
 def _per_query_head(call: AttentionCall, states: torch.Tensor) -> torch.Tensor:
@@ -752,6 +827,115 @@ def _masked_sdpa(
     if scale is not None:
         output = output * (scale if scale.dim() == 0 else scale.transpose(1, 2)).to(output.dtype)
     return output, None
+
+
+def _fills_in_place(call: AttentionCall, dropout: float) -> bool:
+    """Whether dropped scores are cheaper filled in place (:func:`_filled_softmax`) than given to SDPA.
+
+    On a CPU, SDPA's fused kernel takes no dropout: with the model's attention dropout on (BERT's 0.1)
+    it runs its math path, which materialises the (B, H, Lq, Lk) scores anyway and first turns a
+    boolean mask into a float one of that size. Filling the dropped scores in place skips that
+    conversion and the addition. Eager mode only: under ``torch.compile`` the compiler fuses the masked
+    SDPA call itself, and an in-place write outside autograd is not what it should trace.
+    """
+    return (
+        call.query.device.type == "cpu"
+        and dropout > 0
+        and call.query.is_floating_point()
+        and not torch.compiler.is_compiling()
+    )
+
+
+def empty_rows(valid: torch.Tensor | None, drop: torch.Tensor) -> torch.Tensor:
+    """(B, H|1, Lq, 1) bool: the rows whose every key the query may see (``valid``) was dropped (eq. 4).
+
+    A max (or min) over bytes: many times faster than ``any()`` (or ``all()``) over bools.
+    """
+    if valid is None:
+        return drop.view(torch.uint8).amin(dim=-1, keepdim=True) == 1
+    return (valid > drop).view(torch.uint8).amax(dim=-1, keepdim=True) == 0
+
+
+#: The largest (B, H, rows, Lk) block of scores the filled path makes at once. Below glibc's largest
+#: threshold for serving an allocation by a fresh mapping (32 MiB), so blocks reuse heap memory instead
+#: of having new pages mapped and zeroed on every call: 0.65x of the time of one whole block at 8,192.
+BLOCK_BYTES = 16 << 20
+
+
+def _filled_softmax(
+    call: AttentionCall, combined: CombinedEdits, scaling: float | None, bias: torch.Tensor | None
+) -> tuple[torch.Tensor, None]:
+    """Eq. 3 and 4 (and a per-head eq. 2) with dropped scores filled in place: the explicit path's result.
+
+    The scores are made a block of query rows at a time (at most :data:`BLOCK_BYTES`), with each
+    block's random drops drawn for it alone, so that neither the whole (B, H, Lq, Lk) mask nor the whole
+    scores exist at once; autograd keeps what stock attention's math path keeps (the weights, the
+    dropout mask, the dropped weights), a block at a time. See :func:`_filled_block` for one block.
+    """
+    b, h, lq, lk = call.shape
+    factor = scaling if scaling is not None else call.query.shape[-1] ** -0.5
+    query = call.query * factor
+    keys = _per_query_head(call, call.key).transpose(-1, -2)
+    values = _per_query_head(call, call.value)
+    step = max(16, BLOCK_BYTES // max(1, b * h * lk * call.query.element_size()))
+    outputs = []
+    for start in range(0, lq, step):
+        rows = slice(start, start + step)
+        outputs.append(
+            _filled_block(
+                query[:, :, rows],
+                keys,
+                values,
+                combined.drops(call, rows),
+                query_rows(call.key_valid, rows),
+                query_rows(bias, rows),
+                combined.dropout,
+            )
+        )
+    output = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)  # (B, H, Lq, d)
+    if combined.scale is not None:
+        output = output * combined.scale.to(output.dtype)
+    return output.transpose(1, 2).contiguous(), None
+
+
+def _filled_block(
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    drop: torch.Tensor,
+    valid: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    dropout: float,
+) -> torch.Tensor:
+    """One block of query rows of :func:`_filled_softmax`: (B, H, rows, d) from the scaled queries.
+
+    A dropped score becomes a very negative number (half the dtype's lowest) and a padding or unseen
+    key the lowest, both written into the scores outside autograd. A row with a real score left gives
+    the dropped ones exactly zero weight, and so, through the softmax's backward, exactly zero gradient:
+    the same values and gradients as ``-inf``. In a row with every seen key dropped, those keys tie
+    above the unseen ones, so the softmax is uniform over them (eq. 4); its query (and T5's position
+    bias) is zeroed before the product, which cuts that row's query and key gradients, as on the other
+    paths. The model's attention dropout is ``torch.nn.functional.dropout``, the draw that the explicit
+    path and SDPA's math path make.
+    """
+    empty = empty_rows(valid, drop)
+    scores = torch.matmul(query.masked_fill(empty, 0.0), keys)  # (B, H, rows, Lk)
+    if bias is not None:  # T5's relative position bias
+        scores = scores + bias.masked_fill(empty, 0.0)
+    # Outside autograd: the product's backward does not need its output, and the softmax saves only
+    # its own, so nothing saved is overwritten (and no mask is kept for the backward pass).
+    filled = scores.detach()
+    lowest = torch.finfo(scores.dtype).min
+    filled.masked_fill_(drop, lowest / 2)
+    if valid is not None:
+        filled.masked_fill_(~valid, lowest)
+    probs = torch.softmax(scores, dim=-1)
+    if valid is not None:
+        keyless = ~valid.any(dim=-1, keepdim=True)  # a padding query that sees no real key
+        if keyless.any():  # a host check, cheap on a CPU: most batches have no such row
+            probs = probs.masked_fill(keyless, 0.0)
+    probs = nn.functional.dropout(probs, p=dropout, training=True)  # the model's own, as stock
+    return torch.matmul(probs, values)
 
 
 def _attention_probs(

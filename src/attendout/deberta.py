@@ -119,7 +119,9 @@ def _before_attention(module: nn.Module, args: tuple, kwargs: dict[str, Any]):
         valid = valid.unsqueeze(1)
     placeholder = hidden.new_zeros(()).expand(b, h, length, d)  # shapes only: see the module docstring
     call = AttentionCall(layer, module, placeholder, placeholder, placeholder, valid, training, edits)
-    drop, scale, skip, dropout = combine_edits(call, methods, own, module.dropout.p)
+    combined = combine_edits(call, methods, own, module.dropout.p)
+    scale, skip, dropout = combined.scale, combined.skip, combined.dropout
+    drop = None if skip else combined.drops(call)
     uniform_rows = None
     if skip:
         uniform_rows = valid.any(dim=-1, keepdim=True)  # every row with a real key: the whole layer

@@ -10,14 +10,17 @@
   ``rescale=False`` needs its own mask (the explicit path).
 * ``scores-dropout`` sets scores to -inf before the softmax; the softmax renormalises the row, which
   plays the part of the 1/(1-p) rescaling. A row with every key dropped attends uniformly (eq. 4).
-  It *adds to* the model's own attention dropout, which still acts on the weights.
+  It *adds to* the model's own attention dropout, which still acts on the weights. Its mask is a
+  :class:`~attendout.attention.RandomDrops`: the attention path draws it where it needs it, a block
+  of query rows at a time on the CPU path that fills dropped scores in place.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
-from ..attention import AttentionCall, AttentionEdit, AttentionMethod, RateMeter
+from ..attention import AttentionCall, AttentionEdit, AttentionMethod, RandomDrops, RateMeter
 from .base import MethodConfig, check_probability, layers_field, register_method
 from .masks import bernoulli_drop, keep_scale
 
@@ -62,9 +65,9 @@ class ScoresDropout(AttentionMethod):
         p = self.probability(call.layer)
         if p <= 0:
             return None
-        drop = bernoulli_drop(call.shape, p, call.query.device)  # (B, H, Lq, Lk)
-        self.meter.add(f"{self.name}/drop_rate/L{call.layer}", *call.dropped_fraction(drop))
-        return AttentionEdit(drop_scores=drop)
+        # drawn by the attention path where it needs the mask (a block of rows at a time, where it can)
+        count = partial(self.meter.add, f"{self.name}/drop_rate/L{call.layer}")
+        return AttentionEdit(random_drops=RandomDrops(p, count))
 
     def stats(self) -> dict[str, float]:
         return self.meter.pop()
