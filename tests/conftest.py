@@ -378,5 +378,9 @@ def assert_same_outputs(results: dict[str, tuple]) -> None:
         for name, grad in grads.items():
             size = float(grad.abs().max())
             torch.testing.assert_close(
-                other_grads[name], grad, rtol=1e-4, atol=max(1e-4 * size, 1e-6), msg=lambda m, n=name, p=path: f"{p} {n}: {m}"
+                other_grads[name],
+                grad,
+                rtol=1e-4,
+                atol=max(1e-4 * size, 1e-6),
+                msg=lambda m, n=name, p=path: f"{p} {n}: {m}",
             )
