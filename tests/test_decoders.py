@@ -197,31 +197,13 @@ def test_eq4_in_a_causal_layer_is_uniform_over_the_keys_the_query_may_see(family
 
 
 @pytest.mark.parametrize("family", ["llama", "t5"])
-def test_fused_and_explicit_paths_agree_with_grouped_queries_and_position_bias(family):
-    """Drops through SDPA (the fused path) and through the explicit softmax (forced by a recorder) give the
-    same output: Llama's key/value heads are repeated for the explicit path only, T5's relative bias is
-    added on both (and zeroed on eq. 4 rows on both)."""
-    model = tiny_lm(family)
-    attendout.install(model)
-    model.train()
-    layer = 2 if family == "t5" else 1
-    drop = torch.rand(2, 4, LENGTH, LENGTH, generator=torch.Generator().manual_seed(0)) < 0.4
-    drop[0, 1, 5] = True  # a row with every key dropped: eq. 4
-    edits = ForwardEdits({layer: AttentionEdit(drop_scores=drop)}).kwargs()
-    fused = model(**inputs(family, ids()), **edits).logits
-    with attendout.record_attention(model, layers=[layer]) as rec:
-        explicit = model(**inputs(family, ids()), **edits).logits
-    torch.testing.assert_close(fused, explicit, rtol=1e-5, atol=1e-5)
-    probs = rec.probs[layer]  # (B, H, L, L): H query heads, though Llama has 2 key/value heads
-    assert probs.shape == (2, 4, LENGTH, LENGTH)
-    assert not (probs > 0)[~torch.tril(torch.ones(LENGTH, LENGTH, dtype=torch.bool)).expand_as(probs)].any()
-    torch.testing.assert_close(probs[0, 1, 5, :6], torch.full((6,), 1 / 6))
-
-
-@pytest.mark.parametrize("family", ["llama", "t5"])
-def test_filled_drops_agree_with_grouped_queries_position_bias_and_the_models_dropout(family, monkeypatch):
-    """With the model's attention dropout on, drops are filled in place on a CPU: under one seed that path,
-    SDPA's and the explicit softmax's agree, Llama's grouped key/value heads and T5's bias included."""
+def test_every_drop_path_agrees_with_grouped_queries_position_bias_and_the_models_dropout(
+    family, monkeypatch
+):
+    """Drops filled in place (the CPU path with the model's attention dropout on), through SDPA and
+    through the explicit softmax (forced by a recorder) give the same output and gradients under one
+    seed: Llama's key/value heads are repeated for the explicit paths only, T5's relative bias is added
+    on all three (and zeroed on eq. 4 rows on all three)."""
     model = tiny_lm(family, **{ATTENTION_DROPOUT[family]: 0.1})
     attendout.install(model)
     model.train()
@@ -231,6 +213,12 @@ def test_filled_drops_agree_with_grouped_queries_position_bias_and_the_models_dr
     edits = ForwardEdits({layer: AttentionEdit(drop_scores=drop)}).kwargs()
     forward = lambda: model(**inputs(family, ids()), **edits).logits  # noqa: E731
     assert_same_outputs(outputs_on_each_drop_path(model, forward, monkeypatch))
+    with attendout.record_attention(model, layers=[layer]) as rec:  # the softmax, before the dropout
+        forward()
+    probs = rec.probs[layer]  # (B, H, L, L): H query heads, though Llama has 2 key/value heads
+    assert probs.shape == (2, 4, LENGTH, LENGTH)
+    assert not (probs > 0)[~torch.tril(torch.ones(LENGTH, LENGTH, dtype=torch.bool)).expand_as(probs)].any()
+    torch.testing.assert_close(probs[0, 1, 5, :6], torch.full((6,), 1 / 6))
 
 
 def test_t5_layerdrop_of_the_first_block_keeps_the_stack_relative_bias():

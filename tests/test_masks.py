@@ -108,7 +108,7 @@ def test_dropped_fraction_counts_as_the_plain_formula(drop_shape, padded):
 
 
 @pytest.mark.parametrize("padded", [False, True])
-def test_allowed_keys_matches_the_plain_formula_with_eq4_rows(padded):
+def test_allowed_keys_and_empty_rows_match_the_plain_formula_with_eq4_rows(padded):
     torch.manual_seed(0)
     b, h, length = 3, 2, 7
     valid = _padded(b, length, {1: 5, 2: 2}) if padded else None
@@ -120,22 +120,9 @@ def test_allowed_keys_matches_the_plain_formula_with_eq4_rows(padded):
     plain_allowed = real & ~drop
     plain_empty = ~plain_allowed.any(-1, keepdim=True)
     assert torch.equal(empty, plain_empty)
+    assert torch.equal(empty_rows(valid, drop), plain_empty)  # the filled path's own finding of them
     assert torch.equal(allowed, torch.where(plain_empty, real, plain_allowed))
     assert empty[:, :, 3].all() and (not padded or empty[2, 0, 4])
-
-
-@pytest.mark.parametrize("padded", [False, True])
-def test_empty_rows_match_the_plain_formula(padded):
-    torch.manual_seed(1)
-    b, h, length = 3, 2, 7
-    valid = _padded(b, length, {1: 5, 2: 2}) if padded else None
-    drop = torch.rand(b, h, length, length) < 0.5
-    drop[:, :, 3] = True
-    drop[2, 0, 4, :2] = True  # every real key of row 4 of example 2 when padded
-    real = torch.ones(b, 1, length, length, dtype=torch.bool) if valid is None else valid
-    expected = ~(real & ~drop).any(-1, keepdim=True)
-    assert torch.equal(empty_rows(valid, drop), expected)
-    assert expected[:, :, 3].all() and 0 < expected.sum() < expected.numel()
 
 
 @pytest.mark.parametrize("padded", [False, True])
