@@ -47,8 +47,8 @@ __all__ = [
     "AttentionMethod",
     "AttentionRecorder",
     "Controller",
-    "UnsupportedModelError",
     "RandomDrops",
+    "UnsupportedModelError",
     "attendout_attention",
     "get_controller",
     "install",
@@ -833,10 +833,11 @@ def _fills_in_place(call: AttentionCall, dropout: float) -> bool:
     """Whether dropped scores are cheaper filled in place (:func:`_filled_softmax`) than given to SDPA.
 
     On a CPU, SDPA's fused kernel takes no dropout: with the model's attention dropout on (BERT's 0.1)
-    it runs its math path, which materialises the (B, H, Lq, Lk) scores anyway and first turns a
-    boolean mask into a float one of that size. Filling the dropped scores in place skips that
-    conversion and the addition. Eager mode only: under ``torch.compile`` the compiler fuses the masked
-    SDPA call itself, and an in-place write outside autograd is not what it should trace.
+    it runs its math path, which materialises the whole (B, H, Lq, Lk) scores anyway, first turns a
+    boolean mask into a float one of that size, and adds it. The filled path skips the conversion and
+    the addition and works a block of rows at a time. Eager mode only: under ``torch.compile`` the
+    compiler fuses the masked SDPA call itself, and an in-place write outside autograd is not what it
+    should trace.
     """
     return (
         call.query.device.type == "cpu"

@@ -177,8 +177,8 @@ def candidate_region(
     scores, e.g. zero gradients, get random candidates instead of the first positions.
     """
     b, h, lq, lk = scores.shape
+    n = valid.sum(-1, keepdim=True).expand(b, h, lq, 1)  # (B, H, Lq, 1), counted once per head-less row
     valid = valid.expand(b, h, lq, lk)
-    n = valid.sum(-1, keepdim=True)  # (B, H, Lq, 1)
     k = candidate_count(n, p, rounding)  # (B, H, Lq, 1)
     kmax = int(k.max()) if k.numel() else 0
     candidate = torch.zeros(b, h, lq, lk, dtype=torch.bool, device=scores.device)
@@ -525,9 +525,10 @@ class ADDrop(AttentionMethod):
             seen = layer_key_valid(model, layer, valid)  # a local layer's window too (ModernBERT)
             candidate = candidate_region(layer_scores, seen, self.p, rounding=self.rounding)  # bool
             drop = sample_drops(candidate, self.q)  # (B, H, Lq, Lk) bool
-            n_candidate = candidate.sum()
-            self.meter.add("addrop/candidate_fraction", n_candidate, seen.sum() * candidate.shape[1])
-            self.meter.add("addrop/drop_rate_in_candidates", drop.sum(), n_candidate)
+            # count_nonzero: a bool sum() would first copy each (B, H, L, L) mask to int64
+            n_candidate = candidate.count_nonzero()
+            self.meter.add("addrop/candidate_fraction", n_candidate, seen.count_nonzero() * candidate.shape[1])
+            self.meter.add("addrop/drop_rate_in_candidates", drop.count_nonzero(), n_candidate)
             if self.keep_masks:
                 self.last_masks[layer] = (candidate, drop)
             edits[layer] = AttentionEdit(drop_scores=drop)
