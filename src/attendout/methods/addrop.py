@@ -527,7 +527,9 @@ class ADDrop(AttentionMethod):
             drop = sample_drops(candidate, self.q)  # (B, H, Lq, Lk) bool
             # count_nonzero: a bool sum() would first copy each (B, H, L, L) mask to int64
             n_candidate = candidate.count_nonzero()
-            self.meter.add("addrop/candidate_fraction", n_candidate, seen.count_nonzero() * candidate.shape[1])
+            self.meter.add(
+                "addrop/candidate_fraction", n_candidate, seen.count_nonzero() * candidate.shape[1]
+            )
             self.meter.add("addrop/drop_rate_in_candidates", drop.count_nonzero(), n_candidate)
             if self.keep_masks:
                 self.last_masks[layer] = (candidate, drop)
