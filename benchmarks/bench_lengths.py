@@ -56,6 +56,22 @@ METHODS = [
 HOOK_METHODS = ["attn-dropout", "scores-dropout", "drophead", "attn-layerdrop", "scheduled"]
 #: timed round-robin in one process (drift cancels); the others train through the loop in child processes
 ROUND_ROBIN = ["none", *HOOK_METHODS]
+#: the control of attn-dropout in the round-robin: stock attention with its own dropout at attn-dropout's
+#: rate (torch's CPU dropout takes longer at 0.2 than at the model's 0.1: a cost of the rate, not of the hook)
+CONTROL = "stock, attn. dropout 0.2"
+
+
+def stock_at_rate(stock, rate: float):
+    """A copy of the stock model whose attention layers drop their weights at ``rate``."""
+    import copy
+
+    from transformers.models.bert.modeling_bert import BertSelfAttention
+
+    control = copy.deepcopy(stock)
+    for module in control.modules():
+        if isinstance(module, BertSelfAttention):
+            module.dropout.p = rate  # read at every forward, passed to SDPA as dropout_p
+    return control
 
 
 def build_long_model(folder: str, hidden: int, heads: int, layers: int, positions: int) -> None:
@@ -97,8 +113,11 @@ def round_robin_child(args: argparse.Namespace) -> None:
 
     Process children measure memory but not time finely enough: this machine's speed drifts by 10-20%
     between minutes, more than the differences in question. Here each round runs stock and every hook
-    method once on the same batch (in a rotated order), and the ratio to stock is taken within the
-    round, so drift cancels; the median over rounds is reported.
+    method on the same batch (in a rotated order), and the ratio to stock is taken within the round, so
+    drift cancels; the median over rounds is reported. Each method runs twice in a row and only its
+    second step is timed: a step depends on the allocator's state the step before it left (here an
+    SDPA step right after a step of the filled path took 10-15% longer than one after an SDPA step), and
+    in training a method's step follows a step of its own.
     """
     import copy
     import time
@@ -107,6 +126,7 @@ def round_robin_child(args: argparse.Namespace) -> None:
     from transformers import AutoModelForSequenceClassification
 
     import attendout
+    from attendout.methods.dropout import AttnDropoutConfig
 
     torch.set_num_threads(args.threads)
     length = args.rr_child
@@ -118,6 +138,8 @@ def round_robin_child(args: argparse.Namespace) -> None:
         models[method] = copy.deepcopy(stock)
         handle = attendout.apply(models[method], method)
         handle.set_progress(0.5)  # DropHead's V and `scheduled` halfway through training
+    if "attn-dropout" in models:
+        models[CONTROL] = stock_at_rate(stock, AttnDropoutConfig().p)
     ids = torch.randint(1000, 29000, (batch_size, length))
     mask = torch.ones(batch_size, length, dtype=torch.long)
     for row in range(batch_size):  # random lengths L/2..L, as the process children's texts
@@ -125,16 +147,17 @@ def round_robin_child(args: argparse.Namespace) -> None:
     labels = torch.randint(0, 2, (batch_size,))
     names = list(models)
     times: dict[str, list[float]] = {name: [] for name in names}
-    rounds = max(3, round(args.steps * 8 * 1024 / length))
-    for r in range(rounds + 1):
+    rounds = max(8, round(args.rounds * (1024 / length) ** 0.5))
+    for r in range(rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             model = models[name]
-            model.zero_grad(set_to_none=True)
-            start = time.perf_counter()
-            model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
-            if r > 0:  # round 0 warms up
-                times[name].append(time.perf_counter() - start)
+            for timed in (False, True):  # the untimed step: the state this method's own step leaves
+                model.zero_grad(set_to_none=True)
+                start = time.perf_counter()
+                model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+                if timed:
+                    times[name].append(time.perf_counter() - start)
     per_round = {name: [t / s for t, s in zip(times[name], times["stock"], strict=True)] for name in names}
     print(json.dumps({"length": length, "rounds": rounds, "times": times, "ratio": per_round}))
 
@@ -152,7 +175,7 @@ def round_robin(args: argparse.Namespace, model: str, length: int) -> dict:
         "--tokens",
         str(args.tokens),
     ]
-    cmd += ["--steps", str(args.steps), "--threads", str(args.threads), "--methods", *args.methods]
+    cmd += ["--rounds", str(args.rounds), "--threads", str(args.threads), "--methods", *args.methods]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"round-robin child at length {length} failed:\n{out.stderr[-2000:]}")
@@ -184,6 +207,8 @@ def table(results: dict[str, dict[str, list[dict]]], rr: dict[str, dict], method
     lengths = sorted(set(results) | set(rr), key=int)
     head = "| method | " + " | ".join(f"{n}: time | {n}: memory" for n in lengths) + " |"
     rows = [head, "|---|" + "---|---|" * len(lengths)]
+    if any(CONTROL in r["ratio"] for r in rr.values()):
+        methods = [methods[0], CONTROL, *methods[1:]]
     for method in methods:
         cells = []
         for n in lengths:
@@ -244,11 +269,13 @@ def plot(results: dict, rr: dict, methods: list[str], path: str, title: str) -> 
     plt.close(fig)
 
 
-def save(args: argparse.Namespace, device: str, results: dict, rr: dict) -> None:
-    """Write every measurement so far to ``--json`` (whole or not at all)."""
+def save(args: argparse.Namespace, device: str, results: dict, rr: dict, earlier: list[dict]) -> None:
+    """Write every measurement so far to ``--json`` (whole or not at all), with the arguments of this
+    invocation after those of the ``earlier`` ones it resumed."""
     if args.json:
         tmp_json = f"{args.json}.tmp"
-        saved = {"args": vars(args), "device": device, "results": results, "round_robin": rr}
+        invocations = [*earlier, {**vars(args), "device": device}]
+        saved = {"invocations": invocations, "results": results, "round_robin": rr}
         Path(tmp_json).write_text(json.dumps(saved, indent=1))
         os.replace(tmp_json, args.json)
 
@@ -266,6 +293,13 @@ def main() -> None:
         type=int,
         default=3,
         help="timed steps per child at 1024 and longer (x 1024 / length below)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=24,
+        help="round-robin rounds at 1024 (x sqrt(1024 / length) at the others, at least 8); a long "
+        "step varies by 10-20%% between rounds here, so it takes rounds to tell 1.05x from 1.00x",
     )
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per child")
     parser.add_argument("--repeats", type=int, default=2, help="children per (length, method), interleaved")
@@ -285,9 +319,11 @@ def main() -> None:
 
     results: dict[str, dict[str, list[dict]]] = {}
     rr: dict[str, dict] = {}  # length -> the round-robin child's output
+    earlier: list[dict] = []  # the arguments of the runs resumed
     if args.resume and args.json and os.path.exists(args.json):
         saved = json.loads(Path(args.json).read_text())
         results, rr = saved["results"], saved.get("round_robin", {})
+        earlier = saved.get("invocations") or [{**saved["args"], "device": saved.get("device")}]
     import torch
 
     device = f"CPU ({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} threads"
@@ -308,7 +344,7 @@ def main() -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-                save(args, device, results, rr)
+                save(args, device, results, rr, earlier)
             if str(length) in results:
                 continue
             # untimed: the first child after a pause runs slow (caches, page faults), which would bias its method
@@ -316,7 +352,7 @@ def main() -> None:
             run = functools.partial(measure, args, tmp, length)  # run(method)
             runs = interleaved(methods, args.repeats, run, f"length {length}, ")
             results[str(length)] = runs
-            save(args, device, results, rr)
+            save(args, device, results, rr, earlier)
     print(
         f"\n{title}; {args.steps} timed steps (x 1024 / length below 1024) x {args.repeats} interleaved repeats; ratios of medians to stock\n"
     )
