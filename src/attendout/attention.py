@@ -247,6 +247,11 @@ class AttentionCall:
         b, _, lq, lk = self.shape
         return torch.ones(b, 1, lq, lk, dtype=torch.bool, device=self.query.device)
 
+    def block_shape(self, rows: slice) -> tuple[int, int, int, int]:
+        """(B, H, number of query rows in ``rows``, Lk): the shape of a block of this call's scores."""
+        b, h, lq, lk = self.shape
+        return b, h, len(range(lq)[rows]), lk
+
     def dropped_fraction(
         self, dropped: torch.Tensor, rows: slice = slice(None)
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -256,8 +261,7 @@ class AttentionCall:
         rows ``rows``. Returned as tensors so that a caller can sum over many steps without a device
         sync per call.
         """
-        b, h, lq, lk = self.shape
-        lq = len(range(lq)[rows])
+        b, h, lq, lk = self.block_shape(rows)
         size, valid = b * h * lq * lk, query_rows(self.key_valid, rows)
         # count_nonzero: a bool .sum() would first copy the mask to int64. A mask broadcast over heads
         # (or rows) is counted once and multiplied by its copies.
@@ -307,8 +311,7 @@ class RandomDrops:
         """The mask of query rows ``rows``: bool (B, H, rows, Lk), True = dropped."""
         from .methods.masks import bernoulli_drop  # here: attendout.methods imports this module
 
-        b, h, lq, lk = call.shape
-        drop = bernoulli_drop((b, h, len(range(lq)[rows]), lk), self.p, call.query.device)
+        drop = bernoulli_drop(call.block_shape(rows), self.p, call.query.device)
         if self.count is not None:
             self.count(*call.dropped_fraction(drop, rows))
         return drop
@@ -782,8 +785,7 @@ def allowed_keys(call: AttentionCall, drop: torch.Tensor) -> tuple[torch.Tensor,
     """
     valid = call.key_valid
     allowed = ~drop if valid is None else valid > drop  # valid and not dropped, in one pass over bools
-    # a row is empty when its largest entry is 0: a max over bytes is many times faster than any()
-    empty = allowed.view(torch.uint8).amax(dim=-1, keepdim=True) == 0
+    empty = _no_key_left(allowed)
     if valid is None:
         return allowed | empty, empty
     return torch.where(empty, valid, allowed), empty
@@ -850,11 +852,19 @@ def _fills_in_place(call: AttentionCall, dropout: float) -> bool:
 def empty_rows(valid: torch.Tensor | None, drop: torch.Tensor) -> torch.Tensor:
     """(B, H|1, Lq, 1) bool: the rows whose every key the query may see (``valid``) was dropped (eq. 4).
 
-    A max (or min) over bytes: many times faster than ``any()`` (or ``all()``) over bools.
+    Without ``valid``, a min over bytes (every key dropped), with no negated copy of the mask.
     """
     if valid is None:
         return drop.view(torch.uint8).amin(dim=-1, keepdim=True) == 1
-    return (valid > drop).view(torch.uint8).amax(dim=-1, keepdim=True) == 0
+    return _no_key_left(valid > drop)
+
+
+def _no_key_left(allowed: torch.Tensor) -> torch.Tensor:
+    """(..., 1) bool: the rows of a bool ``allowed`` with no True left.
+
+    A max over bytes (a row's largest entry is 0): many times faster than ``any()`` over bools.
+    """
+    return allowed.view(torch.uint8).amax(dim=-1, keepdim=True) == 0
 
 
 #: The largest (B, H, rows, Lk) block of scores the filled path makes at once. Below glibc's largest
