@@ -9,6 +9,7 @@ from torch.utils.data import SequentialSampler
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, TrainingArguments
 
 import attendout
+from attendout.attention import get_controller
 from attendout.hf import Trainer as MethodTrainer
 from attendout.methods import METHODS
 from attendout.train import Trainer
@@ -52,12 +53,20 @@ def hf_args(tmp_path, **overrides) -> TrainingArguments:
     return TrainingArguments(**values)
 
 
-def hf_trainer(tiny_run, method: str, options: dict | None = None, **args) -> MethodTrainer:
-    """A tiny model, the toy data tokenised by attendout's loop, and attendout.hf.Trainer."""
+def hf_trainer(
+    tiny_run, method: str, options: dict | None = None, *, model_init: bool = False, **args
+) -> MethodTrainer:
+    """A tiny model, the toy data tokenised by attendout's loop, and attendout.hf.Trainer.
+
+    ``model_init``: the model comes from ``model_init`` (a fresh one at each ``train()``), not ``model``.
+    """
     data = Trainer(toy_train_config(tiny_run))  # for its tokenised splits
-    model = AutoModelForSequenceClassification.from_pretrained(tiny_run["model"])
+
+    def load():
+        return AutoModelForSequenceClassification.from_pretrained(tiny_run["model"])
+
     return MethodTrainer(
-        model=model,
+        **({"model_init": load} if model_init else {"model": load()}),
         args=hf_args(tiny_run["tmp"], **args),
         train_dataset=features(data.train_set),
         eval_dataset=features(data.eval_sets["dev"]),
@@ -198,3 +207,153 @@ def test_prepare_drives_a_method_in_a_hand_written_loop():
         strategy.after_step([batch], attendout.StepInfo(step))
     stats = strategy.stats()
     assert stats["addrop/active"] == 1.0 and stats["addrop/drop_rate_in_candidates"] == 1.0
+
+
+# hyperparameter search: the method's options in the search space -----------------------------------
+
+
+def methods_on(model) -> list:
+    """The attendout methods on ``model``'s hook (none without the hook)."""
+    controller = get_controller(model)
+    return [] if controller is None else list(controller.methods)
+
+
+def test_a_model_from_model_init_trains_with_the_method(tiny_run):
+    """``train()`` makes a new model with ``model_init``: the method goes to it, not to the first one."""
+    trainer = hf_trainer(tiny_run, "attn-dropout", {"p": 0.15}, model_init=True, max_steps=2)
+    first = trainer.model
+    trainer.train()
+    assert trainer.model is not first
+    assert [m.p for m in methods_on(trainer.model)] == [0.15]
+    assert methods_on(first) == []  # taken off the model left behind
+    assert logged(trainer, "attn-dropout/p/L0") == [0.15, 0.15]  # the trained model's forwards used it
+
+
+def test_hyperparameter_search_trains_each_trial_with_its_method_options(tiny_run):
+    optuna = pytest.importorskip("optuna")
+    # layers=[1]: an option of the Trainer's own that each trial keeps (only layer 1's rate is logged)
+    trainer = hf_trainer(tiny_run, "attn-dropout", {"p": 0.2, "layers": [1]}, model_init=True, max_steps=2)
+    trials, seen = {}, []
+
+    def hp_space(trial):
+        trials[trial.number] = trial
+        return {
+            "learning_rate": trial.suggest_float("learning_rate", 1e-5, 1e-4, log=True),
+            "method.p": trial.suggest_float("method.p", 0.05, 0.3),
+        }
+
+    def objective(metrics):  # after the trial's training and evaluation, on its model
+        model = trainer.model
+        rates = {
+            k: v for r in trainer.state.log_history for k, v in r.items() if k.startswith("attn-dropout/")
+        }
+        seen.append(
+            {
+                "config": trainer.method_config,
+                "strategy": trainer.strategy.config,
+                "on_model": [(m.p, m.layers) for m in methods_on(model)],
+                "logged": rates,
+                "learning_rate": trainer.args.learning_rate,
+                "strategy_on_model": trainer.strategy.model is model,
+                "started": trainer.strategy.loop is not None,  # _start_method ran for this trial's strategy
+            }
+        )
+        return metrics["eval_loss"]
+
+    best = trainer.hyperparameter_search(
+        backend="optuna",
+        hp_space=hp_space,
+        compute_objective=objective,
+        n_trials=2,
+        direction="minimize",
+        sampler=optuna.samplers.RandomSampler(seed=0),
+    )
+    assert len(seen) == 2 and sorted(trials) == [0, 1]
+    for number, trial in trials.items():
+        p = trial.params["method.p"]
+        run = seen[number]
+        assert run["config"].p == p and run["config"].layers == [1]
+        assert run["strategy"] is run["config"] and run["strategy_on_model"] and run["started"]
+        assert run["on_model"] == [(p, [1])]  # one method on the trained model: this trial's
+        assert run["logged"] == {"attn-dropout/p/L1": p}  # what its training forwards handed SDPA
+        assert run["learning_rate"] == trial.params["learning_rate"]  # the rest still reaches args
+    assert trials[0].params["method.p"] != trials[1].params["method.p"]
+    # the trainer is left with the last trial's method, as with its args
+    assert trainer.method_config.p == trials[1].params["method.p"]
+    assert trainer.strategy.config is trainer.method_config
+    assert trainer.strategy.model is trainer.model  # None: transformers released it, and the method did
+    assert set(best.hyperparameters) == {"learning_rate", "method.p"}
+    trainer.train()  # a plain run after the search: a new model, with the method the trainer reports
+    assert [(m.p, m.layers) for m in methods_on(trainer.model)] == [(trials[1].params["method.p"], [1])]
+
+
+def test_hyperparameter_search_can_switch_the_method(tiny_run):
+    """``"method"`` picks the trial's method; the Trainer's options belong to its own method and stay there."""
+    pytest.importorskip("optuna")
+    trainer = hf_trainer(tiny_run, "attn-dropout", {"rescale": False}, model_init=True, max_steps=1)
+    seen = []
+
+    def hp_space(trial):
+        return [{"method": "scores-dropout", "method.p": 0.25}, {"method.p": 0.05}][trial.number]
+
+    def objective(metrics):
+        seen.append((trainer.method_config, [type(m).__name__ for m in methods_on(trainer.model)]))
+        return metrics["eval_loss"]
+
+    trainer.hyperparameter_search(
+        backend="optuna", hp_space=hp_space, compute_objective=objective, n_trials=2
+    )
+    (first, first_on), (second, second_on) = seen
+    assert (first.name, first.p, first_on) == ("scores-dropout", 0.25, ["ScoresDropout"])
+    # a trial that names no method: the Trainer's own, with its options, not the last trial's method
+    assert (second.name, second.p, second.rescale, second_on) == (
+        "attn-dropout",
+        0.05,
+        False,
+        ["WeightsDropout"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("space", "error", "message"),
+    [
+        ({"method.p": 1.5}, ValueError, r"attn-dropout: p must be in \[0, 1\), got 1.5"),
+        ({"method.nope": 1}, ValueError, r"method 'attn-dropout' has no option 'nope'"),
+        ({"method": "no-such-method"}, ValueError, r"unknown method 'no-such-method'"),
+    ],
+)
+def test_a_method_option_the_method_refuses_stops_the_search(tiny_run, space, error, message):
+    """Not a warning and a trial run without it (what transformers does with keys it does not know)."""
+    pytest.importorskip("optuna")
+    trainer = hf_trainer(tiny_run, "attn-dropout", {"p": 0.2}, model_init=True, max_steps=1)
+    with pytest.raises(error, match=message) as raised:
+        trainer.hyperparameter_search(backend="optuna", hp_space=lambda trial: space, n_trials=1)
+    assert "from hp_space" in str(raised.value)
+    assert trainer.state.global_step == 0  # refused before any training
+
+
+def test_hyperparameter_search_needs_model_init(tiny_run):
+    """As transformers requires: each trial needs a fresh model to put its method on."""
+    pytest.importorskip("optuna")
+    trainer = hf_trainer(tiny_run, "attn-dropout", {"p": 0.2})
+    with pytest.raises(RuntimeError, match="model_init"):
+        trainer.hyperparameter_search(backend="optuna", hp_space=lambda t: {"method.p": 0.1}, n_trials=1)
+
+
+def test_a_model_init_that_returns_the_same_model_gets_one_method_at_a_time(tiny_run):
+    """The last trial's method comes off before the next is put on: never two methods on one model."""
+    pytest.importorskip("optuna")
+    trainer = hf_trainer(tiny_run, "attn-dropout", {"p": 0.2}, max_steps=1)
+    model = trainer.model
+    trainer.model_init = lambda: model
+    seen = []
+
+    def objective(metrics):
+        seen.append([m.p for m in methods_on(model)])
+        return metrics["eval_loss"]
+
+    space = [{"method.p": 0.1}, {"method.p": 0.3}]
+    trainer.hyperparameter_search(
+        backend="optuna", hp_space=lambda t: space[t.number], compute_objective=objective, n_trials=2
+    )
+    assert seen == [[0.1], [0.3]]

@@ -1,4 +1,4 @@
-"""Command line: ``attendout finetune | methods | tasks | inspect | plot | predict | bench | table``.
+"""Command line: ``attendout advise | finetune | methods | tasks | inspect | plot | predict | bench | table``.
 
 ``attendout --help`` lists them with one line each (:data:`COMMANDS`).
 
@@ -106,6 +106,13 @@ def _finetune_parser(method: str | None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--text-columns", default=None, help="one or two text columns of the files, comma-separated"
     )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="a method config file ([method] name and options, optional [training] fields; what "
+        "`attendout advise` writes as its answer): its values are the defaults that other flags override",
+    )
     if method in METHODS:
         cls = METHODS[method]
         group = parser.add_argument_group(
@@ -151,14 +158,29 @@ def cmd_finetune(argv: list[str]) -> int:
 
     argv = _expand_attention(argv)
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--method", default="none")
+    pre.add_argument("--method", default=None)
+    pre.add_argument("--config", default=None)
     known, _ = pre.parse_known_args(argv)
+    from_file: dict[str, Any] = {}  # the config file's values: defaults that flags override
+    if known.config is not None:
+        from .configfile import load_config_file
+
+        file_method, training = load_config_file(known.config)
+        if known.method not in (None, file_method.name):
+            raise ValueError(
+                f"--method {known.method} contradicts {known.config}, whose method is {file_method.name!r}"
+            )
+        known.method = file_method.name
+        options = {k: v for k, v in file_method.to_dict().items() if k != "name"}
+        from_file = {**training, **{f"method__{k}": v for k, v in options.items()}}
+    known.method = known.method or "none"
     if known.method not in METHODS:
         raise ValueError(f"unknown method {known.method!r}; known methods: {', '.join(list_methods())}")
     parser = _finetune_parser(known.method)
     unset = object()  # options with task defaults: unset ones take the task's, else TrainConfig's
     recipe = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     parser.set_defaults(**{name: unset for name in TASK_DEFAULT_OPTIONS})
+    parser.set_defaults(**from_file, method=known.method)
     args = parser.parse_args(argv)
     values = vars(args)
     chosen = task_defaults(values.get("task"))
@@ -169,10 +191,11 @@ def cmd_finetune(argv: list[str]) -> int:
     # options that depend on the task (AD-DROP's layers) are settled now, so config.json records them
     method_options = settle_for_task(known.method, method_options, values.get("task"))
     train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    text_columns = args.text_columns.split(",") if isinstance(args.text_columns, str) else args.text_columns
     config = TrainConfig(
         **{k: v for k, v in values.items() if k in train_fields and k not in ("eval_files", "text_columns")},
-        eval_files=_parse_eval_files(args.eval_file),
-        text_columns=args.text_columns.split(",") if args.text_columns else None,
+        eval_files=_parse_eval_files(args.eval_file) or from_file.get("eval_files"),
+        text_columns=text_columns,
         method_options=method_options,
     )
     results = finetune(config)
@@ -470,6 +493,13 @@ def cmd_predict(argv: list[str]) -> int:
     return 0
 
 
+def cmd_advise(argv: list[str]) -> int:
+    """Which regulariser, at what strength, for this model and data; see attendout.advise."""
+    from .advise.cli import advise_main
+
+    return advise_main(argv)
+
+
 def cmd_table(argv: list[str]) -> int:
     """The comparison table, CSV and figures of an experiment grid; see attendout.report.table."""
     from .report.table import table_main
@@ -491,6 +521,10 @@ def _quiet_transformers() -> None:
 
 #: name -> (handler, the line `attendout --help` shows for it)
 COMMANDS = {
+    "advise": (
+        cmd_advise,
+        "which regulariser, at what strength, for your model and data: searched, then confirmed on fresh seeds",
+    ),
     "finetune": (cmd_finetune, "fine-tune a pretrained encoder on a task with one attention method"),
     "methods": (cmd_methods, "list the attention methods and their options"),
     "tasks": (cmd_tasks, "list the built-in tasks and where their data comes from"),

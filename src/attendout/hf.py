@@ -21,6 +21,28 @@ its strategy (:mod:`attendout.contract`), so that
 ... )
 >>> trainer.train()
 
+The method's options join ``hyperparameter_search`` like any ``TrainingArguments`` field: a key
+``"method.<option>"`` in the dict ``hp_space`` returns sets that option for the trial, over the
+``method_options`` given to the Trainer, and ``"method"`` (a method name) switches the method. As
+transformers requires, the model comes from ``model_init``; each trial's model trains with that trial's
+method (``trainer.method_config`` says which), and a value the method refuses stops the search with
+the method's ``ValueError``. Name each suggestion as its key, so ``best_run.hyperparameters`` says
+which options won:
+
+>>> trainer = attendout.hf.Trainer(
+...     model_init=lambda: AutoModelForSequenceClassification.from_pretrained(name), args=args,
+...     train_dataset=train, eval_dataset=dev, method="scores-dropout",
+... )
+>>> best = trainer.hyperparameter_search(
+...     backend="optuna", direction="minimize", n_trials=20,
+...     hp_space=lambda trial: {
+...         "learning_rate": trial.suggest_float("learning_rate", 1e-5, 1e-4, log=True),
+...         "method.p": trial.suggest_float("method.p", 0.05, 0.3),
+...     },
+... )
+
+After the search, like ``trainer.args``, ``trainer.method_config`` holds the last trial's values.
+
 ``transformers.Trainer`` itself, on a model given only ``attendout.apply(model, "addrop")`` (or
 ``"attendout"`` or ``"scheduled"``), raises at the first training forward instead of training plainly.
 Not yet supported here, each with a clear error: resuming AttendOut from a Trainer checkpoint (its
@@ -29,6 +51,7 @@ Attacker and Generator are not in it) and AttendOut on several processes.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import math
@@ -40,7 +63,7 @@ from torch import nn
 from transformers import TrainerCallback
 
 from .contract import Distributed, LoopContext, StepInfo
-from .methods.base import MethodConfig, TrainingStrategy, get_method_config
+from .methods.base import METHODS, MethodConfig, TrainingStrategy, get_method_config
 
 __all__ = ["CollatedSource", "Trainer"]
 
@@ -126,11 +149,17 @@ class Trainer(transformers.Trainer):
             raise TypeError("pass method_options with a method name, not with a MethodConfig")
         else:
             config = method
+        # what a hyperparameter search's trial starts from: the method and the options given here
+        self._base_config = config
+        if isinstance(method, str):
+            self._base_options = dict(method_options or {})
+        else:
+            self._base_options = {
+                f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init
+            }
+        self._max_length = max_length
         self.method_config = config
-        if config.unused_parameters and self.args.ddp_find_unused_parameters is None:
-            # DDP must look for weights a step leaves without a gradient, or it stops with an error
-            logger.info("attendout.hf: ddp_find_unused_parameters=True: %s", config.unused_parameters)
-            self.args.ddp_find_unused_parameters = True
+        self._find_unused_parameters(config)
         self.strategy: TrainingStrategy = config.training_strategy()
         self.strategy.attach(self.model, max_length=max_length)
         self.validation_dataset = validation_dataset
@@ -138,6 +167,104 @@ class Trainer(transformers.Trainer):
         self._micro_batches: list[dict[str, torch.Tensor]] = []
         self._started = False
         self.add_callback(_MethodCallback(self))
+
+    def _find_unused_parameters(self, config: MethodConfig) -> None:
+        if config.unused_parameters and self.args.ddp_find_unused_parameters is None:
+            # DDP must look for weights a step leaves without a gradient, or it stops with an error
+            logger.info("attendout.hf: ddp_find_unused_parameters=True: %s", config.unused_parameters)
+            self.args.ddp_find_unused_parameters = True
+
+    # a new model (model_init) or a trial of a hyperparameter search: the method follows -------------
+    def _use_method(self, config: MethodConfig) -> None:
+        """Train ``self.model`` with ``config`` from now on: a fresh strategy, started at the next train."""
+        self._drop_strategy()
+        self.method_config = config
+        self._find_unused_parameters(config)
+        self.strategy = config.training_strategy()
+        self.strategy.attach(self.model, max_length=self._max_length)
+        self._micro_batches = []
+        self._started = False
+
+    def _drop_strategy(self) -> None:
+        """Take the method off the model it is on; the next model gets a fresh strategy.
+
+        Done before ``model_init`` makes the next model, so the last model, its optimizer and the
+        method's own state (AttendOut's Attacker) can be freed first, and a ``model_init`` that returns
+        the same model does not stack two methods on it.
+        """
+        if self.strategy.handle is not None:
+            self.strategy.handle.remove()
+        self.strategy = self.method_config.training_strategy()  # attached to no model: _use_method attaches
+        self._micro_batches = []
+        self._started = False
+
+    def call_model_init(self, trial: Any = None) -> nn.Module:
+        if getattr(self, "strategy", None) is not None:  # not the first model (transformers' __init__)
+            self._drop_strategy()
+        return super().call_model_init(trial)
+
+    def hyperparameter_search(self, *args: Any, **kwargs: Any):
+        best = super().hyperparameter_search(*args, **kwargs)
+        if self.model is None:  # transformers released the last trial's model: the method lets it go too
+            self._drop_strategy()  # (and AttendOut's Attacker); method_config stays the last trial's
+        return best
+
+    def _hp_search_setup(self, trial: Any) -> None:
+        """transformers' setup of a trial (``TrainingArguments`` fields), with the method's keys taken first.
+
+        ``"method.<option>"`` and ``"method"`` are not ``TrainingArguments`` fields: transformers would
+        warn and skip them. They make the trial's method config here (over the Trainer's own method and
+        options; a refused value raises), which the trial's model then trains with. Outside a search
+        (``trial`` None), a model made anew by ``model_init`` gets the Trainer's method.
+        """
+        config = self.method_config
+        if self.hp_search_backend is None or trial is None:
+            super()._hp_search_setup(trial)
+        else:
+            optuna = self.hp_search_backend == transformers.trainer_utils.HPSearchBackend.OPTUNA
+            params = dict(self.hp_space(trial) if optuna else trial)
+            method = {k: params.pop(k) for k in list(params) if k == "method" or k.startswith("method.")}
+            # options a trial does not name are the Trainer's own, not the last trial's
+            config = self._trial_method_config(method) if method else self._base_config
+            self._find_unused_parameters(config)  # before transformers makes the trial's accelerator
+            hp_space = self.hp_space
+            self.hp_space = lambda _trial: params  # transformers sets the rest on self.args
+            try:
+                super()._hp_search_setup(trial if optuna else params)
+            finally:
+                self.hp_space = hp_space
+            self._trial = trial
+        if config is not self.method_config or self.strategy.model is not self.model:
+            self._use_method(config)
+
+    def _trial_method_config(self, params: dict[str, Any]) -> MethodConfig:
+        """The config of a trial's ``"method"`` and ``"method.<option>"`` keys (refused values: ValueError)."""
+        base = self._base_config
+        name = params.pop("method", base.name)
+        if not isinstance(name, str):
+            raise TypeError(f"attendout.hf.Trainer: hp_space's 'method' must be a method name, got {name!r}")
+        options = {key.removeprefix("method."): value for key, value in params.items()}
+        if "" in options:
+            raise ValueError(
+                "attendout.hf.Trainer: hp_space's key 'method.' names no option ('method.<option>')"
+            )
+        try:
+            if name != base.name:  # another method: its options from the trial alone
+                return get_method_config(name, **options)
+            if METHODS.get(name) is type(base):
+                return get_method_config(name, **{**self._base_options, **options})
+            # a config class of the caller's own, not the one registered under its name
+            known = set(self._base_options)
+            unknown = sorted(set(options) - known)
+            if unknown:
+                raise ValueError(
+                    f"method {name!r} has no option {unknown[0]!r}; its options: {', '.join(sorted(known))}"
+                )
+            return dataclasses.replace(base, **options)
+        except ValueError as error:
+            raise ValueError(
+                f"attendout.hf.Trainer: this trial's method {name!r} with options {options} from hp_space: {error}"
+            ) from error
 
     # the optimizer: the method's parameter groups --------------------------------------------
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:

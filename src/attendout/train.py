@@ -116,6 +116,8 @@ NEUTRAL_OPTIONS: dict[str, str] = {
     "checkpoint_steps": "how often the training state is saved; saving draws no random number",
     "data_dir": "where the data is read from, not what it is",
     "save_model": "whether the best model is written to RUN_DIR/model or only kept in memory",
+    "evaluate": "whether the evaluation splits are scored after training: training and model selection "
+    "never read them",
     "device": "fits the run to a machine: the same updates up to float rounding",
     "micro_batch_size": "fits the run to a machine's memory: the whole batch's update up to float rounding",
     "eval_batch_size": "fits evaluation to a machine's memory: the same predictions up to float rounding",
@@ -285,6 +287,13 @@ class TrainConfig:
         metadata={"help": "replace a finished run in output_dir, or an unfinished run's checkpoint"},
     )
     save_model: bool = field(default=True, metadata={"help": "save the best model with save_pretrained"})
+    evaluate: bool = field(
+        default=True,
+        metadata={
+            "help": "score the evaluation splits with the best model when training ends (off: the run "
+            "never encodes or scores them, as advise's search trials)"
+        },
+    )
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda, cuda:N or mps"})
     precision: str = field(default="fp32", metadata={"help": "fp32, bf16 or fp16 (mixed precision, GPU)"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
@@ -453,7 +462,10 @@ def split_for_training(
     train = subsample(train, c.max_train_samples, c.data_seed)
     if c.max_eval_samples is not None:
         validation = subsample(validation, c.max_eval_samples, c.data_seed)
-    evals = {name: subsample(ex, c.max_eval_samples, c.data_seed) for name, ex in data.eval_splits.items()}
+    evals = {
+        name: subsample(ex, c.max_eval_samples, c.data_seed)
+        for name, ex in (data.eval_splits.items() if c.evaluate else ())
+    }
     check_training_splits(data, train, evals, label_names)  # unseen eval classes refused; overlap warned of
     return train, validation, evals
 

@@ -1,0 +1,30 @@
+"""``attendout advise``: which regulariser, at what strength, for a model and data; searched, confirmed.
+
+See :mod:`attendout.advise.study` for the stages and the output folder.
+"""
+
+from .answer import Verdict, verdict
+from .confirm import Confirmation, ConfirmRow
+from .regime import RegimeReading, choose_budget, read_regime
+from .search import MethodSearch
+from .spaces import DEFAULT_METHODS, SEARCH_SPACES, Range, search_space
+from .study import STAGES, Advice, AdviseConfig, advise
+
+__all__ = [
+    "DEFAULT_METHODS",
+    "SEARCH_SPACES",
+    "STAGES",
+    "Advice",
+    "AdviseConfig",
+    "ConfirmRow",
+    "Confirmation",
+    "MethodSearch",
+    "Range",
+    "RegimeReading",
+    "Verdict",
+    "advise",
+    "choose_budget",
+    "read_regime",
+    "search_space",
+    "verdict",
+]

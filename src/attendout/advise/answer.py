@@ -1,0 +1,232 @@
+"""Stage 4 of ``advise``: the answer in one sentence, its evidence, a figure and a config file.
+
+The verdict follows the confirmation only: a method is recommended when its confirmed difference from
+plain fine-tuning on the evaluation split is positive with a Holm-adjusted p below ``alpha`` (the best
+such difference if several are); otherwise the answer is plain fine-tuning, with the smallest true
+gain the confirmation would have detected (80% power at Holm's strictest level), so "none of them"
+says how large a gain could have hidden. The search's validation scores are shown too, but never
+decide: they are the scores the settings were chosen on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from ..configfile import save_config
+from ..methods.base import get_method_config
+from ..report.figures import method_colour
+from .confirm import Confirmation, ConfirmRow
+from .regime import RegimeReading
+from .search import MethodSearch
+from .spaces import search_space
+
+__all__ = ["Verdict", "advice_figure", "advice_markdown", "verdict"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The recommendation: a method's confirmed row, or None for plain fine-tuning."""
+
+    winner: ConfirmRow | None
+    sentence: str
+
+
+def _pts(value: float | None, signed: bool = True) -> str:
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{100 * value:+.1f}" if signed else f"{100 * value:.1f}"
+
+
+def _p(value: float) -> str:
+    return "–" if not math.isfinite(value) else ("< 0.001" if value < 0.001 else f"{value:.3f}")
+
+
+def verdict(confirmation: Confirmation, alpha: float = 0.05) -> Verdict:
+    """The plain answer of a (complete or partial) confirmation; see the module docstring."""
+    metric, split = confirmation.metric, confirmation.split
+    good = [r for r in confirmation.rows if r.delta > 0 and math.isfinite(r.p_holm) and r.p_holm < alpha]
+    partial = (
+        "" if confirmation.complete else " (the confirmation is not complete yet: rerun advise to finish it)"
+    )
+    if good:
+        w = max(good, key=lambda r: r.delta)
+        half = (w.t_high - w.t_low) / 2
+        cost = f", {w.cost:.2f}x the time of a plain run" if w.cost is not None else ""
+        return Verdict(
+            w,
+            f"Use {w.method} at {w.setting}: {_pts(w.delta)} ± {_pts(half, False)} {metric} points over plain "
+            f"fine-tuning on {split} (95% interval over {w.seeds} fresh seeds, p_Holm {_p(w.p_holm)}{cost}).{partial}",
+        )
+    best = max(confirmation.rows, key=lambda r: r.delta, default=None)
+    closest = (
+        f" The closest, {best.method} at {best.setting}, gave {_pts(best.delta)} (p_Holm {_p(best.p_holm)})."
+        if best is not None
+        else ""
+    )
+    d = confirmation.detectable
+    power = (
+        f"a true gain of {_pts(d, False)} {metric} points or more would have been detected with 80% power"
+        if math.isfinite(d) and d > 0
+        else "the seeds' differences had no spread, so no detectable gain can be estimated"
+    )
+    return Verdict(
+        None,
+        f"None of them: no method's tuned setting beat plain fine-tuning on {split} over "
+        f"{len(confirmation.seeds)} fresh seeds; {power}.{closest} Fine-tune plainly.{partial}",
+    )
+
+
+def advice_markdown(
+    *,
+    title: str,
+    verdict: Verdict,
+    regime: RegimeReading,
+    searches: dict[str, MethodSearch],
+    confirmation: Confirmation,
+    provenance: Sequence[str],
+    files: dict[str, str],
+    commands: Sequence[str],
+) -> str:
+    """``advice.md``: the sentence, the confirmation table, the search, the regime, how it was made."""
+    c = confirmation
+    lines = [f"# {title}", "", f"**{verdict.sentence}**", ""]
+    lines += [f"- {line}" for line in provenance]
+    lines += [
+        "",
+        f"## Confirmed on {c.split} ({c.metric} ×100; fresh seeds {', '.join(map(str, c.seeds))})",
+        "",
+    ]
+    lines += [
+        "| method | setting | seeds | score | none | Δ | 95% interval (seeds) | p | p_Holm | bootstrap 95% (examples) | time / none |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(c.rows, key=lambda r: -r.delta):
+        boot = f"[{_pts(r.boot_low)}, {_pts(r.boot_high)}]" if r.boot_low is not None else "–"
+        cost = f"{r.cost:.2f}x" if r.cost is not None else "–"
+        lines.append(
+            f"| {r.method} | {r.setting} | {r.seeds} | {_pts(r.mean, False)} | {_pts(r.baseline_mean, False)} | "
+            f"{_pts(r.delta)} | [{_pts(r.t_low)}, {_pts(r.t_high)}] | {_p(r.p)} | {_p(r.p_holm)} | {boot} | {cost} |"
+        )
+    lines += [
+        "",
+        f"Δ: mean paired difference against none (same seed). p: paired t-test over seeds; p_Holm: Holm over "
+        f"the {len(c.rows)} methods. Smallest true Δ detected with 80% power: {_pts(c.detectable, False)} at "
+        f"Holm's strictest level, {_pts(c.detectable_alpha, False)} for a single comparison. Time: a method's "
+        "mean wall time per run over none's (same steps, same machine).",
+        "",
+        "## Search (validation split carved from train; the settings were chosen on these scores)",
+        "",
+        "| method | searched | trials (complete / pruned / failed) | best setting | best validation |",
+        "|---|---|---|---|---|",
+    ]
+    for method, s in searches.items():
+        counts = {
+            state: sum(1 for t in s.trials if t["state"] == state) for state in ("COMPLETE", "PRUNED", "FAIL")
+        }
+        ranges = ", ".join(f"{k} {r.describe()}" for k, r in search_space(method).items())
+        best = (
+            "–" if s.options is None else ", ".join(f"{k} = {s.options[k]:.3g}" for k in search_space(method))
+        )
+        value = "–" if s.value is None else f"{s.value:.4f}"
+        lines.append(
+            f"| {method} | {ranges} | {counts['COMPLETE']} / {counts['PRUNED']} / {counts['FAIL']} | {best} | {value} |"
+        )
+    lines += ["", "## Regime (plain fine-tuning's curves)", "", regime.sentence, ""]
+    lines += ["## Files", ""] + [f"- `{name}`: {what}" for name, what in files.items()]
+    lines += ["", "## Commands", "", "```", *commands, "```", ""]
+    return "\n".join(lines)
+
+
+def advice_figure(
+    out: Path,
+    confirmation: Confirmation,
+    searches: dict[str, MethodSearch],
+    methods: Sequence[str],
+    title: str,
+) -> Path:
+    """Left: Δ per method with its intervals (confirmation). Right: the search's validation score by rate."""
+    fig = Figure(figsize=(11, 0.45 * max(3, len(methods)) + 2.2), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    rows = {r.method: r for r in confirmation.rows}
+    labels = []
+    for y, method in enumerate(methods):
+        colour = method_colour(y + 1, False)
+        r = rows.get(method)
+        labels.append(method if r is None else f"{method}\n{r.setting}")
+        if r is None:
+            continue
+        if math.isfinite(r.t_low):
+            left.plot([100 * r.t_low, 100 * r.t_high], [y, y], color=colour, linewidth=5, alpha=0.5)
+        if r.boot_low is not None:
+            left.plot([100 * r.boot_low, 100 * r.boot_high], [y - 0.18] * 2, color=colour, linewidth=1.2)
+        left.plot([100 * r.delta], [y], "o", color=colour)
+        left.annotate(
+            f"p_Holm {_p(r.p_holm)}",
+            (100 * r.delta, y),
+            xytext=(0, 7),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7,
+        )
+    left.axvline(0, color="0.3", linewidth=1)
+    left.set_yticks(range(len(methods)), labels, fontsize=8)
+    left.invert_yaxis()
+    left.set_xlabel(f"Δ {confirmation.metric} vs none on {confirmation.split} (×100)")
+    left.set_title(
+        f"confirmed on {len(confirmation.seeds)} fresh seeds\nthick: 95% over seeds; thin: bootstrap over examples",
+        fontsize=9,
+    )
+    left.grid(axis="x", alpha=0.3)
+    any_log = False
+    for i, method in enumerate(methods):
+        s = searches.get(method)
+        if s is None or not s.trials:
+            continue
+        option, rng = next(iter(search_space(method).items()))
+        any_log |= rng.log
+        colour = method_colour(i + 1, False)
+        done = [
+            t
+            for t in s.trials
+            if t["state"] == "COMPLETE" and t["value"] is not None and option in t["params"]
+        ]
+        pruned = [t for t in s.trials if t["state"] == "PRUNED" and t["by_epoch"] and option in t["params"]]
+        right.plot(
+            [t["params"][option] for t in done],
+            [t["value"] for t in done],
+            "o",
+            color=colour,
+            label=f"{method} ({option})",
+        )
+        right.plot(
+            [t["params"][option] for t in pruned],
+            [max(t["by_epoch"].values()) for t in pruned],
+            "o",
+            mfc="none",
+            color=colour,
+        )
+        if s.options is not None and s.value is not None:
+            right.plot([s.options[option]], [s.value], "*", markersize=13, color=colour, mec="black")
+    if any_log:
+        right.set_xscale("log")
+    right.set_xlabel("searched rate (the method's first option; AD-DROP: p)")
+    right.set_ylabel(f"validation {confirmation.metric} (search seed)")
+    right.set_title("search: filled = complete, hollow = pruned (best so far), star = chosen", fontsize=9)
+    right.grid(alpha=0.3)
+    if right.lines:
+        right.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    return out
+
+
+def write_setting(path: Path, method: str, options: dict[str, Any], epochs: int, header: str) -> Path:
+    """The setting as a config file (``finetune --config``, ``load_config``) with the budget in [training]."""
+    return save_config(path, get_method_config(method, **options), {"epochs": epochs}, header)

@@ -1,0 +1,274 @@
+"""``attendout advise``: the command line of :func:`attendout.advise.advise`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+from typing import Any
+
+from .spaces import DEFAULT_METHODS, SEARCH_SPACES
+from .study import STAGES, AdviseConfig, advise
+
+#: TrainConfig fields advise sets itself (per stage), so they are not options of the command
+_SET_BY_ADVISE = {
+    "method",
+    "method_options",
+    "eval_files",
+    "text_columns",
+    "output_dir",
+    "seed",
+    "epochs",
+    "max_steps",
+    "resume",
+    "overwrite",
+    "save_model",
+    "evaluate",
+    "checkpoint_steps",
+    "eval_steps",
+    "early_stopping_patience",
+    "progress",
+}
+
+
+def advise_parser() -> argparse.ArgumentParser:
+    from ..cli import add_dataclass_options
+    from ..train import TrainConfig
+
+    parser = argparse.ArgumentParser(
+        prog="attendout advise",
+        description=(
+            "Which attention regulariser, at what strength, for your model and data. Four stages, each "
+            "resumed by rerunning the same command: (1) regime: plain fine-tuning for --regime-epochs on the "
+            "validation split carved from train; the budget is read off its curves; (2) search: each method's "
+            "strength searched with Optuna on that validation split only, with per-epoch pruning; (3) confirm: "
+            "each method's best setting against plain fine-tuning on fresh seeds (never the search's), scored "
+            "on your evaluation split: paired t-tests with Holm, bootstrap intervals, the detectable "
+            "difference, the cost; (4) answer: advice.md (one sentence first), advice.png, and advice.toml, "
+            "which `attendout finetune --config` and attendout.load_config take as it is."
+        ),
+        epilog=(
+            "searched options and ranges: "
+            + "; ".join(
+                f"{m}: {', '.join(f'{k} {r.describe()}' for k, r in s.items())}"
+                for m, s in SEARCH_SPACES.items()
+            )
+            + ". Ctrl-C stops cleanly; rerun the same command to go on."
+        ),
+    )
+    recipe = parser.add_argument_group("the recipe (as for attendout finetune; the same for every run)")
+    add_dataclass_options(recipe, TrainConfig, skip=_SET_BY_ADVISE)
+    recipe.add_argument(
+        "--eval-file",
+        action="append",
+        default=None,
+        metavar="SPLIT=PATH",
+        help="an evaluation file (repeatable)",
+    )
+    recipe.add_argument(
+        "--text-columns", default=None, help="one or two text columns of the files, comma-separated"
+    )
+    study = parser.add_argument_group("the study")
+    study.add_argument("--output-dir", default="advice", help="the study's folder (default: advice)")
+    study.add_argument(
+        "--methods",
+        default=",".join(DEFAULT_METHODS),
+        help=f"methods to compare with plain fine-tuning, comma-separated (default: {','.join(DEFAULT_METHODS)})",
+    )
+    study.add_argument(
+        "--method-option",
+        action="append",
+        default=[],
+        metavar="METHOD.OPTION=VALUE",
+        help="hold an option of a method fixed while its strength is searched, e.g. addrop.attribution=rd "
+        "(repeatable)",
+    )
+    study.add_argument(
+        "--until", choices=STAGES, default="answer", help="stop after this stage (default: answer)"
+    )
+    regime = parser.add_argument_group("stage 1: regime")
+    regime.add_argument(
+        "--regime-epochs",
+        type=int,
+        default=12,
+        help="epochs of the plain run the budget is read from (default: 12)",
+    )
+    regime.add_argument(
+        "--regime-run",
+        default=None,
+        metavar="RUN_DIR",
+        help="read plain fine-tuning's curves from this finished run (one validation per epoch) instead of training one",
+    )
+    regime.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="the budget of every run, instead of the one read off the curves",
+    )
+    search = parser.add_argument_group("stage 2: search")
+    search.add_argument("--trials", type=int, default=8, help="trials per method (default: 8)")
+    search.add_argument(
+        "--hours",
+        type=float,
+        default=None,
+        help="stop starting trials once the finished ones took this long, over every invocation (default: no limit)",
+    )
+    search.add_argument(
+        "--sampler", choices=("tpe", "grid"), default="tpe", help="Optuna's TPE, or each method's small grid"
+    )
+    search.add_argument(
+        "--pruning",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="stop trials below the median early",
+    )
+    search.add_argument(
+        "--storage",
+        default=None,
+        help="Optuna storage URL shared by processes or machines (default: sqlite:///OUTPUT_DIR/search.db)",
+    )
+    search.add_argument(
+        "--search-seed", type=int, default=0, help="model seed of every search trial (default: 0)"
+    )
+    confirm = parser.add_argument_group("stage 3: confirm")
+    confirm.add_argument(
+        "--seeds",
+        type=int,
+        default=5,
+        help="fresh seeds of the confirmation: 1..N, skipping the search seed (default: 5)",
+    )
+    confirm.add_argument(
+        "--confirm-seeds", default=None, metavar="LIST", help="the confirmation's seeds, comma-separated"
+    )
+    confirm.add_argument(
+        "--reuse-runs",
+        default=None,
+        metavar="RESULTS_ROOT",
+        help="copy in finished runs (e.g. of an earlier `attendout bench` grid) whose configuration, seed "
+        "included, is exactly a confirmation cell's, instead of training them again",
+    )
+    confirm.add_argument("--alpha", type=float, default=0.05, help="significance level (default: 0.05)")
+    run = parser.add_argument_group("running")
+    run.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    run.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="progress bars with ETA (stderr)",
+    )
+    run.add_argument(
+        "--stale-after",
+        type=float,
+        default=900.0,
+        metavar="SECONDS",
+        help="a trial or run of another host without a heartbeat for this long is taken over (default: 900)",
+    )
+    return parser
+
+
+def _parse_option(text: str) -> tuple[str, str, Any]:
+    import tomllib
+
+    key, sep, value = text.partition("=")
+    method, dot, option = key.partition(".")
+    if not sep or not dot or not method or not option:
+        raise ValueError(f"--method-option must look like METHOD.OPTION=VALUE, got {text!r}")
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]  # numbers, booleans, quoted strings, lists
+    except tomllib.TOMLDecodeError:
+        parsed = value  # a bare word: a string
+    return method, option, parsed
+
+
+def config_from_args(argv: list[str]) -> AdviseConfig:
+    """The :class:`AdviseConfig` of a command line (errors: ValueError naming the flag)."""
+    from ..cli import TASK_DEFAULT_OPTIONS, _parse_eval_files
+    from ..train import TrainConfig, task_defaults
+
+    parser = advise_parser()
+    unset = object()
+    parser.set_defaults(**{name: unset for name in TASK_DEFAULT_OPTIONS})
+    args = parser.parse_args(argv)
+    values = vars(args)
+    chosen = task_defaults(values.get("task"))
+    recipe_defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    for name in TASK_DEFAULT_OPTIONS:
+        if values[name] is unset:
+            values[name] = chosen.get(name, recipe_defaults[name])
+    fields = {f.name for f in dataclasses.fields(TrainConfig)} - _SET_BY_ADVISE
+    recipe = TrainConfig(
+        **{k: values[k] for k in fields},
+        eval_files=_parse_eval_files(args.eval_file),
+        text_columns=args.text_columns.split(",") if args.text_columns else None,
+        progress=args.progress,
+    )
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    fixed: dict[str, dict[str, Any]] = {}
+    for text in args.method_option:
+        method, option, value = _parse_option(text)
+        fixed.setdefault(method, {})[option] = value
+    if args.confirm_seeds is not None:
+        try:
+            seeds = [int(s) for s in args.confirm_seeds.split(",") if s.strip()]
+        except ValueError:
+            raise ValueError(
+                f"--confirm-seeds must be comma-separated integers, got {args.confirm_seeds!r}"
+            ) from None
+    else:
+        if args.seeds < 2:
+            raise ValueError(f"--seeds must be at least 2 (a paired test needs them), got {args.seeds}")
+        seeds = [s for s in range(1, args.seeds + 2) if s != args.search_seed][: args.seeds]
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    return AdviseConfig(
+        recipe=recipe,
+        output_dir=args.output_dir,
+        methods=methods,
+        fixed_options=fixed,
+        regime_epochs=args.regime_epochs,
+        regime_run=args.regime_run,
+        epochs=args.epochs,
+        trials=args.trials,
+        hours=args.hours,
+        sampler=args.sampler,
+        pruning=args.pruning,
+        storage=args.storage,
+        search_seed=args.search_seed,
+        seeds=seeds,
+        reuse_runs=args.reuse_runs,
+        alpha=args.alpha,
+        until=args.until,
+        stale_after=args.stale_after,
+        progress=recipe.progress,
+        echo=lambda line: print(line, flush=True),
+        command="attendout advise " + shlex.join(argv),
+    )
+
+
+def advise_main(argv: list[str]) -> int:
+    """``attendout advise``: 0 when the stages ran, errors as the other commands report them."""
+    import signal
+    import sys
+
+    import optuna
+
+    from ..experiments.runner import _quiet_libraries
+
+    config = config_from_args(argv)
+    _quiet_libraries()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        advise(config)
+    except KeyboardInterrupt:
+        print(
+            f"\nattendout advise: interrupted; finished trials and runs are kept in {config.output_dir}. "
+            f"To go on: {config.command}",
+            file=sys.stderr,
+        )
+        return 130
+    return 0

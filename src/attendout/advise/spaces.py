@@ -1,0 +1,116 @@
+"""What ``advise`` searches for each method: the options that set its strength, and their ranges.
+
+Each range brackets the method's default (the paper's rate) on both sides, from a rate too small to
+matter to one that measurably hurts plain fine-tuning on small data; each :class:`Range` also has a
+small grid (``--sampler grid``). Only strength options are searched: every other option keeps its
+default (or what ``--method-options`` sets), so a tuned method is still the method of its paper.
+
+==============  =====================  ==========================  =====================================
+method          option(s)              range (TPE)                 grid
+==============  =====================  ==========================  =====================================
+attn-dropout    p                      0.02 - 0.5, log             0.05, 0.1, 0.2, 0.3
+scores-dropout  p                      0.02 - 0.5, log             0.05, 0.1, 0.2, 0.3
+drophead        p                      0.02 - 0.5, log             0.05, 0.1, 0.2, 0.3
+attn-layerdrop  p                      0.05 - 0.6                  0.1, 0.2, 0.4
+layerdrop       p                      0.05 - 0.5                  0.1, 0.2, 0.3
+scheduled       start                  0.1 - 0.9                   0.3, 0.6, 0.9
+addrop          p (candidate region)   0.1 - 0.9                   0.1, 0.3, 0.5 x
+                q (drop within it)     0.1 - 0.9                   0.1, 0.3, 0.5
+attendout       init_drop              0.02 - 0.5, log             0.05, 0.1, 0.2, 0.3
+==============  =====================  ==========================  =====================================
+
+Defaults: attention dropout 0.2 (001 §7.1), scores dropout 0.1, DropHead 0.1, attention LayerDrop
+0.2, LayerDrop 0.2, scheduled start 0.6, AD-DROP p 0.3 and q 0.2 (002), AttendOut's initial drop
+rate 0.1 (the rate its Generator starts from and moves).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..methods import METHODS
+
+__all__ = ["DEFAULT_METHODS", "SEARCH_SPACES", "Range", "grid_of", "search_space", "suggest"]
+
+
+@dataclass(frozen=True)
+class Range:
+    """One searched option: a float in [low, high] (log-uniform if ``log``) and its small grid."""
+
+    low: float
+    high: float
+    grid: tuple[float, ...]
+    log: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.low < self.high:
+            raise ValueError(f"a range needs 0 <= low < high, got {self.low!r}, {self.high!r}")
+        outside = [g for g in self.grid if not self.low <= g <= self.high]
+        if not self.grid or outside:
+            raise ValueError(f"a range's grid must be non-empty and inside it, got {self.grid!r}")
+
+    def describe(self) -> str:
+        return f"{self.low:g}-{self.high:g}{', log' if self.log else ''}"
+
+
+def _rate(low: float = 0.02, high: float = 0.5) -> Range:
+    return Range(low, high, (0.05, 0.1, 0.2, 0.3), log=True)
+
+
+#: method name -> option -> its range (see the module docstring's table).
+SEARCH_SPACES: dict[str, dict[str, Range]] = {
+    "attn-dropout": {"p": _rate()},
+    "scores-dropout": {"p": _rate()},
+    "drophead": {"p": _rate()},
+    "attn-layerdrop": {"p": Range(0.05, 0.6, (0.1, 0.2, 0.4))},
+    "layerdrop": {"p": Range(0.05, 0.5, (0.1, 0.2, 0.3))},
+    "scheduled": {"start": Range(0.1, 0.9, (0.3, 0.6, 0.9))},
+    "addrop": {"p": Range(0.1, 0.9, (0.1, 0.3, 0.5)), "q": Range(0.1, 0.9, (0.1, 0.3, 0.5))},
+    "attendout": {"init_drop": _rate()},
+}
+
+#: What ``advise`` compares when ``--methods`` is not given: one method of each family of the papers.
+DEFAULT_METHODS = ("attn-dropout", "scores-dropout", "drophead", "addrop", "attendout")
+
+
+def search_space(method: str) -> dict[str, Range]:
+    """The searched options of ``method``; ValueError for a method without a strength to search."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; known methods: {', '.join(sorted(METHODS))}")
+    if method not in SEARCH_SPACES:
+        searchable = ", ".join(SEARCH_SPACES)
+        raise ValueError(
+            f"advise has no strength to search for method {method!r} (none is plain fine-tuning, the "
+            f"baseline; synthesizer changes the architecture, not a rate); searchable: {searchable}"
+        )
+    return SEARCH_SPACES[method]
+
+
+def suggest(trial: Any, method: str) -> dict[str, float]:
+    """The options of one Optuna trial: ``trial.suggest_float`` per searched option, to 2 significant digits.
+
+    (Rates finer than that are below what a run can tell apart, and a setting someone reads and types
+    should look like one: p = 0.12, not 0.11701414134690252. The trial runs with the rounded value.)
+    """
+    return {
+        name: float(f"{trial.suggest_float(name, r.low, r.high, log=r.log):.2g}")
+        for name, r in search_space(method).items()
+    }
+
+
+def grid_of(method: str) -> dict[str, Sequence[float]]:
+    """The grid of ``method`` as Optuna's GridSampler takes it."""
+    return {name: list(r.grid) for name, r in search_space(method).items()}
+
+
+def grid_size(method: str) -> int:
+    return len(list(itertools.product(*grid_of(method).values())))
+
+
+def describe(method: str, options: Mapping[str, Any]) -> str:
+    """``p = 0.15`` or ``p = 0.3, q = 0.2``: the searched options of a setting, rounded for reading."""
+    names = list(search_space(method))
+    return ", ".join(f"{name} = {float(options[name]):.3g}" for name in names if name in options)
