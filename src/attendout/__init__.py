@@ -11,6 +11,7 @@ from .attention import (
     supported_model_types,
     uninstall,
 )
+from .configfile import load_config, save_config
 from .contract import Distributed, ForwardEdits, LoopContext, StepInfo
 from .methods import (
     METHODS,
@@ -66,12 +67,14 @@ __all__ = [
     "install",
     "is_synthesized_checkpoint",
     "list_methods",
+    "load_config",
     "load_model",
     "load_synthesized",
     "prepare",
     "record_attention",
     "register_method",
     "remove",
+    "save_config",
     "save_synthesized",
     "supported_model_types",
     "synthesize",

@@ -106,8 +106,8 @@ def _sampler(plan: SearchPlan, method: str, trials_so_far: int) -> Any:
     import optuna
 
     seed = plan.search_seed * 1_000_003 + plan.methods.index(method) * 1009 + trials_so_far
-    if plan.sampler == "grid":
-        return optuna.samplers.GridSampler(grid_of(method), seed=seed)
+    if plan.sampler == "grid":  # the grid's points are queued in the study (_queue_grid); this is unused
+        return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(
         seed=seed,
         n_startup_trials=max(1, min(TPE_STARTUP, plan.trials // 2)),
@@ -129,6 +129,8 @@ def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
         study_name=method, storage=storage, direction="maximize", pruner=pruner, load_if_exists=True
     )
     study.sampler = _sampler(plan, method, len(study.get_trials(deepcopy=False)))
+    if plan.sampler == "grid":
+        _queue_grid(study, method, plan.trials_of(method))
     identity = {"epochs": plan.epochs, "search_seed": plan.search_seed, "metric": plan.metric}
     known = study.user_attrs.get("identity")
     if known is None:
@@ -139,6 +141,30 @@ def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
             "--output-dir (or --storage) for another budget, seed or metric"
         )
     return study
+
+
+def _queue_grid(study: Any, method: str, limit: int) -> None:
+    """Queue the points of the method's grid the study has not tried or queued, up to ``limit`` trials.
+
+    (Optuna's GridSampler stops its study from inside ``optimize``, which ask-and-tell does not run.)
+    """
+    import itertools
+
+    from optuna.trial import TrialState
+
+    grid = grid_of(method)
+    trials = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if not (t.state == TrialState.FAIL and t.user_attrs.get("interrupted"))
+    ]
+    seen = [t.params or t.system_attrs.get("fixed_params", {}) for t in trials]
+    room = limit - len(trials)
+    for values in itertools.product(*grid.values()):
+        point = dict(zip(grid, values, strict=True))
+        if room > 0 and point not in seen:
+            study.enqueue_trial(point)
+            room -= 1
 
 
 def _alive(attrs: dict[str, Any], stale_after: float) -> bool:
@@ -172,12 +198,15 @@ def _requeue(study: Any, params: dict[str, Any], run_dir: str | None) -> None:
 
 
 def _counted(study: Any, stale_after: float) -> int:
-    """Trials that use up the budget: finished, pruned, failed with an error, running elsewhere, queued."""
+    """Trials that use up the budget: finished, pruned, failed with an error, running (here or elsewhere).
+
+    (A queued trial does not count until it runs: ``study.ask`` takes queued trials first.)
+    """
     from optuna.trial import TrialState
 
     count = 0
     for t in study.get_trials(deepcopy=False):
-        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.WAITING):
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
             count += 1
         elif t.state == TrialState.FAIL and "error" in t.user_attrs:
             count += 1

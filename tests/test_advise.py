@@ -1,0 +1,481 @@
+"""attendout advise: the regime reader, the search (never the evaluation split; resumable), the
+confirmation's seeds, the verdict, the config file it writes and the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+from attendout.advise import AdviseConfig, advise, choose_budget, read_regime, search_space, verdict
+from attendout.advise import search as search_mod
+from attendout.advise.confirm import Confirmation, ConfirmRow
+from attendout.advise.regime import PLATEAU
+from attendout.advise.search import SearchPlan, reclaim_stale, run_search, search_results
+from attendout.advise.spaces import SEARCH_SPACES, grid_of, suggest
+from attendout.cli import main
+from attendout.configfile import load_config, load_config_file, save_config
+from attendout.methods import get_method_config
+from attendout.report.regime import EpochCurves
+from conftest import toy_cli_args, toy_train_config
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def curves(validation, validation_loss, train_loss=None) -> EpochCurves:
+    n = len(validation)
+    train_loss = train_loss if train_loss is not None else list(np.linspace(0.7, 0.01, n))
+    return EpochCurves(
+        metric="mcc",
+        epochs=np.arange(1.0, n + 1),
+        validation=np.array(validation, dtype=float),
+        validation_loss=np.array(validation_loss, dtype=float),
+        train_epochs=np.arange(1.0, n + 1),
+        train_loss=np.array(train_loss, dtype=float),
+    )
+
+
+# -- stage 1: the regime --------------------------------------------------------------------------
+
+
+def test_regime_reader_sees_overfitting_and_chooses_an_odd_budget_after_the_peak():
+    # CoLA-500's probe: validation MCC peaks at epoch 4 of 12 and falls; its loss climbs from epoch 2
+    reading = read_regime(
+        curves(
+            [0, 0, 0.078, 0.134, 0.111, 0.08, 0.097, 0.104, 0.096, 0.088, 0.096, 0.077],
+            [0.61, 0.61, 0.69, 1.07, 1.24, 1.46, 1.64, 1.74, 1.85, 1.88, 1.91, 1.91],
+        )
+    )
+    assert reading.overfits and reading.best_epoch == 4 and reading.peak_epoch == 4
+    assert reading.budget == 7  # ceil(1.5 * 4) + 1 = 7, odd
+    assert "It overfits" in reading.sentence and "7 epochs" in reading.sentence
+
+
+def test_regime_reader_takes_the_start_of_a_plateau_as_the_peak():
+    # SST-2-500's probe: 0.840 at epoch 3, the best 0.844 only at epoch 6; the loss climbs from epoch 3
+    reading = read_regime(
+        curves(
+            [0.703, 0.81, 0.84, 0.826, 0.842, 0.844, 0.83, 0.838, 0.836, 0.842, 0.84, 0.842],
+            [0.66, 0.46, 0.43, 0.59, 0.68, 0.72, 0.82, 0.87, 0.89, 0.9, 0.91, 0.92],
+        )
+    )
+    assert reading.best_epoch == 6 and reading.peak_epoch == 3 and reading.budget == 7
+
+
+@pytest.mark.parametrize(
+    "validation, loss",
+    [
+        ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.9, 0.8, 0.7, 0.6, 0.5, 0.45]),  # still learning
+        ([0.5] * 6, [0.69] * 6),  # flat: nothing learned, nothing lost
+    ],
+)
+def test_regime_reader_says_plainly_when_plain_fine_tuning_does_not_overfit(validation, loss):
+    reading = read_regime(curves(validation, loss))
+    assert not reading.overfits
+    assert reading.budget == 6  # every epoch that was run
+    assert "does NOT overfit" in reading.sentence and "little room" in reading.sentence
+
+
+def test_regime_reader_counts_a_rising_validation_loss_as_overfitting_and_a_dip_within_the_plateau_not():
+    rising = read_regime(curves([0.5, 0.6, 0.61, 0.61, 0.61], [0.5, 0.4, 0.5, 0.7, 0.9]))
+    assert rising.overfits
+    dip = read_regime(curves([0.5, 0.6, 0.61, 0.61 - PLATEAU / 2], [0.5, 0.4, 0.39, 0.39]))
+    assert not dip.overfits
+
+
+def test_regime_reader_warns_when_the_model_is_not_learning():
+    reading = read_regime(curves([0.5] * 5, [0.69] * 5, train_loss=[0.69, 0.69, 0.69, 0.68, 0.68]))
+    assert "not learning" in reading.sentence
+
+
+@pytest.mark.parametrize("peak, run", [(1, 12), (2, 12), (4, 12), (5, 6), (8, 8), (3, 3), (1, 2)])
+def test_budget_is_odd_and_within_the_run(peak, run):
+    budget = choose_budget(peak, run)
+    assert 1 <= budget <= run
+    assert budget >= min(3, run) - (run % 2 == 0 and run < 3)
+    if run >= 3:
+        assert budget % 2 == 1
+    if math.ceil(1.5 * peak) + 1 <= run:
+        assert budget >= math.ceil(1.5 * peak) + 1
+
+
+# -- search spaces ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", sorted(SEARCH_SPACES))
+def test_every_range_and_grid_point_is_a_valid_setting_of_its_method(method):
+    space = search_space(method)
+    for name, r in space.items():
+        for value in (r.low, r.high, *r.grid):
+            get_method_config(method, **{name: value})  # raises if the method refuses it
+    default = get_method_config(method)
+    for name, r in space.items():  # each range brackets the paper's default
+        assert r.low < getattr(default, name) < r.high
+
+
+def test_suggested_options_are_rounded_to_two_significant_digits():
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    for _ in range(20):
+        trial = study.ask()
+        options = suggest(trial, "addrop")
+        for name, value in options.items():
+            assert value == float(f"{value:.2g}")
+            assert abs(value - trial.params[name]) <= 0.05 * trial.params[name] + 1e-12
+        study.tell(trial, 0.0)
+
+
+def test_methods_without_a_strength_are_refused_with_a_reason():
+    with pytest.raises(ValueError, match="no strength to search.*synthesizer"):
+        search_space("synthesizer")
+    with pytest.raises(ValueError, match="unknown method"):
+        search_space("dropconnect")
+
+
+# -- the study's settings --------------------------------------------------------------------------
+
+
+def test_confirmation_seeds_may_not_include_the_search_seed(tiny_run):
+    recipe = toy_train_config(tiny_run, max_steps=None)
+    with pytest.raises(ValueError, match="include the search seed 2"):
+        AdviseConfig(recipe, search_seed=2, seeds=(1, 2, 3))
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        AdviseConfig(recipe, seeds=(1,))
+    with pytest.raises(ValueError, match="no strength to search"):
+        AdviseConfig(recipe, methods=["none"])
+    with pytest.raises(ValueError, match="is searched; it cannot also be fixed"):
+        AdviseConfig(recipe, methods=["addrop"], fixed_options={"addrop": {"p": 0.3}})
+
+
+# -- stage 2: the search, with a stand-in for training ---------------------------------------------
+
+
+def fake_finetune(score, calls: list, *, interrupt_at=None):
+    """A finetune that 'validates' once per epoch with score(options, epoch), and records each call."""
+
+    def finetune(config, on_log=None):
+        calls.append(config)
+        options = config.method_options
+        epochs = int(config.epochs)
+        Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+        best = -math.inf
+        for epoch in range(1, epochs + 1):
+            if interrupt_at is not None and interrupt_at(config, epoch):
+                raise KeyboardInterrupt
+            value = score(options, epoch)
+            best = max(best, value)
+            if on_log is not None:
+                on_log({"step": epoch, "epoch": float(epoch), "validation": {"accuracy": value, "loss": 1.0}})
+        return {"validation": {"accuracy": best}, "best_step": epochs, "train_time_s": 0.0, "eval": {}}
+
+    return finetune
+
+
+def plan_for(tmp_path, **overrides) -> SearchPlan:
+    from attendout.train import TrainConfig
+
+    values = dict(
+        base=TrainConfig(task="file", train_file="unused.csv", progress=False),
+        out=tmp_path,
+        storage=f"sqlite:///{tmp_path / 'search.db'}",
+        methods=("scores-dropout", "drophead"),
+        epochs=5,
+        steps_per_epoch=3,
+        metric="accuracy",
+        trials=6,
+        progress=False,
+        echo=lambda line: None,
+    )
+    values.update(overrides)
+    return SearchPlan(**values)
+
+
+def peaked(options, epoch):
+    """Validation accuracy that is best at a rate of 0.2 and grows with the epochs."""
+    rate = next(iter(options.values()))
+    return 0.9 - abs(math.log(rate / 0.2)) * 0.1 + 0.01 * epoch
+
+
+def test_search_finds_the_rate_the_validation_score_rewards_and_prunes_bad_ones(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(search_mod, "finetune", fake_finetune(peaked, calls))
+    results = run_search(plan_for(tmp_path, trials=12, methods=("scores-dropout",)))
+    s = results["scores-dropout"]
+    assert len(calls) == 12 and s.finished == 12
+    assert abs(math.log(s.options["p"] / 0.2)) < abs(math.log(0.02 / 0.2)) / 2  # nearer 0.2 than a random end
+    assert s.value == max(t["value"] for t in s.trials if t["state"] == "COMPLETE")
+    pruned = [t for t in s.trials if t["state"] == "PRUNED"]
+    assert pruned, "a trial below the median after half the budget is pruned"
+    for t in pruned:  # never before half the budget (epoch 3 of 5)
+        assert max(t["by_epoch"]) >= 3
+    # every trial trained with the search seed, on the validation split only, and kept no model
+    assert {c.seed for c in calls} == {0} and not any(c.evaluate or c.save_model for c in calls)
+
+
+def test_without_a_signal_the_search_has_no_preference(tmp_path, monkeypatch):
+    """The control: scores that do not depend on the rate give a choice spread like the draws."""
+    calls: list = []
+    monkeypatch.setattr(search_mod, "finetune", fake_finetune(lambda options, epoch: 0.5, calls))
+    s = run_search(plan_for(tmp_path, trials=8, methods=("scores-dropout",), pruning=False))["scores-dropout"]
+    assert {t["value"] for t in s.trials} == {0.5}
+    assert s.trial == 0  # ties go to the first trial: no rate is preferred
+
+
+def test_a_killed_search_resumes_without_rerunning_a_finished_trial(tmp_path, monkeypatch):
+    calls: list = []
+    killed = {"done": False}
+
+    def interrupt_at(config, epoch):  # the 4th trial is killed at its 3rd epoch, once
+        if len(calls) == 4 and epoch == 3 and not killed["done"]:
+            killed["done"] = True
+            return True
+        return False
+
+    monkeypatch.setattr(search_mod, "finetune", fake_finetune(peaked, calls, interrupt_at=interrupt_at))
+    plan = plan_for(tmp_path, trials=3)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(plan)
+    assert len(calls) == 4
+    first_dirs = [c.output_dir for c in calls[:3]]
+    killed_call = calls[3]
+    results = run_search(plan)
+    rerun = calls[4:]
+    assert all(c.output_dir not in first_dirs for c in rerun), "no finished trial reruns"
+    again = [c for c in rerun if c.method == killed_call.method][0]  # methods take turns: its next trial
+    assert again.output_dir == killed_call.output_dir  # the killed trial goes on in its own folder
+    assert again.method_options == killed_call.method_options
+    assert len(rerun) == 3  # the killed one, then the rest of the 6 trials
+    assert all(r.finished == 3 for r in results.values())
+    # a third invocation trains nothing
+    run_search(plan)
+    assert len(calls) == 7
+
+
+def test_a_trial_left_running_by_a_dead_process_is_queued_again(tmp_path):
+    plan = plan_for(tmp_path, methods=("scores-dropout",))
+    storage = search_mod.open_storage(plan.storage)
+    study = search_mod._study(plan, storage, "scores-dropout")
+    trial = study.ask()
+    trial.suggest_float("p", 0.02, 0.5, log=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for key, value in {
+        "host": search_mod.this_host(),
+        "pid": dead.pid,
+        "pid_start": "0",
+        "heartbeat": 0.0,
+        "run_dir": str(tmp_path / "t"),
+    }.items():
+        trial.set_user_attr(key, value)
+    alive = study.ask()  # a trial of this very process: left alone
+    for key, value in {"host": search_mod.this_host(), "pid": os.getpid(), "heartbeat": 0.0}.items():
+        alive.set_user_attr(key, value)
+    alive.set_user_attr("pid_start", search_mod.process_start_time(os.getpid()))
+    assert reclaim_stale(study, storage, 900.0, lambda line: None) == 1
+    states = {t.number: t.state.name for t in study.get_trials()}
+    assert states[trial.number] == "FAIL" and states[alive.number] == "RUNNING"
+    queued = [t for t in study.get_trials() if t.state.name == "WAITING"]
+    assert len(queued) == 1 and queued[0].system_attrs["fixed_params"] == trial.params
+    assert queued[0].user_attrs["resume_dir"] == str(tmp_path / "t")
+
+
+def test_a_search_at_another_budget_is_refused_in_the_same_storage(tmp_path, monkeypatch):
+    monkeypatch.setattr(search_mod, "finetune", fake_finetune(peaked, []))
+    run_search(plan_for(tmp_path, trials=1, methods=("drophead",)))
+    with pytest.raises(ValueError, match="was searched with"):
+        search_results(plan_for(tmp_path, trials=1, methods=("drophead",), epochs=7))
+
+
+def test_the_grid_sampler_runs_each_point_once(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(search_mod, "finetune", fake_finetune(peaked, calls))
+    run_search(plan_for(tmp_path, trials=50, sampler="grid", methods=("addrop",), pruning=False))
+    seen = sorted((c.method_options["p"], c.method_options["q"]) for c in calls)
+    grid = grid_of("addrop")
+    assert seen == sorted((p, q) for p in grid["p"] for q in grid["q"])
+
+
+# -- the whole study on a tiny model ----------------------------------------------------------------
+
+
+def tiny_study(tiny_run, out, **overrides) -> AdviseConfig:
+    recipe = toy_train_config(tiny_run, max_steps=None, learning_rate=3e-3, log_steps=2)
+    values = dict(
+        output_dir=str(out),
+        methods=("scores-dropout",),
+        regime_epochs=3,
+        trials=2,
+        seeds=(1, 2),
+        progress=False,
+        echo=lambda line: None,
+    )
+    values.update(overrides)
+    return AdviseConfig(recipe, **values)
+
+
+def test_the_search_never_reads_the_evaluation_split(tiny_run, monkeypatch):
+    """A planted evaluation split (the dev labels flipped) leaves every trial's score as it was."""
+    flipped = tiny_run["tmp"] / "flipped.csv"
+    lines = Path(tiny_run["dev"]).read_text().splitlines()
+    flipped.write_text(
+        "\n".join([lines[0]] + [f"{t.rsplit(',', 1)[0]},{1 - int(t[-1])}" for t in lines[1:]]) + "\n"
+    )
+    encoded: list[int] = []
+    from attendout import train
+
+    real_encode = train.Trainer.encode
+    monkeypatch.setattr(
+        train.Trainer, "encode", lambda self, ex: encoded.append(len(ex)) or real_encode(self, ex)
+    )
+    found = {}
+    for name, dev in (("dev", tiny_run["dev"]), ("planted", str(flipped))):
+        config = tiny_study(tiny_run, tiny_run["tmp"] / name, until="search")
+        config.recipe.eval_files = {"dev": dev}
+        found[name] = [(t["params"], t["value"]) for t in advise(config).searches["scores-dropout"].trials]
+    assert found["dev"] == found["planted"]
+    dev_size = len(lines) - 1
+    assert dev_size not in encoded  # only train and the validation split carved from it were encoded
+
+
+def test_advise_end_to_end_writes_its_answer_and_a_rerun_trains_nothing(tiny_run, monkeypatch):
+    out = tiny_run["tmp"] / "advice"
+    advice = advise(tiny_study(tiny_run, out))
+    for name in ("advice.md", "advice.png", "advice.toml", "search.db", "confirm.toml", "regime.json"):
+        assert (out / name).is_file(), name
+    assert advice.sentence in (out / "advice.md").read_text()
+    # the confirmation's runs used the fresh seeds; the search's the search seed
+    confirm_seeds = {
+        json.loads(p.read_text())["config"]["seed"] for p in (out / "confirm").rglob("config.json")
+    }
+    search_seeds = {
+        json.loads(p.read_text())["config"]["seed"] for p in (out / "search").rglob("config.json")
+    }
+    assert confirm_seeds == {1, 2} and search_seeds == {0}
+    # the answer is a file finetune --config and load_config take
+    method, training = load_config_file(out / "advice.toml")
+    assert training["epochs"] == advice.regime.budget
+    tuned = load_config(out / "tuned" / "scores-dropout.toml")
+    assert tuned.p == advice.searches["scores-dropout"].options["p"]
+    # a second invocation resumes: nothing trains again
+    from attendout import train
+
+    monkeypatch.setattr(train.Trainer, "fit", lambda self: pytest.fail("a finished run trained again"))
+    again = advise(tiny_study(tiny_run, out))
+    assert again.sentence == advice.sentence
+
+
+def test_a_rerun_with_another_recipe_is_refused(tiny_run):
+    out = tiny_run["tmp"] / "advice"
+    advise(tiny_study(tiny_run, out, until="regime"))
+    other = tiny_study(tiny_run, out, until="regime")
+    other.recipe.learning_rate = 1e-4
+    with pytest.raises(ValueError, match="holds a study with another recipe"):
+        advise(other)
+
+
+# -- stage 4: the verdict ---------------------------------------------------------------------------
+
+
+def row(method, delta, p_holm, **extra) -> ConfirmRow:
+    values = dict(
+        method=method,
+        options={"p": 0.2},
+        setting="p = 0.2",
+        seeds=5,
+        mean=0.5 + delta,
+        baseline_mean=0.5,
+        delta=delta,
+        sd=0.01,
+        p=p_holm / 2,
+        p_holm=p_holm,
+        t_low=delta - 0.01,
+        t_high=delta + 0.01,
+        boot_low=None,
+        boot_high=None,
+        cost=1.02,
+    )
+    values.update(extra)
+    return ConfirmRow(**values)
+
+
+def confirmation(rows, detectable=0.03) -> Confirmation:
+    return Confirmation(
+        split="dev",
+        metric="accuracy",
+        seeds=(1, 2, 3, 4, 5),
+        rows=rows,
+        baseline_seeds=5,
+        detectable=detectable,
+        detectable_alpha=detectable * 0.8,
+        table=None,
+    )
+
+
+def test_verdict_recommends_only_a_confirmed_gain():
+    v = verdict(confirmation([row("scores-dropout", 0.012, 0.03), row("drophead", 0.02, 0.2)]))
+    assert v.winner.method == "scores-dropout"
+    assert v.sentence.startswith("Use scores-dropout at p = 0.2: +1.2 ± 1.0 accuracy points")
+    assert "p_Holm 0.030" in v.sentence and "1.02x" in v.sentence
+
+
+def test_verdict_says_none_and_how_large_a_gain_could_hide():
+    v = verdict(confirmation([row("scores-dropout", 0.012, 0.06), row("drophead", -0.02, 0.01)]))
+    assert v.winner is None
+    assert v.sentence.startswith("None of them") and "3.0 accuracy points or more" in v.sentence
+    assert "The closest, scores-dropout" in v.sentence
+
+
+# -- config files and the command line ----------------------------------------------------------------
+
+
+def test_a_config_file_round_trips_and_finetune_takes_it(tiny_run, tmp_path):
+    path = save_config(tmp_path / "best.toml", get_method_config("scores-dropout", p=0.15), {"epochs": 2})
+    assert load_config(path) == get_method_config("scores-dropout", p=0.15)
+    out = tmp_path / "run"
+    args = toy_cli_args(tiny_run, "--config", str(path), output_dir=out)
+    assert main(args) == 0
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert config["method"] == "scores-dropout" and config["method_options"]["p"] == 0.15
+    assert config["epochs"] == 2.0
+    # a flag overrides the file; a contradicting method is refused
+    assert (
+        main([*toy_cli_args(tiny_run, "--config", str(path), "--p", "0.3", output_dir=out), "--overwrite"])
+        == 0
+    )
+    assert json.loads((out / "config.json").read_text())["config"]["method_options"]["p"] == 0.3
+    assert main(toy_cli_args(tiny_run, "--config", str(path), "--method", "drophead", output_dir=out)) == 2
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('[method]\nname = "scores-dropout"\np = 1.5\n', "p must be"),
+        ('[method]\nname = "scores-dropout"\nq = 0.1\n', "has no option 'q'"),
+        ('[method]\nname = "scores-dropout"\n[training]\nepoch = 3\n', "no field 'epoch'"),
+        ("[training]\nepochs = 3\n", "needs a \\[method\\] table"),
+        ('[method]\nname = "scores-dropout"\n[extra]\n', "unknown table"),
+        ("[method\n", "not valid TOML"),
+    ],
+)
+def test_a_bad_config_file_is_a_sentence_naming_it(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as error:
+        load_config(path)
+    assert str(path) in str(error.value)
+
+
+def test_advise_help_and_a_bad_flag(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["advise", "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert "regime" in text and "--trials" in text and "--storage" in text and "--hours" in text
+    assert main(["advise", "--methods", "synthesizer"]) == 2
+    assert "no strength to search" in capsys.readouterr().err
