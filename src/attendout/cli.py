@@ -77,6 +77,20 @@ def add_dataclass_options(
             )
 
 
+def add_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--eval-file SPLIT=PATH`` (repeatable) and ``--text-columns``: the TrainConfig fields a flag gives as text."""
+    parser.add_argument(
+        "--eval-file",
+        action="append",
+        default=None,
+        metavar="SPLIT=PATH",
+        help="an evaluation file (repeatable)",
+    )
+    parser.add_argument(
+        "--text-columns", default=None, help="one or two text columns of the files, comma-separated"
+    )
+
+
 def _finetune_parser(method: str | None) -> argparse.ArgumentParser:
     from .train import TrainConfig
 
@@ -96,16 +110,7 @@ def _finetune_parser(method: str | None) -> argparse.ArgumentParser:
         default=None,
         help="shorthand for --method synthesizer --variant VARIANT (e.g. random+dot; see --method synthesizer --help)",
     )
-    parser.add_argument(
-        "--eval-file",
-        action="append",
-        default=None,
-        metavar="SPLIT=PATH",
-        help="an evaluation file (repeatable)",
-    )
-    parser.add_argument(
-        "--text-columns", default=None, help="one or two text columns of the files, comma-separated"
-    )
+    add_file_options(parser)
     parser.add_argument(
         "--config",
         metavar="FILE",

@@ -214,7 +214,12 @@ def advice_figure(
         if s.options is not None and s.value is not None:
             right.plot([s.options[option]], [s.value], "*", markersize=13, color=colour, mec="black")
     if any_log:
+        from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+
         right.set_xscale("log")
+        right.xaxis.set_major_locator(FixedLocator([0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.9]))
+        right.xaxis.set_major_formatter(ScalarFormatter())
+        right.xaxis.set_minor_formatter(NullFormatter())
     right.set_xlabel("searched rate (the method's first option; AD-DROP: p)")
     right.set_ylabel(f"validation {confirmation.metric} (search seed)")
     right.set_title("search: filled = complete, hollow = pruned (best so far), star = chosen", fontsize=9)

@@ -32,7 +32,7 @@ _SET_BY_ADVISE = {
 
 
 def advise_parser() -> argparse.ArgumentParser:
-    from ..cli import add_dataclass_options
+    from ..cli import add_dataclass_options, add_file_options
     from ..train import TrainConfig
 
     parser = argparse.ArgumentParser(
@@ -58,16 +58,7 @@ def advise_parser() -> argparse.ArgumentParser:
     )
     recipe = parser.add_argument_group("the recipe (as for attendout finetune; the same for every run)")
     add_dataclass_options(recipe, TrainConfig, skip=_SET_BY_ADVISE)
-    recipe.add_argument(
-        "--eval-file",
-        action="append",
-        default=None,
-        metavar="SPLIT=PATH",
-        help="an evaluation file (repeatable)",
-    )
-    recipe.add_argument(
-        "--text-columns", default=None, help="one or two text columns of the files, comma-separated"
-    )
+    add_file_options(recipe)
     study = parser.add_argument_group("the study")
     study.add_argument("--output-dir", default="advice", help="the study's folder (default: advice)")
     study.add_argument(

@@ -282,24 +282,21 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
     }
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
-    resume = has_checkpoint(run_dir)
-    config = dataclasses.replace(
-        plan.base,
-        method=method,
-        method_options={**plan.fixed_options.get(method, {}), **options},
-        epochs=float(plan.epochs),
-        max_steps=None,
+    config = epoch_run(
+        dataclasses.replace(
+            plan.base,
+            method=method,
+            method_options={**plan.fixed_options.get(method, {}), **options},
+            evaluate=False,  # the evaluation splits are never encoded nor scored in a trial
+            save_model=False,
+        ),
+        epochs=plan.epochs,
         seed=plan.search_seed,
-        output_dir=str(run_dir),
-        evaluate=False,
-        save_model=False,
-        checkpoint_steps=plan.steps_per_epoch,
-        eval_steps=None,
-        early_stopping_patience=None,
-        resume=resume,
-        overwrite=not resume,
+        output_dir=run_dir,
+        steps_per_epoch=plan.steps_per_epoch,
         progress=plan.progress,
     )
+    resume = config.resume
     reported: set[int] = set()
 
     def report(record: dict[str, Any]) -> None:
@@ -346,6 +343,27 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
     trial.set_user_attr("train_time_s", results["train_time_s"])
     study.tell(trial, value)
     plan.echo(f"search {method}: trial {trial.number}: validation {plan.metric} {value:.4f}")
+
+
+def epoch_run(
+    recipe: TrainConfig, *, epochs: int, seed: int, output_dir: Path, steps_per_epoch: int, progress: bool
+) -> TrainConfig:
+    """``recipe`` as a run of ``epochs`` epochs validated at each epoch's end, with a checkpoint there:
+    resumed if ``output_dir`` holds one, else started afresh (the evaluation splits left as ``recipe`` says)."""
+    resume = has_checkpoint(output_dir)
+    return dataclasses.replace(
+        recipe,
+        epochs=float(epochs),
+        max_steps=None,
+        seed=seed,
+        output_dir=str(output_dir),
+        checkpoint_steps=steps_per_epoch,
+        eval_steps=None,
+        early_stopping_patience=None,
+        resume=resume,
+        overwrite=not resume,
+        progress=progress,
+    )
 
 
 def _validations(run_dir: Path) -> list[dict[str, Any]]:

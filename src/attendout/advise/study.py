@@ -47,7 +47,7 @@ from .confirm import (
     write_experiment,
 )
 from .regime import RegimeReading, read_regime
-from .search import MethodSearch, SearchPlan, run_search, search_results
+from .search import MethodSearch, SearchPlan, epoch_run, run_search
 from .spaces import DEFAULT_METHODS, search_space
 
 __all__ = ["STAGES", "AdviseConfig", "Advice", "advise"]
@@ -197,29 +197,20 @@ def _check_identity(config: AdviseConfig) -> None:
 def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
     """Stage 1: train (or read) plain fine-tuning's long run; read and record its regime."""
     from ..report.regime import epoch_curves, regime_figure
-    from ..rundir import checkpoint_status
 
     run = Path(config.regime_run) if config.regime_run else config.out / "regime"
     if config.regime_run is None and not (run / "results.json").is_file():
-        resume = checkpoint_status(run / "checkpoint").resumable
-        config.echo(
-            f"advise: regime: plain fine-tuning for {config.regime_epochs} epochs"
-            + (" (resumed)" if resume else "")
+        plain = epoch_run(
+            _search_recipe(config.recipe),
+            epochs=config.regime_epochs,
+            seed=config.search_seed,
+            output_dir=run,
+            steps_per_epoch=steps_per_epoch,
+            progress=config.progress,
         )
-        finetune(
-            dataclasses.replace(
-                _search_recipe(config.recipe),
-                epochs=float(config.regime_epochs),
-                max_steps=None,
-                seed=config.search_seed,
-                output_dir=str(run),
-                checkpoint_steps=steps_per_epoch,
-                eval_steps=None,
-                resume=resume,
-                overwrite=not resume,
-                progress=config.progress,
-            )
-        )
+        resumed = " (resumed)" if plain.resume else ""
+        config.echo(f"advise: regime: plain fine-tuning for {config.regime_epochs} epochs{resumed}")
+        finetune(plain)
     if not (run / "log.jsonl").is_file():
         raise ValueError(f"--regime-run {run} is not a run directory (it has no log.jsonl)")
     reading = read_regime(epoch_curves(run))
@@ -395,21 +386,3 @@ def _device(confirmation: Confirmation) -> str:
                 f"{versions.get('transformers')})"
             )
     return "unknown (no run recorded it)"
-
-
-def load_search(config: AdviseConfig) -> dict[str, MethodSearch]:
-    """The search's results so far (no training)."""
-    regime = json.loads((config.out / "regime.json").read_text())
-    steps, metric = _steps_per_epoch(_search_recipe(config.recipe))
-    plan = SearchPlan(
-        base=_search_recipe(config.recipe),
-        out=config.out,
-        storage=config.storage_url,
-        methods=tuple(config.methods),
-        epochs=int(regime["budget"]),
-        steps_per_epoch=steps,
-        metric=metric,
-        search_seed=config.search_seed,
-        fixed_options=dict(config.fixed_options),
-    )
-    return search_results(plan)
