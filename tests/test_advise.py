@@ -285,6 +285,15 @@ def test_a_trial_left_running_by_a_dead_process_is_queued_again(tmp_path):
     assert queued[0].user_attrs["resume_dir"] == str(tmp_path / "t")
 
 
+def test_two_processes_on_one_study_draw_different_settings(tmp_path):
+    plan = plan_for(tmp_path, methods=("addrop",))
+    storage = search_mod.open_storage(plan.storage)
+    first = search_mod._study(plan, storage, "addrop")  # as two processes started at once open it
+    second = search_mod._study(plan, storage, "addrop")
+    drawn = [search_mod._ask(plan, study, "addrop")[1] for study in (first, second, first, second)]
+    assert len({tuple(sorted(d.items())) for d in drawn}) == 4
+
+
 def test_a_search_at_another_budget_is_refused_in_the_same_storage(tmp_path, monkeypatch):
     monkeypatch.setattr(search_mod, "finetune", fake_finetune(peaked, []))
     run_search(plan_for(tmp_path, trials=1, methods=("drophead",)))

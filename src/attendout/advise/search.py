@@ -18,6 +18,7 @@ the new trial go on where it stopped.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -33,7 +34,7 @@ from ..experiments.store import has_checkpoint, pid_alive, process_start_time, t
 from ..optim import TrainingError
 from ..rundir import CHECKPOINT_DIR
 from ..train import TrainConfig, finetune
-from .spaces import grid_of, grid_size, search_space, suggest
+from .spaces import grid_of, grid_size, suggest
 
 __all__ = ["MethodSearch", "SearchPlan", "open_storage", "run_search", "search_results"]
 
@@ -97,21 +98,23 @@ def open_storage(url: str) -> Any:
     )
 
 
-def _sampler(plan: SearchPlan, method: str, trials_so_far: int) -> Any:
-    """The method's sampler, seeded by the search seed, the method and the trials already in the study.
+def _sampler(plan: SearchPlan, method: str, trial_number: int) -> Any:
+    """The method's sampler, seeded by the search seed, the method and the number of the trial it samples.
 
-    (A sampler's random stream restarts with each invocation: seeding by the trial count keeps a resumed
-    search from proposing the settings of its first trials again.)
+    (Each option is drawn independently at suggest time, so the seed is the trial's own: a resumed search
+    or a second process never proposes the settings of other trials again.)
     """
     import optuna
 
-    seed = plan.search_seed * 1_000_003 + plan.methods.index(method) * 1009 + trials_so_far
+    # hashed: numpy's legacy generator gives nearly equal first draws for small neighbouring seeds (0 and 3)
+    key = f"{plan.search_seed}/{method}/{trial_number}".encode()
+    seed = int.from_bytes(hashlib.sha256(key).digest()[:4], "little")
     if plan.sampler == "grid":  # the grid's points are queued in the study (_queue_grid); this is unused
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(
         seed=seed,
         n_startup_trials=max(1, min(TPE_STARTUP, plan.trials // 2)),
-        multivariate=len(search_space(method)) > 1,
+        constant_liar=True,  # running trials (other processes) count as bad: TPE looks elsewhere
     )
 
 
@@ -265,11 +268,19 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
     return search_results(plan)
 
 
+def _ask(plan: SearchPlan, study: Any, method: str) -> tuple[Any, dict[str, float]]:
+    """A new trial (a queued one first: its options are fixed) and its options."""
+    trial = study.ask()
+    # options are drawn at suggest time, by a sampler seeded with this trial's number: unique in the study,
+    # so two processes on it never draw alike (a trial count read before asking may be stale in one)
+    study.sampler = _sampler(plan, method, trial.number)
+    return trial, suggest(trial, method)
+
+
 def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
     import optuna
 
-    trial = study.ask()
-    options = suggest(trial, method)
+    trial, options = _ask(plan, study, method)
     resume_dir = trial.user_attrs.get("resume_dir")
     run_dir = Path(resume_dir) if resume_dir else plan.out / "search" / method / f"trial-{trial.number:03d}"
     attrs = {
