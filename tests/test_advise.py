@@ -314,7 +314,7 @@ def test_the_grid_sampler_runs_each_point_once(tmp_path, monkeypatch):
 
 
 def tiny_study(tiny_run, out, **overrides) -> AdviseConfig:
-    recipe = toy_train_config(tiny_run, max_steps=None, learning_rate=3e-3, log_steps=2)
+    recipe = toy_train_config(tiny_run, max_steps=None, learning_rate=1e-2, log_steps=2)
     values = dict(
         output_dir=str(out),
         methods=("scores-dropout",),
@@ -350,6 +350,38 @@ def test_the_search_never_reads_the_evaluation_split(tiny_run, monkeypatch):
     assert found["dev"] == found["planted"]
     dev_size = len(lines) - 1
     assert dev_size not in encoded  # only train and the validation split carved from it were encoded
+
+
+def test_a_trial_killed_mid_training_resumes_to_the_uninterrupted_score(tiny_run, monkeypatch):
+    def values(study_dir):
+        return [
+            (t["params"], t["value"])
+            for t in advise(tiny_study(tiny_run, study_dir, until="search")).searches["scores-dropout"].trials
+        ]
+
+    whole = values(tiny_run["tmp"] / "whole")
+    real = search_mod.finetune
+    seen = {"validations": 0}
+
+    def killed_at_the_second_validation(config, on_log=None):
+        def listen(record):
+            if "validation" in record:
+                seen["validations"] += 1
+                if seen["validations"] == 2:
+                    raise KeyboardInterrupt
+            on_log(record)
+
+        return real(config, listen)
+
+    monkeypatch.setattr(search_mod, "finetune", killed_at_the_second_validation)
+    with pytest.raises(KeyboardInterrupt):
+        values(tiny_run["tmp"] / "killed")
+    monkeypatch.setattr(search_mod, "finetune", real)
+    resumed = values(tiny_run["tmp"] / "killed")
+    assert resumed[0] == whole[0]  # the killed trial: same options, same score as uninterrupted
+    assert len(resumed) == len(whole)
+    log = (tiny_run["tmp"] / "killed" / "search" / "scores-dropout" / "trial-000" / "log.jsonl").read_text()
+    assert "validation" in log  # the first trial's folder was resumed, not replaced
 
 
 def test_advise_end_to_end_writes_its_answer_and_a_rerun_trains_nothing(tiny_run, monkeypatch):
@@ -488,3 +520,9 @@ def test_advise_help_and_a_bad_flag(capsys):
     assert "regime" in text and "--trials" in text and "--storage" in text and "--hours" in text
     assert main(["advise", "--methods", "synthesizer"]) == 2
     assert "no strength to search" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("url", ["nonsense", "postgresql://user@localhost/study"])
+def test_a_storage_that_cannot_open_is_a_sentence(url):
+    with pytest.raises(ValueError, match=f"--storage {url}"):
+        search_mod.open_storage(url)

@@ -93,6 +93,17 @@ def open_storage(url: str) -> Any:
 
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return _rdb_storage(optuna, url)
+    except ImportError as error:  # the database's driver (psycopg2 for postgresql://, pymysql, ...)
+        raise ValueError(f"--storage {url}: its database driver is not installed ({error})") from None
+    except Exception as error:  # SQLAlchemy's: a malformed URL, a server that refuses, ...
+        if type(error).__module__.startswith(("sqlalchemy", "optuna")):
+            raise ValueError(f"--storage {url}: {type(error).__name__}: {error}") from None
+        raise
+
+
+def _rdb_storage(optuna: Any, url: str) -> Any:
     return optuna.storages.RDBStorage(
         url, engine_kwargs={"connect_args": {"timeout": 60}} if "sqlite" in url else None
     )
