@@ -337,6 +337,41 @@ def test_experiments_sharing_a_results_folder_run_a_common_cell_once(tiny_run, o
         load_experiment(bad)
 
 
+def test_reuse_runs_copies_only_finished_runs_of_the_very_same_configuration(tiny_run, one_thread, capsys):
+    first = write_experiment(tiny_run, seeds=(1,), max_steps=2)
+    source = tiny_run["tmp"] / "earlier"
+    assert main(["bench", str(first), "--results", str(source)]) == 0
+    # another grid: its own ids, the same none and scores-dropout p 0.2, and a p 0.3 nobody has run
+    other = first.with_name("other.toml")
+    other.write_text(
+        first.read_text()
+        .replace('name = "tiny"', 'name = "other"')
+        .replace('id = "toy"', 'id = "toy-again"')
+        .replace(
+            METHODS, METHODS + '\n[[methods]]\nid = "p3"\nname = "scores-dropout"\noptions = { p = 0.3 }\n'
+        )
+    )
+    root = tiny_run["tmp"] / "results"
+    capsys.readouterr()
+    assert main(["bench", str(other), "--results", str(root), "--reuse-runs", str(source)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("reused the finished run") == 2
+    assert "1 trained, 2 already done" in out
+    assert [e["cell"] for e in events(root, "done")] == ["tiny-bert/toy-again/p3/seed-1"]
+    for method in ("none", "scores-dropout"):
+        copied = root / "tiny-bert" / "toy-again" / method / "seed-1"
+        record = json.loads((copied / "cell.json").read_text())
+        assert record["cell"] == f"tiny-bert/toy-again/{method}/seed-1"
+        assert record["reused_from"].endswith(f"toy/{method}/seed-1")
+        original = source / "tiny-bert" / "toy" / method / "seed-1" / "results.json"
+        assert (copied / "results.json").read_text() == original.read_text()
+    assert main(["table", str(other), "--results", str(root)]) == 0
+    assert (
+        main(["bench", str(other), "--results", str(root), "--reuse-runs", str(tmp := source / "nope")]) == 2
+    )
+    assert f"--reuse-runs {tmp}: no such folder" in capsys.readouterr().err
+
+
 def test_presets_pass_the_dry_run_offline(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(REPO)

@@ -13,24 +13,20 @@ over the evaluation examples, and the smallest difference the design detects; pl
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
-import os
 import re
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..configfile import dumps_toml
-from ..experiments.runner import prepare_cells, run_cells
-from ..experiments.spec import RESERVED_TRAINING_KEYS, Budget, Cell, Experiment, load_experiment
+from ..experiments.runner import prepare_cells, reuse_runs, run_cells
+from ..experiments.spec import RESERVED_TRAINING_KEYS, Budget, Experiment, load_experiment
 from ..experiments.store import ResultsStore
 from ..report.table import ComparisonTable, build_table
-from ..rundir import write_json_atomic
 from ..train import NEUTRAL_OPTIONS, TrainConfig
 from .spaces import describe
 
@@ -195,36 +191,6 @@ def run_confirmation(
         raise RuntimeError(
             f"confirm: {len(summary.failed)} run(s) failed (first: {summary.failed[0]}); see {root}/bench/events.jsonl"
         )
-
-
-def reuse_runs(cells: Sequence[Cell], store: ResultsStore, source: Path) -> list[str]:
-    """Copy into ``store`` the finished runs under ``source`` whose configuration is a missing cell's.
-
-    A run is taken only when its cell.json fingerprint (every option that changes the numbers, the seed
-    among them) equals the cell's: on a CPU it is the run the cell would train. Returns the cell keys.
-    """
-    by_fingerprint: dict[str, Path] = {}
-    for record in sorted(source.rglob("cell.json")):
-        folder = record.parent
-        if (folder / "results.json").is_file():
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                by_fingerprint.setdefault(json.loads(record.read_text())["fingerprint"], folder)
-    reused = []
-    for cell in cells:
-        found = by_fingerprint.get(cell.fingerprint or "")
-        if found is None or store.status(cell)[0] == "done":
-            continue
-        work = store.work_root / f"reuse-{cell.flat_key}-{os.getpid()}"
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(found, work)
-        record = json.loads((work / "cell.json").read_text())
-        record.update(cell=cell.key, task=cell.task.id, method=cell.method.id, reused_from=str(found))
-        write_json_atomic(work / "cell.json", record)
-        if store.publish(cell, work):
-            reused.append(cell.key)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    return reused
 
 
 def read_confirmation(

@@ -9,12 +9,15 @@ are neither finished nor claimed, one at a time, each in its own work folder pub
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
+import os
 import shutil
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ __all__ = [
     "parse_selection",
     "parse_shard",
     "prepare_cells",
+    "reuse_runs",
     "run_cells",
 ]
 
@@ -310,6 +314,40 @@ def _finished_times(cells: Iterable[Cell], store: ResultsStore) -> dict[str, flo
         if record is not None and isinstance(record.get("wall_time_s"), (int, float)):
             totals.setdefault(cell.task.id, []).append(float(record["wall_time_s"]))
     return {task: sum(v) / len(v) for task, v in totals.items()}
+
+
+# --------------------------------------------------------------------------------------------------
+# Reusing finished runs
+
+
+def reuse_runs(cells: Sequence[Cell], store: ResultsStore, source: Path) -> list[str]:
+    """Copy into ``store`` the finished runs under ``source`` whose configuration is a missing cell's.
+
+    A run is taken only when its cell.json fingerprint (every option that changes the numbers, the seed
+    among them) equals the cell's: on a CPU it is the run the cell would train. Returns the cell keys.
+    """
+    by_fingerprint: dict[str, Path] = {}
+    for record in sorted(source.rglob("cell.json")):
+        folder = record.parent
+        if (folder / "results.json").is_file():
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                by_fingerprint.setdefault(json.loads(record.read_text())["fingerprint"], folder)
+    reused = []
+    for cell in cells:
+        found = by_fingerprint.get(cell.fingerprint or "")
+        if found is None or store.status(cell)[0] == "done":
+            continue
+        work = store.work_root / f"reuse-{cell.flat_key}-{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(found, work)
+        record = json.loads((work / "cell.json").read_text())
+        record.update(cell=cell.key, task=cell.task.id, method=cell.method.id, reused_from=str(found))
+        write_json_atomic(work / "cell.json", record)
+        if store.publish(cell, work):
+            reused.append(cell.key)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return reused
 
 
 # --------------------------------------------------------------------------------------------------
@@ -614,6 +652,14 @@ def bench_parser() -> Any:
         "--no-data-check", action="store_true", help="do not load local data in the pre-flight check"
     )
     parser.add_argument(
+        "--reuse-runs",
+        action="append",
+        default=[],
+        metavar="RESULTS_ROOT",
+        help="before training, copy in the finished runs under this folder (e.g. another grid's results) whose "
+        "configuration, seed included, is exactly a missing cell's (repeatable)",
+    )
+    parser.add_argument(
         "--experiments-dir", default="experiments", help="where experiment names are looked up"
     )
     return parser
@@ -673,6 +719,13 @@ def bench_main(argv: list[str]) -> int:
     print(
         f"experiment {experiment.name}: {experiment.shape()}; shard {shard[0]}/{shard[1]}; results in {root}"
     )
+    if args.reuse_runs:
+        store.prepare(experiment, budget)
+        for source in args.reuse_runs:
+            if not Path(source).is_dir():
+                raise ExperimentError(f"--reuse-runs {source}: no such folder")
+            for key in reuse_runs([c for c in plan.shard_cells if c.config is not None], store, Path(source)):
+                print(f"{key}: reused the finished run of the same configuration in {source}")
     summary = run_cells(plan, store, rerun_stale=args.rerun_stale, echo=lambda line: print(line, flush=True))
     print(f"bench {experiment.name} shard {shard[0]}/{shard[1]}: {summary.line()}")
     return 1 if summary.failed else 0
