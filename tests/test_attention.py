@@ -473,8 +473,13 @@ def test_every_family_is_hooked_per_layer(family):
 
 def test_albert_layerdrop_keeps_layer_indices_in_step():
     model = tiny_model("albert", num_hidden_layers=4)
-    attendout.apply(model, "layerdrop", p=0.5)
-    attendout.apply(model, "scores-dropout", p=0.1)
+    attendout.apply(
+        model,
+        [
+            attendout.get_method_config("layerdrop", p=0.5),
+            attendout.get_method_config("scores-dropout", p=0.1),
+        ],
+    )
     model.train()
     torch.manual_seed(0)
     for _ in range(5):

@@ -109,8 +109,10 @@ def test_apply_and_remove_restore_the_stock_model(bert):
     bert.eval()
     stock = bert(**batch).logits
     handle = attendout.apply(bert, attendout.get_method_config("scores-dropout", p=0.5))
-    second = attendout.apply(bert, "drophead", p=0.5)
     handle.remove()
+    second = attendout.apply(
+        bert, [get_method_config("drophead", p=0.5), get_method_config("layerdrop", p=0.5)]
+    )
     second.remove()
     bert.train()
     torch.manual_seed(0)
@@ -206,3 +208,53 @@ def test_drophead_schedule_in_the_loop_and_the_help(tiny_run, capsys):
         "fixed = p throughout",
     ):
         assert text in help_text, text
+
+
+# -- one regulariser at a time; combinations only on purpose ------------------------------------------
+
+
+def forward_stats(model, handle) -> dict[str, float]:
+    model.train()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model(**make_batch(batch=8, length=12))
+    return handle.stats()
+
+
+@pytest.mark.parametrize("second", ["scores-dropout", "drophead", "attendout"])
+def test_a_second_apply_is_refused_naming_the_attached_method(second):
+    model = tiny_model("bert", **no_dropout("bert"))
+    handle = attendout.apply(model, "scores-dropout", p=0.3)
+    with pytest.raises(attendout.MethodStackError) as error:
+        attendout.apply(model, second)  # a re-run notebook cell, or another method on top
+    message = str(error.value)
+    assert "'scores-dropout' (p=0.3)" in message and "handle.remove()" in message and "[" in message
+    stats = forward_stats(model, handle)
+    assert {key.split("/")[0] for key in stats} == {"scores-dropout"}  # still the one method alone
+    handle.remove()
+    attendout.apply(model, second)  # removed first: accepted
+
+
+def test_a_combination_on_purpose_acts_with_both_and_names_each_ones_statistics():
+    model = tiny_model("bert", **no_dropout("bert"))
+    handle = attendout.apply(
+        model, [get_method_config("scores-dropout", p=0.3), get_method_config("attn-layerdrop", p=0.5)]
+    )
+    assert isinstance(handle, attendout.CombinedHandle)
+    stats = forward_stats(model, handle)
+    assert {key.split("/")[0] for key in stats} == {"scores-dropout", "attn-layerdrop"}
+    with pytest.raises(attendout.MethodStackError):
+        attendout.apply(model, "drophead")  # a combination is attached: a third is refused too
+    handle.remove()
+    assert forward_stats(model, attendout.apply(model, "scores-dropout")) is not None
+    with pytest.raises(ValueError, match="distinct methods"):
+        attendout.apply(tiny_model("bert"), ["scores-dropout", "scores-dropout"])
+
+
+def test_an_architecture_carries_one_regulariser():
+    model = tiny_model("bert", **no_dropout("bert"))
+    attendout.synthesize(model, "random+dot", max_length=16)
+    handle = attendout.apply(model, "scores-dropout", p=0.3)  # Synthesizer is not a regulariser
+    assert "scores-dropout" in {key.split("/")[0] for key in forward_stats(model, handle)}
+    with pytest.raises(attendout.MethodStackError):
+        attendout.apply(model, "drophead")

@@ -5,8 +5,10 @@ from .addrop import ADDropConfig
 from .attendout import AttendOutConfig
 from .base import (
     METHODS,
+    CombinedHandle,
     MethodConfig,
     MethodHandle,
+    MethodStackError,
     TrainingStrategy,
     apply,
     get_method_config,
@@ -28,10 +30,12 @@ __all__ = [
     "AttendOutConfig",
     "AttnDropoutConfig",
     "AttnLayerDropConfig",
+    "CombinedHandle",
     "DropHeadConfig",
     "LayerDropConfig",
     "MethodConfig",
     "MethodHandle",
+    "MethodStackError",
     "NoneConfig",
     "ScheduledConfig",
     "ScoresDropoutConfig",

@@ -90,6 +90,9 @@ class MethodConfig:
     #: query/key projections), or "" if it never does. DDP must then look for unused parameters
     #: (``find_unused_parameters=True``), which attendout's loop sets, saying why.
     unused_parameters: ClassVar[str] = ""
+    #: An architectural change (Synthesizer) rather than a regulariser: it may carry a regulariser on
+    #: top (see :func:`apply`), and counts as none for the rule that refuses two stacked regularisers.
+    architectural: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if hasattr(self, "layers"):
@@ -288,13 +291,104 @@ def prepare(model: nn.Module, config: MethodConfig | str, **options: Any) -> Tra
     return strategy
 
 
-def apply(model: nn.Module, config: MethodConfig | str, **options: Any) -> MethodHandle:
-    """Install the hook on ``model`` if needed and add the method ``config`` (or its name + options)."""
+class MethodStackError(ValueError):
+    """``apply`` on a model that already carries a regulariser: two would act at once (see :func:`apply`)."""
+
+
+def _regularises(config: MethodConfig) -> bool:
+    return not config.architectural and config.name != "none"
+
+
+def _describe(config: MethodConfig) -> str:
+    fields = [f for f in dataclasses.fields(config) if f.init]
+    changed = [
+        f"{f.name}={getattr(config, f.name)!r}" for f in fields if getattr(config, f.name) != f.default
+    ]
+    return f"{config.name!r}" + (f" ({', '.join(changed)})" if changed else "")
+
+
+def _refuse_stacking(model: nn.Module, configs: list[MethodConfig]) -> None:
+    from ..attention import get_controller
+
+    controller = get_controller(model)
+    attached = [
+        m.applied_config
+        for m in (controller.methods if controller is not None else [])
+        if getattr(m, "applied_config", None) is not None and _regularises(m.applied_config)
+    ]
+    adding = [c for c in configs if _regularises(c)]
+    if attached and adding:
+        raise MethodStackError(
+            f"{type(model).__name__} already carries attendout method {_describe(attached[0])}; applying "
+            f"{_describe(adding[0])} would stack a second regulariser on it (a notebook cell run twice "
+            "doubles the regularisation). Remove the first (handle.remove() or attendout.remove(model)) "
+            "before applying another, or combine them on purpose in one call: "
+            f"attendout.apply(model, [{attached[0].name!r}, {adding[0].name!r}])"
+        )
+
+
+def apply(
+    model: nn.Module, config: MethodConfig | str | list[MethodConfig | str], **options: Any
+) -> MethodHandle | CombinedHandle:
+    """Install the hook on ``model`` if needed and add the method ``config`` (or its name + options).
+
+    One regulariser at a time: on a model that already carries one (from an earlier ``apply``), this
+    raises :class:`MethodStackError` naming it, instead of adding a second on top. To combine methods
+    on purpose, pass them in one call as a list of configs or names: ``attendout.apply(model,
+    [LayerDropConfig(p=0.2), "scores-dropout"])`` returns a :class:`CombinedHandle` whose statistics
+    keep each method's name (two of the same method are refused: their statistics would collide).
+    An architectural method (Synthesizer) may carry one regulariser (or a combination) on top.
+    """
+    if isinstance(config, (list, tuple)):
+        if options:
+            raise TypeError("pass each method's options in its config when combining methods")
+        configs = [get_method_config(c) if isinstance(c, str) else c for c in config]
+        names = [c.name for c in configs]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if not configs or repeated:
+            raise ValueError(
+                f"a combination needs distinct methods; got {names} (each method's statistics are named by "
+                "the method: two of one would collide)"
+            )
+        _refuse_stacking(model, configs)
+        return CombinedHandle([_attach(model, c) for c in configs])
     if isinstance(config, str):
         config = get_method_config(config, **options)
     elif options:
         raise TypeError("pass options either in the config or as keywords with a method name, not both")
+    _refuse_stacking(model, [config])
+    return _attach(model, config)
+
+
+def _attach(model: nn.Module, config: MethodConfig) -> MethodHandle:
     controller = install(model)
     method = config.build()
     controller.add(method)
+    method.applied_config = config  # what _refuse_stacking reads; leaves the controller with the method
     return MethodHandle(model, controller, config, method)
+
+
+class CombinedHandle:
+    """What :func:`apply` returns for several methods combined on purpose: each handle, driven together."""
+
+    def __init__(self, handles: list[MethodHandle]):
+        self.handles = handles
+        self.configs = [h.config for h in handles]
+
+    def set_progress(self, fraction: float) -> None:
+        for handle in self.handles:
+            handle.set_progress(fraction)
+
+    def stats(self) -> dict[str, float]:
+        """Every method's statistics, each under its own method's name."""
+        out: dict[str, float] = {}
+        for handle in self.handles:
+            out.update(handle.stats())
+        return out
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+    def __repr__(self) -> str:
+        return f"CombinedHandle({self.configs!r})"
