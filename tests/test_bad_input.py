@@ -274,6 +274,7 @@ OPTION_CASES = [
     ("bad-method-option", ["--method", "scores-dropout", "--p", "1.5"], ["p", "1.5"]),
     ("unknown-task", ["--task", "imdbx"], ["unknown task 'imdbx'"]),
     ("eval-file-without-split", ["--eval-file", "dev.csv"], ["SPLIT=PATH"]),
+    ("eval-split-twice", ["--eval-file", "dev=other.csv"], ["names split 'dev' twice"]),
     # issue 30: a run that would read the answer as input is refused before any file is read
     (
         "label-column-as-text",

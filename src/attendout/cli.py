@@ -135,6 +135,10 @@ def _parse_eval_files(values: list[str] | None) -> dict[str, str] | None:
         split, sep, path = value.partition("=")
         if not sep or not split or not path:
             raise ValueError(f"--eval-file must look like SPLIT=PATH, got {value!r}")
+        if split in out:
+            raise ValueError(
+                f"--eval-file names split {split!r} twice ({out[split]} and {path}); give each split once"
+            )
         out[split] = path
     return out
 
