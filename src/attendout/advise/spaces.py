@@ -1,7 +1,7 @@
 """What ``advise`` searches for each method: the options that set its strength, and their ranges.
 
 Each range brackets the method's default (the paper's rate) on both sides, from a rate too small to
-matter to one that measurably hurts plain fine-tuning on small data; each :class:`Range` also has a
+matter to one well above the rates the papers use; each :class:`Range` also has a
 small grid (``--sampler grid``). Only strength options are searched: every other option keeps its
 default (or what ``--method-option METHOD.OPTION=VALUE`` sets), so a tuned method is still the method of its paper.
 
