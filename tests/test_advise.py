@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -526,3 +527,31 @@ def test_advise_help_and_a_bad_flag(capsys):
 def test_a_storage_that_cannot_open_is_a_sentence(url):
     with pytest.raises(ValueError, match=f"--storage {url}"):
         search_mod.open_storage(url)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_advise_with_the_command_that_goes_on(tiny_run, signum):
+    out = tiny_run["tmp"] / "advice"
+    args = [
+        sys.executable, "-m", "attendout.cli", "advise",
+        "--task", "file", "--train-file", tiny_run["train"], "--eval-file", f"dev={tiny_run['dev']}",
+        "--text-columns", "text", "--label-column", "label", "--model", tiny_run["model"],
+        "--batch-size", "16", "--max-length", "16", "--learning-rate", "1e-2",
+        "--regime-epochs", "3", "--methods", "scores-dropout", "--trials", "2", "--seeds", "2",
+        "--until", "search", "--output-dir", str(out), "--no-progress", "--threads", "1",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    job = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in job.stdout:
+        if "search scores-dropout: trial 0" in line:  # the first trial has started training
+            job.send_signal(signum)
+            break
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == 128 + signum, err
+    assert f"stopped by {signal.Signals(signum).name}" in err and "To go on: attendout advise" in err
+    assert "Traceback" not in err
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    study = optuna.load_study(study_name="scores-dropout", storage=f"sqlite:///{out / 'search.db'}")
+    states = sorted(t.state.name for t in study.trials)
+    assert states.count("COMPLETE") == 2 and states.count("FAIL") <= 1  # the stopped trial, queued again

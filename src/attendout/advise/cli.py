@@ -252,14 +252,28 @@ def advise_main(argv: list[str]) -> int:
     config = config_from_args(argv)
     _quiet_libraries()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         advise(config)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (a scheduler's preemption) as Terminated
+        signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
         print(
-            f"\nattendout advise: interrupted; finished trials and runs are kept in {config.output_dir}. "
-            f"To go on: {config.command}",
+            f"\nattendout advise: stopped by {signal.Signals(signum).name}; finished trials and runs are kept "
+            f"in {config.output_dir} (a run stopped midway goes on from its last epoch). To go on: "
+            f"{config.command}",
             file=sys.stderr,
         )
-        return 130
+        return 128 + signum
     return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so it stops as Ctrl-C does (trials queued again, runs kept)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated(signum)
