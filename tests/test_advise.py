@@ -96,15 +96,23 @@ def test_regime_reader_warns_when_the_model_is_not_learning():
     assert "not learning" in reading.sentence
 
 
-@pytest.mark.parametrize("peak, run", [(1, 12), (2, 12), (4, 12), (5, 6), (8, 8), (3, 3), (1, 2)])
+@pytest.mark.parametrize("peak, run", [(1, 12), (2, 12), (4, 12), (5, 6), (8, 8), (3, 3), (1, 2), (4, 4), (3, 4)])
 def test_budget_is_odd_and_within_the_run(peak, run):
     budget = choose_budget(peak, run)
     assert 1 <= budget <= run
     assert budget >= min(3, run) - (run % 2 == 0 and run < 3)
-    if run >= 3:
-        assert budget % 2 == 1
+    if any(b % 2 == 1 and max(peak, 3) <= b <= run for b in range(run + 1)):
+        assert budget % 2 == 1  # odd wherever an odd budget that keeps the peak fits in the run
     if math.ceil(1.5 * peak) + 1 <= run:
         assert budget >= math.ceil(1.5 * peak) + 1
+    assert budget >= min(peak, run)  # the peak is always inside the budget
+
+
+def test_a_metric_still_rising_at_the_end_keeps_every_epoch_and_says_so():
+    # the validation loss climbs (overfitting) while the metric is best at the last of 4 epochs
+    reading = read_regime(curves([0.70, 0.75, 0.78, 0.789], [0.6, 0.52, 0.507, 0.538]))
+    assert reading.overfits and reading.budget == 4
+    assert "still best at the last epoch" in reading.sentence
 
 
 # -- search spaces ---------------------------------------------------------------------------------

@@ -78,6 +78,11 @@ class RegimeReading:
             if self.train_loss_last > 0.9 * self.train_loss_first
             else ""
         )
+        if self.best_epoch == self.epochs_run:
+            learning = (
+                f" Its validation {self.metric} was still best at the last epoch: a longer --regime-epochs "
+                "would show where it peaks." + learning
+            )
         if self.overfits:
             return f"It overfits: {peak}; {loss}. Every method gets {self.budget} epochs.{learning}"
         return (
@@ -91,12 +96,12 @@ class RegimeReading:
 
 
 def choose_budget(peak_epoch: int, epochs_run: int) -> int:
-    """``ceil(1.5 * peak) + 1``, odd, within [3, epochs_run] (see the module docstring)."""
+    """``ceil(1.5 * peak) + 1``, odd, within [3, epochs_run], never below the peak (see the module docstring)."""
     budget = math.ceil(1.5 * peak_epoch) + 1
     budget += 1 - budget % 2  # odd
     budget = max(3, budget)
-    if budget > epochs_run:
-        budget = epochs_run if epochs_run % 2 == 1 or epochs_run < 3 else epochs_run - 1
+    if budget > epochs_run:  # odd if that keeps the peak inside the budget; the peak comes first
+        budget = epochs_run if epochs_run % 2 == 1 or epochs_run - 1 < max(peak_epoch, 3) else epochs_run - 1
     return max(1, budget)
 
 
