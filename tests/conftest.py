@@ -333,20 +333,20 @@ def outputs_on_each_drop_path(model, forward, monkeypatch, seed: int = 5) -> dic
     ``sdpa`` (the drops joined to SDPA's mask) and ``explicit`` (the softmax a recorder forces). Asserts
     that the filled path really ran. ``forward`` returns a tensor; the loss is its sum against fixed
     random weights, so every position's output gets a gradient."""
-    from attendout import attention
+    from attendout.attention import paths
 
     taken = []
-    filled = attention._filled_softmax
+    filled = paths._filled_softmax
 
     def spy(*args, **kwargs):
         taken.append(True)
         return filled(*args, **kwargs)
 
-    monkeypatch.setattr(attention, "_filled_softmax", spy)
+    monkeypatch.setattr(paths, "_filled_softmax", spy)
     results = {}
     for path in ("filled", "sdpa", "explicit"):
         if path == "sdpa":
-            monkeypatch.setattr(attention, "_fills_in_place", lambda call, dropout: False)
+            monkeypatch.setattr(paths, "_fills_in_place", lambda call, dropout: False)
         model.zero_grad()
         torch.manual_seed(seed)
         if path == "explicit":

@@ -96,7 +96,9 @@ def test_regime_reader_warns_when_the_model_is_not_learning():
     assert "not learning" in reading.sentence
 
 
-@pytest.mark.parametrize("peak, run", [(1, 12), (2, 12), (4, 12), (5, 6), (8, 8), (3, 3), (1, 2), (4, 4), (3, 4)])
+@pytest.mark.parametrize(
+    "peak, run", [(1, 12), (2, 12), (4, 12), (5, 6), (8, 8), (3, 3), (1, 2), (4, 4), (3, 4)]
+)
 def test_budget_is_odd_and_within_the_run(peak, run):
     budget = choose_budget(peak, run)
     assert 1 <= budget <= run

@@ -173,8 +173,9 @@ def test_generation_with_a_kv_cache_is_stock_with_regularisers_attached(family):
         stock = model.generate(input_ids=source, decoder_input_ids=prompt, **kwargs)
     else:
         stock = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), **kwargs)
-    for method, options in METHODS.items():
-        attendout.apply(model, method, **options)
+    attendout.apply(  # every regulariser at once, combined on purpose
+        model, [attendout.get_method_config(method, **options) for method, options in METHODS.items()]
+    )
     if family == "t5":
         ours = model.generate(input_ids=source, decoder_input_ids=prompt, **kwargs)
     else:

@@ -657,7 +657,7 @@ def test_split_checks_refuse_an_evaluation_class_that_train_never_has(tmp_path: 
         write_glue_file(tmp_path, "mnli", name, [("C.", "D.", "contradiction"), ("E.", "F.", "neutral")])
     task, data = load_task_data("mnli", data_dir=str(tmp_path))
     config = types.SimpleNamespace(
-        validation_split=0.1, data_seed=0, max_train_samples=None, max_eval_samples=None
+        validation_split=0.1, data_seed=0, max_train_samples=None, max_eval_samples=None, evaluate=True
     )
     with pytest.raises(
         DataError,

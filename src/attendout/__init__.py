@@ -1,5 +1,6 @@
 """attendout: fine-tune pretrained transformer encoders with regularised self-attention."""
 
+from . import deberta  # noqa: F401  (registers DeBERTa's attention route with the hook)
 from .attention import (
     AttentionCall,
     AttentionEdit,
@@ -36,8 +37,7 @@ from .methods.synthesizer import (
     synthesize,
 )
 from .predict import Predictions, Predictor
-
-__version__ = "0.1.0"
+from .version import __version__
 
 
 def remove(model) -> None:

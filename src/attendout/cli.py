@@ -92,7 +92,7 @@ def add_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
 
 
 def _finetune_parser(method: str | None) -> argparse.ArgumentParser:
-    from .train import TrainConfig
+    from .config import TrainConfig
 
     parser = argparse.ArgumentParser(
         prog="attendout finetune",
@@ -163,7 +163,9 @@ TASK_DEFAULT_OPTIONS = ("batch_size", "learning_rate", "max_length")
 
 
 def cmd_finetune(argv: list[str]) -> int:
-    from .train import TrainConfig, finetune, format_results, format_truncation, task_defaults
+    from .config import TrainConfig, task_defaults
+    from .report.results import format_results, format_truncation
+    from .train import finetune
 
     argv = _expand_attention(argv)
     pre = argparse.ArgumentParser(add_help=False)
@@ -234,8 +236,8 @@ def cmd_methods(argv: list[str]) -> int:
 
 
 def cmd_tasks(argv: list[str]) -> int:
+    from .config import task_defaults
     from .tasks import get_task, list_tasks
-    from .train import task_defaults
 
     argparse.ArgumentParser(prog="attendout tasks", description="List the built-in tasks.").parse_args(argv)
     for name in list_tasks():
@@ -562,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="attendout: %(levelname)s: %(message)s")
     _quiet_transformers()
     if argv and argv[0] == "--version":
-        from . import __version__
+        from .version import __version__
 
         print(f"attendout {__version__}")
         return 0
@@ -576,10 +578,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_USAGE
     from .attention import UnsupportedModelError
+    from .checkpoints import RunExistsError
     from .models import ModelNotFoundError
+    from .optim import TrainingError
     from .rundir import RunBusyError
     from .tasks import DataError
-    from .train import RunExistsError, TrainingError
 
     try:
         return COMMANDS[command][0](rest)

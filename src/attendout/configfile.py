@@ -12,7 +12,7 @@
     epochs = 7
 
 :func:`load_config` returns the :class:`~attendout.methods.MethodConfig`; :func:`load_config_file`
-also the ``[training]`` table, checked against :class:`~attendout.train.TrainConfig`'s fields. An
+also the ``[training]`` table, checked against :class:`~attendout.config.TrainConfig`'s fields. An
 unknown method, option, table or training field is a ``ValueError`` naming the file and the key.
 :func:`dumps_toml` is the small TOML writer both this module and ``advise`` use (Python reads TOML
 but does not write it).
@@ -115,7 +115,7 @@ def save_config(
 
 def load_config_file(path: str | Path) -> tuple[MethodConfig, dict[str, Any]]:
     """(the method's config, the ``[training]`` fields) of a config file; ValueError naming what is wrong."""
-    from .train import TrainConfig
+    from .config import TrainConfig
 
     path = Path(path)
     try:

@@ -15,6 +15,10 @@ disentangled position scores, masks them with the boolean ``attention_mask`` it 
   row (DeBERTa masks it whole) attends to nothing, as in the other families; recorders record; eq. 2
   scales the weights; then the model's own dropout, or a method's replacement, is applied.
 
+The family table (:mod:`attendout.attention.families`) gives ``deberta-v2`` the route ``"deberta"``;
+this module registers that route (:func:`install_hooks`, :func:`remove_hooks`) when imported, and
+``import attendout`` imports it: the attention package never imports this module.
+
 DeBERTa's forward passes no extra keyword argument down to its attention, so a forward's own edits
 (``model(..., attendout_edits=...)``) are taken off the model's keyword arguments by a pre-hook on the
 model and held by the controller for that forward. Methods that rewrite the scores themselves
@@ -34,16 +38,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from .attention import (
-    AttentionCall,
-    AttentionRecorder,
-    Controller,
-    allowed_keys,
-    combine_edits,
-    no_key_rows_zero,
-    own_edit,
-    uniform_weights,
-)
+from .attention.call import AttentionCall, combine_edits, own_edit
+from .attention.controller import Controller
+from .attention.families import register_route
+from .attention.paths import allowed_keys, no_key_rows_zero, uniform_weights
+from .attention.recording import AttentionRecorder
 from .contract import EDITS_KWARG
 
 __all__ = ["install_hooks", "remove_hooks"]
@@ -158,3 +157,6 @@ def _probabilities_step(module: nn.Module):
         return nn.functional.dropout(weights, p=pending.dropout, training=module.training)
 
     return forward
+
+
+register_route("deberta", install_hooks, remove_hooks)

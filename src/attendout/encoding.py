@@ -16,7 +16,8 @@
     overlap; each window trains as an example with its document's label, and a document's prediction
     is the mean of its windows' logits.
 
-  ``Encoded.cut`` counts the examples longer than the window (their truncation is in the run's config).
+  ``Encoded.cut`` counts the examples longer than the window (their truncation is in the run's config:
+  :func:`truncation_summary`).
 * token classification (:class:`TokenEncoded`): the words of each example, tokenised as pre-split
   words; a word's tag sits on its first word piece and every other piece (and special token) has
   label -100, ignored by the loss. Predictions come back one tag per word; a word cut by
@@ -49,6 +50,7 @@ __all__ = [
     "encode",
     "head_tail_sizes",
     "predict_batches",
+    "truncation_summary",
 ]
 
 #: Truncation strategies for texts longer than max_length (see the module docstring).
@@ -367,6 +369,25 @@ def encode(
     if truncation == "sliding":
         return Windows(examples, tokenizer, max_length, regression, stride)
     return Encoded(examples, tokenizer, max_length, regression, truncation)
+
+
+def truncation_summary(sets: dict[str, Encoded], task, max_length: int) -> dict[str, Any]:
+    """How texts longer than ``max_length`` were cut, and how many were, per split of ``sets``.
+
+    The first split's strategy (the training split's) is every split's. A run records the summary in
+    its config.json and results.json.
+    """
+    first = next(iter(sets.values()))
+    summary: dict[str, Any] = {"strategy": first.truncation, "max_length": max_length}
+    if first.truncation == "head-tail":
+        summary["head"], summary["tail"] = head_tail_sizes(max_length)
+    if first.truncation == "sliding":
+        summary["stride"] = first.stride
+        summary["windows"] = {name: len(data) for name, data in sets.items()}
+    summary["cut"] = {name: data.cut for name, data in sets.items()}
+    if task.kind == TOKEN_CLASSIFICATION:  # the words past the cut get the first tag
+        summary["cut_words_tagged"] = task.label_names[0]
+    return summary
 
 
 @torch.no_grad()

@@ -1,4 +1,5 @@
-"""Optimisation pieces shared by every loop: AdamW groups, the linear schedule, one accumulated update.
+"""Optimisation pieces shared by every loop: AdamW groups, the linear schedule, micro-batches, one
+accumulated update.
 
 :func:`update` is one optimizer step of a model on a batch cut into micro-batches, under the loop's
 precision, with a method's per-forward edits: attendout's loop trains its model with it, and
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from .contract import LoopContext
+from .devices import autocast_dtype  # its home is devices; importable from here as before
 
 __all__ = [
     "TrainingError",
@@ -22,6 +24,7 @@ __all__ = [
     "autocast_dtype",
     "concat_batches",
     "linear_schedule",
+    "micro_batches",
     "param_groups",
     "update",
 ]
@@ -29,14 +32,6 @@ __all__ = [
 
 class TrainingError(RuntimeError):
     """Training cannot go on (NaN loss, ...). Files already written stay as they were."""
-
-
-def autocast_dtype(precision: str) -> torch.dtype | None:
-    """The autocast dtype of a ``precision`` setting: None for fp32 (no autocast)."""
-    dtypes = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-    if precision not in dtypes:
-        raise ValueError(f"precision must be one of {', '.join(dtypes)}, got {precision!r}")
-    return dtypes[precision]
 
 
 def adamw(groups: Any, lr: float) -> torch.optim.AdamW:
@@ -78,6 +73,25 @@ def linear_schedule(
 
 def rows_of(batch: dict[str, torch.Tensor]) -> int:
     return len(next(iter(batch.values())))
+
+
+def micro_batches(
+    batch: dict[str, torch.Tensor], size: int | None
+) -> list[tuple[slice, dict[str, torch.Tensor]]]:
+    """``batch`` cut into consecutive micro-batches of at most ``size`` rows.
+
+    Each comes with its rows of the batch (a slice). The padded length stays the batch's, so
+    every example is computed exactly as in the whole batch. Without ``size``: the batch itself.
+    """
+    rows = rows_of(batch)
+    step = size or rows
+    if step >= rows:
+        return [(slice(0, rows), batch)]
+    parts = []
+    for start in range(0, rows, step):
+        part = slice(start, min(start + step, rows))
+        parts.append((part, {k: v[part] for k, v in batch.items()}))
+    return parts
 
 
 def concat_batches(batches: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

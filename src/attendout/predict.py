@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from .config import TrainConfig, split_for_training
+from .devices import autocast_dtype, pick_device
 from .encoding import encode, predict_batches
-from .optim import autocast_dtype
 from .tasks import (
     CLASSIFICATION,
     MULTIPLE_CHOICE,
@@ -45,7 +46,6 @@ from .tasks import (
 )
 from .tasks.core import task_of
 from .tasks.readers import read_file, to_examples
-from .train import TrainConfig, pick_device, split_for_training
 
 __all__ = ["PredictError", "Predictions", "Predictor", "read_inputs", "write_predictions"]
 

@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import pickle
-import random
 import re
 import shutil
 import socket
@@ -34,7 +33,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from .devices import rng_state, set_rng_state  # the checkpoint's random state; their home is devices
 from .optim import TrainingError
+from .version import __version__
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -101,40 +102,6 @@ class CheckpointError(TrainingError):
             "it is used (start afresh with --overwrite instead of --resume, which discards it, or put back a "
             "whole copy of the folder)"
         )
-
-
-def rng_state(device: torch.device) -> dict[str, Any]:
-    """Every random generator a training step may draw from (dropout, masks, the methods' samples).
-
-    Plain data only (tensors, ints, floats, strings, lists), so that it loads with ``weights_only=True``.
-    """
-    version, internal, gauss = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "python": [version, list(internal), gauss],
-        "numpy": [
-            str(name),
-            torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-            int(pos),
-            int(has_gauss),
-            float(cached),
-        ],
-    }
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["torch"].cpu())
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    keys = np.asarray(keys.cpu().numpy() if isinstance(keys, torch.Tensor) else keys, dtype=np.uint32)
-    np.random.set_state((name, keys, pos, has_gauss, cached))
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 def load_checkpoint(path: Path, map_location: Any = None) -> Any:
@@ -256,8 +223,6 @@ def write_manifest(folder: Path, **extra: Any) -> None:
                 "bytes": path.stat().st_size,
                 "sha256": _sha256(path),
             }
-    from . import __version__
-
     write_json_atomic(folder / MANIFEST, {**extra, "written_by": f"attendout {__version__}", "files": files})
 
 

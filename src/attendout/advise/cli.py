@@ -7,6 +7,7 @@ import dataclasses
 import shlex
 from typing import Any
 
+from . import signals
 from .spaces import DEFAULT_METHODS, SEARCH_SPACES
 from .study import STAGES, AdviseConfig, advise
 
@@ -33,7 +34,7 @@ _SET_BY_ADVISE = {
 
 def advise_parser() -> argparse.ArgumentParser:
     from ..cli import add_dataclass_options, add_file_options
-    from ..train import TrainConfig
+    from ..config import TrainConfig
 
     parser = argparse.ArgumentParser(
         prog="attendout advise",
@@ -174,7 +175,7 @@ def _parse_option(text: str) -> tuple[str, str, Any]:
 def config_from_args(argv: list[str]) -> AdviseConfig:
     """The :class:`AdviseConfig` of a command line (errors: ValueError naming the flag)."""
     from ..cli import TASK_DEFAULT_OPTIONS, _parse_eval_files
-    from ..train import TrainConfig, task_defaults
+    from ..config import TrainConfig, task_defaults
 
     parser = advise_parser()
     unset = object()
@@ -252,11 +253,11 @@ def advise_main(argv: list[str]) -> int:
     config = config_from_args(argv)
     _quiet_libraries()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    signal.signal(signal.SIGTERM, _terminate)
+    signals.install()
     try:
         advise(config)
-    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (a scheduler's preemption) as Terminated
-        signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (a scheduler's preemption)
+        signum = stop.signum if isinstance(stop, signals.Stopped) else signal.SIGINT
         print(
             f"\nattendout advise: stopped by {signal.Signals(signum).name}; finished trials and runs are kept "
             f"in {config.output_dir} (a run stopped midway goes on from its last epoch). To go on: "
@@ -265,15 +266,3 @@ def advise_main(argv: list[str]) -> int:
         )
         return 128 + signum
     return 0
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process is, so it stops as Ctrl-C does (trials queued again, runs kept)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"signal {signum}")
-        self.signum = signum
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise Terminated(signum)

@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import TrainConfig, split_for_training
 from ..experiments.spec import config_fingerprint
 from ..rundir import write_json_atomic
-from ..train import TrainConfig, finetune, split_for_training
+from ..train import finetune
 from .answer import advice_figure, advice_markdown, verdict, write_setting
 from .confirm import (
     Confirmation,
@@ -295,7 +296,7 @@ def _answer(
     tuned: dict[str, dict[str, Any]],
     steps_per_epoch: int,
 ) -> Advice:
-    from .. import __version__
+    from ..version import __version__
 
     out = config.out
     v = verdict(confirmation, config.alpha)

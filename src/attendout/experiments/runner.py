@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..rundir import write_json_atomic
-from ..train import CheckpointError, StorageError, TrainConfig, finetune
+from ..config import TrainConfig
+from ..rundir import CheckpointError, StorageError, write_json_atomic
+from ..train import finetune
 from .spec import Budget, Cell, Experiment, ExperimentError
 from .store import HEARTBEAT_S, Claim, ResultsStore, compact_predictions, has_checkpoint
 
@@ -201,8 +202,8 @@ def _check_model(name: str) -> CellCheck:
 
 def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:
     """Load a task's data as the Trainer will (local sources only) and report its sizes."""
+    from ..config import split_for_training
     from ..tasks import DataError
-    from ..train import split_for_training
 
     config = cell.config
     if config is None:
@@ -555,7 +556,7 @@ class BenchJob:
 def _cell_record(
     cell: Cell, plan: GridPlan, store: ResultsStore, started: float, wall: float
 ) -> dict[str, Any]:
-    from .. import __version__
+    from ..version import __version__
 
     return {
         "cell": cell.key,

@@ -56,9 +56,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import NEUTRAL_OPTIONS, TrainConfig
 from ..methods import METHODS, settle_for_task
 from ..tasks import DataError, get_task
-from ..train import NEUTRAL_OPTIONS, TrainConfig
 
 __all__ = [
     "Budget",

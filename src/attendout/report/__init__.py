@@ -5,6 +5,7 @@
 * :mod:`.figures`: the bar chart with error bars and per-task convergence curves of a grid.
 * :mod:`.curves`: convergence curves of any runs (validation metric against step).
 * :mod:`.inspect`: AD-DROP's view of one example.
+* :mod:`.results`: one run's results.json in words (what ``attendout finetune`` prints).
 
 The modules are imported on use (``from attendout.report.table import build_table``), so that
 ``import attendout.report`` stays light.

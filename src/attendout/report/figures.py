@@ -12,12 +12,15 @@ from __future__ import annotations
 import math
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure
 from scipy import stats
 
 from .curves import convergence_figure
-from .table import ComparisonTable
+
+if TYPE_CHECKING:  # table.py imports this module to draw its figures
+    from .table import ComparisonTable
 
 __all__ = ["bar_chart", "convergence_curves", "delta_chart", "method_colour"]
 

@@ -34,6 +34,7 @@ from safetensors.torch import load_model as load_safetensors_model
 from safetensors.torch import save_model as save_safetensors_model
 from torch import nn
 
+from ...version import __version__
 from .config import SynthesizerConfig
 from .method import get_synthesizer, synthesize
 
@@ -79,7 +80,7 @@ def save_synthesized(model: nn.Module, path: str | os.PathLike, tokenizer: Any =
         "architectures": [ARCHITECTURE],
         "attendout_format": FORMAT_VERSION,
         "note": _NOTE,
-        "attendout_version": _attendout_version(),
+        "attendout_version": __version__,
         "synthesizer": synthesizer.resolved_config().to_dict(),
         "base_class": type(model).__name__,
         "base_config": base_config,
@@ -186,9 +187,3 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> n
         model = head_class(transformers.AutoConfig.from_pretrained(path)).from_pretrained(path)
     check_finite(model, str(path))
     return model.to(device).eval()
-
-
-def _attendout_version() -> str:
-    from ... import __version__
-
-    return __version__

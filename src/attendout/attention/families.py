@@ -1,0 +1,188 @@
+"""The family table: where each model family keeps its self-attention modules and its blocks.
+
+A model is hooked by its ``config.model_type``: :data:`FAMILIES` says where its attention modules
+and blocks sit (module-name regexes), whether one module serves every layer (ALBERT), what a block
+returns, and how the edits reach its attention (its ``route``). The ``"interface"`` route is the
+attention function registered with transformers (:mod:`attendout.attention.hook`); any other route
+is a pair of functions that put module hooks in place and take them away, which the module
+implementing it registers here with :func:`register_route` (:mod:`attendout.deberta` registers
+``"deberta"`` when ``import attendout`` imports it), so that the hook imports no family's own code.
+
+Also here: what makes a layer causal (:func:`is_causal`, :func:`causal_mask`), which every path
+keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from .controller import Controller
+
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "Route",
+    "UnsupportedModelError",
+    "causal_mask",
+    "is_causal",
+    "register_route",
+    "route_of",
+    "supported_model_types",
+]
+
+
+class UnsupportedModelError(ValueError):
+    """The model's attention cannot be reached by the hook."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """Where a family keeps its self-attention modules and its blocks (module-name regexes).
+
+    ``shared`` families (ALBERT) run one attention module for every layer; their layer index is the
+    call order within one forward pass instead of the module's position.
+    """
+
+    attention: str
+    block: str
+    shared: bool = False
+    #: how the edits reach the attention: "interface" = the registered attention function (every family
+    #: whose attention goes through transformers' AttentionInterface); any other name = a route
+    #: registered with :func:`register_route`: "deberta" = module hooks around DeBERTa's own
+    #: disentangled attention (:mod:`attendout.deberta`)
+    route: str = "interface"
+    #: what a block returns: the hidden states ("tensor"), a (hidden states, attention weights) pair
+    #: ("pair", DeBERTa), or T5's (hidden states, self-attention bias, cross-attention bias) ("t5")
+    block_output: str = "tensor"
+    #: encoder-decoders (T5): the attention regex matches both stacks; layers are numbered through the
+    #: encoder first, then the decoder (a 6+6 T5 has layers 0-5 in its encoder and 6-11 in its decoder)
+    stacks: bool = False
+
+
+_BERT_LIKE = Family(
+    attention=r"(^|\.)encoder\.layer\.(?P<n>\d+)\.attention\.self$",
+    block=r"(^|\.)encoder\.layer\.(?P<n>\d+)$",
+)
+# Llama-style decoders (and EuroBERT, an encoder on Llama's layout): model.layers.N.self_attn
+_LLAMA_LIKE = Family(attention=r"(^|\.)layers\.(?P<n>\d+)\.self_attn$", block=r"(^|\.)layers\.(?P<n>\d+)$")
+
+FAMILIES: dict[str, Family] = {
+    "bert": _BERT_LIKE,
+    "roberta": _BERT_LIKE,
+    "xlm-roberta": _BERT_LIKE,
+    "electra": _BERT_LIKE,
+    "distilbert": Family(
+        attention=r"(^|\.)transformer\.layer\.(?P<n>\d+)\.attention$",
+        block=r"(^|\.)transformer\.layer\.(?P<n>\d+)$",
+    ),
+    "albert": Family(
+        attention=r"(^|\.)albert_layer_groups\.\d+\.albert_layers\.\d+\.attention$",
+        block=r"(^|\.)albert_layer_groups\.\d+$",
+        shared=True,
+    ),
+    # RoPE encoders: rotary positions are applied to query and key before the attention function, and
+    # ModernBERT's local layers arrive with the sliding window already in the boolean mask (built through
+    # AttentionMaskInterface, as for every family), so every edit stays inside the window.
+    "modernbert": Family(attention=r"(^|\.)layers\.(?P<n>\d+)\.attn$", block=r"(^|\.)layers\.(?P<n>\d+)$"),
+    "eurobert": _LLAMA_LIKE,
+    # DeBERTa-v2 and v3 (model_type deberta-v2): disentangled attention in the module's own code
+    "deberta-v2": Family(
+        attention=r"(^|\.)encoder\.layer\.(?P<n>\d+)\.attention\.self$",
+        block=r"(^|\.)encoder\.layer\.(?P<n>\d+)$",
+        route="deberta",
+        block_output="pair",
+    ),
+    # Decoders. Their attention modules are causal (``is_causal``): the hook keeps every edit causal.
+    "gpt2": Family(attention=r"(^|\.)h\.(?P<n>\d+)\.attn$", block=r"(^|\.)h\.(?P<n>\d+)$"),
+    "llama": _LLAMA_LIKE,
+    "mistral": _LLAMA_LIKE,
+    "qwen2": _LLAMA_LIKE,
+    # Encoder-decoders: the self-attention of both stacks (the decoder's is causal); the decoder's
+    # cross-attention (layer.1.EncDecAttention) is left to stock attention. T5's relative position
+    # bias arrives with each call and is added to the scores on every path.
+    "t5": Family(
+        attention=r"(^|\.)(?P<stack>encoder|decoder)\.block\.(?P<n>\d+)\.layer\.0\.SelfAttention$",
+        block=r"(^|\.)(?P<stack>encoder|decoder)\.block\.(?P<n>\d+)$",
+        block_output="t5",
+        stacks=True,
+    ),
+}
+FAMILIES["mt5"] = FAMILIES["t5"]
+
+# Families whose attention does not go through AttentionInterface in transformers 5.x.
+_WHY_NOT = {
+    "mpnet": "MPNet adds a relative position bias inside its own attention code, outside AttentionInterface",
+    "deberta": "DeBERTa (v1) computes disentangled attention in its own code, outside AttentionInterface "
+    "(DeBERTa-v2 and v3, model_type deberta-v2, are supported)",
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    """How the edits reach the attention of a family that is not routed through the registered
+    attention function: ``install(controller)`` puts its module hooks in place (keeping their
+    handles in ``controller._handles``), ``remove(controller)`` takes them away."""
+
+    install: Callable[[Controller], None]
+    remove: Callable[[Controller], None]
+
+
+#: The routes other than ``"interface"``, by the name a :class:`Family` gives as its ``route``.
+ROUTES: dict[str, Route] = {}
+
+
+def register_route(
+    name: str, install: Callable[[Controller], None], remove: Callable[[Controller], None]
+) -> None:
+    """Register the route ``name`` (a family's ``route``): the module that implements it calls this."""
+    ROUTES[name] = Route(install, remove)
+
+
+def route_of(family: Family) -> Route | None:
+    """The registered route of ``family``; None for the registered attention function ("interface")."""
+    if family.route == "interface":
+        return None
+    route = ROUTES.get(family.route)
+    if route is None:
+        raise UnsupportedModelError(
+            f"attendout: the {family.route!r} attention route is not registered (the module that "
+            "implements it registers it when imported: import attendout)"
+        )
+    return route
+
+
+def is_causal(module: nn.Module) -> bool:
+    """Whether an attention module is causal, as transformers' SDPA attention reads it (default True)."""
+    return bool(getattr(module, "is_causal", True))
+
+
+def _distance(lq: int, lk: int, device: torch.device) -> torch.Tensor:
+    """(Lq, Lk): query position minus key position; query i sits at Lk - Lq + i (after a KV cache)."""
+    return torch.arange(lk - lq, lk, device=device)[:, None] - torch.arange(lk, device=device)
+
+
+def causal_mask(lq: int, lk: int, device: torch.device) -> torch.Tensor:
+    """(1, 1, Lq, Lk) bool: query i (at absolute position Lk - Lq + i, after a KV cache) sees keys 0..that."""
+    return (_distance(lq, lk, device) >= 0).view(1, 1, lq, lk)
+
+
+def supported_model_types() -> list[str]:
+    return sorted(FAMILIES)
+
+
+def _family_of(model: nn.Module) -> Family:
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in FAMILIES:
+        why = _WHY_NOT.get(model_type, "its attention layout is not one attendout knows")
+        raise UnsupportedModelError(
+            f"attendout cannot hook {type(model).__name__} (model_type {model_type!r}): {why}; "
+            f"supported model types: {', '.join(supported_model_types())}"
+        )
+    return FAMILIES[model_type]

@@ -1,0 +1,359 @@
+"""A run's configuration: :class:`TrainConfig`, the tasks' own defaults, and the splits it decides.
+
+:class:`TrainConfig` is everything a fine-tuning run depends on (the CLI's ``finetune`` options, an
+experiment cell, a config file's ``[training]`` table); :data:`TASK_DEFAULTS` are the recipe defaults
+of the tasks whose sizes the global ones do not fit; :data:`NEUTRAL_OPTIONS` are the fields that are no
+part of a run's recipe (and :data:`RESUME_MUST_MATCH` the ones a resume must still share).
+:func:`split_for_training` carves a run's validation split and subsamples, as the loop
+(:mod:`attendout.train`) and ``attendout predict`` both need them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .encoding import TRUNCATIONS
+from .methods import MethodConfig, get_method_config
+from .tasks import (
+    DataError,
+    Examples,
+    Task,
+    TaskData,
+    carve_validation,
+    get_task,
+    load_task_data,
+    subsample,
+)
+from .tasks.checks import check_training_splits
+
+__all__ = [
+    "NEUTRAL_OPTIONS",
+    "RESUME_MUST_MATCH",
+    "TASK_DEFAULTS",
+    "TrainConfig",
+    "split_for_training",
+    "task_defaults",
+]
+
+#: The TrainConfig fields that are not part of a run's recipe, each with why: they leave its numbers
+#: alone, or change them only as running on another machine would (float rounding; with the model's
+#: dropout on, micro-batches draw other random masks). The one list: a checkpoint may be resumed with
+#: other values of them (:func:`attendout.checkpoints.checkpoint_config`, less RESUME_MUST_MATCH), and they are left
+#: out of an experiment cell's identity (``attendout.experiments.spec.FINGERPRINT_EXCLUDE``, all of them).
+NEUTRAL_OPTIONS: dict[str, str] = {
+    "output_dir": "where the run is written",
+    "overwrite": "whether a finished run may be replaced",
+    "progress": "whether progress bars are shown",
+    "resume": "whether a killed run goes on from its checkpoint (to the numbers it would have reached)",
+    "checkpoint_steps": "how often the training state is saved; saving draws no random number",
+    "data_dir": "where the data is read from, not what it is",
+    "save_model": "whether the best model is written to RUN_DIR/model or only kept in memory",
+    "evaluate": "whether the evaluation splits are scored after training: training and model selection "
+    "never read them",
+    "device": "fits the run to a machine: the same updates up to float rounding",
+    "micro_batch_size": "fits the run to a machine's memory: the whole batch's update up to float rounding",
+    "eval_batch_size": "fits evaluation to a machine's memory: the same predictions up to float rounding",
+    "ignore_mismatched_head": "acts only where a run without it stops at once (a checkpoint's head with "
+    "other labels than the task): no two finished runs differ by it",
+    "drop_bad_rows": "acts only where a run without it stops at once (a data row with an empty text or a "
+    "blank label): no two finished runs differ by it",
+}
+#: Neutral options that a resumed run must still share with its checkpoint, and why.
+RESUME_MUST_MATCH: dict[str, str] = {
+    "save_model": "it decides where the best model so far is kept (RUN_DIR/model, or inside the "
+    "checkpoint): a run resumed with the other value would not find it",
+}
+
+
+#: Recipe defaults of the tasks whose sizes the global defaults do not fit, applied to the options a user
+#: leaves unset (by ``attendout finetune`` and :meth:`TrainConfig.for_task`; an experiment file sets its
+#: own). Token and multiple-choice tasks: batch 8 at lr 1e-4 (measured with the offline MiniLM, 500
+#: CoNLL-2003 sentences x 1 epoch: batch 32 at 5e-5, 16 steps, left entity F1 at 0.00; batch 8 at 1e-4,
+#: 63 steps, reached dev F1 0.35). Long documents: the model's whole 512-piece window.
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "conll2003": {"batch_size": 8, "learning_rate": 1e-4},
+    "ptb-pos": {"batch_size": 8, "learning_rate": 1e-4},
+    "arc-easy": {"batch_size": 8, "learning_rate": 1e-4},
+    "arc-challenge": {"batch_size": 8, "learning_rate": 1e-4},
+    "swag": {"batch_size": 16, "learning_rate": 5e-5},
+    "movie-reviews": {"max_length": 512, "batch_size": 8},
+    "imdb": {"max_length": 512, "batch_size": 8},
+}
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run depends on. Field help texts are the CLI's."""
+
+    # what to train
+    task: str = field(default="rotten-tomatoes", metadata={"help": "task name (see `attendout tasks`)"})
+    model: str = field(
+        default="minilm", metadata={"help": "'minilm' (packaged offline default), a local folder or a hub id"}
+    )
+    ignore_mismatched_head: bool = field(
+        default=False,
+        metadata={
+            "help": "when the model's classification head has other labels than the task (another count "
+            "or other names), start a new head instead of stopping with an error"
+        },
+    )
+    method: str = field(default="none", metadata={"help": "regulariser (see `attendout methods`)"})
+    method_options: dict[str, Any] = field(default_factory=dict, metadata={"help": "the method's options"})
+    # data
+    data_dir: str | None = field(
+        default=None, metadata={"help": "local GLUE-format folder (root or task folder)"}
+    )
+    hub: bool = field(
+        default=False, metadata={"help": "load the task from the Hugging Face hub (needs internet)"}
+    )
+    train_file: str | None = field(default=None, metadata={"help": "CSV/TSV/JSONL training file"})
+    eval_files: dict[str, str] | None = field(
+        default=None, metadata={"help": "evaluation files, split name -> path"}
+    )
+    text_columns: list[str] | None = field(
+        default=None, metadata={"help": "one or two text columns of the files"}
+    )
+    label_column: str | None = field(default=None, metadata={"help": "label column of the files"})
+    label_kind: str | None = field(
+        default=None,
+        metadata={
+            "help": "what the files' labels are (task 'file'): classification (default), regression (a "
+            "float per row; Pearson, Spearman) or token_classification (CoNLL-style columns)"
+        },
+    )
+    token_column: int | None = field(
+        default=None,
+        metadata={"help": "token files: the 0-based column of the words (default 0)"},
+    )
+    tag_column: int | None = field(
+        default=None,
+        metadata={"help": "token files: the 0-based column of the tags (default: the last)"},
+    )
+    drop_bad_rows: bool = field(
+        default=False,
+        metadata={
+            "help": "leave out rows of the files with an empty text or a blank label (a warning says how "
+            "many) instead of stopping with an error"
+        },
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "subsample the training set"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "subsample every evaluation split"})
+    validation_split: float = field(
+        default=0.1, metadata={"help": "fraction of train held out for model selection"}
+    )
+    data_seed: int = field(
+        default=0, metadata={"help": "seed of the validation split, the subsample and the data order"}
+    )
+    max_length: int = field(
+        default=128,
+        metadata={
+            "help": "maximum tokens per example (longer ones are truncated; some tasks set their own: "
+            "`attendout tasks`)"
+        },
+    )
+    truncation: str = field(
+        default="auto",
+        metadata={
+            "help": "texts longer than max_length: head-tail (keep the first quarter and the last three "
+            "quarters of the window; 'auto' = head-tail for single texts, head for pairs), head, or sliding "
+            "(windows with --window-stride pieces of overlap; a document's logits are its windows' mean)"
+        },
+    )
+    window_stride: int | None = field(
+        default=None,
+        metadata={"help": "sliding windows: pieces of overlap between windows (default max_length / 4)"},
+    )
+    # optimisation
+    epochs: float = field(default=3.0, metadata={"help": "training epochs (ignored when max_steps is set)"})
+    max_steps: int | None = field(default=None, metadata={"help": "training steps (overrides epochs)"})
+    batch_size: int = field(
+        default=32, metadata={"help": "training batch size (some tasks set their own: `attendout tasks`)"}
+    )
+    micro_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "split each training batch into micro-batches of at most N examples and accumulate "
+            "their gradients: the update is the whole batch's, the activation memory a micro-batch's"
+        },
+    )
+    eval_batch_size: int = field(default=64, metadata={"help": "evaluation batch size"})
+    learning_rate: float = field(
+        default=5e-5,
+        metadata={"help": "peak AdamW learning rate (some tasks set their own: `attendout tasks`)"},
+    )
+    weight_decay: float = field(
+        default=0.01, metadata={"help": "AdamW weight decay (not on biases and LayerNorm)"}
+    )
+    warmup_ratio: float = field(default=0.1, metadata={"help": "fraction of steps of linear warm-up"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm (0 = off)"})
+    seed: int = field(default=42, metadata={"help": "model seed: head initialisation, dropout, masks"})
+    # evaluation, logging, output
+    eval_steps: int | None = field(
+        default=None, metadata={"help": "evaluate every N steps (and at each epoch end)"}
+    )
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={
+            "help": "stop when the validation metric has not improved for N evaluations in a row "
+            "(the learning-rate schedule still spans the whole budget; default: train the whole budget)"
+        },
+    )
+    log_steps: int = field(default=10, metadata={"help": "write a log line every N steps"})
+    output_dir: str = field(default="runs/latest", metadata={"help": "run directory"})
+    checkpoint_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "save a resumable training state every N steps and after each new best validation "
+            "(RUN_DIR/checkpoint, removed when the run finishes)"
+        },
+    )
+    resume: bool = field(
+        default=False,
+        metadata={
+            "help": "continue the unfinished run in output_dir from its checkpoint (afresh if it has none; "
+            "an incomplete or corrupt checkpoint is an error)"
+        },
+    )
+    overwrite: bool = field(
+        default=False,
+        metadata={"help": "replace a finished run in output_dir, or an unfinished run's checkpoint"},
+    )
+    save_model: bool = field(default=True, metadata={"help": "save the best model with save_pretrained"})
+    evaluate: bool = field(
+        default=True,
+        metadata={
+            "help": "score the evaluation splits with the best model when training ends (off: the run "
+            "never encodes or scores them, as advise's search trials)"
+        },
+    )
+    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda, cuda:N or mps"})
+    precision: str = field(default="fp32", metadata={"help": "fp32, bf16 or fp16 (mixed precision, GPU)"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.batch_size >= 1, "batch_size", self.batch_size, "at least 1"),
+            (
+                self.micro_batch_size is None or self.micro_batch_size >= 1,
+                "micro_batch_size",
+                self.micro_batch_size,
+                "at least 1",
+            ),
+            (self.eval_batch_size >= 1, "eval_batch_size", self.eval_batch_size, "at least 1"),
+            (self.learning_rate > 0, "learning_rate", self.learning_rate, "positive"),
+            (self.epochs > 0, "epochs", self.epochs, "positive"),
+            (self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "at least 1"),
+            (0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "in [0, 1)"),
+            (0 < self.validation_split < 1, "validation_split", self.validation_split, "in (0, 1)"),
+            (self.max_length >= 8, "max_length", self.max_length, "at least 8"),
+            (self.log_steps >= 1, "log_steps", self.log_steps, "at least 1"),
+            (self.eval_steps is None or self.eval_steps >= 1, "eval_steps", self.eval_steps, "at least 1"),
+            (
+                self.early_stopping_patience is None or self.early_stopping_patience >= 1,
+                "early_stopping_patience",
+                self.early_stopping_patience,
+                "at least 1",
+            ),
+            (
+                self.checkpoint_steps is None or self.checkpoint_steps >= 1,
+                "checkpoint_steps",
+                self.checkpoint_steps,
+                "at least 1",
+            ),
+            (self.precision in ("fp32", "bf16", "fp16"), "precision", self.precision, "fp32, bf16 or fp16"),
+            (self.truncation in TRUNCATIONS, "truncation", self.truncation, " or ".join(TRUNCATIONS)),
+            (
+                self.window_stride is None or self.truncation == "sliding",
+                "window_stride",
+                self.window_stride,
+                "left out unless truncation is 'sliding'",
+            ),
+        ]
+        for ok, name, value, rule in checks:
+            if not ok:
+                raise ValueError(f"{name} must be {rule}, got {value!r}")
+        kinds = {"classification": "classification", "regression": "regression"}
+        kinds.update(token="token_classification", token_classification="token_classification")
+        if self.label_kind is not None:
+            if self.label_kind not in kinds:
+                raise ValueError(
+                    f"label_kind must be classification, regression or token (token_classification), "
+                    f"got {self.label_kind!r}"
+                )
+            self.label_kind = kinds[self.label_kind]
+        # Fail on a bad method name or option now, not after loading data and model.
+        self.method_config()
+
+    @classmethod
+    def for_task(cls, task: str, **values: Any) -> TrainConfig:
+        """A config for ``task`` with its :data:`TASK_DEFAULTS` where ``values`` leave them unset."""
+        return cls(task=task, **{**task_defaults(task), **values})
+
+    def method_config(self) -> MethodConfig:
+        return get_method_config(self.method, **self.method_options)
+
+    def load_data(self) -> tuple[Task, TaskData]:
+        """The task and its data, from the sources this config names."""
+        token_files = {"token_column": self.token_column, "tag_column": self.tag_column}
+        return load_task_data(
+            self.task,
+            data_dir=self.data_dir,
+            hub=self.hub,
+            train_file=self.train_file,
+            eval_files=self.eval_files,
+            text_columns=self.text_columns,
+            label_column=self.label_column,
+            kind=self.label_kind,
+            drop_bad_rows=self.drop_bad_rows,
+            **{k: v for k, v in token_files.items() if v is not None},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["method_options"] = self.method_config().to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """The config :meth:`to_dict` wrote (a run's config.json); an unknown field is an error."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown training option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        options = {k: v for k, v in (values.get("method_options") or {}).items() if k != "name"}
+        return cls(**{**values, "method_options": options})
+
+
+def task_defaults(task: str | None) -> dict[str, Any]:
+    """The recipe defaults of ``task`` (:data:`TASK_DEFAULTS`; names as :func:`get_task` resolves them)."""
+    if task is None:
+        return {}
+    try:
+        name = get_task(task).name
+    except DataError:
+        return {}
+    return dict(TASK_DEFAULTS.get(name, {}))
+
+
+def split_for_training(
+    data: TaskData, c: TrainConfig, label_names: Sequence[str] | None = None
+) -> tuple[Examples, Examples, dict[str, Examples]]:
+    """(train, validation, evaluation splits): validation carved from train, then the subsamples; all by data_seed.
+
+    ``label_names`` (the task's) only make the checks' messages name a class instead of its index.
+    """
+    train, validation = carve_validation(data.train, c.validation_split, c.data_seed)
+    train = subsample(train, c.max_train_samples, c.data_seed)
+    if c.max_eval_samples is not None:
+        validation = subsample(validation, c.max_eval_samples, c.data_seed)
+    evals = {
+        name: subsample(ex, c.max_eval_samples, c.data_seed)
+        for name, ex in (data.eval_splits.items() if c.evaluate else ())
+    }
+    check_training_splits(data, train, evals, label_names)  # unseen eval classes refused; overlap warned of
+    return train, validation, evals
