@@ -280,7 +280,12 @@ def advise(config: AdviseConfig) -> Advice:
     experiment = write_experiment(config.out / "confirm.toml", data)
     root = config.out / "confirm"
     run_confirmation(
-        experiment, root, device=config.recipe.device, progress=config.progress, echo=config.echo
+        experiment,
+        root,
+        device=config.recipe.device,
+        reuse=config.reuse_runs,
+        progress=config.progress,
+        echo=config.echo,
     )
     confirmation = read_confirmation(experiment, root, tuned, config.alpha)
     if config.until == "confirm":
