@@ -144,7 +144,6 @@ def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
     study = optuna.create_study(
         study_name=method, storage=storage, direction="maximize", pruner=pruner, load_if_exists=True
     )
-    study.sampler = _sampler(plan, method, len(study.get_trials(deepcopy=False)))
     if plan.sampler == "grid":
         _queue_grid(study, method, plan.trials_of(method))
     identity = {"epochs": plan.epochs, "search_seed": plan.search_seed, "metric": plan.metric}

@@ -197,7 +197,7 @@ def _check_identity(config: AdviseConfig) -> None:
 
 def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
     """Stage 1: train (or read) plain fine-tuning's long run; read and record its regime."""
-    from ..report.regime import epoch_curves, regime_figure
+    from ..report.regime import epoch_curves, regime_figure, run_task_id
 
     run = Path(config.regime_run) if config.regime_run else config.out / "regime"
     if config.regime_run is None and not (run / "results.json").is_file():
@@ -221,17 +221,11 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
     regime_figure(
         [run],
         config.out / "regime.png",
-        {_task_id(run): reading.budget},
+        {run_task_id(run): reading.budget},
         "advise: plain fine-tuning by epoch",
     )
     config.echo(f"advise: regime: {reading.sentence}")
     return reading
-
-
-def _task_id(run: Path) -> str:
-    from ..report.regime import run_task_id
-
-    return run_task_id(run)
 
 
 def advise(config: AdviseConfig) -> Advice:
