@@ -520,31 +520,43 @@ def test_sigkill_inside_a_running_cell_then_a_rerun_completes_the_grid_once(tiny
     assert not list(root.glob(".work/*")) and not list(root.glob(".claims/*"))
 
 
-@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize(
+    "how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"]
+)
 def test_a_cell_killed_after_a_checkpoint_resumes_there_to_the_uninterrupted_numbers(
     tiny_run, one_thread, how, capsys
 ):
     steps = 16
     path = write_experiment(tiny_run, seeds=(1,), max_steps=steps)  # the model's dropout: generators matter
     root = tiny_run["tmp"] / "results"
-    job = bench_process(path, root, log=tiny_run["tmp"] / "killed.log")
+    log = tiny_run["tmp"] / "killed.log"
+    job = bench_process(path, root, log=log)
     deadline = time.time() + 120
     while not list(root.glob(".work/*/checkpoint/state.json")) and time.time() < deadline and job.is_alive():
         time.sleep(0.005)
-    assert list(root.glob(".work/*/checkpoint/state.json")), (tiny_run["tmp"] / "killed.log").read_text()[
-        -2000:
-    ]
+    assert list(root.glob(".work/*/checkpoint/state.json")), log.read_text()[-2000:]
     os.kill(job.pid, how)
     job.join()
     assert finished_cells(root) == []
-    # SIGKILL leaves the dead job's claim; SIGTERM releases it, and the kept folder must survive the sweep.
+    # SIGKILL leaves the dead job's claim; a stop releases it, and the kept folder must survive the sweep.
     assert bool(list(root.glob(".claims/*.json"))) == (how == signal.SIGKILL)
+    if how != signal.SIGKILL:  # a stop: the step it landed in is finished and checkpointed, one line says so
+        assert job.exitcode == 128 + how
+        last = log.read_text().strip().splitlines()[-1]
+        assert re.match(
+            rf"attendout bench: stopped by {how.name} at step \d+ of {steps}; the checkpoint ", last
+        )
+        assert "Finished cells are kept" in last and f"To go on: attendout bench {path}" in last
+        assert "Traceback" not in log.read_text()
     assert main(["bench", str(path), "--results", str(root), "--dry-run"]) == 0
-    assert re.search(r"todo +tiny-bert/toy/\S+/seed-1 +resumes at step (4|8|12);", capsys.readouterr().out)
+    listed = re.search(r"todo +tiny-bert/toy/\S+/seed-1 +resumes at step (\d+);", capsys.readouterr().out)
+    assert listed
 
     assert main(["bench", str(path), "--results", str(root)]) == 0  # the rerun resumes the cell
     (start,) = [e for e in events(root, "start") if e.get("resumed_at")]
-    assert start["resumed_at"] % 4 == 0 and 4 <= start["resumed_at"] < steps  # a validation's checkpoint
+    assert start["resumed_at"] == int(listed.group(1)) and 4 <= start["resumed_at"] < steps
+    if how == signal.SIGKILL:
+        assert start["resumed_at"] % 4 == 0  # a validation's checkpoint: the last written before the kill
     cell = root / start["cell"]
     assert_complete_cell(cell, steps)
     assert not (cell / "checkpoint").exists() and not list(root.glob(".work/*"))

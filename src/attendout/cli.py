@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import shlex
 import sys
 import types
 import typing
@@ -559,6 +560,22 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def _go_on(command: str, argv: list[str], stop: Any) -> str:
+    """What to run after ``stop`` (an :class:`attendout.interrupt.Stopped`) to go on from where it was."""
+    again = ["attendout", command, *argv]
+    if command == "finetune":
+        if stop.checkpoint is None:
+            return f" Nothing was saved to resume from; to start again: {shlex.join(again)}"
+        return " To go on: " + shlex.join(again if "--resume" in argv else [*again, "--resume"])
+    kept = {
+        "bench": "Finished cells are kept, and a stopped cell goes on from its checkpoint.",
+        "advise": "Finished trials and runs are kept, and a stopped run goes on from its checkpoint.",
+    }
+    if command in kept:
+        return f" {kept[command]} To go on: {shlex.join(again)}"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="attendout: %(levelname)s: %(message)s")
@@ -577,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
             f"attendout: error: unknown command {command!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr
         )
         return EXIT_USAGE
+    from . import interrupt
     from .attention import UnsupportedModelError
     from .checkpoints import RunExistsError
     from .models import ModelNotFoundError
@@ -585,7 +603,12 @@ def main(argv: list[str] | None = None) -> int:
     from .tasks import DataError
 
     try:
-        return COMMANDS[command][0](rest)
+        with interrupt.handling():  # Ctrl-C, SIGTERM: a run stops at its next whole step with a checkpoint
+            return COMMANDS[command][0](rest)
+    except KeyboardInterrupt as error:
+        stop = interrupt.Stopped.of(error)
+        print(f"\nattendout {command}: {stop.describe()}.{_go_on(command, rest, stop)}", file=sys.stderr)
+        return stop.exit_code
     except (
         DataError,
         UnsupportedModelError,

@@ -55,6 +55,7 @@ import dataclasses
 import inspect
 import logging
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -62,6 +63,7 @@ import transformers
 from torch import nn
 from transformers import TrainerCallback
 
+from . import interrupt
 from .contract import Distributed, LoopContext, StepInfo
 from .methods.base import METHODS, MethodConfig, TrainingStrategy, get_method_config
 
@@ -117,6 +119,9 @@ class _MethodCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.trainer._after_step(state)
+        if self.trainer._stop_requested(args):  # Ctrl-C, SIGTERM: a checkpoint of this step, then stop
+            control.should_save = True
+            control.should_training_stop = True
 
     def on_train_end(self, args, state, control, **kwargs):
         self.trainer._keep_eval_model()
@@ -298,7 +303,39 @@ class Trainer(transformers.Trainer):
                 "yet: the method's own state (AttendOut's Attacker and Generator) is not in it. Train from the "
                 "start, or use `attendout finetune --resume`"
             )
-        return super().train(resume_from_checkpoint, *args, **kwargs)
+        with interrupt.deferred():
+            result = super().train(resume_from_checkpoint, *args, **kwargs)
+            signum = interrupt.requested()
+        if signum is not None:
+            self._stopped(signum)
+        return result
+
+    def _stop_requested(self, args: Any) -> bool:
+        """Whether a stop was requested (on any process: all stop at the same step, or the others hang)."""
+        asked = interrupt.requested() is not None
+        if args.world_size > 1 and torch.distributed.is_initialized():
+            flag = torch.tensor([1.0 if asked else 0.0], device=args.device)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            asked = bool(flag.item())
+        return asked
+
+    def _stopped(self, signum: int) -> None:
+        """After a stopped ``train()``: raise :class:`~attendout.interrupt.Stopped` naming the checkpoint."""
+        step = self.state.global_step
+        folder = Path(self.args.output_dir) / f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{step}"
+        stateful = type(self.strategy).state_dict is not TrainingStrategy.state_dict
+        if stateful:  # the Trainer's checkpoint lacks the method's own state: not a checkpoint to resume
+            logger.warning(
+                "attendout.hf: %s holds the model but not %s's own state; it cannot be resumed from",
+                folder,
+                self.method_config.name,
+            )
+        stop = interrupt.Stopped(signum, None if stateful else folder, step, self.state.max_steps)
+        if not stateful:
+            stop.args = (
+                f"{stop.describe()}; to go on: trainer.train(resume_from_checkpoint={str(folder)!r})",
+            )
+        raise stop
 
     def _start_method(self, state: Any, train_dataloader: Any) -> None:
         if self._started:

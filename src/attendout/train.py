@@ -24,6 +24,7 @@ import dataclasses
 import json
 import logging
 import math
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ from .devices import (
 )
 from .devices import pick_device as pick_device
 from .encoding import Encoded, encode, predict_batches, truncation_summary
+from .interrupt import Stopped, deferred, requested
 from .models import load_for_task
 from .optim import TrainingError, adamw, linear_schedule, micro_batches, update
 from .report.results import format_results as format_results
@@ -388,9 +390,24 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         try:
-            return self._fit()
+            with deferred():  # Ctrl-C, SIGTERM: stop at the next whole step (:mod:`attendout.interrupt`)
+                return self._fit()
         finally:
             self._lock.release()  # finished, failed or interrupted: the folder is free again
+
+    def stop_if_requested(self) -> None:
+        """At a whole step: if a stop was requested (on any process), checkpoint and raise :class:`Stopped`."""
+        signum = requested()
+        if self.distributed.world_size > 1:  # every process stops at the same step, or the others hang
+            anyone = self.distributed.sum(torch.tensor([0.0 if signum is None else 1.0])).item() > 0
+            if anyone and signum is None:
+                signum = int(signal.SIGTERM)  # another process's request (torchrun sends SIGTERM to each)
+        if signum is None:
+            return
+        if self._checkpointed_at != self.state.step:
+            self.save_checkpoint()
+        self.distributed.barrier()  # the main process has written it
+        raise Stopped(signum, self.out / CHECKPOINT_DIR, self.state.step, self.total_steps)
 
     def _fit(self) -> dict[str, Any]:
         c = self.config
@@ -435,13 +452,16 @@ class Trainer:
                     self.save_checkpoint()
                 if self.state.step >= self.total_steps or self.stopped_early:
                     break
+                self.stop_if_requested()
             else:  # a full pass over the training set
                 self.state.epoch += 1
                 if self.state.validated_at != self.state.step:  # not just validated by eval_steps
                     self.validate()
+            self.stop_if_requested()
         bar.close()
         if self.state.validated_at != self.state.step:
             self.validate()  # the end of a partial epoch
+        self.stop_if_requested()
         train_time = self._elapsed + time.time() - self._started
         return self.finish(train_time)
 

@@ -7,7 +7,6 @@ import dataclasses
 import shlex
 from typing import Any
 
-from . import signals
 from .spaces import DEFAULT_METHODS, SEARCH_SPACES
 from .study import STAGES, AdviseConfig, advise
 
@@ -242,10 +241,7 @@ def config_from_args(argv: list[str]) -> AdviseConfig:
 
 
 def advise_main(argv: list[str]) -> int:
-    """``attendout advise``: 0 when the stages ran, errors as the other commands report them."""
-    import signal
-    import sys
-
+    """``attendout advise``: 0 when the stages ran; a stop (Ctrl-C, SIGTERM) is :func:`attendout.cli.main`'s."""
     import optuna
 
     from ..experiments.runner import _quiet_libraries
@@ -253,16 +249,5 @@ def advise_main(argv: list[str]) -> int:
     config = config_from_args(argv)
     _quiet_libraries()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    signals.install()
-    try:
-        advise(config)
-    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (a scheduler's preemption)
-        signum = stop.signum if isinstance(stop, signals.Stopped) else signal.SIGINT
-        print(
-            f"\nattendout advise: stopped by {signal.Signals(signum).name}; finished trials and runs are kept "
-            f"in {config.output_dir} (a run stopped midway goes on from its last epoch). To go on: "
-            f"{config.command}",
-            file=sys.stderr,
-        )
-        return 128 + signum
+    advise(config)
     return 0

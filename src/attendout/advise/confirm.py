@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import interrupt
 from ..config import NEUTRAL_OPTIONS, TrainConfig
 from ..configfile import dumps_toml
 from ..experiments.runner import prepare_cells, reuse_runs, run_cells
 from ..experiments.spec import RESERVED_TRAINING_KEYS, Budget, Experiment, load_experiment
 from ..experiments.store import ResultsStore
 from ..report.table import ComparisonTable, build_table
-from . import signals
 from .spaces import describe
 
 __all__ = ["ConfirmRow", "Confirmation", "confirm_experiment", "read_confirmation", "run_confirmation"]
@@ -177,7 +177,7 @@ def run_confirmation(
     )
 
     def listen(line: str) -> None:
-        signals.check()  # a stop that landed where it was swallowed
+        interrupt.check()  # a stop that landed where it was swallowed
         if ": done in" in line or ": FAILED" in line:
             bar.update(1)
         if progress:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import interrupt
 from ..config import TrainConfig
 from ..rundir import CheckpointError, StorageError, write_json_atomic
 from ..train import finetune
@@ -423,6 +424,7 @@ class BenchJob:
         k, n = self.plan.shard
         self.store.event("job-start", experiment=self.plan.experiment.name, shard=f"{k}/{n}")
         for position, cell in enumerate(runnable, 1):
+            interrupt.check()  # a stop requested during the last cell's final evaluation: before the next one
             self._visit(cell, f"[{position}/{len(runnable)}] {cell.key}")
         self.store.event("job-end", summary=self.summary.line())
         return self.summary
@@ -668,7 +670,6 @@ def bench_parser() -> Any:
 
 def bench_main(argv: list[str]) -> int:
     """``attendout bench``: returns 0 if every cell of the shard ran or was done, 1 if any failed, 2 if invalid."""
-    import signal
     import sys
 
     from .spec import load_experiment
@@ -716,7 +717,6 @@ def bench_main(argv: list[str]) -> int:
             return 2
         return 0
     _quiet_libraries()
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     print(
         f"experiment {experiment.name}: {experiment.shape()}; shard {shard[0]}/{shard[1]}; results in {root}"
     )
