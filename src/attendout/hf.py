@@ -65,6 +65,7 @@ from transformers import TrainerCallback
 
 from . import interrupt
 from .contract import Distributed, LoopContext, StepInfo
+from .limits import check_length
 from .methods.base import METHODS, MethodConfig, TrainingStrategy, get_method_config
 
 __all__ = ["CollatedSource", "Trainer"]
@@ -163,6 +164,14 @@ class Trainer(transformers.Trainer):
                 f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init
             }
         self._max_length = max_length
+        if max_length is not None and self.model is not None:  # the model's and the method's limits
+            check_length(
+                max_length,
+                self.model.config,
+                tokenizer=self.processing_class,
+                method=config,
+                setting="max_length",
+            )
         self.method_config = config
         self._find_unused_parameters(config)
         self.strategy: TrainingStrategy = config.training_strategy()

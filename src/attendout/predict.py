@@ -33,6 +33,7 @@ from torch import nn
 from .config import TrainConfig, split_for_training
 from .devices import autocast_dtype, pick_device
 from .encoding import encode, predict_batches
+from .limits import LimitError, check_length, position_limit
 from .tasks import (
     CLASSIFICATION,
     MULTIPLE_CHOICE,
@@ -135,17 +136,20 @@ def _task_from_settings(settings: dict[str, Any]) -> Task:
     return Task(**values)
 
 
-def _longest_input(model: nn.Module, tokenizer: Any) -> int:
-    """The most tokens the model takes: a synthesizer's l_max, else its position embeddings."""
+def _synthesizer_config(model: nn.Module) -> Any:
+    """The config of the synthesizer ``model`` carries, or None."""
     from .methods.synthesizer.method import get_synthesizer
 
     synthesizer = get_synthesizer(model)
-    if synthesizer is not None and synthesizer.resolved_config().l_max is not None:
-        return int(synthesizer.resolved_config().l_max)
-    limits = (
-        getattr(model.config, "max_position_embeddings", None),
-        getattr(tokenizer, "model_max_length", None),
-    )
+    return None if synthesizer is None else synthesizer.resolved_config()
+
+
+def _longest_input(model: nn.Module, tokenizer: Any) -> int:
+    """The most tokens the model takes (a default length): a synthesizer's l_max, else its positions."""
+    synthesizer = _synthesizer_config(model)
+    if synthesizer is not None and synthesizer.l_max is not None:
+        return int(synthesizer.l_max)
+    limits = (position_limit(model.config)[0], getattr(tokenizer, "model_max_length", None))
     return min((v for v in limits if isinstance(v, int) and 0 < v < 1_000_000), default=512)
 
 
@@ -181,9 +185,13 @@ class Predictor:
         self.settings = settings  # the run's config.json, when loaded from a run directory
         self.source = source
         self.progress = progress  # a bar over the batches of each prediction
-        longest = _longest_input(model, tokenizer)
-        if max_length > longest:
-            raise PredictError(f"max_length {max_length} is more than this model takes ({longest} tokens)")
+        try:
+            check_length(
+                max_length, model.config, tokenizer=tokenizer, method=_synthesizer_config(model),
+                model=source or "the model", setting="max_length",
+            )  # fmt: skip
+        except LimitError as error:
+            raise PredictError(str(error)) from None
         self.max_length = max_length
 
     @classmethod

@@ -63,6 +63,7 @@ from .devices import (
 from .devices import pick_device as pick_device
 from .encoding import Encoded, encode, predict_batches, truncation_summary
 from .interrupt import Stopped, deferred, requested
+from .limits import check_length
 from .models import load_for_task
 from .optim import TrainingError, adamw, linear_schedule, micro_batches, update
 from .report.results import format_results as format_results
@@ -132,6 +133,14 @@ class Trainer:
         )
         self.model.to(self.device)
         self.method_config = config.method_config()
+        # the model's and the method's limits, before anything is encoded or trained
+        check_length(
+            config.max_length,
+            self.model.config,
+            tokenizer=self.tokenizer,
+            method=self.method_config,
+            model=config.model,
+        )
 
         self.train_set = self.encode(self.train_examples)
         self.validation_set = self.encode(self.validation_examples)

@@ -64,6 +64,7 @@ class CellCheck:
     note: str = ""
     error: str | None = None
     steps: int | None = None
+    model_config: Any = None  # a model's config, where it could be read without a download: its limits
 
 
 @dataclass
@@ -169,7 +170,11 @@ def prepare_cells(
     checked = []
     for cell in cells:
         if cell.config is not None and cell.task.id in task_checks:
-            problem = model_checks[cell.model.id].error or task_checks[cell.task.id].error
+            problem = (
+                model_checks[cell.model.id].error
+                or _check_limits(cell, model_checks[cell.model.id])
+                or task_checks[cell.task.id].error
+            )
             if problem is not None:
                 cell = dataclasses.replace(cell, config=None, invalid=problem)
             else:
@@ -181,8 +186,38 @@ def prepare_cells(
     return plan
 
 
+def _check_limits(cell: Cell, model: CellCheck) -> str | None:
+    """The cell's length beyond its model's or method's limits (:func:`attendout.limits.check_length`)."""
+    from ..limits import LimitError, check_length
+
+    if cell.config is None or model.model_config is None:
+        return None
+    try:
+        check_length(
+            cell.config.max_length,
+            model.model_config,
+            method=cell.config.method_config(),
+            model=cell.model.name,
+            setting="max_length",
+            warn=False,
+        )
+    except LimitError as error:
+        return str(error)
+    return None
+
+
+def _model_config(path: str, local_only: bool) -> Any:
+    """The model's config.json as transformers reads it, or None where it cannot be read here."""
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(path, local_files_only=local_only)
+    except Exception:  # unreadable here: the run's own loading reports it
+        return None
+
+
 def _check_model(name: str) -> CellCheck:
-    """Is the model loadable here, without downloading anything?"""
+    """Is the model loadable here, without downloading anything? (And its config, for its limits.)"""
     from ..models import ModelNotFoundError, resolve_model
 
     try:
@@ -190,7 +225,7 @@ def _check_model(name: str) -> CellCheck:
     except ModelNotFoundError as error:
         return CellCheck(error=str(error))
     if not description.startswith("hub model"):
-        return CellCheck(note="")
+        return CellCheck(note="", model_config=_model_config(path, local_only=True))
     try:
         from huggingface_hub import try_to_load_from_cache
 
@@ -198,7 +233,8 @@ def _check_model(name: str) -> CellCheck:
     except Exception:  # any hub-library problem only means "not known to be cached"
         cached = None
     where = "in the local cache" if isinstance(cached, str) else "not cached: downloaded at run time"
-    return CellCheck(note=f"hub model {name} ({where})")
+    config = _model_config(path, local_only=True) if isinstance(cached, str) else None
+    return CellCheck(note=f"hub model {name} ({where})", model_config=config)
 
 
 def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:

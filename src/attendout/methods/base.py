@@ -23,6 +23,7 @@ from torch import nn
 
 from ..attention import AttentionMethod, Controller, install
 from ..contract import LoopContext, StepInfo
+from ..limits import LimitError
 
 METHODS: dict[str, type[MethodConfig]] = {}
 
@@ -100,6 +101,18 @@ class MethodConfig:
 
     def build(self) -> AttentionMethod:
         raise NotImplementedError
+
+    def check_limits(self, max_length: int, model_config: Any, *, setting: str = "--max-length") -> None:
+        """Raise a ValueError (:class:`attendout.limits.LimitError`) if this method cannot act on inputs
+        of ``max_length`` tokens of the model ``model_config`` describes. Default: its ``layers`` must
+        exist. Called before training (:func:`attendout.limits.check_length`)."""
+        layers = getattr(self, "layers", None)
+        count = getattr(model_config, "num_hidden_layers", None)
+        if layers and isinstance(count, int) and max(layers) >= count:
+            missing = [layer for layer in layers if layer >= count]
+            raise LimitError(
+                f"{self.name}: layers {missing} do not exist; the model has {count} layers (0..{count - 1})"
+            )
 
     def training_strategy(self) -> TrainingStrategy:
         """How the fine-tuning loop trains with this method (default: one plain step per batch)."""

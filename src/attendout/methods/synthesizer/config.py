@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...attention import AttentionMethod
+from ...limits import LimitError
 from ..base import MethodConfig, TrainingStrategy, layers_field, register_method
 from .layer import RANDOM_VARIANTS, VARIANTS, base_variant, is_mixture
 
@@ -95,6 +97,15 @@ class SynthesizerConfig(MethodConfig):
             )
         if not self.synthesizer_lr > 0:
             raise ValueError(f"{self.name}: synthesizer_lr must be positive, got {self.synthesizer_lr!r}")
+
+    def check_limits(self, max_length: int, model_config: Any, *, setting: str = "--max-length") -> None:
+        super().check_limits(max_length, model_config, setting=setting)
+        if self.l_max is not None and max_length > self.l_max:
+            raise LimitError(
+                f"{self.name}: l_max {self.l_max} is less than {setting} {max_length}: the synthesized attention "
+                f"has no row for a token beyond position {self.l_max}; set l_max to {max_length} or more, or "
+                f"{setting} to {self.l_max} or less"
+            )
 
     def build(self) -> AttentionMethod:
         from .method import Synthesizer

@@ -1,0 +1,121 @@
+"""A model's and a method's limits, checked against a run's settings before anything trains.
+
+The longest input a model can take depends on how its family encodes positions (:data:`POSITIONS`):
+
+* ``absolute``: a learned table of ``max_position_embeddings`` rows (BERT, ELECTRA, ALBERT,
+  DistilBERT, GPT-2; DeBERTa-v2 when ``position_biased_input``). A longer input has no row: the
+  forward fails with an index error. A hard limit.
+* ``offset``: the same table, but positions start after the padding index (RoBERTa, XLM-R): the
+  limit is ``max_position_embeddings - pad_token_id - 1`` (514 rows give 512 positions).
+* ``rotary`` and ``relative``: positions computed, not looked up (Llama, Mistral, Qwen2, ModernBERT,
+  EuroBERT; T5's buckets; DeBERTa-v2/v3's relative attention). Nothing fails beyond
+  ``max_position_embeddings``, but the model never saw such lengths: a warning, not an error.
+
+A tokenizer's ``model_max_length`` below the run's length is a warning too (it is often set by hand
+and sometimes wrong), and a method may have limits of its own (:meth:`MethodConfig.check_limits
+<attendout.methods.MethodConfig.check_limits>`: Synthesizer's ``l_max``). :func:`check_length`
+applies them all; the fine-tuning loop, ``predict``, ``bench --dry-run``, ``advise`` and
+``attendout.hf.Trainer`` call it before the first step.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+__all__ = ["POSITIONS", "LimitError", "check_length", "position_limit"]
+
+logger = logging.getLogger(__name__)
+
+#: How each supported family encodes positions (see the module docstring). A family added to
+#: :data:`attendout.attention.families.FAMILIES` must say here how long its inputs may be.
+POSITIONS: dict[str, str] = {
+    "bert": "absolute",
+    "electra": "absolute",
+    "albert": "absolute",
+    "distilbert": "absolute",
+    "gpt2": "absolute",
+    "roberta": "offset",
+    "xlm-roberta": "offset",
+    "deberta-v2": "absolute-if-biased",
+    "modernbert": "rotary",
+    "eurobert": "rotary",
+    "llama": "rotary",
+    "mistral": "rotary",
+    "qwen2": "rotary",
+    "t5": "relative",
+    "mt5": "relative",
+}
+
+#: tokenizers without a known length say so with a huge model_max_length (int(1e30))
+_NO_TOKENIZER_LIMIT = 10**8
+
+
+class LimitError(ValueError):
+    """A run's setting is beyond what its model or method can take."""
+
+
+def position_limit(config: Any) -> tuple[int | None, bool]:
+    """(the longest input ``config``'s model takes, whether longer inputs fail) for a model config.
+
+    ``(None, False)`` where nothing is known (a family not in :data:`POSITIONS`, or no
+    ``max_position_embeddings``).
+    """
+    kind = POSITIONS.get(getattr(config, "model_type", ""), "")
+    rows = getattr(config, "max_position_embeddings", None)
+    if not kind or not isinstance(rows, int):
+        return None, False
+    if kind == "offset":
+        return rows - int(getattr(config, "pad_token_id", 0) or 0) - 1, True
+    if kind == "absolute-if-biased":
+        return rows, bool(getattr(config, "position_biased_input", True))
+    return rows, kind == "absolute"
+
+
+def check_length(
+    max_length: int,
+    config: Any,
+    *,
+    tokenizer: Any = None,
+    method: Any = None,
+    model: str = "the model",
+    setting: str = "--max-length",
+    warn: bool = True,
+) -> None:
+    """Raise :class:`LimitError` if inputs of ``max_length`` tokens are more than the model (its
+    ``config``) or ``method`` (a :class:`~attendout.methods.MethodConfig`) can take; warn where the
+    length is only beyond what the model or its tokenizer was made for (unless not ``warn``). ``model``
+    and ``setting`` name them in the messages."""
+    if max_length < 1:
+        raise LimitError(f"{setting} must be at least 1, got {max_length}")
+    limit, hard = position_limit(config)
+    family = getattr(config, "model_type", "?")
+    if limit is not None and max_length > limit:
+        if hard:
+            raise LimitError(
+                f"{setting} {max_length} is more than {model} can embed: its family ({family}) has "
+                f"{limit} learned positions (max_position_embeddings {config.max_position_embeddings}), and a "
+                f"longer input fails mid-run; use {setting} {limit} or less (a long document: --truncation sliding)"
+            )
+        if warn:
+            logger.warning(
+                "%s %d is more than the %d positions %s (%s) was trained with (max_position_embeddings); its "
+                "positions are computed, so longer inputs run, but how well the model reads them is not known",
+                setting,
+                max_length,
+                limit,
+                model,
+                family,
+            )
+    tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+    if warn and isinstance(tokenizer_limit, int) and max_length > tokenizer_limit < _NO_TOKENIZER_LIMIT:
+        if limit is None or tokenizer_limit < limit:  # not said twice
+            logger.warning(
+                "%s %d is more than the tokenizer of %s says the model takes (model_max_length %d)",
+                setting,
+                max_length,
+                model,
+                tokenizer_limit,
+            )
+    if method is not None:
+        method.check_limits(max_length, config, setting=setting)
