@@ -24,10 +24,12 @@ from typing import Any
 
 from ..config import NEUTRAL_OPTIONS, TrainConfig
 from ..configfile import dumps_toml
-from ..experiments.runner import prepare_cells, reuse_runs, run_cells
-from ..experiments.spec import RESERVED_TRAINING_KEYS, Budget, Experiment, load_experiment
+from ..experiments.parse import load_experiment
+from ..experiments.plan import prepare_cells
+from ..experiments.runner import reuse_runs, run_cells
+from ..experiments.spec import RESERVED_TRAINING_KEYS, Budget, Experiment
 from ..experiments.store import ResultsStore
-from ..report.table import ComparisonTable, build_table
+from ..report.comparison import ComparisonTable, build_table
 from . import signals
 from .spaces import describe
 
