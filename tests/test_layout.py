@@ -19,8 +19,6 @@ LONG_FILES: set[str] = set()
 #: command importing another's helpers): harmless at import time, but circles all the same, to be undone.
 #: No other may appear, and none at all among the imports a module runs when it is imported.
 KNOWN_DEFERRED_CIRCLES = {
-    frozenset({"attendout.tasks.core", "attendout.tasks.metrics"}),
-    frozenset({"attendout.methods.attendout.config", "attendout.methods.attendout.strategy"}),
     frozenset(
         {
             "attendout.methods.synthesizer.checkpoint",
