@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from attendout.experiments.spec import Budget, load_experiment
+from attendout.experiments import Budget, load_experiment
 from attendout.experiments.store import ResultsStore
 from attendout.report.table import RunRecord, collect_runs
 

@@ -4,6 +4,7 @@
 
 Method options come from the method's config dataclass: ``attendout finetune --method scheduled
 --help`` lists them. Errors in user input print one line (``attendout: error: ...``) and exit 2.
+The flags ``attendout advise`` shares with ``finetune`` are made in :mod:`attendout.cliflags`.
 """
 
 from __future__ import annotations
@@ -14,82 +15,13 @@ import logging
 import os
 import shlex
 import sys
-import types
-import typing
 from typing import Any
 
+from .cliflags import TASK_DEFAULT_OPTIONS, add_dataclass_options, add_file_options, parse_eval_files
 from .methods import METHODS, list_methods, settle_for_task
 from .methods.base import MethodConfig
 
 EXIT_USAGE = 2
-
-
-def _option(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _base_type(annotation: Any) -> Any:
-    """int | None -> int; list[int] | None -> list."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return _base_type(args[0]) if len(args) == 1 else str
-    return origin or annotation
-
-
-def add_dataclass_options(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-    cls: type,
-    skip: set[str] = frozenset(),
-    prefix: str = "",
-) -> None:
-    """One ``--flag`` per dataclass field, typed from its annotation, help from its metadata."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        kind = _base_type(hints[f.name])
-        default = f.default if f.default is not dataclasses.MISSING else None
-        help_text = f.metadata.get("help", "")
-        dest = prefix + f.name
-        if kind is bool:
-            parser.add_argument(
-                _option(f.name),
-                dest=dest,
-                action=argparse.BooleanOptionalAction,
-                default=default,
-                help=help_text,
-            )
-        elif kind in (int, float):
-            parser.add_argument(
-                _option(f.name),
-                dest=dest,
-                type=kind,
-                default=default,
-                help=f"{help_text} (default: {default})",
-            )
-        else:  # strings and lists are given as text; the config's checks parse them
-            parser.add_argument(
-                _option(f.name),
-                dest=dest,
-                type=str,
-                default=default,
-                help=f"{help_text} (default: {default})",
-            )
-
-
-def add_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--eval-file SPLIT=PATH`` (repeatable) and ``--text-columns``: the TrainConfig fields a flag gives as text."""
-    parser.add_argument(
-        "--eval-file",
-        action="append",
-        default=None,
-        metavar="SPLIT=PATH",
-        help="an evaluation file (repeatable)",
-    )
-    parser.add_argument(
-        "--text-columns", default=None, help="one or two text columns of the files, comma-separated"
-    )
 
 
 def _finetune_parser(method: str | None) -> argparse.ArgumentParser:
@@ -128,22 +60,6 @@ def _finetune_parser(method: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def _parse_eval_files(values: list[str] | None) -> dict[str, str] | None:
-    if not values:
-        return None
-    out = {}
-    for value in values:
-        split, sep, path = value.partition("=")
-        if not sep or not split or not path:
-            raise ValueError(f"--eval-file must look like SPLIT=PATH, got {value!r}")
-        if split in out:
-            raise ValueError(
-                f"--eval-file names split {split!r} twice ({out[split]} and {path}); give each split once"
-            )
-        out[split] = path
-    return out
-
-
 def _expand_attention(argv: list[str]) -> list[str]:
     """``--attention VARIANT`` -> ``--method synthesizer --variant VARIANT`` (Synthesizer attention)."""
     pre = argparse.ArgumentParser(add_help=False)
@@ -157,10 +73,6 @@ def _expand_attention(argv: list[str]) -> list[str]:
             f"--attention {known.attention} means --method synthesizer; it cannot go with --method {known.method}"
         )
     return ["--method", "synthesizer", "--variant", known.attention, *rest]
-
-
-#: Options some tasks give their own defaults (attendout.train.TASK_DEFAULTS).
-TASK_DEFAULT_OPTIONS = ("batch_size", "learning_rate", "max_length")
 
 
 def cmd_finetune(argv: list[str]) -> int:
@@ -206,7 +118,7 @@ def cmd_finetune(argv: list[str]) -> int:
     text_columns = args.text_columns.split(",") if isinstance(args.text_columns, str) else args.text_columns
     config = TrainConfig(
         **{k: v for k, v in values.items() if k in train_fields and k not in ("eval_files", "text_columns")},
-        eval_files=_parse_eval_files(args.eval_file) or from_file.get("eval_files"),
+        eval_files=parse_eval_files(args.eval_file) or from_file.get("eval_files"),
         text_columns=text_columns,
         method_options=method_options,
     )
@@ -594,19 +506,19 @@ def main(argv: list[str] | None = None) -> int:
             f"attendout: error: unknown command {command!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr
         )
         return EXIT_USAGE
-    from . import interrupt
     from .attention import UnsupportedModelError
     from .checkpoints import RunExistsError
+    from .interrupt import Stopped, handling
     from .models import ModelNotFoundError
     from .optim import TrainingError
     from .rundir import RunBusyError
     from .tasks import DataError
 
     try:
-        with interrupt.handling():  # Ctrl-C, SIGTERM: a run stops at its next whole step with a checkpoint
+        with handling():  # Ctrl-C, SIGTERM: a run stops at its next whole step with a checkpoint
             return COMMANDS[command][0](rest)
     except KeyboardInterrupt as error:
-        stop = interrupt.Stopped.of(error)
+        stop = Stopped.of(error)
         print(f"\nattendout {command}: {stop.describe()}.{_go_on(command, rest, stop)}", file=sys.stderr)
         return stop.exit_code
     except (

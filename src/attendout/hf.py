@@ -63,8 +63,8 @@ import transformers
 from torch import nn
 from transformers import TrainerCallback
 
-from . import interrupt
 from .contract import Distributed, LoopContext, StepInfo
+from .interrupt import Stopped, agreed, deferred, requested
 from .limits import check_length
 from .methods.base import METHODS, MethodConfig, TrainingStrategy, get_method_config
 
@@ -312,21 +312,17 @@ class Trainer(transformers.Trainer):
                 "yet: the method's own state (AttendOut's Attacker and Generator) is not in it. Train from the "
                 "start, or use `attendout finetune --resume`"
             )
-        with interrupt.deferred():
+        with deferred():
             result = super().train(resume_from_checkpoint, *args, **kwargs)
-            signum = interrupt.requested()
+            signum = requested()
         if signum is not None:
             self._stopped(signum)
         return result
 
     def _stop_requested(self, args: Any) -> bool:
         """Whether a stop was requested (on any process: all stop at the same step, or the others hang)."""
-        asked = interrupt.requested() is not None
-        if args.world_size > 1 and torch.distributed.is_initialized():
-            flag = torch.tensor([1.0 if asked else 0.0], device=args.device)
-            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-            asked = bool(flag.item())
-        return asked
+        group = Distributed(args.process_index, args.world_size, device=args.device)
+        return agreed(group if torch.distributed.is_initialized() else Distributed()) is not None
 
     def _stopped(self, signum: int) -> None:
         """After a stopped ``train()``: raise :class:`~attendout.interrupt.Stopped` naming the checkpoint."""
@@ -339,7 +335,7 @@ class Trainer(transformers.Trainer):
                 folder,
                 self.method_config.name,
             )
-        stop = interrupt.Stopped(signum, None if stateful else folder, step, self.state.max_steps)
+        stop = Stopped(signum, None if stateful else folder, step, self.state.max_steps)
         if not stateful:
             stop.args = (
                 f"{stop.describe()}; to go on: trainer.train(resume_from_checkpoint={str(folder)!r})",

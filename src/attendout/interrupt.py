@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Stopped", "check", "deferred", "handling", "requested"]
+__all__ = ["Stopped", "agreed", "check", "deferred", "handling", "requested"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -117,6 +117,16 @@ def handling() -> Iterator[None]:
 def requested() -> int | None:
     """The signal a stop was requested by, or None."""
     return _requested[0] if _requested else None
+
+
+def agreed(distributed: Any) -> int | None:
+    """The stop requested in this process or, in a group of several (a
+    :class:`~attendout.contract.Distributed`), in any of them: all must stop at the same step, or the
+    others wait forever in their next collective. One collective call per use."""
+    signum = requested()
+    if distributed.world_size > 1 and not distributed.all_true(signum is None):
+        return signum or int(signal.SIGTERM)  # another process's (torchrun sends each worker SIGTERM)
+    return signum
 
 
 def check() -> None:

@@ -24,7 +24,6 @@ import dataclasses
 import json
 import logging
 import math
-import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -62,7 +61,7 @@ from .devices import (
 )
 from .devices import pick_device as pick_device
 from .encoding import Encoded, encode, predict_batches, truncation_summary
-from .interrupt import Stopped, deferred, requested
+from .interrupt import Stopped, agreed, deferred
 from .limits import check_length
 from .models import load_for_task
 from .optim import TrainingError, adamw, linear_schedule, micro_batches, update
@@ -134,12 +133,13 @@ class Trainer:
         self.model.to(self.device)
         self.method_config = config.method_config()
         # the model's and the method's limits, before anything is encoded or trained
+        c = config
         check_length(
-            config.max_length,
+            c.max_length,
             self.model.config,
             tokenizer=self.tokenizer,
             method=self.method_config,
-            model=config.model,
+            model=c.model,
         )
 
         self.train_set = self.encode(self.train_examples)
@@ -406,11 +406,7 @@ class Trainer:
 
     def stop_if_requested(self) -> None:
         """At a whole step: if a stop was requested (on any process), checkpoint and raise :class:`Stopped`."""
-        signum = requested()
-        if self.distributed.world_size > 1:  # every process stops at the same step, or the others hang
-            anyone = self.distributed.sum(torch.tensor([0.0 if signum is None else 1.0])).item() > 0
-            if anyone and signum is None:
-                signum = int(signal.SIGTERM)  # another process's request (torchrun sends SIGTERM to each)
+        signum = agreed(self.distributed)
         if signum is None:
             return
         if self._checkpointed_at != self.state.step:

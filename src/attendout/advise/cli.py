@@ -7,6 +7,7 @@ import dataclasses
 import shlex
 from typing import Any
 
+from ..cliflags import TASK_DEFAULT_OPTIONS, add_dataclass_options, add_file_options, parse_eval_files
 from .spaces import DEFAULT_METHODS, SEARCH_SPACES
 from .study import STAGES, AdviseConfig, advise
 
@@ -32,7 +33,6 @@ _SET_BY_ADVISE = {
 
 
 def advise_parser() -> argparse.ArgumentParser:
-    from ..cli import add_dataclass_options, add_file_options
     from ..config import TrainConfig
 
     parser = argparse.ArgumentParser(
@@ -173,7 +173,6 @@ def _parse_option(text: str) -> tuple[str, str, Any]:
 
 def config_from_args(argv: list[str]) -> AdviseConfig:
     """The :class:`AdviseConfig` of a command line (errors: ValueError naming the flag)."""
-    from ..cli import TASK_DEFAULT_OPTIONS, _parse_eval_files
     from ..config import TrainConfig, task_defaults
 
     parser = advise_parser()
@@ -189,7 +188,7 @@ def config_from_args(argv: list[str]) -> AdviseConfig:
     fields = {f.name for f in dataclasses.fields(TrainConfig)} - _SET_BY_ADVISE
     recipe = TrainConfig(
         **{k: values[k] for k in fields},
-        eval_files=_parse_eval_files(args.eval_file),
+        eval_files=parse_eval_files(args.eval_file),
         text_columns=args.text_columns.split(",") if args.text_columns else None,
         progress=args.progress,
     )

@@ -22,13 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import interrupt
 from ..config import NEUTRAL_OPTIONS, TrainConfig
 from ..configfile import dumps_toml
-from ..experiments.runner import prepare_cells, reuse_runs, run_cells
-from ..experiments.spec import RESERVED_TRAINING_KEYS, Budget, Experiment, load_experiment
+from ..experiments.parse import load_experiment
+from ..experiments.plan import prepare_cells
+from ..experiments.runner import reuse_runs, run_cells
+from ..experiments.spec import RESERVED_TRAINING_KEYS, Budget, Experiment
 from ..experiments.store import ResultsStore
-from ..report.table import ComparisonTable, build_table
+from ..interrupt import check as raise_if_stopped
+from ..report.comparison import ComparisonTable, build_table
 from .spaces import describe
 
 __all__ = ["ConfirmRow", "Confirmation", "confirm_experiment", "read_confirmation", "run_confirmation"]
@@ -177,7 +179,7 @@ def run_confirmation(
     )
 
     def listen(line: str) -> None:
-        interrupt.check()  # a stop that landed where it was swallowed
+        raise_if_stopped()  # a stop that landed where it was swallowed
         if ": done in" in line or ": FAILED" in line:
             bar.update(1)
         if progress:

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import interrupt
 from ..config import TrainConfig
 from ..experiments.store import has_checkpoint, pid_alive, process_start_time, this_host
+from ..interrupt import check as raise_if_stopped
 from ..optim import TrainingError
 from ..rundir import CHECKPOINT_DIR
 from ..train import finetune
@@ -292,7 +292,7 @@ def _ask(plan: SearchPlan, study: Any, method: str) -> tuple[Any, dict[str, floa
 def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
     import optuna
 
-    interrupt.check()
+    raise_if_stopped()
     trial, options = _ask(plan, study, method)
     resume_dir = trial.user_attrs.get("resume_dir")
     run_dir = Path(resume_dir) if resume_dir else plan.out / "search" / method / f"trial-{trial.number:03d}"
@@ -338,7 +338,7 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
             report(record)
 
     def on_log(record: dict[str, Any]) -> None:
-        interrupt.check()  # a stop that landed where it was swallowed
+        raise_if_stopped()  # a stop that landed where it was swallowed
         if "validation" in record:
             report(record)
 

@@ -9,7 +9,9 @@ The command line is ``attendout bench EXPERIMENT`` (``--dry-run`` lists and chec
 ``attendout table EXPERIMENT`` (see :mod:`attendout.report`).
 """
 
-from .runner import GridPlan, RunSummary, format_listing, parse_shard, prepare_cells, run_cells
+from .parse import find_experiment, load_experiment
+from .plan import GridPlan, format_listing, parse_shard, prepare_cells
+from .runner import RunSummary, run_cells
 from .spec import (
     Budget,
     Cell,
@@ -19,8 +21,6 @@ from .spec import (
     ModelSpec,
     TaskSpec,
     config_fingerprint,
-    find_experiment,
-    load_experiment,
 )
 from .store import ResultsStore, default_results_root
 

@@ -108,7 +108,7 @@ class MethodConfig:
         exist. Called before training (:func:`attendout.limits.check_length`)."""
         layers = getattr(self, "layers", None)
         count = getattr(model_config, "num_hidden_layers", None)
-        if layers and isinstance(count, int) and max(layers) >= count:
+        if isinstance(layers, list | tuple) and layers and isinstance(count, int) and max(layers) >= count:
             missing = [layer for layer in layers if layer >= count]
             raise LimitError(
                 f"{self.name}: layers {missing} do not exist; the model has {count} layers (0..{count - 1})"

@@ -1,6 +1,8 @@
 """Tables and figures, built from result files (run directories) only.
 
 * :mod:`.table`: ``attendout table``, the comparison table of an experiment grid (Markdown, CSV).
+* :mod:`.comparison`: the table's statistics as data, read from a results root.
+* :mod:`.render`: the table as Markdown and CSV.
 * :mod:`.stats`: paired t-test, Holm, bootstrap over examples, detectable difference.
 * :mod:`.figures`: the bar chart with error bars and per-task convergence curves of a grid.
 * :mod:`.curves`: convergence curves of any runs (validation metric against step).

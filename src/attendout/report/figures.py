@@ -20,7 +20,7 @@ from scipy import stats
 from .curves import convergence_figure
 
 if TYPE_CHECKING:  # table.py imports this module to draw its figures
-    from .table import ComparisonTable
+    from .comparison import ComparisonTable
 
 __all__ = ["bar_chart", "convergence_curves", "delta_chart", "method_colour"]
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..methods.addrop import attribute, candidate_region, sample_drops
+from ..methods.addrop_attribution import attribute, candidate_region, sample_drops
 
 __all__ = ["Inspection", "inspect_text", "plot_inspection"]
 

@@ -1,6 +1,6 @@
 """The statistics of the comparison tables: paired t-test, Holm, bootstrap, detectable difference.
 
-All functions are plain numpy/scipy on arrays; :mod:`attendout.report.table` feeds them result files.
+All functions are plain numpy/scipy on arrays; :mod:`attendout.report.comparison` feeds them result files.
 
 * :func:`paired_t_test`: a method against the baseline over the seeds both ran (seed s of the method
   paired with seed s of the baseline: same data, same seed of the head initialisation), two-sided.

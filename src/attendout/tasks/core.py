@@ -21,6 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from .base import CLASSIFICATION, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
+from .metrics import METRICS
+
 __all__ = [
     "CLASSIFICATION",
     "MULTIPLE_CHOICE",
@@ -47,20 +50,8 @@ __all__ = [
 ]
 
 
-class DataError(ValueError):
-    """A bad input: missing file, malformed line, unknown label, unknown task, empty split...
-
-    The message is always one line and names the file, line number, column and value involved.
-    """
-
-
 # --------------------------------------------------------------------------------------------------
 # Task kinds
-
-CLASSIFICATION = "classification"
-REGRESSION = "regression"
-TOKEN_CLASSIFICATION = "token_classification"
-MULTIPLE_CHOICE = "multiple_choice"
 
 # kind -> one-line description of what a label is for that kind
 _KINDS: dict[str, str] = {
@@ -215,9 +206,6 @@ class Task:
     choices: int | None = field(default=None)  # multiple choice: options per example
 
     def __post_init__(self) -> None:
-        # Imported here: metrics.py imports this module for DataError and Task.
-        from .metrics import METRICS
-
         where = f"Task {self.name!r}"
         if not self.name:
             raise DataError("Task: name must be a non-empty string")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.stats import rankdata
 
-from .core import CLASSIFICATION, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
+from .base import CLASSIFICATION, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
 
 if TYPE_CHECKING:
     from .core import Task

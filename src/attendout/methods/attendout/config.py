@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..base import MethodConfig, check_probability, layers_field, register_method
 from .generator import MaskSlot
-
-if TYPE_CHECKING:
-    from .strategy import AttendOutStrategy
+from .strategy import CARVED as CARVED
+from .strategy import AttendOutStrategy
 
 REWARDS = ("logprob", "correct", "metric")
 PAIRINGS = ("mean", "sample")
 REWARD_CONTROLS = ("none", "noise")
-#: The validation source that is the split carved from train; any other value names an evaluation split.
-CARVED = "validation"
 
 
 @register_method
@@ -218,6 +214,4 @@ class AttendOutConfig(MethodConfig):
         return MaskSlot(self.layers)
 
     def training_strategy(self) -> AttendOutStrategy:
-        from .strategy import AttendOutStrategy
-
         return AttendOutStrategy(self)

@@ -38,7 +38,7 @@ import inspect
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -51,16 +51,21 @@ from ...tasks import compute_metrics
 from ...tasks.core import task_of
 from ...tasks.metrics import sequences_array
 from ..base import TrainingStrategy
-from .config import CARVED, AttendOutConfig
 from .generator import Generator, MaskSlot
 from .policy import GeneratorPolicy
 from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY
+
+if TYPE_CHECKING:  # config.py imports this module to make its strategy
+    from .config import AttendOutConfig
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["AttendOutStrategy", "CachedAction", "GameScores", "copy_optimizer_state", "score_gap"]
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+#: The validation source that is the split carved from train; any other value names an evaluation split
+#: (AttendOutConfig.validation_source, whose default it is).
+CARVED = "validation"
 
 
 @dataclass

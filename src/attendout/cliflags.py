@@ -1,0 +1,102 @@
+"""Command-line flags shared by ``attendout finetune`` (:mod:`attendout.cli`) and ``attendout advise``
+(:mod:`attendout.advise.cli`): one ``--flag`` per field of a config dataclass, the file options
+(``--eval-file SPLIT=PATH``, ``--text-columns``) and how ``--eval-file`` values are read, and the
+options some tasks give their own defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from typing import Any
+
+__all__ = ["TASK_DEFAULT_OPTIONS", "add_dataclass_options", "add_file_options", "parse_eval_files"]
+
+#: Options some tasks give their own defaults (attendout.train.TASK_DEFAULTS).
+TASK_DEFAULT_OPTIONS = ("batch_size", "learning_rate", "max_length")
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _base_type(annotation: Any) -> Any:
+    """int | None -> int; list[int] | None -> list."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _base_type(args[0]) if len(args) == 1 else str
+    return origin or annotation
+
+
+def add_dataclass_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    cls: type,
+    skip: set[str] = frozenset(),
+    prefix: str = "",
+) -> None:
+    """One ``--flag`` per dataclass field, typed from its annotation, help from its metadata."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        kind = _base_type(hints[f.name])
+        default = f.default if f.default is not dataclasses.MISSING else None
+        help_text = f.metadata.get("help", "")
+        dest = prefix + f.name
+        if kind is bool:
+            parser.add_argument(
+                _option(f.name),
+                dest=dest,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=help_text,
+            )
+        elif kind in (int, float):
+            parser.add_argument(
+                _option(f.name),
+                dest=dest,
+                type=kind,
+                default=default,
+                help=f"{help_text} (default: {default})",
+            )
+        else:  # strings and lists are given as text; the config's checks parse them
+            parser.add_argument(
+                _option(f.name),
+                dest=dest,
+                type=str,
+                default=default,
+                help=f"{help_text} (default: {default})",
+            )
+
+
+def add_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--eval-file SPLIT=PATH`` (repeatable) and ``--text-columns``: the TrainConfig fields a flag gives as text."""
+    parser.add_argument(
+        "--eval-file",
+        action="append",
+        default=None,
+        metavar="SPLIT=PATH",
+        help="an evaluation file (repeatable)",
+    )
+    parser.add_argument(
+        "--text-columns", default=None, help="one or two text columns of the files, comma-separated"
+    )
+
+
+def parse_eval_files(values: list[str] | None) -> dict[str, str] | None:
+    if not values:
+        return None
+    out = {}
+    for value in values:
+        split, sep, path = value.partition("=")
+        if not sep or not split or not path:
+            raise ValueError(f"--eval-file must look like SPLIT=PATH, got {value!r}")
+        if split in out:
+            raise ValueError(
+                f"--eval-file names split {split!r} twice ({out[split]} and {path}); give each split once"
+            )
+        out[split] = path
+    return out

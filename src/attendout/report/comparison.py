@@ -1,0 +1,437 @@
+"""The comparison table of an experiment grid as data: every statistic ``attendout table`` prints.
+
+:func:`build_table` reads the finished cells of a results root (:func:`collect_runs`) and computes, for
+every model, task, evaluation split and method, the mean and standard deviation over seeds of the
+task's main metric; against the baseline method, the paired t-test over seeds with Holm's correction
+and the bootstrap interval over the evaluation examples; per task and split, the smallest difference
+the design can detect. :mod:`attendout.report.render` writes the result as Markdown and CSV.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from ..experiments.spec import Budget, Cell, Experiment, MethodSpec, ModelSpec, TaskSpec
+from ..experiments.store import ResultsStore, read_predictions
+from ..tasks.metrics import METRICS, sequences_array
+from .stats import (
+    BootstrapInterval,
+    PairedTest,
+    bootstrap_difference,
+    detectable_difference,
+    holm,
+    paired_t_test,
+    pooled_sd,
+)
+
+__all__ = [
+    "Comparison",
+    "ComparisonTable",
+    "Detectable",
+    "Row",
+    "RunRecord",
+    "build_table",
+    "collect_runs",
+    "majority_floor",
+]
+
+SIGNIFICANCE = ((0.01, "**"), (0.05, "*"))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One finished cell: its grid position and its result files."""
+
+    cell: Cell
+    path: Path
+    results: dict[str, Any]
+    config: dict[str, Any]
+    record: dict[str, Any]
+
+    def score(self, split: str, metric: str) -> float | None:
+        value = self.results.get("eval", {}).get(split, {}).get(metric)
+        return None if value is None else float(value)
+
+    def predictions(self, split: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(predictions, labels) of ``split`` from predictions/SPLIT.jsonl(.gz), or None if absent.
+
+        Token classification (a list of tags per example): 1-D object arrays of tag-name lists, named by
+        the run's task (its config.json), as the sequence metrics take them.
+        """
+        rows = read_predictions(self.path, split)
+        if rows is None:
+            return None
+        preds = [row["prediction"] for row in rows]
+        labels = [row["label"] for row in rows]
+        if preds and isinstance(preds[0], list):
+            names = (self.config.get("task") or {}).get("label_names") or []
+            return _tag_rows(preds, names), _tag_rows(labels, names)
+        return np.asarray(preds), np.asarray(labels)
+
+
+@dataclass
+class Comparison:
+    """A method against the baseline on one split."""
+
+    test: PairedTest
+    p_holm: float = float("nan")
+    bootstrap: BootstrapInterval | None = None
+    note: str = ""
+
+    @property
+    def mark(self) -> str:
+        for level, mark in SIGNIFICANCE:
+            if self.p_holm < level:
+                return mark
+        return ""
+
+
+@dataclass
+class Row:
+    """One model, task, split and method: the scores over seeds and the comparison with the baseline."""
+
+    model: ModelSpec
+    task: TaskSpec
+    split: str
+    method: MethodSpec
+    metric: str
+    values: dict[int, float] = field(default_factory=dict)  # seed -> score
+    pending: str | None = None
+    comparison: Comparison | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(list(self.values.values()))) if self.values else float("nan")
+
+    @property
+    def std(self) -> float:
+        return float(np.std(list(self.values.values()), ddof=1)) if self.n >= 2 else float("nan")
+
+
+@dataclass
+class Detectable:
+    """The smallest difference the design detects on one task and split (see :func:`build_table`)."""
+
+    model: ModelSpec
+    task: TaskSpec
+    split: str
+    metric: str
+    n_seeds: int
+    sd_pooled: float
+    at_alpha: float
+    at_holm_first_step: float
+    from_examples: float
+    n_examples: int | None
+
+
+@dataclass
+class ComparisonTable:
+    """Everything ``attendout table`` prints, as data."""
+
+    experiment: Experiment
+    root: Path
+    budget: Budget
+    rows: list[Row]
+    detectable: list[Detectable]
+    runs: dict[str, RunRecord]
+    status: dict[str, int]
+    pending: dict[str, str]  # cell key -> reason
+    alpha: float
+    power: float
+    n_resamples: int
+    family_size: int  # comparisons with a p-value (the Holm family)
+    planned_comparisons: int  # comparisons the full grid makes (pending cells included)
+    floors: dict[tuple[str, str, str], float] = field(
+        default_factory=dict
+    )  # (model, task, split) -> majority
+
+    def floor(self, model_id: str, task_id: str, split: str) -> float | None:
+        """The score of always predicting the split's most frequent label (None: unknown or regression)."""
+        return self.floors.get((model_id, task_id, split))
+
+    def splits(self, model: ModelSpec, task: TaskSpec) -> list[str]:
+        seen: list[str] = []
+        for row in self.rows:
+            if row.model.id == model.id and row.task.id == task.id and row.split not in seen:
+                seen.append(row.split)
+        return seen
+
+    def row(self, model_id: str, task_id: str, split: str, method_id: str) -> Row | None:
+        for row in self.rows:
+            if (row.model.id, row.task.id, row.split, row.method.id) == (model_id, task_id, split, method_id):
+                return row
+        return None
+
+    def runs_of(self, model_id: str, task_id: str, method_id: str) -> list[RunRecord]:
+        return [
+            r
+            for r in self.runs.values()
+            if (r.cell.model.id, r.cell.task.id, r.cell.method.id) == (model_id, task_id, method_id)
+        ]
+
+
+# --------------------------------------------------------------------------------------------------
+# Building
+
+
+def collect_runs(
+    experiment: Experiment, store: ResultsStore, budget: Budget
+) -> tuple[dict[str, RunRecord], dict[str, int], dict[str, str]]:
+    """The finished, current cells of the grid; counts of every status; reasons of pending cells."""
+    runs: dict[str, RunRecord] = {}
+    status: dict[str, int] = {}
+    pending: dict[str, str] = {}
+    for cell in experiment.cells(budget):
+        state, detail = store.status(cell)
+        status[state] = status.get(state, 0) + 1
+        if state == "pending":
+            pending[cell.key] = detail
+        if state != "done":
+            continue
+        folder = store.cell_dir(cell)
+        runs[cell.key] = RunRecord(
+            cell=cell,
+            path=folder,
+            results=json.loads((folder / "results.json").read_text()),
+            config=_read_json(folder / "config.json"),
+            record=_read_json(folder / "cell.json"),
+        )
+    return runs, status, pending
+
+
+def build_table(
+    experiment: Experiment,
+    root: str | Path,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> ComparisonTable:
+    """Read the results root of ``experiment`` and compute every statistic of the table.
+
+    The budget overrides the grid was run with are read from the root's experiment.json.
+    """
+    if not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError(f"alpha and power must be in (0, 1), got alpha={alpha!r}, power={power!r}")
+    store = ResultsStore(root)
+    budget = Budget.from_dict(store.manifest().get("budget"))
+    runs, status, pending = collect_runs(experiment, store, budget)
+    baseline = experiment.method(experiment.baseline)
+    rows: list[Row] = []
+    floors: dict[tuple[str, str, str], float] = {}
+    for model in experiment.models:
+        for task in experiment.tasks:
+            task_runs = [
+                r for r in runs.values() if r.cell.model.id == model.id and r.cell.task.id == task.id
+            ]
+            metric = _main_metric(task_runs, task)
+            for split in _task_splits(task, task_runs):
+                floor = None if metric is None else majority_floor(task_runs, split, metric)
+                if floor is not None:
+                    floors[(model.id, task.id, split)] = floor
+                for method in experiment.methods:
+                    row = Row(model=model, task=task, split=split, method=method, metric=metric or "?")
+                    reasons = {
+                        pending[k] for k in pending if k.startswith(f"{model.id}/{task.id}/{method.id}/")
+                    }
+                    row.pending = "; ".join(sorted(reasons)) or None
+                    for run in task_runs:
+                        if run.cell.method.id == method.id and metric is not None:
+                            value = run.score(split, metric)
+                            if value is not None:
+                                row.values[run.cell.seed] = value
+                    rows.append(row)
+    # comparisons against the baseline
+    for row in rows:
+        if row.method.id == baseline.id or not row.values:
+            continue
+        base = next(
+            (
+                r
+                for r in rows
+                if (r.model.id, r.task.id, r.split, r.method.id)
+                == (row.model.id, row.task.id, row.split, baseline.id)
+            ),
+            None,
+        )
+        if base is None or not base.values:
+            continue
+        seeds = sorted(set(row.values) & set(base.values))
+        if not seeds:
+            continue
+        test = paired_t_test([row.values[s] for s in seeds], [base.values[s] for s in seeds])
+        row.comparison = Comparison(test=test)
+        row.comparison.bootstrap, row.comparison.note = _bootstrap(
+            runs, row, baseline, seeds, n_resamples=n_resamples, seed=seed
+        )
+    comparisons = [r.comparison for r in rows if r.comparison is not None]
+    adjusted = holm([c.test.p for c in comparisons])
+    for comparison, p in zip(comparisons, adjusted, strict=True):
+        comparison.p_holm = float(p)
+    family = int(np.sum(~np.isnan(adjusted))) if len(adjusted) else 0
+    planned = sum(1 for r in rows if r.method.id != baseline.id)
+    detectable = _detectable(experiment, rows, planned, alpha, power)
+    return ComparisonTable(
+        experiment=experiment,
+        root=Path(root),
+        budget=budget,
+        rows=rows,
+        detectable=detectable,
+        runs=runs,
+        status=status,
+        pending=pending,
+        alpha=alpha,
+        power=power,
+        n_resamples=n_resamples,
+        family_size=family,
+        planned_comparisons=planned,
+        floors=floors,
+    )
+
+
+def _tag_rows(rows: list[list[int]], names: list[str]) -> np.ndarray:
+    return sequences_array([[names[int(t)] for t in row] for row in rows] if names else rows)
+
+
+def majority_floor(runs: Sequence[RunRecord], split: str, metric: str) -> float | None:
+    """``metric`` of always predicting the most frequent label of ``split``: the score a model that
+    learned nothing reaches (MCC 0, F1 2p/(1+p) for a positive share p). Labels come from any run's
+    stored predictions (every cell of a grid sees the same split); None for regression labels."""
+    scorer = METRICS.get(metric)
+    for run in runs:
+        stored = run.predictions(split)
+        if stored is None or scorer is None:
+            continue
+        labels = stored[1]
+        if labels.dtype == object:  # tags per word: always the most frequent tag
+            tags, counts = np.unique([t for row in labels for t in row], return_counts=True)
+            common = tags[np.argmax(counts)]
+            constant = np.empty(len(labels), dtype=object)
+            for i, row in enumerate(labels):
+                constant[i] = [common] * len(row)
+            score = float(scorer(constant, labels))
+            return score if math.isfinite(score) else None
+        if labels.dtype.kind not in "iub":  # regression: no class to predict
+            return None
+        values, counts = np.unique(labels, return_counts=True)
+        score = float(scorer(np.full_like(labels, values[np.argmax(counts)]), labels))
+        return score if math.isfinite(score) else None
+    return None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _main_metric(runs: Sequence[RunRecord], task: TaskSpec) -> str | None:
+    """The main metric the runs report; before any has finished, the registered task's."""
+    names = {r.results.get("main_metric") for r in runs} - {None}
+    if len(names) > 1:
+        raise ValueError(f"runs of one task disagree on the main metric: {sorted(names)}")
+    if names:
+        return next(iter(names))
+    from ..tasks import DataError, get_task
+
+    try:
+        return get_task(task.name).metrics[0]
+    except DataError:  # a file task: its metric is known once a run has read the data
+        return None
+
+
+def _task_splits(task: TaskSpec, runs: Sequence[RunRecord]) -> list[str]:
+    if task.splits is not None:
+        return list(task.splits)
+    seen: list[str] = []
+    for run in runs:
+        for split in run.results.get("eval", {}):
+            if split not in seen:
+                seen.append(split)
+    return seen or ["dev"]
+
+
+def _bootstrap(
+    runs: dict[str, RunRecord],
+    row: Row,
+    baseline: MethodSpec,
+    seeds: list[int],
+    *,
+    n_resamples: int,
+    seed: int,
+) -> tuple[BootstrapInterval | None, str]:
+    """The bootstrap interval of one comparison over the split's examples (paired seeds only)."""
+
+    def load(method_id: str) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        out = []
+        for s in seeds:
+            run = runs.get(f"{row.model.id}/{row.task.id}/{method_id}/seed-{s}")
+            loaded = None if run is None else run.predictions(row.split)
+            if loaded is None:
+                return None
+            out.append(loaded)
+        return out
+
+    a, b = load(row.method.id), load(baseline.id)
+    if a is None or b is None:
+        return None, "no stored predictions"
+    labels = a[0][1]
+    if any(len(lab) != len(labels) or not np.array_equal(lab, labels) for _, lab in [*a, *b]):
+        return None, "runs were evaluated on different examples"
+    interval = bootstrap_difference(
+        row.metric, labels, [p for p, _ in a], [p for p, _ in b], n_resamples=n_resamples, seed=seed
+    )
+    return interval, ""
+
+
+def _detectable(
+    experiment: Experiment, rows: list[Row], planned: int, alpha: float, power: float
+) -> list[Detectable]:
+    """Per model, task and split: the detectable difference of the design (see to_markdown's legend)."""
+    out = []
+    n_seeds = len(experiment.seeds)
+    keys: list[tuple[str, str, str]] = []
+    for row in rows:
+        if (row.model.id, row.task.id, row.split) not in keys:
+            keys.append((row.model.id, row.task.id, row.split))
+    for model_id, task_id, split in keys:
+        group = [
+            r.comparison
+            for r in rows
+            if (r.model.id, r.task.id, r.split) == (model_id, task_id, split) and r.comparison is not None
+        ]
+        sd = pooled_sd([c.test.sd for c in group], [c.test.n for c in group])
+        intervals = [c.bootstrap for c in group if c.bootstrap is not None]
+        ses = [b.se for b in intervals]
+        n_examples = intervals[0].n_examples if intervals else None
+        z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+        first = next(r for r in rows if (r.model.id, r.task.id, r.split) == (model_id, task_id, split))
+        out.append(
+            Detectable(
+                model=first.model,
+                task=first.task,
+                split=split,
+                metric=first.metric,
+                n_seeds=n_seeds,
+                sd_pooled=sd,
+                at_alpha=detectable_difference(sd, n_seeds, alpha, power),
+                at_holm_first_step=detectable_difference(sd, n_seeds, alpha / max(planned, 1), power),
+                from_examples=float(z * np.median(ses)) if ses else float("nan"),
+                n_examples=n_examples,
+            )
+        )
+    return out

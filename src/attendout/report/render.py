@@ -1,0 +1,317 @@
+"""The comparison table as text: the Markdown report (protocol header, scores, differences against the
+baseline, detectable differences, pending cells, figures) and the CSV of raw values.
+
+The table itself, with every statistic, is built by :func:`attendout.report.comparison.build_table`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+from ..experiments.spec import ModelSpec, TaskSpec
+from .comparison import ComparisonTable, Row
+
+__all__ = ["CSV_COLUMNS", "protocol_lines", "to_csv", "to_markdown"]
+
+# --------------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _pct(value: float, signed: bool = False, digits: int = 1) -> str:
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{100 * value:+.{digits}f}" if signed else f"{100 * value:.{digits}f}"
+
+
+def _p(value: float) -> str:
+    if not math.isfinite(value):
+        return "–"
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _column_title(task: TaskSpec, split: str, metric: str) -> str:
+    return f"{task.label} {split} ({metric})"
+
+
+def protocol_lines(table: ComparisonTable) -> list[str]:
+    """The header: what was compared and how, so that the numbers can be judged."""
+    e = table.experiment
+    runs = list(table.runs.values())
+    baseline = e.method(e.baseline)
+    lines = []
+    if e.description:
+        lines.append(f"{e.description}.")
+        lines.append("")
+    lines.append(
+        "**Protocol (the same for every method).** One data seed "
+        f"({e.data_seed}) for the whole grid: the validation split carved from train, the training subsample "
+        "and the batch order are identical in every cell. The same training budget per task for every method "
+        "(below). Model selection: the checkpoint with the best main metric on the validation split carved from "
+        "train; the dev splits are used for this table only. No option was tuned on dev. "
+        f"Seeds ({', '.join(map(str, e.seeds))}) vary the head initialisation, dropout and the method's own randomness."
+    )
+    lines.append("")
+    lines.append(f"- Tuning of method options: {e.tuning}.")
+    lines.append(f"- Recipe: {e.recipe}.")
+    models = {}
+    for run in runs:
+        models.setdefault(
+            run.cell.model.id, run.results.get("model_description") or run.config.get("model_description")
+        )
+    for model in e.models:
+        lines.append(f"- Model {model.label}: {models.get(model.id) or model.name}.")
+    for task in e.tasks:
+        task_runs = [r for r in runs if r.cell.task.id == task.id]
+        if not task_runs:
+            lines.append(f"- {task.label}: no finished cell yet.")
+            continue
+        first = task_runs[0]
+        sizes = first.config.get("sizes", {})
+        c = first.config.get("config", {})
+        steps = first.config.get("total_steps")
+        budget = (
+            f"{steps} steps of batch {c.get('batch_size')}"
+            if c.get("max_steps")
+            else f"{c.get('epochs'):g} epochs ({steps} steps of batch {c.get('batch_size')})"
+        )
+        size_text = ", ".join(f"{k} {v:,}" for k, v in sizes.items())
+        every = f"{c['eval_steps']} steps and every epoch" if c.get("eval_steps") else "epoch"
+        lines.append(
+            f"- {task.label}: {size_text}; {budget}, lr {c.get('learning_rate')}, max length "
+            f"{c.get('max_length')}; validation every {every}; data: {first.results.get('data_source')}."
+        )
+    method_text = "; ".join(
+        f"{m.label} = `{m.describe()}`" + (" (baseline)" if m.id == baseline.id else "") for m in e.methods
+    )
+    lines.append(f"- Methods: {method_text}.")
+    if not table.budget.is_empty():
+        lines.append(
+            f"- Budget overrides of this run: {table.budget.overrides()} (not the experiment's own budget)."
+        )
+    done = table.status.get("done", 0)
+    total = sum(table.status.values())
+    others = ", ".join(f"{v} {k}" for k, v in sorted(table.status.items()) if k != "done")
+    wall = sum(float(r.record.get("wall_time_s", 0) or 0) for r in runs)
+    hardware = next((r.config.get("hardware") for r in runs if r.config.get("hardware")), None)
+    hw_text = ""
+    if hardware:
+        threads = sorted({str(r.config["hardware"].get("threads")) for r in runs if r.config.get("hardware")})
+        hw_text = f" on {hardware.get('machine')} with {hardware.get('cpus')} CPUs (torch threads: {' or '.join(threads)})"
+        device = next((r.config.get("device") for r in runs if r.config.get("device")), None)
+        if device:
+            hw_text += f", device {device}"
+    lines.append(
+        f"- Cells: {done} of {total} finished"
+        + (f" ({others})" if others else "")
+        + f"; wall time of the finished "
+        f"cells {wall / 3600:.2f} h{hw_text}."
+    )
+    lines.append(
+        f"- Scores ×100, mean ± standard deviation over seeds; Δ is the mean paired difference against "
+        f"{baseline.label} (same seed). Marks: paired t-test over seeds, two-sided, Holm-corrected over the "
+        f"{table.family_size} comparisons of this table: * p_Holm < 0.05, ** p_Holm < 0.01."
+    )
+    return lines
+
+
+def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -> str:
+    """The whole report as Markdown: header, scores, differences, detectable differences, figures."""
+    e = table.experiment
+    baseline = e.method(e.baseline)
+    out = [f"# {e.name}", "", *protocol_lines(table), ""]
+    for model in e.models:
+        title = "## Scores" + (f": {model.label}" if len(e.models) > 1 else "")
+        columns = [(task, split) for task in e.tasks for split in table.splits(model, task)]
+        out += [title, ""]
+        header = ["method"] + [_column_title(t, s, _metric_of(table, model, t)) for t, s in columns]
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "---|" * len(header))
+        for method in e.methods:
+            cells = [method.label]
+            for task, split in columns:
+                row = table.row(model.id, task.id, split, method.id)
+                cells.append(_score_cell(row, len(e.seeds)))
+            out.append("| " + " | ".join(cells) + " |")
+        floors = [table.floor(model.id, task.id, split) for task, split in columns]
+        if any(f is not None for f in floors):
+            cells = ["*majority class* (always the most frequent label: the floor)"]
+            cells += ["–" if f is None else f"*{_pct(f)}*" for f in floors]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    out += [f"## Differences against {baseline.label}", ""]
+    out.append(
+        f"Δ: mean of the paired differences (×100). p: paired t-test over seeds; p_Holm: Holm-adjusted over the "
+        f"{table.family_size} tests. Bootstrap: {int(100 * 0.95)}% percentile interval of the difference of seed-means "
+        f"over {table.n_resamples} resamples of the evaluation examples (stored predictions); it shows how much Δ "
+        "depends on which examples the split holds, which the t-test over seeds does not."
+    )
+    out.append("")
+    header = ["model", "task", "split", "method", "seeds", "Δ", "p", "p_Holm", "bootstrap 95% interval"]
+    if len(e.models) == 1:
+        header.remove("model")
+    out.append("| " + " | ".join(header) + " |")
+    out.append("|" + "---|" * len(header))
+    for row in table.rows:
+        if row.comparison is None:
+            continue
+        c = row.comparison
+        boot = (
+            f"[{_pct(c.bootstrap.low, True)}, {_pct(c.bootstrap.high, True)}]"
+            if c.bootstrap
+            else c.note or "–"
+        )
+        cells = [
+            row.model.label,
+            row.task.label,
+            row.split,
+            row.method.label,
+            str(c.test.n),
+            f"{_pct(c.test.mean, True)}{c.mark}",
+            _p(c.test.p),
+            _p(c.p_holm),
+            boot,
+        ]
+        if len(e.models) == 1:
+            cells.pop(0)
+        out.append("| " + " | ".join(cells) + " |")
+    out += ["", "## What this design can detect", ""]
+    out.append(
+        f"Smallest true difference (×100) detected with {int(100 * table.power)}% power. *Seeds*: a two-sided "
+        f"paired t-test over {len(e.seeds)} seeds, computed from the noncentral t distribution, with the standard "
+        "deviation of the paired differences pooled over the methods of the task and split; at α = "
+        f"{table.alpha:g}, and at α / m = {table.alpha:g} / {max(table.planned_comparisons, 1)} (m: the comparisons "
+        "of the full grid; the threshold of Holm's "
+        f"first step, which the smallest p-value of the table must pass). *Examples*: (z(1 - α/2) + z(power)) "
+        "times the median bootstrap standard error of the differences: the noise of a finite dev set alone."
+    )
+    out.append("")
+    header = ["model", "task", "split", "sd of paired Δ", "seeds: α", "seeds: α/m", "examples", "n examples"]
+    if len(e.models) == 1:
+        header.remove("model")
+    out.append("| " + " | ".join(header) + " |")
+    out.append("|" + "---|" * len(header))
+    for d in table.detectable:
+        cells = [
+            d.model.label,
+            d.task.label,
+            d.split,
+            _pct(d.sd_pooled, digits=2),
+            _pct(d.at_alpha, digits=2),
+            _pct(d.at_holm_first_step, digits=2),
+            _pct(d.from_examples, digits=2),
+            str(d.n_examples or "–"),
+        ]
+        if len(e.models) == 1:
+            cells.pop(0)
+        out.append("| " + " | ".join(cells) + " |")
+    if table.pending:
+        out += ["", "## Pending cells", ""]
+        reasons: dict[str, int] = {}
+        for reason in table.pending.values():
+            reasons[reason] = reasons.get(reason, 0) + 1
+        out += [f"- {n} cell(s): {reason}" for reason, n in sorted(reasons.items())]
+    if figures:
+        out += ["", "## Figures", ""]
+        out += [f"![{name}]({path})" for name, path in figures.items()]
+    return "\n".join(out) + "\n"
+
+
+def _metric_of(table: ComparisonTable, model: ModelSpec, task: TaskSpec) -> str:
+    return next((r.metric for r in table.rows if r.model.id == model.id and r.task.id == task.id), "?")
+
+
+def _score_cell(row: Row | None, n_seeds: int) -> str:
+    if row is None:
+        return "–"
+    if not row.values:
+        return "pending" if row.pending else "–"
+    text = _pct(row.mean) if row.n < 2 else f"{_pct(row.mean)} ± {_pct(row.std)}"
+    if row.n != n_seeds:
+        text += f" (n={row.n})"
+    if row.comparison is not None:
+        text += f" (Δ {_pct(row.comparison.test.mean, True)}{row.comparison.mark})"
+    return text
+
+
+# --------------------------------------------------------------------------------------------------
+# CSV
+
+CSV_COLUMNS = [
+    "model",
+    "task",
+    "split",
+    "metric",
+    "method",
+    "method_label",
+    "method_name",
+    "method_options",
+    "n",
+    "mean",
+    "std",
+    "values",
+    "pending",
+    "n_pairs",
+    "diff",
+    "diff_sd",
+    "t",
+    "p",
+    "p_holm",
+    "significance",
+    "ci_low",
+    "ci_high",
+    "bootstrap_se",
+    "detectable_alpha",
+    "detectable_holm_first_step",
+    "detectable_examples",
+    "majority",
+]
+
+
+def to_csv(table: ComparisonTable) -> str:
+    """One line per model, task, split and method, raw values (not ×100)."""
+    detectable = {(d.model.id, d.task.id, d.split): d for d in table.detectable}
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in table.rows:
+        c = row.comparison
+        d = detectable.get((row.model.id, row.task.id, row.split))
+        writer.writerow(
+            {
+                "model": row.model.id,
+                "task": row.task.id,
+                "split": row.split,
+                "metric": row.metric,
+                "method": row.method.id,
+                "method_label": row.method.label,
+                "method_name": row.method.name,
+                "method_options": json.dumps(row.method.options, sort_keys=True),
+                "n": row.n,
+                "mean": _num(row.mean),
+                "std": _num(row.std),
+                "values": ";".join(f"{s}:{v:.6g}" for s, v in sorted(row.values.items())),
+                "pending": row.pending or "",
+                "n_pairs": c.test.n if c else "",
+                "diff": _num(c.test.mean) if c else "",
+                "diff_sd": _num(c.test.sd) if c else "",
+                "t": _num(c.test.t) if c else "",
+                "p": _num(c.test.p) if c else "",
+                "p_holm": _num(c.p_holm) if c else "",
+                "significance": c.mark if c else "",
+                "ci_low": _num(c.bootstrap.low) if c and c.bootstrap else "",
+                "ci_high": _num(c.bootstrap.high) if c and c.bootstrap else "",
+                "bootstrap_se": _num(c.bootstrap.se) if c and c.bootstrap else "",
+                "detectable_alpha": _num(d.at_alpha) if d else "",
+                "detectable_holm_first_step": _num(d.at_holm_first_step) if d else "",
+                "detectable_examples": _num(d.from_examples) if d else "",
+                "majority": _num(table.floor(row.model.id, row.task.id, row.split)),
+            }
+        )
+    return buffer.getvalue()
+
+
+def _num(value: float) -> str:
+    return "" if value is None or not math.isfinite(value) else f"{value:.6g}"
