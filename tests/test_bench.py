@@ -1,4 +1,4 @@
-"""attendout bench: experiment files, the dry run, pending cells, claims, SIGKILL recovery, shards."""
+"""attendout bench: experiment files, the dry run, invalid cells, claims, SIGKILL recovery, shards."""
 
 from __future__ import annotations
 
@@ -195,14 +195,14 @@ def test_every_training_option_is_fingerprinted_excluded_or_neutral(tiny_run, mo
 
 
 # --------------------------------------------------------------------------------------------------
-# Dry run and pending cells
+# Dry run and invalid cells
 
 
-def test_dry_run_lists_every_cell_flags_a_bad_option_and_lists_pending_ones(tiny_run, capsys):
+def test_dry_run_lists_every_cell_and_flags_a_bad_option_or_an_unknown_name(tiny_run, capsys):
     methods = (
         METHODS
         + '[[methods]]\nid = "bad"\nname = "scores-dropout"\noptions = { q = 0.1 }\n'
-        + '[[methods]]\nname = "future-method"\n'
+        + '[[methods]]\nname = "scores-dropuot"\n'
     )
     path = write_experiment(tiny_run, methods=methods)
     root = tiny_run["tmp"] / "results"
@@ -212,14 +212,27 @@ def test_dry_run_lists_every_cell_flags_a_bad_option_and_lists_pending_ones(tiny
     assert len(lines) == 8  # 4 methods x 2 seeds, none dropped
     bad = [line for line in lines if "/bad/" in line]
     assert all("INVALID" in line and "'q'" in line for line in bad) and len(bad) == 2
-    pending = [line for line in lines if "/future-method/" in line]
-    assert all("PENDING" in line and "not registered" in line for line in pending) and len(pending) == 2
+    typo = [line for line in lines if "/scores-dropuot/" in line]
+    assert len(typo) == 2 and all("INVALID" in line for line in typo)
+    assert all(
+        "unknown method 'scores-dropuot' (did you mean 'scores-dropout'?); methods: " in x for x in typo
+    )
     assert sum("todo" in line for line in lines) == 4
     assert "train 86, validation 10, dev 24" in out.out  # the data was loaded and measured
     assert "invalid cell" in out.err
     assert not root.exists()  # a dry run writes nothing
     # A run refuses to start while a cell is invalid.
     assert main(["bench", str(path), "--results", str(root)]) == 2
+
+
+def test_a_dry_run_refuses_an_unknown_task_as_a_real_run_would(tiny_run, capsys):
+    path = write_experiment(tiny_run)
+    path.write_text(path.read_text().replace('name = "file"', 'name = "colaa"'))
+    assert main(["bench", str(path), "--results", str(tiny_run["tmp"] / "results"), "--dry-run"]) == 2
+    lines = [line for line in capsys.readouterr().out.splitlines() if "tiny-bert/toy/" in line]
+    assert lines and all(
+        "INVALID" in line and "unknown task 'colaa'; known tasks: " in line for line in lines
+    )
 
 
 def test_selection_runs_only_the_chosen_cells_and_names_unknown_ids(tiny_run, one_thread, capsys):
@@ -574,8 +587,7 @@ def test_a_cell_killed_after_a_checkpoint_resumes_there_to_the_uninterrupted_num
 
 
 def test_two_shards_at_the_same_time_complete_the_grid_exactly_once(tiny_run):
-    methods = METHODS + '[[methods]]\nname = "future-method"\n'
-    path = write_experiment(tiny_run, methods=methods, seeds=(1,))
+    path = write_experiment(tiny_run, seeds=(1,))
     root = tiny_run["tmp"] / "results"
     jobs = [
         bench_process(path, root, "--shard", f"{k}/2", log=tiny_run["tmp"] / f"shard{k}.log") for k in (1, 2)
@@ -585,12 +597,11 @@ def test_two_shards_at_the_same_time_complete_the_grid_exactly_once(tiny_run):
     logs = [(tiny_run["tmp"] / f"shard{k}.log").read_text() for k in (1, 2)]
     assert [job.exitcode for job in jobs] == [0, 0], logs
     expected = ["tiny-bert/toy/none/seed-1", "tiny-bert/toy/scores-dropout/seed-1"]
-    assert finished_cells(root) == expected  # future-method: pending, neither run nor failed
+    assert finished_cells(root) == expected
     done = events(root, "done")
     assert sorted(e["cell"] for e in done) == expected and not events(root, "discarded")
-    # cells 1, 2, 3 are none, scores-dropout, future-method: shard 1/2 takes 1 and 3, shard 2/2 takes 2
+    # cells 1 and 2 are none and scores-dropout: shard 1/2 takes 1, shard 2/2 takes 2
     assert {e["pid"]: e["cell"] for e in done} == {jobs[0].pid: expected[0], jobs[1].pid: expected[1]}
-    assert "1 pending" in logs[0] and "0 pending" in logs[1]
     for key in expected:
         assert_complete_cell(root / key, 8)
 

@@ -203,7 +203,7 @@ def grid(tmp_path):
 
 def test_table_statistics_of_a_synthetic_grid(grid):
     table = build_table(grid["experiment"], grid["root"], n_resamples=400)
-    assert table.status == {"done": 8, "stale": 1, "pending": 3}
+    assert table.status == {"done": 8, "stale": 1, "invalid": 3}
     base = table.row("m", "cola", "dev", "none")
     values = np.array([base.values[s] for s in (1, 2, 3)])
     assert base.mean == pytest.approx(values.mean()) and base.std == pytest.approx(values.std(ddof=1))
@@ -216,9 +216,8 @@ def test_table_statistics_of_a_synthetic_grid(grid):
     assert len(tests) == 4 and table.family_size == 4
     assert [c.p_holm for c in tests] == pytest.approx(list(holm([c.test.p for c in tests])))
     assert row.comparison.bootstrap.low < row.comparison.test.mean < row.comparison.bootstrap.high
-    assert (
-        table.row("m", "cola", "dev", "future-method").pending
-        == "method 'future-method' is not registered yet"
+    assert table.row("m", "cola", "dev", "future-method").invalid.startswith(
+        "unknown method 'future-method'; "
     )
     detectable = {d.split: d for d in table.detectable}
     assert set(detectable) == {"dev", "dev_ood"} and detectable["dev_ood"].n_examples == 180

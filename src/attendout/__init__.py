@@ -14,6 +14,8 @@ from .attention import (
 )
 from .configfile import load_config, save_config
 from .contract import Distributed, ForwardEdits, LoopContext, StepInfo
+from .interrupt import Stopped
+from .limits import LimitError, check_length
 from .methods import (
     METHODS,
     CombinedHandle,
@@ -53,6 +55,7 @@ __all__ = [
     "CombinedHandle",
     "Distributed",
     "ForwardEdits",
+    "LimitError",
     "LoopContext",
     "MethodConfig",
     "MethodHandle",
@@ -62,11 +65,13 @@ __all__ = [
     "RandomDrops",
     "SequenceTooLongError",
     "StepInfo",
+    "Stopped",
     "SynthesizerConfig",
     "TrainingStrategy",
     "UnsupportedModelError",
     "__version__",
     "apply",
+    "check_length",
     "get_method_config",
     "install",
     "is_synthesized_checkpoint",

@@ -295,7 +295,7 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
                 remaining += estimate
         shard = plan.shard_label(cell)
         lines.append(
-            f"{cell.index + 1:>4}  {shard:<6} {status.upper() if status in ('pending', 'invalid') else status:<8} {cell.key:<{width}}  {detail}"
+            f"{cell.index + 1:>4}  {shard:<6} {status.upper() if status == 'invalid' else status:<8} {cell.key:<{width}}  {detail}"
         )
     summary = ", ".join(f"{v} {s}" for s, v in sorted(counts.items()))
     scope = ("" if n == 1 else f" (shard {k}/{n})") + (

@@ -92,7 +92,6 @@ class RunSummary:
     skipped_claimed: list[str] = field(default_factory=list)
     discarded: list[str] = field(default_factory=list)  # trained, but another job published first
     failed: list[str] = field(default_factory=list)
-    pending: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         parts = [
@@ -100,7 +99,6 @@ class RunSummary:
             f"{len(self.skipped_done)} already done",
             f"{len(self.skipped_claimed)} left to other jobs",
             f"{len(self.failed)} failed",
-            f"{len(self.pending)} pending",
         ]
         if self.discarded:
             parts.append(f"{len(self.discarded)} discarded (another job finished them first)")
@@ -146,7 +144,6 @@ class BenchJob:
         self.store.prepare(self.plan.experiment, self.plan.budget)
         for name in self.store.sweep():
             self.echo(f"removed leftover {name}")
-        self.summary.pending = [c.key for c in mine if c.pending is not None]
         runnable = [c for c in mine if c.config is not None]
         k, n = self.plan.shard
         self.store.event("job-start", experiment=self.plan.experiment.name, shard=f"{k}/{n}")

@@ -24,12 +24,12 @@ data seed shared by the whole grid, and the training options shared by every cel
     label = "MiniLM-L6"                 # display name (default: id)
 
     [[tasks]]
-    name = "cola"                       # a registered task (unknown: its cells are PENDING)
+    name = "cola"                       # a registered task (or "file"; unknown: its cells are invalid)
     splits = ["dev", "dev_ood"]         # evaluation splits shown in the table (default: all)
     max_train_samples = 2000            # any TrainConfig field: overrides [training] for this task
 
     [[methods]]
-    name = "scores-dropout"             # a registered method (unknown: its cells are PENDING)
+    name = "scores-dropout"             # a registered method (unknown: its cells are invalid)
     id = "scores-dropout-p0.1"
     options = { p = 0.1 }
 
@@ -37,8 +37,9 @@ Methods take options only, never training options: every method gets the same bu
 models x tasks x methods x seeds; :meth:`Experiment.cells` lists it seed-major (all of seed 1 first),
 so an interrupted grid has complete rows of the first seeds. A structural error in the file (unknown
 key, wrong type, duplicate id) raises :class:`ExperimentError` naming the file, the key and the value;
-a cell whose configuration :class:`~attendout.train.TrainConfig` rejects (a bad method option) is
-listed as invalid, and a cell whose method or task is not registered yet is listed as pending.
+a cell whose method or task is not registered, or whose configuration
+:class:`~attendout.train.TrainConfig` rejects (a bad method option), is listed as invalid: the dry run
+reports it and no cell of the grid runs until it is fixed.
 
 This module holds the grid the file describes (its parts, :class:`Cell`, :func:`config_fingerprint`,
 :class:`Experiment`); reading a file into it is :mod:`attendout.experiments.parse`
@@ -203,8 +204,8 @@ class Budget:
 class Cell:
     """One run of the grid: a model, a task, a method and a seed.
 
-    Exactly one of ``config`` (a valid TrainConfig), ``pending`` (why it cannot run yet) and
-    ``invalid`` (why its configuration is rejected) is set.
+    Exactly one of ``config`` (a valid TrainConfig) and ``invalid`` (why it cannot run: an unknown
+    method or task, a rejected configuration) is set.
     """
 
     index: int
@@ -213,7 +214,6 @@ class Cell:
     method: MethodSpec
     seed: int
     config: TrainConfig | None = None
-    pending: str | None = None
     invalid: str | None = None
 
     @property
@@ -336,9 +336,9 @@ class Experiment:
                     for method in self.methods:
                         index = len(cells)
                         base = Cell(index=index, model=model, task=task, method=method, seed=seed)
-                        reason = _pending_reason(task, method)
-                        if reason is not None:
-                            cells.append(dataclasses.replace(base, pending=reason))
+                        unknown = _unknown_names(task, method)
+                        if unknown is not None:
+                            cells.append(dataclasses.replace(base, invalid=unknown))
                             continue
                         values = self.cell_config_values(model, task, method, seed, budget, **extra)
                         try:
@@ -350,17 +350,18 @@ class Experiment:
         return cells
 
 
-def _pending_reason(task: TaskSpec, method: MethodSpec) -> str | None:
-    """Why a cell cannot run yet (its task or method is not registered), or None."""
+def _unknown_names(task: TaskSpec, method: MethodSpec) -> str | None:
+    """The cell's task or method name that nothing is registered under (a sentence), or None."""
     reasons = []
     try:
         get_task(task.name)
-    except DataError:
-        reasons.append(f"task {task.name!r} is not built yet")
+    except DataError as error:
+        reasons.append(str(error))
     if method.name not in METHODS:
-        hint = difflib.get_close_matches(method.name, list(METHODS), n=1, cutoff=0.8)
+        hint = difflib.get_close_matches(method.name, list(METHODS), n=1, cutoff=0.6)
         reasons.append(
-            f"method {method.name!r} is not registered yet"
+            f"unknown method {method.name!r}"
             + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            + f"; methods: {', '.join(sorted(METHODS))}"
         )
     return "; ".join(reasons) or None

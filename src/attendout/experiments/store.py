@@ -235,9 +235,7 @@ class ResultsStore:
         return record
 
     def status(self, cell: Cell) -> tuple[str, str]:
-        """(status, detail): done, stale, running, failed, todo, pending or invalid."""
-        if cell.pending is not None:
-            return "pending", cell.pending
+        """(status, detail): done, stale, running, failed, todo or invalid."""
         if cell.invalid is not None:
             return "invalid", cell.invalid
         record = self.record(cell)

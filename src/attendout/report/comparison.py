@@ -104,7 +104,7 @@ class Row:
     method: MethodSpec
     metric: str
     values: dict[int, float] = field(default_factory=dict)  # seed -> score
-    pending: str | None = None
+    invalid: str | None = None  # why the row's cells cannot run (an unknown method, a bad option)
     comparison: Comparison | None = None
 
     @property
@@ -147,12 +147,12 @@ class ComparisonTable:
     detectable: list[Detectable]
     runs: dict[str, RunRecord]
     status: dict[str, int]
-    pending: dict[str, str]  # cell key -> reason
+    invalid: dict[str, str]  # cell key -> why it cannot run
     alpha: float
     power: float
     n_resamples: int
     family_size: int  # comparisons with a p-value (the Holm family)
-    planned_comparisons: int  # comparisons the full grid makes (pending cells included)
+    planned_comparisons: int  # comparisons the full grid makes (invalid cells included)
     floors: dict[tuple[str, str, str], float] = field(
         default_factory=dict
     )  # (model, task, split) -> majority
@@ -189,15 +189,15 @@ class ComparisonTable:
 def collect_runs(
     experiment: Experiment, store: ResultsStore, budget: Budget
 ) -> tuple[dict[str, RunRecord], dict[str, int], dict[str, str]]:
-    """The finished, current cells of the grid; counts of every status; reasons of pending cells."""
+    """The finished, current cells of the grid; counts of every status; why invalid cells cannot run."""
     runs: dict[str, RunRecord] = {}
     status: dict[str, int] = {}
-    pending: dict[str, str] = {}
+    invalid: dict[str, str] = {}
     for cell in experiment.cells(budget):
         state, detail = store.status(cell)
         status[state] = status.get(state, 0) + 1
-        if state == "pending":
-            pending[cell.key] = detail
+        if state == "invalid":
+            invalid[cell.key] = detail
         if state != "done":
             continue
         folder = store.cell_dir(cell)
@@ -208,7 +208,7 @@ def collect_runs(
             config=_read_json(folder / "config.json"),
             record=_read_json(folder / "cell.json"),
         )
-    return runs, status, pending
+    return runs, status, invalid
 
 
 def build_table(
@@ -228,7 +228,7 @@ def build_table(
         raise ValueError(f"alpha and power must be in (0, 1), got alpha={alpha!r}, power={power!r}")
     store = ResultsStore(root)
     budget = Budget.from_dict(store.manifest().get("budget"))
-    runs, status, pending = collect_runs(experiment, store, budget)
+    runs, status, invalid = collect_runs(experiment, store, budget)
     baseline = experiment.method(experiment.baseline)
     rows: list[Row] = []
     floors: dict[tuple[str, str, str], float] = {}
@@ -245,9 +245,9 @@ def build_table(
                 for method in experiment.methods:
                     row = Row(model=model, task=task, split=split, method=method, metric=metric or "?")
                     reasons = {
-                        pending[k] for k in pending if k.startswith(f"{model.id}/{task.id}/{method.id}/")
+                        invalid[k] for k in invalid if k.startswith(f"{model.id}/{task.id}/{method.id}/")
                     }
-                    row.pending = "; ".join(sorted(reasons)) or None
+                    row.invalid = "; ".join(sorted(reasons)) or None
                     for run in task_runs:
                         if run.cell.method.id == method.id and metric is not None:
                             value = run.score(split, metric)
@@ -292,7 +292,7 @@ def build_table(
         detectable=detectable,
         runs=runs,
         status=status,
-        pending=pending,
+        invalid=invalid,
         alpha=alpha,
         power=power,
         n_resamples=n_resamples,

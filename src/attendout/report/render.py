@@ -1,5 +1,5 @@
 """The comparison table as text: the Markdown report (protocol header, scores, differences against the
-baseline, detectable differences, pending cells, figures) and the CSV of raw values.
+baseline, detectable differences, invalid cells, figures) and the CSV of raw values.
 
 The table itself, with every statistic, is built by :func:`attendout.report.comparison.build_table`.
 """
@@ -207,10 +207,10 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
         if len(e.models) == 1:
             cells.pop(0)
         out.append("| " + " | ".join(cells) + " |")
-    if table.pending:
-        out += ["", "## Pending cells", ""]
+    if table.invalid:
+        out += ["", "## Invalid cells (not run)", ""]
         reasons: dict[str, int] = {}
-        for reason in table.pending.values():
+        for reason in table.invalid.values():
             reasons[reason] = reasons.get(reason, 0) + 1
         out += [f"- {n} cell(s): {reason}" for reason, n in sorted(reasons.items())]
     if figures:
@@ -227,7 +227,7 @@ def _score_cell(row: Row | None, n_seeds: int) -> str:
     if row is None:
         return "–"
     if not row.values:
-        return "pending" if row.pending else "–"
+        return "invalid" if row.invalid else "–"
     text = _pct(row.mean) if row.n < 2 else f"{_pct(row.mean)} ± {_pct(row.std)}"
     if row.n != n_seeds:
         text += f" (n={row.n})"
@@ -252,7 +252,7 @@ CSV_COLUMNS = [
     "mean",
     "std",
     "values",
-    "pending",
+    "invalid",
     "n_pairs",
     "diff",
     "diff_sd",
@@ -293,7 +293,7 @@ def to_csv(table: ComparisonTable) -> str:
                 "mean": _num(row.mean),
                 "std": _num(row.std),
                 "values": ";".join(f"{s}:{v:.6g}" for s, v in sorted(row.values.items())),
-                "pending": row.pending or "",
+                "invalid": row.invalid or "",
                 "n_pairs": c.test.n if c else "",
                 "diff": _num(c.test.mean) if c else "",
                 "diff_sd": _num(c.test.sd) if c else "",

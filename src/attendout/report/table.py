@@ -8,8 +8,8 @@ the smallest difference the design can detect. Written as Markdown and CSV; figu
 :mod:`attendout.report.figures`.
 
 Only finished cells whose configuration fingerprint matches the experiment file count; cells run
-with another configuration (stale), cells not run yet, and cells whose method or task is not
-available yet (pending) are counted in the header and left out of the numbers.
+with another configuration (stale), cells not run yet, and cells that cannot run (invalid: an unknown
+method or task, a bad option) are counted in the header and left out of the numbers.
 
 This module holds the command (:func:`table_main`); the statistics are built in
 :mod:`attendout.report.comparison` and written out in :mod:`attendout.report.render`, and every name
