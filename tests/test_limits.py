@@ -20,7 +20,6 @@ from transformers import (
     MistralConfig,
     MT5Config,
     Qwen2Config,
-    T5Config,
 )
 
 from attendout.attention import supported_model_types
@@ -29,30 +28,18 @@ from attendout.limits import POSITIONS, LimitError, check_length, position_limit
 from attendout.methods import get_method_config
 from attendout.train import Trainer
 from conftest import VOCAB, tiny_config, toy_cli_args, toy_train_config
-
-DECODER = dict(
-    vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-    intermediate_size=37, max_position_embeddings=64, pad_token_id=0,
-)  # fmt: skip
-T5 = dict(
-    vocab_size=VOCAB,
-    d_model=32,
-    d_kv=8,
-    d_ff=37,
-    num_layers=2,
-    num_heads=4,
-    pad_token_id=0,
-    decoder_start_token_id=0,
-)
+from test_decoders import LLAMA, tiny_t5_config
 
 
 def family_config(family: str):
     if family == "gpt2":
         return GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, pad_token_id=0)
     if family in ("llama", "mistral", "qwen2"):
-        return {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[family](**DECODER)
-    if family in ("t5", "mt5"):
-        return (T5Config if family == "t5" else MT5Config)(**T5)
+        return {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[family](**LLAMA)
+    if family == "t5":
+        return tiny_t5_config()
+    if family == "mt5":
+        return MT5Config(**tiny_t5_config().to_dict())
     if family == "deberta-v2-absolute":  # DeBERTa-v2 with absolute positions added to its input
         return DebertaV2Config(
             vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
