@@ -36,6 +36,10 @@ def test_paired_t_test_matches_scipy():
     assert test.t == pytest.approx(2 * np.sqrt(3)) and test.p == pytest.approx(
         2 * stats.t.sf(2 * np.sqrt(3), 2)
     )
+    # its 95% interval: scipy's t interval of the mean difference, and none from one pair
+    low, high = stats.t.interval(0.95, 2, loc=0.02, scale=0.01 / np.sqrt(3))
+    assert test.half_interval() == pytest.approx((high - low) / 2, rel=1e-12)
+    assert np.isnan(paired_t_test([0.5], [0.4]).half_interval())
     assert np.isnan(paired_t_test([0.5], [0.4]).p)  # one pair: no test
     assert np.isnan(paired_t_test([0.5, 0.6], [0.4, 0.5]).p)  # identical differences: no spread
 

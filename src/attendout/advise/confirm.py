@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -201,7 +200,6 @@ def read_confirmation(
     experiment: Experiment, root: Path, tuned: dict[str, dict[str, Any]], alpha: float = 0.05
 ) -> Confirmation:
     """The confirmation's statistics on the main (first) evaluation split."""
-    from scipy import stats
 
     table = build_table(experiment, root, alpha=alpha)
     if not table.runs:
@@ -217,8 +215,7 @@ def read_confirmation(
         if row is None or row.comparison is None or base is None:
             continue
         c = row.comparison
-        n = c.test.n
-        half = stats.t.ppf(0.975, n - 1) * c.test.sd / math.sqrt(n) if n >= 2 else float("nan")
+        n, half = c.test.n, c.test.half_interval()
         seeds = sorted(set(row.values) & set(base.values))
         boot = c.bootstrap
         rows.append(

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure
-from scipy import stats
 
 from .curves import convergence_figure
 
@@ -151,7 +150,7 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
             n, mean, sd = c.test.n, 100 * c.test.mean, 100 * c.test.sd
             colour = method_colour(number, False)
             if n >= 2 and math.isfinite(sd):
-                half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+                half = 100 * c.test.half_interval()
                 ax.plot([mean - half, mean + half], [y, y], color=colour, linewidth=4, alpha=0.55)
             if c.bootstrap is not None:
                 b = c.bootstrap

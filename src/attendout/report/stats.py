@@ -48,6 +48,12 @@ class PairedTest:
     t: float
     p: float  # NaN when it is undefined (fewer than 2 pairs, or differences without spread)
 
+    def half_interval(self, level: float = 0.95) -> float:
+        """Half the width of the t confidence interval of the mean difference (NaN below 2 pairs)."""
+        if self.n < 2 or not np.isfinite(self.sd):
+            return float("nan")
+        return float(stats.t.ppf(0.5 + level / 2, self.n - 1) * self.sd / np.sqrt(self.n))
+
 
 def paired_t_test(a: Sequence[float], b: Sequence[float]) -> PairedTest:
     """Paired t-test of ``a`` against ``b`` (equal lengths): t = mean(d) / (sd(d) / sqrt(n)), df = n - 1.
