@@ -1,5 +1,7 @@
-"""Saving and loading synthesized models: a documented form that attendout loads back and plain
-``transformers`` refuses.
+"""Loading synthesized models: a documented form that attendout loads back and plain ``transformers``
+refuses. It is written by :func:`~attendout.methods.synthesizer.method.save_synthesized`, which lives
+beside the method (a synthesized model's ``save_pretrained`` is redirected to it) and is importable
+from here too.
 
 A synthesized model has parameters a stock architecture does not know; ``from_pretrained`` would
 warn about "unused weights" and silently return the model without its synthesizer. So a synthesized
@@ -26,17 +28,25 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import transformers
 from safetensors.torch import load_model as load_safetensors_model
-from safetensors.torch import save_model as save_safetensors_model
 from torch import nn
 
-from ...version import __version__
-from .config import SynthesizerConfig
-from .method import get_synthesizer, synthesize
+from ..base import get_method_config
+from .method import (
+    FORMAT_VERSION,
+    MODEL_TYPE,
+    WEIGHTS_NAME,
+    get_synthesizer,
+    save_synthesized,
+    synthesize,
+)
+
+if TYPE_CHECKING:
+    from .config import SynthesizerConfig
 
 __all__ = [
     "FORMAT_VERSION",
@@ -48,45 +58,6 @@ __all__ = [
     "load_synthesized_weights",
     "save_synthesized",
 ]
-
-MODEL_TYPE = "attendout-synthesizer"
-ARCHITECTURE = "AttendoutSynthesizedModel"
-WEIGHTS_NAME = "synthesized.safetensors"
-FORMAT_VERSION = 1
-_NOTE = (
-    "Saved by attendout: a transformers model whose self-attention was replaced or mixed with "
-    "Synthesizer attention. Load it with attendout.load_synthesized(path) (or attendout.load_model); "
-    "plain transformers cannot run it."
-)
-
-
-def save_synthesized(model: nn.Module, path: str | os.PathLike, tokenizer: Any = None) -> Path:
-    """Save a synthesized ``model`` (and ``tokenizer``) in the folder ``path``; returns the path."""
-    synthesizer = get_synthesizer(model)
-    if synthesizer is None:
-        raise ValueError(
-            f"{type(model).__name__} is not synthesized; save it with save_pretrained (a plain checkpoint)"
-        )
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    save_safetensors_model(model, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
-    if tokenizer is not None:
-        tokenizer.save_pretrained(path)
-    base_config = model.config.to_dict()
-    for private in [k for k in base_config if k.startswith("_attn_implementation")]:
-        base_config.pop(private)
-    config = {
-        "model_type": MODEL_TYPE,
-        "architectures": [ARCHITECTURE],
-        "attendout_format": FORMAT_VERSION,
-        "note": _NOTE,
-        "attendout_version": __version__,
-        "synthesizer": synthesizer.resolved_config().to_dict(),
-        "base_class": type(model).__name__,
-        "base_config": base_config,
-    }
-    (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
-    return path
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -119,7 +90,7 @@ def _checked_config(path: Path) -> dict[str, Any]:
 
 def _synthesizer_config(config: dict[str, Any]) -> SynthesizerConfig:
     options = {k: v for k, v in config["synthesizer"].items() if k != "name"}
-    return SynthesizerConfig(**options)
+    return get_method_config("synthesizer", **options)
 
 
 def load_synthesized(path: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:

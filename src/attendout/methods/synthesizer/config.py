@@ -9,6 +9,8 @@ from ...attention import AttentionMethod
 from ...limits import LimitError
 from ..base import MethodConfig, TrainingStrategy, layers_field, register_method
 from .layer import RANDOM_VARIANTS, VARIANTS, base_variant, is_mixture
+from .method import Synthesizer
+from .training import SynthesizerStrategy
 
 __all__ = ["INITS", "SynthesizerConfig"]
 
@@ -108,11 +110,7 @@ class SynthesizerConfig(MethodConfig):
             )
 
     def build(self) -> AttentionMethod:
-        from .method import Synthesizer
-
         return Synthesizer(self)
 
     def training_strategy(self) -> TrainingStrategy:
-        from .training import SynthesizerStrategy
-
         return SynthesizerStrategy(self)

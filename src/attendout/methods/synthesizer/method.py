@@ -1,4 +1,5 @@
-"""Synthesizer attention through the attendout hook: :func:`synthesize` and the method behind it.
+"""Synthesizer attention through the attendout hook: :func:`synthesize`, the method behind it, and
+:func:`save_synthesized`, which writes a synthesized model in the form :mod:`.checkpoint` reads back.
 
 The method keeps each layer's value and output projections and replaces (or, for '+dot' mixtures,
 joins) the query-key scores through :meth:`AttentionMethod.transform_scores`; the hook then masks
@@ -22,18 +23,34 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+from safetensors.torch import save_model as save_safetensors_model
 from torch import nn
 
 from ...attention import AttentionCall, AttentionMethod, Controller, get_controller
-from ..base import apply
-from .config import SynthesizerConfig
+from ...version import __version__
+from ..base import apply, get_method_config
 from .layer import SynthesizerLayer, is_mixture
 
-__all__ = ["MODULE_NAME", "SequenceTooLongError", "Synthesizer", "get_synthesizer", "synthesize"]
+if TYPE_CHECKING:
+    from .config import SynthesizerConfig
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MODEL_TYPE",
+    "MODULE_NAME",
+    "WEIGHTS_NAME",
+    "SequenceTooLongError",
+    "Synthesizer",
+    "get_synthesizer",
+    "save_synthesized",
+    "synthesize",
+]
 
 #: The attribute of the model that holds the synthesizer parameters.
 MODULE_NAME = "attendout_synthesizer"
@@ -46,8 +63,6 @@ class SequenceTooLongError(ValueError):
 def _save_pretrained(model: nn.Module, save_directory: str | Path, **kwargs: Any) -> None:
     """``save_pretrained`` of a synthesized model: writes attendout's synthesized form, never a plain
     checkpoint that `transformers` would load without the synthesizer."""
-    from .checkpoint import save_synthesized
-
     if kwargs:
         raise ValueError(
             f"a synthesized model is saved in attendout's form (attendout.save_synthesized); "
@@ -243,7 +258,8 @@ def synthesize(
 
     >>> model = attendout.synthesize(model, "dense+dot", layers=[4, 5], max_length=128)
     """
-    config = SynthesizerConfig(
+    config = get_method_config(
+        "synthesizer",
         variant=variant,
         layers=layers,
         l_max=max_length,
@@ -254,3 +270,45 @@ def synthesize(
     )
     apply(model, config)
     return model
+
+
+# the saved form (read back by :mod:`.checkpoint`) ------------------------------------------------
+
+MODEL_TYPE = "attendout-synthesizer"
+ARCHITECTURE = "AttendoutSynthesizedModel"
+WEIGHTS_NAME = "synthesized.safetensors"
+FORMAT_VERSION = 1
+_NOTE = (
+    "Saved by attendout: a transformers model whose self-attention was replaced or mixed with "
+    "Synthesizer attention. Load it with attendout.load_synthesized(path) (or attendout.load_model); "
+    "plain transformers cannot run it."
+)
+
+
+def save_synthesized(model: nn.Module, path: str | os.PathLike, tokenizer: Any = None) -> Path:
+    """Save a synthesized ``model`` (and ``tokenizer``) in the folder ``path``; returns the path."""
+    synthesizer = get_synthesizer(model)
+    if synthesizer is None:
+        raise ValueError(
+            f"{type(model).__name__} is not synthesized; save it with save_pretrained (a plain checkpoint)"
+        )
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_safetensors_model(model, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    base_config = model.config.to_dict()
+    for private in [k for k in base_config if k.startswith("_attn_implementation")]:
+        base_config.pop(private)
+    config = {
+        "model_type": MODEL_TYPE,
+        "architectures": [ARCHITECTURE],
+        "attendout_format": FORMAT_VERSION,
+        "note": _NOTE,
+        "attendout_version": __version__,
+        "synthesizer": synthesizer.resolved_config().to_dict(),
+        "base_class": type(model).__name__,
+        "base_config": base_config,
+    }
+    (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
+    return path

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from ...optim import param_groups
 from ...rundir import save_model_atomic
 from ..base import TrainingStrategy, apply
-from .checkpoint import load_synthesized_weights, save_synthesized
-from .config import SynthesizerConfig
-from .method import MODULE_NAME
+from .checkpoint import load_synthesized_weights
+from .method import MODULE_NAME, save_synthesized
+
+if TYPE_CHECKING:
+    from .config import SynthesizerConfig
 
 __all__ = ["SynthesizerStrategy"]
 
