@@ -424,14 +424,17 @@ def test_advise_end_to_end_writes_its_answer_and_a_rerun_trains_nothing(tiny_run
 
 def test_the_confirmation_reuses_finished_runs_of_the_same_configuration(tiny_run):
     first = tiny_run["tmp"] / "first"
-    advise(tiny_study(tiny_run, first, until="confirm"))
+    mine = advise(tiny_study(tiny_run, first, until="confirm"))
     second = tiny_run["tmp"] / "second"  # another study of the same recipe: its none runs are the first's
-    advise(tiny_study(tiny_run, second, until="confirm", reuse_runs=str(first / "confirm")))
+    theirs = advise(tiny_study(tiny_run, second, until="confirm", reuse_runs=str(first / "confirm")))
     for seed in (1, 2):
         record = json.loads(next((second / "confirm").rglob(f"none/seed-{seed}/cell.json")).read_text())
         assert record["reused_from"].startswith(str(first / "confirm"))
         original = next((first / "confirm").rglob(f"none/seed-{seed}/results.json")).read_text()
         assert next((second / "confirm").rglob(f"none/seed-{seed}/results.json")).read_text() == original
+    # a copied run was timed elsewhere: no time ratio against it (the first study timed its own runs)
+    assert all(r.cost is not None and r.cost > 0 for r in mine.confirmation.rows)
+    assert theirs.confirmation.rows and all(r.cost is None for r in theirs.confirmation.rows)
 
 
 def test_a_rerun_with_another_recipe_is_refused(tiny_run):

@@ -118,7 +118,9 @@ def advice_markdown(
         f"Δ: mean paired difference against none (same seed). p: paired t-test over seeds; p_Holm: Holm over "
         f"the {len(c.rows)} methods. Smallest true Δ detected with 80% power: {_pts(c.detectable, False)} at "
         f"Holm's strictest level, {_pts(c.detectable_alpha, False)} for a single comparison. Time: a method's "
-        "mean wall time per run over none's (same steps, same machine).",
+        "mean wall time per run over none's (same steps, same machine), of the runs trained for this "
+        "confirmation: runs copied in by --reuse-runs were timed elsewhere, so a method (or none) whose runs "
+        "were all copied has no ratio (–).",
         "",
         "## Search (validation split carved from train; the settings were chosen on these scores)",
         "",

@@ -53,7 +53,7 @@ class ConfirmRow:
     t_high: float
     boot_low: float | None  # 95% bootstrap interval over the split's examples
     boot_high: float | None
-    cost: float | None  # wall time per cell / none's
+    cost: float | None  # wall time per cell / none's (runs trained here only; None if either has none)
 
 
 @dataclass
@@ -251,11 +251,13 @@ def read_confirmation(
 
 
 def _walls(table: ComparisonTable) -> dict[str, float]:
-    """Mean wall time of a method's finished cells (its record's wall_time_s), per method id."""
+    """Mean wall time of a method's finished cells (its record's wall_time_s), per method id: of the runs
+    trained for this confirmation only, since one copied in by ``--reuse-runs`` was timed at another
+    time, perhaps on another machine (a method whose runs were all copied has no entry)."""
     by_method: dict[str, list[float]] = {}
     for run in table.runs.values():
         wall = run.record.get("wall_time_s")
-        if isinstance(wall, (int, float)):
+        if isinstance(wall, (int, float)) and "reused_from" not in run.record:
             by_method.setdefault(run.cell.method.id, []).append(float(wall))
     return {m: sum(v) / len(v) for m, v in by_method.items()}
 
