@@ -12,9 +12,8 @@ nondeterministic kernels may make the continuation differ slightly).
 
 The loop's parts live beside it: the configuration in :mod:`attendout.config`, the device, process
 group and precision in :mod:`attendout.devices`, the run directory's checks and the checkpoint a
-resume reads in :mod:`attendout.checkpoints`, the files written whole in :mod:`attendout.rundir`.
-The names other modules imported from here before they moved there are still importable from here
-(the imports "as" themselves).
+resume reads in :mod:`attendout.checkpoints`, the files written whole in :mod:`attendout.rundir`;
+names imported from here before they moved are still importable here (the imports "as" themselves).
 """
 
 from __future__ import annotations
@@ -412,12 +411,13 @@ class Trainer:
         if self._checkpointed_at != self.state.step:
             self.save_checkpoint()
         self.distributed.barrier()  # the main process has written it
+        self._bar.close()  # the progress bar's last line before the stop's
         raise Stopped(signum, self.out / CHECKPOINT_DIR, self.state.step, self.total_steps)
 
     def _fit(self) -> dict[str, Any]:
         c = self.config
         self._started = time.time()
-        bar = tqdm(
+        bar = self._bar = tqdm(
             total=self.total_steps,
             initial=self.state.step,
             desc=f"{c.task} {c.method}",
