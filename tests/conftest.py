@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 import torch
@@ -25,6 +26,21 @@ import attendout
 # test-matrix` sets ATTENDOUT_TEST_THREADS to run the suite with other thread counts too (the split of
 # a reduction over threads changes its rounding, which every cross-computation comparison must absorb).
 torch.set_num_threads(int(os.environ.get("ATTENDOUT_TEST_THREADS", "1")))
+
+
+@pytest.fixture(autouse=True)
+def python_signal_defaults():
+    """Each test starts with Python's own SIGINT and SIGTERM handling, whatever pytest inherited.
+
+    (A shell that starts pytest in the background without job control leaves SIGINT ignored, and an
+    ignored signal is inherited by every subprocess a test starts: the stop tests would wait in vain.)
+    """
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

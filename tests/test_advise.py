@@ -296,6 +296,74 @@ def test_a_trial_left_running_by_a_dead_process_is_queued_again(tmp_path):
     assert queued[0].user_attrs["resume_dir"] == str(tmp_path / "t")
 
 
+def _running_elsewhere(plan, tmp_path):
+    """A trial of ``plan``'s one method left RUNNING by another live process (a child that sleeps)."""
+    storage = search_mod.open_storage(plan.storage)
+    study = search_mod._study(plan, storage, plan.methods[0])
+    trial, options = search_mod._ask(plan, study, plan.methods[0])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    for key, value in {
+        "host": search_mod.this_host(),
+        "pid": other.pid,
+        "pid_start": search_mod.process_start_time(other.pid),
+        "heartbeat": 0.0,
+        "run_dir": str(tmp_path / "elsewhere"),
+    }.items():
+        trial.set_user_attr(key, value)
+    return study, trial, options, other
+
+
+def _then(monkeypatch, action):
+    """Run ``action`` as the search looks at the running trials the second time (it waited once)."""
+    looks = []
+    real = search_mod._running
+
+    def running(studies, stale_after):
+        looks.append(1)
+        if len(looks) == 2:
+            action()
+        return real(studies, stale_after)
+
+    monkeypatch.setattr(search_mod, "_running", running)
+    return looks
+
+
+def test_a_process_with_no_trial_left_waits_for_those_others_run_and_takes_their_best(tmp_path, monkeypatch):
+    """Two processes share a study: the one that finds every trial taken must not confirm before the
+    other's trial ends, or the two would confirm different settings."""
+    calls: list = []
+    monkeypatch.setattr(search_mod, "finetune", fake_finetune(peaked, calls))
+    lines: list[str] = []
+    plan = plan_for(tmp_path, methods=("scores-dropout",), trials=1, poll=0.01, echo=lines.append)
+    study, trial, _, other = _running_elsewhere(plan, tmp_path)
+    try:
+        looks = _then(monkeypatch, lambda: study.tell(trial, 0.97))
+        results = run_search(plan)
+    finally:
+        other.kill()
+        other.wait()
+    assert len(looks) >= 2 and calls == []  # it waited; the budget (1 trial) was the other's: no training
+    assert lines == [
+        "search: waiting for scores-dropout trial 0 running in another process before confirming"
+    ]
+    best = results["scores-dropout"]
+    assert best.trial == trial.number and best.value == 0.97  # read after the other trial finished
+
+
+def test_a_waiting_process_takes_over_the_trial_of_one_that_dies(tmp_path, monkeypatch):
+    """The other process dies while this one waits, between the pass that counted its trial as running
+    and the next look: its trial is queued again and run here, with its options, in its folder."""
+    calls: list = []
+    monkeypatch.setattr(search_mod, "finetune", fake_finetune(peaked, calls))
+    plan = plan_for(tmp_path, methods=("scores-dropout",), trials=1, poll=0.01)
+    study, trial, options, other = _running_elsewhere(plan, tmp_path)
+    _then(monkeypatch, lambda: (other.kill(), other.wait()))
+    results = run_search(plan)
+    assert len(calls) == 1
+    assert calls[0].method_options == options and calls[0].output_dir == str(tmp_path / "elsewhere")
+    assert results["scores-dropout"].finished == 1
+
+
 def test_two_processes_on_one_study_draw_different_settings(tmp_path):
     plan = plan_for(tmp_path, methods=("addrop",))
     storage = search_mod.open_storage(plan.storage)

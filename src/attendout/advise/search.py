@@ -12,7 +12,9 @@ Methods take turns, one trial each, so a time budget (``hours``: the summed time
 trials of every method, over every invocation) cuts them evenly. Resuming is rerunning: finished and
 pruned trials count; a trial whose process died (Ctrl-C, SIGTERM, a kill, a lost machine) is marked
 failed and queued again with the same options, and its run folder's checkpoint (one per epoch) lets
-the new trial go on where it stopped.
+the new trial go on where it stopped. A process that finds every trial taken waits for the ones other
+processes still run (or reclaims them if their process dies), so that every process confirms the same
+best settings.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class SearchPlan:
     search_seed: int = 0
     fixed_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> options not searched
     stale_after: float = 900.0
+    poll: float = 30.0  # seconds between looks at trials other processes run, once this one has none left
     progress: bool = True
     echo: Callable[[str], None] = print
 
@@ -212,8 +215,9 @@ def _requeue(study: Any, params: dict[str, Any], run_dir: str | None) -> None:
     study.enqueue_trial(params, user_attrs={"resume_dir": run_dir} if run_dir else None, skip_if_exists=False)
 
 
-def _counted(study: Any, stale_after: float) -> int:
-    """Trials that use up the budget: finished, pruned, failed with an error, running (here or elsewhere).
+def _counted(study: Any, stale_after: float, *, running: bool = True) -> int:
+    """Trials that use up the budget: finished, pruned, failed with an error, running (here or elsewhere;
+    left out with ``running=False``).
 
     (A queued trial does not count until it runs: ``study.ask`` takes queued trials first.)
     """
@@ -225,9 +229,22 @@ def _counted(study: Any, stale_after: float) -> int:
             count += 1
         elif t.state == TrialState.FAIL and "error" in t.user_attrs:
             count += 1
-        elif t.state == TrialState.RUNNING and _alive(t.user_attrs, stale_after):
+        elif running and t.state == TrialState.RUNNING and _alive(t.user_attrs, stale_after):
             count += 1
     return count
+
+
+def _running(studies: dict[str, Any], stale_after: float) -> str:
+    """The trials still running in a live process, named (``"attendout trial 7"``), or "" if none."""
+    from optuna.trial import TrialState
+
+    names = [
+        f"{method} trial {t.number}"
+        for method, study in studies.items()
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if _alive(t.user_attrs, stale_after)
+    ]
+    return ", ".join(names)
 
 
 def _spent(studies: dict[str, Any]) -> float:
@@ -258,23 +275,41 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
         disable=not plan.progress,
         dynamic_ncols=True,
     )
+    waiting = spent = False
     try:
         while True:
             ran = False
             for method, study in studies.items():
-                if _counted(study, plan.stale_after) >= plan.trials_of(method):
+                reclaim_stale(study, storage, plan.stale_after, plan.echo)  # before counting: take it over
+                if spent or _counted(study, plan.stale_after) >= plan.trials_of(method):
                     continue
                 if plan.hours is not None and _spent(studies) >= plan.hours * 3600:
                     plan.echo(
                         f"search: the time budget ({plan.hours:g} h of trials) is spent; "
                         "rerun with a larger --hours to go on"
                     )
-                    return search_results(plan)
+                    spent = True
+                    continue
                 _run_trial(plan, storage, study, method)
                 bar.update(1)
                 ran = True
-            if not ran:
-                break
+            if ran:
+                continue
+            # every trial is taken; the ones other processes still run may change a method's best, and
+            # every process must confirm the same settings: wait for them (a dead one's trial comes back)
+            running = _running(studies, plan.stale_after)
+            if not running:
+                if spent or all(
+                    _counted(s, plan.stale_after, running=False) >= plan.trials_of(m)
+                    for m, s in studies.items()
+                ):
+                    break
+                continue  # a trial counted in the pass ended without a result since (its process died)
+            if not waiting:
+                plan.echo(f"search: waiting for {running} running in another process before confirming")
+                waiting = True
+            time.sleep(plan.poll)
+            raise_if_stopped()
     finally:
         bar.close()
     return search_results(plan)
