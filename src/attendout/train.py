@@ -411,59 +411,57 @@ class Trainer:
         if self._checkpointed_at != self.state.step:
             self.save_checkpoint()
         self.distributed.barrier()  # the main process has written it
-        self._bar.close()  # the progress bar's last line before the stop's
         raise Stopped(signum, self.out / CHECKPOINT_DIR, self.state.step, self.total_steps)
 
     def _fit(self) -> dict[str, Any]:
         c = self.config
         self._started = time.time()
-        bar = self._bar = tqdm(
+        with tqdm(  # closed before a stop's line or an error is printed
             total=self.total_steps,
             initial=self.state.step,
             desc=f"{c.task} {c.method}",
             disable=not c.progress or not self.is_main,
             dynamic_ncols=True,
-        )
-        running = self._running
-        while self.state.step < self.total_steps and not self.stopped_early:
-            order = torch.Generator().manual_seed(c.data_seed * 100_003 + self.state.epoch)
-            done = self.state.step - self.state.epoch * self.steps_per_epoch  # batches of this epoch (resume)
-            for batch in self.train_set.batches(c.batch_size, order, skip=done):
-                self.strategy.set_progress(self.state.step / self.total_steps)
-                lr = self.scheduler.get_last_lr()[0]
-                running.append(self.train_step(batch))
-                self.state.step += 1
-                bar.update(1)
-                if self.state.step % c.log_steps == 0 or self.state.step == self.total_steps:
-                    loss = torch.stack(running).mean().item()
-                    running.clear()
-                    bar.set_postfix(loss=f"{loss:.4f}")
-                    self.log(
-                        {
-                            "step": self.state.step,
-                            "epoch": self.epoch_progress,
-                            "loss": loss,
-                            "lr": lr,
-                            **self.strategy.stats(),
-                        }
-                    )
-                if c.eval_steps and self.state.step % c.eval_steps == 0:
-                    self.validate()
-                if (
-                    c.checkpoint_steps
-                    and self.state.step % c.checkpoint_steps == 0
-                    and self._checkpointed_at != self.state.step
-                ):
-                    self.save_checkpoint()
-                if self.state.step >= self.total_steps or self.stopped_early:
-                    break
+        ) as bar:
+            running = self._running
+            while self.state.step < self.total_steps and not self.stopped_early:
+                order = torch.Generator().manual_seed(c.data_seed * 100_003 + self.state.epoch)
+                done = self.state.step - self.state.epoch * self.steps_per_epoch  # this epoch's (resume)
+                for batch in self.train_set.batches(c.batch_size, order, skip=done):
+                    self.strategy.set_progress(self.state.step / self.total_steps)
+                    lr = self.scheduler.get_last_lr()[0]
+                    running.append(self.train_step(batch))
+                    self.state.step += 1
+                    bar.update(1)
+                    if self.state.step % c.log_steps == 0 or self.state.step == self.total_steps:
+                        loss = torch.stack(running).mean().item()
+                        running.clear()
+                        bar.set_postfix(loss=f"{loss:.4f}")
+                        self.log(
+                            {
+                                "step": self.state.step,
+                                "epoch": self.epoch_progress,
+                                "loss": loss,
+                                "lr": lr,
+                                **self.strategy.stats(),
+                            }
+                        )
+                    if c.eval_steps and self.state.step % c.eval_steps == 0:
+                        self.validate()
+                    if (
+                        c.checkpoint_steps
+                        and self.state.step % c.checkpoint_steps == 0
+                        and self._checkpointed_at != self.state.step
+                    ):
+                        self.save_checkpoint()
+                    if self.state.step >= self.total_steps or self.stopped_early:
+                        break
+                    self.stop_if_requested()
+                else:  # a full pass over the training set
+                    self.state.epoch += 1
+                    if self.state.validated_at != self.state.step:  # not just validated by eval_steps
+                        self.validate()
                 self.stop_if_requested()
-            else:  # a full pass over the training set
-                self.state.epoch += 1
-                if self.state.validated_at != self.state.step:  # not just validated by eval_steps
-                    self.validate()
-            self.stop_if_requested()
-        bar.close()
         if self.state.validated_at != self.state.step:
             self.validate()  # the end of a partial epoch
         self.stop_if_requested()

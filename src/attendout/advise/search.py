@@ -263,8 +263,6 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
 
     storage = open_storage(plan.storage)
     studies = {m: _study(plan, storage, m) for m in plan.methods}
-    for study in studies.values():
-        reclaim_stale(study, storage, plan.stale_after, plan.echo)
     total = sum(plan.trials_of(m) for m in plan.methods)
     done = sum(min(_counted(s, plan.stale_after), plan.trials_of(m)) for m, s in studies.items())
     bar = tqdm(
