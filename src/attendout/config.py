@@ -166,6 +166,42 @@ class TrainConfig:
         default=None,
         metadata={"help": "sliding windows: pieces of overlap between windows (default max_length / 4)"},
     )
+    # generation tasks (lm, seq2seq)
+    block_size: int | None = field(
+        default=None,
+        metadata={"help": "lm: tokens per block of the packed text stream (default max_length)"},
+    )
+    source_column: str | None = field(
+        default=None, metadata={"help": "seq2seq files: the source text column (default 'source')"}
+    )
+    target_column: str | None = field(
+        default=None, metadata={"help": "seq2seq files: the target text column (default 'target')"}
+    )
+    metrics: str | None = field(
+        default=None,
+        metadata={
+            "help": "comma-separated metrics replacing the task's, the first the main one (e.g. "
+            "rouge1,rouge2,rougeL for summarization)"
+        },
+    )
+    init: str = field(
+        default="pretrained",
+        metadata={
+            "help": "generation tasks: 'pretrained' weights of --model, or 'scratch': random weights of the "
+            "architecture --model names (gpt2, llama, qwen2, mistral; t5) at --layers/--hidden/--heads, or of "
+            "a config.json; the tokenizer is a byte-level BPE of --vocab-size trained on the training split"
+        },
+    )
+    layers: int = field(default=2, metadata={"help": "--init scratch: layers (per stack of an encoder-decoder)"})
+    hidden: int = field(default=128, metadata={"help": "--init scratch: hidden size (feed-forward 4x)"})
+    heads: int = field(default=4, metadata={"help": "--init scratch: attention heads"})
+    vocab_size: int = field(default=8000, metadata={"help": "--init scratch: BPE vocabulary size"})
+    num_beams: int = field(
+        default=1, metadata={"help": "seq2seq: beams of the decoding the metrics score (1 = greedy)"}
+    )
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "seq2seq: longest output decoded (default max_length)"}
+    )
     # optimisation
     epochs: float = field(default=3.0, metadata={"help": "training epochs (ignored when max_steps is set)"})
     max_steps: int | None = field(default=None, metadata={"help": "training steps (overrides epochs)"})
@@ -275,6 +311,23 @@ class TrainConfig:
         for ok, name, value, rule in checks:
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {value!r}")
+        checks = [
+            (self.block_size is None or self.block_size >= 2, "block_size", self.block_size, "at least 2"),
+            (self.init in ("pretrained", "scratch"), "init", self.init, "'pretrained' or 'scratch'"),
+            (self.num_beams >= 1, "num_beams", self.num_beams, "at least 1"),
+            (self.max_new_tokens is None or self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "at least 1"),
+        ]
+        for ok, name, value, rule in checks:
+            if not ok:
+                raise ValueError(f"{name} must be {rule}, got {value!r}")
+        if self.init == "scratch":
+            from .generation.models import ScratchSize
+
+            ScratchSize(self.layers, self.hidden, self.heads, self.vocab_size)  # its own checks
+        if (self.source_column is None) != (self.target_column is None):
+            raise ValueError("source_column and target_column go together (a seq2seq file's two text columns)")
+        if self.source_column is not None and self.text_columns:
+            raise ValueError("give either text_columns or source_column/target_column, not both")
         kinds = {"classification": "classification", "regression": "regression"}
         kinds.update(token="token_classification", token_classification="token_classification")
         if self.label_kind is not None:
@@ -304,7 +357,10 @@ class TrainConfig:
             hub=self.hub,
             train_file=self.train_file,
             eval_files=self.eval_files,
-            text_columns=self.text_columns,
+            text_columns=(
+                [self.source_column, self.target_column] if self.source_column is not None else self.text_columns
+            ),
+            metrics=None if self.metrics is None else [m.strip() for m in self.metrics.split(",") if m.strip()],
             label_column=self.label_column,
             kind=self.label_kind,
             drop_bad_rows=self.drop_bad_rows,

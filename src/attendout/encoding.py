@@ -39,7 +39,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .tasks import MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, Examples
+from .generation.encoding import GenerationOptions, LMEncoded, Seq2SeqEncoded
+from .tasks import LM, MULTIPLE_CHOICE, REGRESSION, SEQ2SEQ, TOKEN_CLASSIFICATION, Examples
 
 __all__ = [
     "TRUNCATIONS",
@@ -354,9 +355,21 @@ def encode(
     max_length: int,
     truncation: str = "auto",
     stride: int | None = None,
+    *,
+    block_size: int | None = None,
+    generation: GenerationOptions | None = None,
 ) -> Encoded:
-    """``examples`` of ``task`` encoded for its kind (see the module docstring)."""
-    if task.kind in (TOKEN_CLASSIFICATION, MULTIPLE_CHOICE) and truncation not in ("auto", "head"):
+    """``examples`` of ``task`` encoded for its kind (see the module docstring).
+
+    Generation kinds (:mod:`attendout.generation.encoding`): ``lm`` cuts the documents into blocks of
+    ``block_size`` tokens (default ``max_length``); ``seq2seq`` generates with ``generation``
+    (:class:`~attendout.generation.encoding.GenerationOptions`) when predicting.
+    """
+    if task.kind == LM:
+        return LMEncoded(examples, tokenizer, block_size or max_length)
+    if task.kind == SEQ2SEQ:
+        return Seq2SeqEncoded(examples, tokenizer, max_length, generation)
+    if task.kind in (TOKEN_CLASSIFICATION, MULTIPLE_CHOICE, LM, SEQ2SEQ) and truncation not in ("auto", "head"):
         raise ValueError(
             f"truncation {truncation!r} is for long texts of sequence classification and regression; task "
             f"{task.name!r} is {task.kind}, whose inputs are cut at max_length (truncation 'auto' or 'head')"
@@ -411,6 +424,8 @@ def predict_batches(
     unlabelled data. ``progress`` shows a bar of the batches (on stderr). ``regression`` is read from
     ``data`` and kept for callers that pass it.
     """
+    if hasattr(data, "predict"):  # the generation kinds predict in their own way (no logits are kept)
+        return data.predict(model, batch_size, device, autocast_dtype, progress)
     model.eval()
     logits_out, losses = [], []
     batches = data.batches(batch_size)

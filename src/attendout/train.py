@@ -79,7 +79,8 @@ from .rundir import (
     write_json_atomic,
 )
 from .rundir import CHECKPOINT_FILE as CHECKPOINT_FILE
-from .tasks import Examples, Task, compute_metrics
+from .generation import GenerationOptions, ScratchSize, load_for_generation
+from .tasks import LM, SEQ2SEQ, Examples, Task, better, compute_metrics, is_generation
 
 logger = logging.getLogger(__name__)
 
@@ -126,9 +127,24 @@ class Trainer:
         )
 
         set_seed(config.seed)  # the head's initialisation depends on the model seed only
-        self.model, self.tokenizer, self.model_description = load_for_task(
-            config.model, task, ignore_mismatched_head=config.ignore_mismatched_head
-        )
+        if is_generation(task.kind):
+            self.model, self.tokenizer, self.model_description = load_for_generation(
+                config.model,
+                task,
+                init=config.init,
+                size=ScratchSize(config.layers, config.hidden, config.heads, config.vocab_size),
+                positions=max(config.max_length, config.block_size or 0),
+                train=self.train_examples,
+            )
+        elif config.init != "pretrained":
+            raise ValueError(
+                f"init {config.init!r} is for the generation tasks (lm, seq2seq); task {task.name!r} is "
+                f"{task.kind}: fine-tune a pretrained encoder"
+            )
+        else:
+            self.model, self.tokenizer, self.model_description = load_for_task(
+                config.model, task, ignore_mismatched_head=config.ignore_mismatched_head
+            )
         self.model.to(self.device)
         self.method_config = config.method_config()
         # the model's and the method's limits, before anything is encoded or trained
@@ -184,7 +200,17 @@ class Trainer:
     def encode(self, examples: Examples) -> Encoded:
         """``examples`` tokenised for the task's kind with this run's length and truncation."""
         c = self.config
-        return encode(examples, self.task, self.tokenizer, c.max_length, c.truncation, c.window_stride)
+        generation = GenerationOptions(c.num_beams, c.max_new_tokens or c.max_length)
+        return encode(
+            examples,
+            self.task,
+            self.tokenizer,
+            c.max_length,
+            c.truncation,
+            c.window_stride,
+            block_size=c.block_size,
+            generation=generation,
+        )
 
     def sizes(self) -> dict[str, int]:
         """Examples per split (documents, not windows; sentences, not words)."""
@@ -477,14 +503,17 @@ class Trainer:
     def evaluate(self, data: Encoded) -> tuple[dict[str, float], Any, Any]:
         preds, scores, loss = self.predict(data)
         metrics = compute_metrics(self.task, preds, data.gold)
-        return {**metrics, "loss": loss}, preds, scores
+        counts = data.counts() if hasattr(data, "counts") else {}  # what a generation metric is over
+        return {**metrics, "loss": loss, **counts}, preds, scores
 
     def validate(self) -> dict[str, float]:
         """Score the validation split; keep the model if it is the best so far."""
         metrics, _, _ = self.evaluate(self.validation_set)
         self.state.validated_at = self.state.step
         main = self.task.metrics[0]
-        improved = metrics[main] > self.state.best_score
+        value = metrics[main]  # better in its own direction (perplexity: lower)
+        first = self.state.best_step is None
+        improved = not math.isnan(value) if first else better(main, value, self.state.best_score)
         self.state.evals_since_best = 0 if improved else self.state.evals_since_best + 1
         if improved:
             self.state.best_score = metrics[main]
@@ -580,11 +609,13 @@ class Trainer:
         return results
 
     def _write_predictions(self, split: str, preds: Any, scores: Any, labels: Any) -> None:
-        if not self.is_main:
+        if not self.is_main or self.task.kind == LM:  # a language model's "predictions" are its scores
             return
+        if scores is None:  # seq2seq: the decoded outputs beside their references
+            scores = [None] * len(preds)
         path = self.out / "predictions" / f"{split}.jsonl"
         # token tasks: a probability per word would triple the file; `attendout predict` gives them
-        with_scores = self.task.kind != "token_classification"
+        with_scores = self.task.kind not in ("token_classification", SEQ2SEQ)
         with self._writing(str(path)):
             write_split_predictions(path, preds, scores, labels, with_scores)
 

@@ -13,7 +13,9 @@ GLUE folder or the hub, ``rotten-tomatoes`` (offline), and ``file`` (any CSV/TSV
 or CoNLL-style token files); token classification ``conll2003`` and ``ptb-pos``
 (:mod:`~attendout.tasks.tokens`); multiple choice ``arc-easy``, ``arc-challenge`` and ``swag``
 (:mod:`~attendout.tasks.choice`); long documents ``movie-reviews`` and ``imdb``
-(:mod:`~attendout.tasks.documents`).
+(:mod:`~attendout.tasks.documents`); generation: language modelling ``lm``, ``movie-reviews-lm``,
+``wikitext-2`` and sequence to sequence ``seq2seq``, ``multi30k``, ``wmt16-en-ro``
+(:mod:`~attendout.tasks.generation`).
 Every bad input raises :class:`DataError` with a one-line message.
 """
 
@@ -25,6 +27,8 @@ from . import documents as documents
 from . import glue as glue
 from . import rotten_tomatoes as rotten_tomatoes
 from . import tokens as tokens
+from . import textmetrics as textmetrics
+from . import generation as generation
 from .checks import check_training_splits
 from .core import (
     CLASSIFICATION,
@@ -62,6 +66,8 @@ from .metrics import (
     spearman,
     token_accuracy,
 )
+from .generation import LM, SEQ2SEQ, Seq2SeqExamples, is_generation
+from .metrics import LOWER_IS_BETTER, better, higher_is_better
 from .tokens import iob1_to_iob2, read_conll
 
 DEFAULT_TASK = "rotten-tomatoes"
@@ -70,9 +76,12 @@ __all__ = [
     "CLASSIFICATION",
     "DEFAULT_TASK",
     "FILE_TASK",
+    "LM",
+    "LOWER_IS_BETTER",
     "METRICS",
     "MULTIPLE_CHOICE",
     "REGRESSION",
+    "SEQ2SEQ",
     "TOKEN_CLASSIFICATION",
     "ChoiceExamples",
     "DataError",
@@ -80,9 +89,11 @@ __all__ = [
     "LoadOptions",
     "Task",
     "TaskData",
+    "Seq2SeqExamples",
     "TaskLoader",
     "TokenExamples",
     "accuracy",
+    "better",
     "carve_validation",
     "check_training_splits",
     "compute_metrics",
@@ -91,7 +102,9 @@ __all__ = [
     "entity_recall",
     "f1",
     "get_task",
+    "higher_is_better",
     "iob1_to_iob2",
+    "is_generation",
     "known_kinds",
     "list_tasks",
     "load_task_data",

@@ -32,6 +32,9 @@ def input_key(examples: Examples, i: int) -> Hashable:
         return examples.text_a[i], tuple((examples.choices or [])[i])
     if isinstance(examples, TokenExamples):
         return tuple((examples.words or [])[i])
+    targets = getattr(examples, "targets", None)  # seq2seq: the source is what the model reads
+    if targets is not None:
+        return examples.text_a[i], None
     return examples.text_a[i], None if examples.text_b is None else examples.text_b[i]
 
 
@@ -71,7 +74,8 @@ def check_training_splits(
     so that a ``max_train_samples`` subsample missing a rare class is not an error); ``train`` and
     ``evaluation`` are the splits the run trains and evaluates on (after carving and subsampling).
     """
-    if not isinstance(data.train, ChoiceExamples):  # an answer is an option index, not a class
+    # an answer is an option index, not a class; generation examples have texts, not labels
+    if not isinstance(data.train, ChoiceExamples) and data.train.labels is not None:
         tokens = isinstance(data.train, TokenExamples)
         known = _classes(data.train.labels, tokens)
         for name, examples in data.eval_splits.items():

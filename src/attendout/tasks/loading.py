@@ -461,6 +461,8 @@ def load_task_data(
         token_column=token_column,
         tag_column=tag_column,
     )
+    if resolved.kind in GENERATION_KINDS:  # their loaders read files, columns and metrics themselves
+        return _load_generation(resolved, options)
     if train_file is not None or eval_files is not None or resolved.name == FILE_TASK.name:
         return load_files(resolved, options)
     file_only = {
@@ -482,6 +484,28 @@ def load_task_data(
             f"task {resolved.name!r} is {resolved.kind}; kind={kind!r} applies to the 'file' task only"
         )
     loaded, data = get_loader(resolved.name)(resolved, options)
+    if options.metrics:
+        loaded = replace(loaded, metrics=options.metrics)
+    return loaded, data
+
+
+GENERATION_KINDS = ("lm", "seq2seq")
+
+
+def _load_generation(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
+    """A language-modelling or seq2seq task: ``lm`` and ``seq2seq`` read files; the built-in ones their source."""
+    is_file_task = task.name in GENERATION_KINDS
+    if not is_file_task and (options.train_file or options.eval_files or options.text_columns):
+        raise DataError(
+            f"task {task.name!r} reads its own data; for your files use task {task.kind!r} "
+            "(--train-file, --eval-file)"
+        )
+    given = {"label_column": options.label_column, "label_names": options.label_names, "kind": options.kind}
+    given.update(group_column=options.group_column, token_column=options.token_column, tag_column=options.tag_column)
+    extra = [name for name, value in given.items() if value is not None and not (name == "kind" and value == task.kind)]
+    if extra:
+        raise DataError(f"{extra[0]}= does not apply to task {task.name!r} ({task.kind}: text, no labels)")
+    loaded, data = get_loader(task.name)(task, options)
     if options.metrics:
         loaded = replace(loaded, metrics=options.metrics)
     return loaded, data

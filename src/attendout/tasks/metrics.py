@@ -28,13 +28,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METRICS",
+    "LOWER_IS_BETTER",
     "accuracy",
+    "better",
     "compute_metrics",
     "entities",
     "entity_f1",
     "entity_precision",
     "entity_recall",
     "f1",
+    "higher_is_better",
     "mcc",
     "pearson",
     "register_metric",
@@ -273,6 +276,21 @@ METRICS: dict[str, Metric] = {
     "entity_recall": entity_recall,
     "token_accuracy": token_accuracy,
 }
+
+
+#: Metrics where a lower value is better; every other metric is better higher. Model selection, tables,
+#: tests and ``advise`` read the direction from :func:`higher_is_better`.
+LOWER_IS_BETTER: set[str] = {"perplexity", "loss"}
+
+
+def higher_is_better(name: str) -> bool:
+    """Whether a higher value of metric ``name`` is better (False for perplexity and the loss)."""
+    return name not in LOWER_IS_BETTER
+
+
+def better(name: str, value: float, than: float) -> bool:
+    """Whether ``value`` of metric ``name`` is strictly better than ``than`` (in the metric's direction)."""
+    return value > than if higher_is_better(name) else value < than
 
 
 def register_metric(name: str, metric: Metric) -> None:

@@ -1,0 +1,208 @@
+"""Models of the generation kinds: a pretrained decoder or encoder-decoder, or one started from scratch.
+
+* ``init="pretrained"``: ``AutoModelForCausalLM`` (``lm``) or ``AutoModelForSeq2SeqLM`` (``seq2seq``) and
+  the model's own tokenizer, from a local folder or a hub id (GPT-2, Llama, Qwen2, Mistral; T5).
+* ``init="scratch"``: random weights from a config. ``model`` names an architecture of
+  :data:`SCRATCH_ARCHITECTURES` (``gpt2``, ``llama``, ``qwen2``, ``mistral`` for ``lm``; ``t5`` for ``seq2seq``)
+  sized by :class:`ScratchSize` (layers, hidden size, heads, vocabulary), or a ``config.json`` file or a
+  folder holding one (its architecture and sizes; its weights, if any, are not read). The tokenizer is
+  the folder's own when it has one, else a byte-level BPE trained on the training split
+  (:mod:`attendout.generation.tokenizer`), saved with the model. Weights are drawn from the run's seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from ..models import ModelNotFoundError, check_finite, check_model_folder, resolve_model
+from ..tasks import LM, SEQ2SEQ, Examples, Task
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+
+__all__ = ["AUTO_CLASSES", "INITS", "SCRATCH_ARCHITECTURES", "ScratchSize", "load_for_generation", "scratch_config"]
+
+INITS = ("pretrained", "scratch")
+AUTO_CLASSES = {LM: "AutoModelForCausalLM", SEQ2SEQ: "AutoModelForSeq2SeqLM"}
+
+
+@dataclass(frozen=True)
+class ScratchSize:
+    """The size of a model from scratch: the feed-forward width is ``4 * hidden``."""
+
+    layers: int = 2
+    hidden: int = 128
+    heads: int = 4
+    vocab_size: int = 8000
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "hidden", "heads", "vocab_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+
+
+def _decoder(size: ScratchSize, positions: int) -> dict[str, Any]:
+    return {
+        "hidden_size": size.hidden,
+        "num_hidden_layers": size.layers,
+        "num_attention_heads": size.heads,
+        "num_key_value_heads": size.heads,
+        "intermediate_size": 4 * size.hidden,
+        "max_position_embeddings": positions,
+        "tie_word_embeddings": True,
+    }
+
+
+#: kind -> architecture -> its config's fields for a :class:`ScratchSize` and a context length.
+SCRATCH_ARCHITECTURES: dict[str, dict[str, Any]] = {
+    LM: {
+        "gpt2": lambda size, positions: {
+            "n_embd": size.hidden,
+            "n_layer": size.layers,
+            "n_head": size.heads,
+            "n_positions": positions,
+        },
+        "llama": _decoder,
+        "qwen2": _decoder,
+        "mistral": _decoder,
+    },
+    SEQ2SEQ: {
+        "t5": lambda size, positions: {
+            "d_model": size.hidden,
+            "d_kv": size.hidden // size.heads,
+            "d_ff": 4 * size.hidden,
+            "num_layers": size.layers,
+            "num_decoder_layers": size.layers,
+            "num_heads": size.heads,
+            "feed_forward_proj": "relu",
+            "decoder_start_token_id": PAD_ID,
+        },
+    },
+}
+
+
+def scratch_config(architecture: str, kind: str, size: ScratchSize, positions: int, vocab_size: int):
+    """A ``transformers`` config of ``architecture`` at ``size``, with our tokenizer's special-token ids."""
+    from transformers import AutoConfig
+
+    known = SCRATCH_ARCHITECTURES[kind]
+    if architecture not in known:
+        raise ValueError(
+            f"--init scratch: no {kind} architecture {architecture!r}; choose one of {', '.join(known)}, or give "
+            "a config.json (or a folder holding one)"
+        )
+    fields = known[architecture](size, positions)
+    ids = {"pad_token_id": PAD_ID, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID}
+    return AutoConfig.for_model(architecture, vocab_size=vocab_size, **ids, **fields)
+
+
+def _config_file(name: str) -> Path | None:
+    path = Path(name)
+    if path.is_file() and path.suffix == ".json":
+        return path
+    if path.is_dir() and (path / "config.json").is_file():
+        return path / "config.json"
+    return None
+
+
+def _texts(examples: Examples, kind: str) -> list[str]:
+    if kind == SEQ2SEQ:
+        return [*examples.text_a, *(getattr(examples, "targets", None) or [])]
+    return list(examples.text_a)
+
+
+def _scratch(name: str, task: Task, size: ScratchSize, positions: int, train: Examples):
+    from transformers import AutoConfig, AutoTokenizer
+
+    auto = _auto_class(task)
+    file = _config_file(name)
+    tokenizer = None
+    if file is not None:
+        try:
+            config = AutoConfig.from_pretrained(str(file))
+        except (OSError, ValueError, json.JSONDecodeError) as error:
+            raise ModelNotFoundError(f"--init scratch: {file} is not a transformers config ({error})") from None
+        if any((file.parent / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+            tokenizer = AutoTokenizer.from_pretrained(str(file.parent))
+        described = f"{config.model_type} from scratch, config {file}"
+    elif os.path.exists(name):
+        raise ModelNotFoundError(f"--init scratch: {name} is neither a config.json file nor a folder holding one")
+    else:
+        config = None
+        described = f"{name} from scratch ({size.layers} layers, hidden {size.hidden}, {size.heads} heads)"
+    if tokenizer is None:
+        tokenizer = train_tokenizer(_texts(train, task.kind), size.vocab_size, end_with_eos=task.kind == SEQ2SEQ)
+        described += f", byte-level BPE of {len(tokenizer)} tokens trained on the training split"
+    if config is None:
+        config = scratch_config(name, task.kind, size, positions, len(tokenizer))
+    elif config.vocab_size < len(tokenizer):
+        raise ValueError(f"{file}: vocab_size {config.vocab_size} is smaller than the tokenizer's {len(tokenizer)}")
+    model = auto.from_config(config)
+    return model, tokenizer, described
+
+
+def _auto_class(task: Task):
+    import transformers
+
+    return getattr(transformers, AUTO_CLASSES[task.kind])
+
+
+def _pretrained(name: str, task: Task, **kwargs: Any):
+    from transformers import AutoConfig, AutoTokenizer
+
+    path, description = resolve_model(name)
+    local = os.path.isdir(path)
+    if local:
+        check_model_folder(path)
+    auto = _auto_class(task)
+    try:
+        config = AutoConfig.from_pretrained(path)
+        is_seq2seq = bool(getattr(config, "is_encoder_decoder", False))
+        if is_seq2seq != (task.kind == SEQ2SEQ):
+            has = "an encoder-decoder" if is_seq2seq else "a decoder-only (or encoder-only) model"
+            wants = "an encoder-decoder (T5)" if task.kind == SEQ2SEQ else "a decoder (GPT-2, Llama, Qwen2)"
+            raise ValueError(f"model {name!r} is {has} ({config.model_type}); task {task.name!r} ({task.kind}) needs {wants}")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = auto.from_pretrained(path, **kwargs)
+    except OSError as error:
+        hint = "" if local else "; offline, start from a config with --init scratch"
+        raise ModelNotFoundError(f"could not load model {name!r} ({str(error).splitlines()[0]}){hint}") from None
+    if tokenizer.pad_token_id is None:  # decoders ship none: pad with the end-of-sequence token
+        tokenizer.pad_token = tokenizer.eos_token
+        model.config.pad_token_id = tokenizer.eos_token_id
+    return model, tokenizer, description
+
+
+def load_for_generation(
+    name: str,
+    task: Task,
+    *,
+    init: str = "pretrained",
+    size: ScratchSize | None = None,
+    positions: int = 128,
+    train: Examples | None = None,
+    **kwargs: Any,
+) -> tuple[nn.Module, Any, str]:
+    """(model, tokenizer, description) for a generation task (see the module docstring).
+
+    ``positions``: the context a scratch model is built for (its position table); ``train``: the
+    training split a scratch tokenizer is trained on.
+    """
+    if task.kind not in AUTO_CLASSES:
+        raise ValueError(f"task {task.name!r} is {task.kind}, not a generation task ({', '.join(AUTO_CLASSES)})")
+    if init not in INITS:
+        raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
+    if init == "scratch":
+        if train is None:
+            raise ValueError("init='scratch' needs the training split (train=) to train a tokenizer on")
+        model, tokenizer, description = _scratch(name, task, size or ScratchSize(), positions, train)
+    else:
+        model, tokenizer, description = _pretrained(name, task, **kwargs)
+    check_finite(model, repr(name))
+    return model, tokenizer, description

@@ -1,0 +1,55 @@
+"""A tokenizer trained on the task's own text, for models started from scratch.
+
+No pretrained decoder or translation model exists offline here, and a model from scratch needs a
+vocabulary: :func:`train_tokenizer` trains a byte-level BPE (Hugging Face ``tokenizers``, the GPT-2 /
+RoBERTa scheme: any UTF-8 text is encodable, decoding gives the text back) on the training split's
+texts only (for seq2seq both sides: one joint vocabulary, e.g. EN-DE). It is returned as a ``transformers``
+fast tokenizer and saved beside the model (``save_pretrained``), so that ``AutoTokenizer`` loads it back.
+
+Special tokens, at fixed ids: ``<pad>`` 0, ``<s>`` 1 (beginning of sequence; decoder start of
+encoder-decoders), ``</s>`` 2 (end of sequence; ends every encoded seq2seq text, and every document of
+a language-modelling stream), ``<unk>`` 3 (never produced by byte-level BPE; kept for configs that
+expect one). Training is deterministic for the same texts in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["SPECIAL_TOKENS", "train_tokenizer"]
+
+SPECIAL_TOKENS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int, *, end_with_eos: bool):
+    """A byte-level BPE tokenizer of ``vocab_size`` entries trained on ``texts``.
+
+    ``end_with_eos``: every encoded text ends with ``</s>`` (sources and targets of seq2seq); off for
+    language modelling, whose loop puts ``</s>`` between documents itself.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = list(SPECIAL_TOKENS.values())
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if vocab_size < len(specials) + len(alphabet) + 1:
+        raise ValueError(
+            f"vocab_size must be at least {len(specials) + len(alphabet) + 1} for a byte-level BPE (its "
+            f"{len(alphabet)} bytes, {len(specials)} special tokens and one merge), got {vocab_size}"
+        )
+    model = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk"]))
+    model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    model.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet, show_progress=False
+    )
+    model.train_from_iterator(texts, trainer)
+    if end_with_eos:
+        eos = SPECIAL_TOKENS["eos"]
+        model.post_processor = processors.TemplateProcessing(single=f"$A {eos}", special_tokens=[(eos, EOS_ID)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=model,
+        **{f"{role}_token": token for role, token in SPECIAL_TOKENS.items()},
+        clean_up_tokenization_spaces=False,
+    )
