@@ -589,8 +589,12 @@ def test_task_properties_and_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
     register_kind("test_choice", "one label per example: the index of the right choice")
     task = Task("mc", "test_choice", ("q",), None, ("accuracy",), ("dev",), "x")
     assert task.kind == "test_choice"
-    with pytest.raises(DataError, match="unknown metric 'bleu'"):
+    with pytest.raises(DataError, match="unknown metric 'blue'"):
+        Task("t", "classification", ("s",), ("a", "b"), ("blue",), ("dev",), "x")
+    with pytest.raises(DataError, match="metric 'bleu' cannot score a classification task"):
         Task("t", "classification", ("s",), ("a", "b"), ("bleu",), ("dev",), "x")
+    with pytest.raises(DataError, match="metric 'accuracy' cannot score a lm task; its metrics: perplexity"):
+        Task("t", "lm", ("s",), None, ("accuracy",), ("dev",), "x")
     with pytest.raises(DataError, match="regression task has no label_names"):
         Task("t", "regression", ("s",), ("a", "b"), ("pearson",), ("dev",), "x")
 

@@ -184,18 +184,20 @@ class TrainConfig:
             "rouge1,rouge2,rougeL for summarization)"
         },
     )
-    init: str = field(
+    model_init: str = field(
         default="pretrained",
         metadata={
             "help": "generation tasks: 'pretrained' weights of --model, or 'scratch': random weights of the "
-            "architecture --model names (gpt2, llama, qwen2, mistral; t5) at --layers/--hidden/--heads, or of "
+            "architecture --model names (gpt2, llama, qwen2, mistral; t5) at --model-layers/--model-hidden/--model-heads, or of "
             "a config.json; the tokenizer is a byte-level BPE of --vocab-size trained on the training split"
         },
     )
-    layers: int = field(default=2, metadata={"help": "--init scratch: layers (per stack of an encoder-decoder)"})
-    hidden: int = field(default=128, metadata={"help": "--init scratch: hidden size (feed-forward 4x)"})
-    heads: int = field(default=4, metadata={"help": "--init scratch: attention heads"})
-    vocab_size: int = field(default=8000, metadata={"help": "--init scratch: BPE vocabulary size"})
+    model_layers: int = field(
+        default=2, metadata={"help": "--model-init scratch: layers (per stack of an encoder-decoder)"}
+    )
+    model_hidden: int = field(default=128, metadata={"help": "--model-init scratch: hidden size (feed-forward 4x)"})
+    model_heads: int = field(default=4, metadata={"help": "--model-init scratch: attention heads"})
+    vocab_size: int = field(default=8000, metadata={"help": "--model-init scratch: BPE vocabulary size"})
     num_beams: int = field(
         default=1, metadata={"help": "seq2seq: beams of the decoding the metrics score (1 = greedy)"}
     )
@@ -313,17 +315,17 @@ class TrainConfig:
                 raise ValueError(f"{name} must be {rule}, got {value!r}")
         checks = [
             (self.block_size is None or self.block_size >= 2, "block_size", self.block_size, "at least 2"),
-            (self.init in ("pretrained", "scratch"), "init", self.init, "'pretrained' or 'scratch'"),
+            (self.model_init in ("pretrained", "scratch"), "model_init", self.model_init, "'pretrained' or 'scratch'"),
             (self.num_beams >= 1, "num_beams", self.num_beams, "at least 1"),
             (self.max_new_tokens is None or self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "at least 1"),
         ]
         for ok, name, value, rule in checks:
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {value!r}")
-        if self.init == "scratch":
+        if self.model_init == "scratch":
             from .generation.models import ScratchSize
 
-            ScratchSize(self.layers, self.hidden, self.heads, self.vocab_size)  # its own checks
+            ScratchSize(self.model_layers, self.model_hidden, self.model_heads, self.vocab_size)  # its own checks
         if (self.source_column is None) != (self.target_column is None):
             raise ValueError("source_column and target_column go together (a seq2seq file's two text columns)")
         if self.source_column is not None and self.text_columns:

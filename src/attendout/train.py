@@ -60,6 +60,7 @@ from .devices import (
 )
 from .devices import pick_device as pick_device
 from .encoding import Encoded, encode, predict_batches, truncation_summary
+from .generation import GenerationOptions, ScratchSize, load_for_generation
 from .interrupt import Stopped, agreed, deferred
 from .limits import check_length
 from .models import load_for_task
@@ -79,7 +80,6 @@ from .rundir import (
     write_json_atomic,
 )
 from .rundir import CHECKPOINT_FILE as CHECKPOINT_FILE
-from .generation import GenerationOptions, ScratchSize, load_for_generation
 from .tasks import LM, SEQ2SEQ, Examples, Task, better, compute_metrics, is_generation
 
 logger = logging.getLogger(__name__)
@@ -131,14 +131,14 @@ class Trainer:
             self.model, self.tokenizer, self.model_description = load_for_generation(
                 config.model,
                 task,
-                init=config.init,
-                size=ScratchSize(config.layers, config.hidden, config.heads, config.vocab_size),
+                init=config.model_init,
+                size=ScratchSize(config.model_layers, config.model_hidden, config.model_heads, config.vocab_size),
                 positions=max(config.max_length, config.block_size or 0),
                 train=self.train_examples,
             )
-        elif config.init != "pretrained":
+        elif config.model_init != "pretrained":
             raise ValueError(
-                f"init {config.init!r} is for the generation tasks (lm, seq2seq); task {task.name!r} is "
+                f"model_init {config.model_init!r} is for the generation tasks (lm, seq2seq); task {task.name!r} is "
                 f"{task.kind}: fine-tune a pretrained encoder"
             )
         else:

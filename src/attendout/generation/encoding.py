@@ -41,7 +41,11 @@ class _Batches:
     def batches(
         self, batch_size: int, generator: torch.Generator | None = None, skip: int = 0
     ) -> Iterator[dict[str, torch.Tensor]]:
-        order = torch.randperm(len(self), generator=generator).tolist() if generator is not None else list(range(len(self)))
+        order = (
+            torch.randperm(len(self), generator=generator).tolist()
+            if generator is not None
+            else list(range(len(self)))
+        )
         for start in range(skip * batch_size, len(order), batch_size):
             yield self.batch(order[start : start + batch_size])
 
@@ -59,7 +63,9 @@ class LMEncoded(_Batches):
 
     def __init__(self, examples: Examples, tokenizer, block_size: int):
         if block_size < 2:
-            raise ValueError(f"block_size must be at least 2 (a token and the one it predicts), got {block_size}")
+            raise ValueError(
+                f"block_size must be at least 2 (a token and the one it predicts), got {block_size}"
+            )
         eos = tokenizer.eos_token_id
         if eos is None:
             raise ValueError(f"{type(tokenizer).__name__} has no end-of-sequence token to end documents with")
@@ -106,7 +112,12 @@ class LMEncoded(_Batches):
 
     @torch.no_grad()
     def predict(
-        self, model: nn.Module, batch_size: int, device: torch.device, autocast_dtype=None, progress: bool = False
+        self,
+        model: nn.Module,
+        batch_size: int,
+        device: torch.device,
+        autocast_dtype=None,
+        progress: bool = False,
     ) -> tuple[list[float], None, float]:
         """(summed negative log-likelihood per block, None, mean loss per predicted token)."""
         model.eval()
@@ -134,7 +145,9 @@ class GenerationOptions:
 
     def __init__(self, num_beams: int = 1, max_new_tokens: int = 128):
         if num_beams < 1 or max_new_tokens < 1:
-            raise ValueError(f"num_beams and max_new_tokens must be at least 1, got {num_beams}, {max_new_tokens}")
+            raise ValueError(
+                f"num_beams and max_new_tokens must be at least 1, got {num_beams}, {max_new_tokens}"
+            )
         self.num_beams, self.max_new_tokens = num_beams, max_new_tokens
 
     def kwargs(self) -> dict[str, Any]:
@@ -147,14 +160,18 @@ class Seq2SeqEncoded(_Batches):
     kind = "seq2seq"
     truncation = "head"
 
-    def __init__(self, examples: Examples, tokenizer, max_length: int, generation: GenerationOptions | None = None):
+    def __init__(
+        self, examples: Examples, tokenizer, max_length: int, generation: GenerationOptions | None = None
+    ):
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.generation = generation or GenerationOptions(max_new_tokens=max_length)
         sources = list(examples.text_a)
         targets = getattr(examples, "targets", None)
         full = tokenizer(sources)["input_ids"]
-        self.features = [{"input_ids": ids[:max_length], "attention_mask": [1] * min(len(ids), max_length)} for ids in full]
+        self.features = [
+            {"input_ids": ids[:max_length], "attention_mask": [1] * min(len(ids), max_length)} for ids in full
+        ]
         self.cut = sum(len(ids) > max_length for ids in full)
         self.references = None if targets is None else list(targets)
         self.target_ids = None
@@ -178,16 +195,25 @@ class Seq2SeqEncoded(_Batches):
         return len(self)
 
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        batch = dict(self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt"))
+        batch = dict(
+            self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt")
+        )
         if self.target_ids is not None:
             rows = [self.target_ids[i] for i in indices]
             width = max(len(r) for r in rows)
-            batch["labels"] = torch.tensor([r + [IGNORE_INDEX] * (width - len(r)) for r in rows], dtype=torch.long)
+            batch["labels"] = torch.tensor(
+                [r + [IGNORE_INDEX] * (width - len(r)) for r in rows], dtype=torch.long
+            )
         return batch
 
     @torch.no_grad()
     def predict(
-        self, model: nn.Module, batch_size: int, device: torch.device, autocast_dtype=None, progress: bool = False
+        self,
+        model: nn.Module,
+        batch_size: int,
+        device: torch.device,
+        autocast_dtype=None,
+        progress: bool = False,
     ) -> tuple[list[str], None, float | None]:
         """(decoded outputs, None, mean loss per target token; None without targets)."""
         model.eval()
@@ -201,7 +227,11 @@ class Seq2SeqEncoded(_Batches):
                     nll += float(model(**batch).loss.float()) * count
                     tokens += count
                 generated = model.generate(
-                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **self.generation.kwargs()
+                    input_ids=batch["input_ids"],
+                    attention_mask=batch["attention_mask"],
+                    **self.generation.kwargs(),
                 )
-            outputs.extend(t.strip() for t in self.tokenizer.batch_decode(generated, skip_special_tokens=True))
+            outputs.extend(
+                t.strip() for t in self.tokenizer.batch_decode(generated, skip_special_tokens=True)
+            )
         return outputs, None, (nll / tokens if tokens else None)

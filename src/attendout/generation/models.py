@@ -24,7 +24,14 @@ from ..models import ModelNotFoundError, check_finite, check_model_folder, resol
 from ..tasks import LM, SEQ2SEQ, Examples, Task
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
-__all__ = ["AUTO_CLASSES", "INITS", "SCRATCH_ARCHITECTURES", "ScratchSize", "load_for_generation", "scratch_config"]
+__all__ = [
+    "AUTO_CLASSES",
+    "INITS",
+    "SCRATCH_ARCHITECTURES",
+    "ScratchSize",
+    "load_for_generation",
+    "scratch_config",
+]
 
 INITS = ("pretrained", "scratch")
 AUTO_CLASSES = {LM: "AutoModelForCausalLM", SEQ2SEQ: "AutoModelForSeq2SeqLM"}
@@ -94,7 +101,7 @@ def scratch_config(architecture: str, kind: str, size: ScratchSize, positions: i
     known = SCRATCH_ARCHITECTURES[kind]
     if architecture not in known:
         raise ValueError(
-            f"--init scratch: no {kind} architecture {architecture!r}; choose one of {', '.join(known)}, or give "
+            f"--model-init scratch: no {kind} architecture {architecture!r}; choose one of {', '.join(known)}, or give "
             "a config.json (or a folder holding one)"
         )
     fields = known[architecture](size, positions)
@@ -127,22 +134,30 @@ def _scratch(name: str, task: Task, size: ScratchSize, positions: int, train: Ex
         try:
             config = AutoConfig.from_pretrained(str(file))
         except (OSError, ValueError, json.JSONDecodeError) as error:
-            raise ModelNotFoundError(f"--init scratch: {file} is not a transformers config ({error})") from None
+            raise ModelNotFoundError(
+                f"--model-init scratch: {file} is not a transformers config ({error})"
+            ) from None
         if any((file.parent / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
             tokenizer = AutoTokenizer.from_pretrained(str(file.parent))
         described = f"{config.model_type} from scratch, config {file}"
     elif os.path.exists(name):
-        raise ModelNotFoundError(f"--init scratch: {name} is neither a config.json file nor a folder holding one")
+        raise ModelNotFoundError(
+            f"--model-init scratch: {name} is neither a config.json file nor a folder holding one"
+        )
     else:
         config = None
         described = f"{name} from scratch ({size.layers} layers, hidden {size.hidden}, {size.heads} heads)"
     if tokenizer is None:
-        tokenizer = train_tokenizer(_texts(train, task.kind), size.vocab_size, end_with_eos=task.kind == SEQ2SEQ)
+        tokenizer = train_tokenizer(
+            _texts(train, task.kind), size.vocab_size, end_with_eos=task.kind == SEQ2SEQ
+        )
         described += f", byte-level BPE of {len(tokenizer)} tokens trained on the training split"
     if config is None:
         config = scratch_config(name, task.kind, size, positions, len(tokenizer))
     elif config.vocab_size < len(tokenizer):
-        raise ValueError(f"{file}: vocab_size {config.vocab_size} is smaller than the tokenizer's {len(tokenizer)}")
+        raise ValueError(
+            f"{file}: vocab_size {config.vocab_size} is smaller than the tokenizer's {len(tokenizer)}"
+        )
     model = auto.from_config(config)
     return model, tokenizer, described
 
@@ -167,12 +182,16 @@ def _pretrained(name: str, task: Task, **kwargs: Any):
         if is_seq2seq != (task.kind == SEQ2SEQ):
             has = "an encoder-decoder" if is_seq2seq else "a decoder-only (or encoder-only) model"
             wants = "an encoder-decoder (T5)" if task.kind == SEQ2SEQ else "a decoder (GPT-2, Llama, Qwen2)"
-            raise ValueError(f"model {name!r} is {has} ({config.model_type}); task {task.name!r} ({task.kind}) needs {wants}")
+            raise ValueError(
+                f"model {name!r} is {has} ({config.model_type}); task {task.name!r} ({task.kind}) needs {wants}"
+            )
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = auto.from_pretrained(path, **kwargs)
     except OSError as error:
-        hint = "" if local else "; offline, start from a config with --init scratch"
-        raise ModelNotFoundError(f"could not load model {name!r} ({str(error).splitlines()[0]}){hint}") from None
+        hint = "" if local else "; offline, start from a config with --model-init scratch"
+        raise ModelNotFoundError(
+            f"could not load model {name!r} ({str(error).splitlines()[0]}){hint}"
+        ) from None
     if tokenizer.pad_token_id is None:  # decoders ship none: pad with the end-of-sequence token
         tokenizer.pad_token = tokenizer.eos_token
         model.config.pad_token_id = tokenizer.eos_token_id
@@ -195,7 +214,9 @@ def load_for_generation(
     training split a scratch tokenizer is trained on.
     """
     if task.kind not in AUTO_CLASSES:
-        raise ValueError(f"task {task.name!r} is {task.kind}, not a generation task ({', '.join(AUTO_CLASSES)})")
+        raise ValueError(
+            f"task {task.name!r} is {task.kind}, not a generation task ({', '.join(AUTO_CLASSES)})"
+        )
     if init not in INITS:
         raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
     if init == "scratch":

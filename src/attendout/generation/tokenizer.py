@@ -47,7 +47,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, *, end_with_eos: bool
     model.train_from_iterator(texts, trainer)
     if end_with_eos:
         eos = SPECIAL_TOKENS["eos"]
-        model.post_processor = processors.TemplateProcessing(single=f"$A {eos}", special_tokens=[(eos, EOS_ID)])
+        model.post_processor = processors.TemplateProcessing(
+            single=f"$A {eos}", special_tokens=[(eos, EOS_ID)]
+        )
     return PreTrainedTokenizerFast(
         tokenizer_object=model,
         **{f"{role}_token": token for role, token in SPECIAL_TOKENS.items()},

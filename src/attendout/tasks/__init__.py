@@ -24,11 +24,11 @@ from __future__ import annotations
 from . import checks as checks
 from . import choice as choice
 from . import documents as documents
+from . import generation as generation
 from . import glue as glue
 from . import rotten_tomatoes as rotten_tomatoes
-from . import tokens as tokens
 from . import textmetrics as textmetrics
-from . import generation as generation
+from . import tokens as tokens
 from .checks import check_training_splits
 from .core import (
     CLASSIFICATION,
@@ -51,23 +51,25 @@ from .core import (
     register_task,
     subsample,
 )
+from .generation import LM, SEQ2SEQ, Seq2SeqExamples, is_generation
 from .loading import FILE_TASK, load_task_data
 from .metrics import (
+    LOWER_IS_BETTER,
     METRICS,
     accuracy,
+    better,
     compute_metrics,
     entity_f1,
     entity_precision,
     entity_recall,
     f1,
+    higher_is_better,
     mcc,
     pearson,
     register_metric,
     spearman,
     token_accuracy,
 )
-from .generation import LM, SEQ2SEQ, Seq2SeqExamples, is_generation
-from .metrics import LOWER_IS_BETTER, better, higher_is_better
 from .tokens import iob1_to_iob2, read_conll
 
 DEFAULT_TASK = "rotten-tomatoes"

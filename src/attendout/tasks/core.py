@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .base import CLASSIFICATION, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
-from .metrics import METRICS
+from .metrics import METRICS, metric_fits
 
 __all__ = [
     "CLASSIFICATION",
@@ -232,6 +232,11 @@ class Task:
             if metric not in METRICS:
                 raise DataError(
                     f"{where}: unknown metric {metric!r}; known metrics: {', '.join(sorted(METRICS))}"
+                )
+            if not metric_fits(metric, self.kind):
+                fitting = sorted(m for m in METRICS if metric_fits(m, self.kind))
+                raise DataError(
+                    f"{where}: metric {metric!r} cannot score a {self.kind} task; its metrics: {', '.join(fitting)}"
                 )
         if not self.eval_split_names:
             raise DataError(f"{where}: needs at least one evaluation split name")

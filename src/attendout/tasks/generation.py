@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from . import textmetrics as textmetrics  # registers perplexity, bleu... before the tasks below
 from .base import DataError
 from .core import (
     Examples,
@@ -100,7 +101,9 @@ class Seq2SeqExamples(Examples):
 
     @classmethod
     def from_pairs(cls, sources: list[str], targets: list[str] | None) -> Seq2SeqExamples:
-        return cls(text_a=list(sources), text_b=None, labels=None, targets=None if targets is None else list(targets))
+        return cls(
+            text_a=list(sources), text_b=None, labels=None, targets=None if targets is None else list(targets)
+        )
 
 
 def documents(texts: list[str]) -> Examples:
@@ -262,7 +265,9 @@ def _file_splits(task: Task, options: LoadOptions, read: Any) -> tuple[Task, Tas
         evals = {name: read(path, f"eval file {name!r}") for name, path in options.eval_files.items()}
     else:
         if len(train) < 2:
-            raise DataError(f"{options.train_file}: {len(train)} example(s); a dev split cannot be carved from it")
+            raise DataError(
+                f"{options.train_file}: {len(train)} example(s); a dev split cannot be carved from it"
+            )
         train, dev = carve_validation(train, 0.1, 0)
         logger.warning("task %s: no eval file; dev is 10%% of %s (seed 0)", task.name, options.train_file)
         evals = {"dev": dev}
@@ -297,12 +302,16 @@ def load_movie_reviews_lm(task: Task, options: LoadOptions) -> tuple[Task, TaskD
     path = find_nltk_zip(options.data_dir, MOVIE_REVIEWS_ZIP, task.name)
     parts = {name: documents(examples.text_a) for name, examples in read_movie_reviews(path).items()}
     evals = {split: parts[split] for split in task.eval_split_names}
-    return task, TaskData(train=parts["train"], eval_splits=evals, source=f"nltk movie_reviews {path} (as text)")
+    return task, TaskData(
+        train=parts["train"], eval_splits=evals, source=f"nltk movie_reviews {path} (as text)"
+    )
 
 
 def _hub(name: tuple[str, str], task: Task, options: LoadOptions) -> Any:
     if not options.hub:
-        raise DataError(f"task {task.name!r} comes from the hub only ({name[0]} {name[1]}): pass hub=True (--hub)")
+        raise DataError(
+            f"task {task.name!r} comes from the hub only ({name[0]} {name[1]}): pass hub=True (--hub)"
+        )
     from .glue import _import_datasets
 
     datasets = _import_datasets()
@@ -310,7 +319,9 @@ def _hub(name: tuple[str, str], task: Task, options: LoadOptions) -> Any:
         return datasets.load_dataset(*name)
     except Exception as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise DataError(f"could not load {name[0]} {name[1]} from the hub ({type(error).__name__}: {message})") from None
+        raise DataError(
+            f"could not load {name[0]} {name[1]} from the hub ({type(error).__name__}: {message})"
+        ) from None
 
 
 _HEADING = re.compile(r"^ = [^=].* = $")
@@ -331,9 +342,14 @@ def wikitext_articles(lines: list[str]) -> list[str]:
 
 def load_wikitext2(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     data = _hub(WIKITEXT2_HUB, task, options)
-    parts = {split: documents(wikitext_articles(list(data[split]["text"]))) for split in ("train", *task.eval_split_names)}
+    parts = {
+        split: documents(wikitext_articles(list(data[split]["text"])))
+        for split in ("train", *task.eval_split_names)
+    }
     return task, TaskData(
-        train=parts["train"], eval_splits={s: parts[s] for s in task.eval_split_names}, source=f"hub {WIKITEXT2_HUB[0]}"
+        train=parts["train"],
+        eval_splits={s: parts[s] for s in task.eval_split_names},
+        source=f"hub {WIKITEXT2_HUB[0]}",
     )
 
 
@@ -342,13 +358,17 @@ def multi30k_dir(data_dir: str | None) -> Path:
     if data_dir is None:
         env = os.environ.get("ATTENDOUT_DATA")
         if not env:
-            raise DataError("task 'multi30k' needs data_dir=<folder with train.en, train.de...> (or ATTENDOUT_DATA)")
+            raise DataError(
+                "task 'multi30k' needs data_dir=<folder with train.en, train.de...> (or ATTENDOUT_DATA)"
+            )
         data_dir = str(Path(env) / "multi30k")
     root = Path(data_dir)
     for folder in (root, root / "multi30k"):
         if (folder / "train.en").is_file():
             return folder
-    raise DataError(f"task 'multi30k': no train.en in {root} or {root / 'multi30k'} (the Multi30k task 1 files)")
+    raise DataError(
+        f"task 'multi30k': no train.en in {root} or {root / 'multi30k'} (the Multi30k task 1 files)"
+    )
 
 
 def load_multi30k(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
@@ -372,7 +392,9 @@ def load_wmt16_en_ro(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
         return Seq2SeqExamples.from_pairs([r["en"] for r in rows], [r["ro"] for r in rows])
 
     return task, TaskData(
-        train=pairs("train"), eval_splits={s: pairs(s) for s in task.eval_split_names}, source=f"hub {WMT16_HUB[0]}"
+        train=pairs("train"),
+        eval_splits={s: pairs(s) for s in task.eval_split_names},
+        source=f"hub {WMT16_HUB[0]}",
     )
 
 

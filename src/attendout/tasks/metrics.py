@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "METRICS",
     "LOWER_IS_BETTER",
+    "METRIC_KINDS",
     "accuracy",
     "better",
     "compute_metrics",
@@ -39,6 +40,7 @@ __all__ = [
     "f1",
     "higher_is_better",
     "mcc",
+    "metric_fits",
     "pearson",
     "register_metric",
     "spearman",
@@ -293,11 +295,27 @@ def better(name: str, value: float, than: float) -> bool:
     return value > than if higher_is_better(name) else value < than
 
 
-def register_metric(name: str, metric: Metric) -> None:
-    """Make ``metric(predictions, labels) -> float`` usable in ``Task.metrics`` under ``name``."""
+#: Metrics that only some task kinds can be scored with (perplexity: ``lm``; BLEU, chrF, ROUGE:
+#: ``seq2seq``); a metric not named here is for the classification kinds.
+METRIC_KINDS: dict[str, tuple[str, ...]] = {}
+
+
+def register_metric(name: str, metric: Metric, kinds: tuple[str, ...] | None = None) -> None:
+    """Make ``metric(predictions, labels) -> float`` usable in ``Task.metrics`` under ``name`` (``kinds``:
+    the only task kinds it scores, if it is not a classification metric)."""
     if name in METRICS and METRICS[name] is not metric:
         raise DataError(f"metric name {name!r} is already registered")
     METRICS[name] = metric
+    if kinds is not None:
+        METRIC_KINDS[name] = tuple(kinds)
+
+
+def metric_fits(name: str, kind: str) -> bool:
+    """Whether metric ``name`` can score a task of ``kind`` (BLEU a seq2seq task, not a classifier)."""
+    kinds = METRIC_KINDS.get(name)
+    if kinds is not None:
+        return kind in kinds
+    return kind not in {k for ks in METRIC_KINDS.values() for k in ks}
 
 
 def _tag_names(task: Task, sequences: Any, what: str) -> list[list[str]]:

@@ -71,15 +71,17 @@ def rouge(kind: str):
 
         hyps, refs = _texts(predictions, references, kind)
         scorer = rouge_scorer.RougeScorer([kind], use_stemmer=True)
-        return 100.0 * float(np.mean([scorer.score(r, h)[kind].fmeasure for h, r in zip(hyps, refs, strict=True)]))
+        return 100.0 * float(
+            np.mean([scorer.score(r, h)[kind].fmeasure for h, r in zip(hyps, refs, strict=True)])
+        )
 
     score.__name__ = kind
     score.__doc__ = f"Mean {kind} F-measure (rouge-score, stemmed), 0-100."
     return score
 
 
-register_metric("perplexity", perplexity)
-register_metric("bleu", bleu)
-register_metric("chrf", chrf)
+register_metric("perplexity", perplexity, kinds=("lm",))
+register_metric("bleu", bleu, kinds=("seq2seq",))
+register_metric("chrf", chrf, kinds=("seq2seq",))
 for _kind in ("rouge1", "rouge2", "rougeL"):
-    register_metric(_kind, rouge(_kind))
+    register_metric(_kind, rouge(_kind), kinds=("seq2seq",))
