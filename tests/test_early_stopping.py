@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from attendout.train import Trainer, finetune, format_results
+from attendout.report.results import format_results
+from attendout.train import Trainer, finetune
 from conftest import toy_train_config
 
 # Validation scores by step (every 2 steps): best at step 4, then three worse ones.

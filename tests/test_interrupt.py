@@ -20,6 +20,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
+import attendout.config as config_mod
 import attendout.train as train_mod
 from attendout import interrupt
 from attendout.cli import main
@@ -244,7 +245,7 @@ def test_a_stop_before_training_says_nothing_was_saved(tiny_run, monkeypatch, ca
     def stop_while_loading(*args, **kwargs):
         send(signal.SIGINT)
 
-    monkeypatch.setattr(train_mod, "load_for_task", stop_while_loading)
+    monkeypatch.setattr(config_mod, "load_for_task", stop_while_loading)
     assert main(toy_cli_args(tiny_run)) == 130
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith(

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from attendout.train import CHECKPOINT_DIR, CHECKPOINT_FILE, RunExistsError, Trainer, TrainingError, finetune
+from attendout.rundir import CHECKPOINT_DIR, CHECKPOINT_FILE
+from attendout.train import RunExistsError, Trainer, TrainingError, finetune
 from conftest import toy_train_config
 
 KILL_AT = 5  # the step after which the "killed" run stops; its last checkpoint is at step 4

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import attendout.rundir as rundir
+import attendout.config as config_module
 import attendout.train as train_module
 from attendout.cli import main
 from attendout.rundir import (
@@ -153,7 +154,7 @@ def test_an_unwritable_output_dir_is_refused_before_anything_is_loaded(toy, tmp_
     out = tmp_path / "ro" / "run"
     access = os.access
     monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != out.parent and access(p, mode, **kw))
-    monkeypatch.setattr(train_module, "load_for_task", lambda *a, **kw: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(config_module, "load_for_task", lambda *a, **kw: pytest.fail("the model was loaded"))
     refused(
         capsys, cli_args(toy, out), tmp_path, 2, f"--output-dir {out} cannot be written", "permission denied"
     )

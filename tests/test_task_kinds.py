@@ -17,6 +17,7 @@ from transformers import AutoModelForMultipleChoice, AutoModelForTokenClassifica
 from attendout.encoding import ChoiceEncoded, Encoded, TokenEncoded, Windows, encode, head_tail_sizes
 from attendout.methods import list_methods
 from attendout.methods.addrop import attribute
+from attendout.report.results import format_truncation
 from attendout.tasks import (
     MULTIPLE_CHOICE,
     TOKEN_CLASSIFICATION,
@@ -27,7 +28,7 @@ from attendout.tasks import (
     TokenExamples,
     register_task,
 )
-from attendout.train import TrainConfig, Trainer, finetune, format_truncation
+from attendout.train import TrainConfig, Trainer, finetune
 from conftest import WORDS, make_batch, no_dropout, save_tiny_model_dir, tiny_config
 from test_addrop import Perturb, inputs
 

@@ -221,9 +221,16 @@ def remove_checkpoint(out: Path) -> None:
 
 
 def write_split_predictions(
-    path: Path, preds: Any, scores: Any, labels: Any, with_scores: bool = True
+    path: Path, preds: Any, scores: Any, labels: Any, kind: str = "classification"
 ) -> None:
-    """RUN_DIR/predictions/SPLIT.jsonl: per example its index, prediction, label and (``with_scores``) score."""
+    """RUN_DIR/predictions/SPLIT.jsonl: per example its index, prediction, label and score.
+
+    Token tasks leave the score out (a probability per word would triple the file; ``attendout predict``
+    gives them); seq2seq has none (its prediction is the decoded text, its label the reference).
+    """
+    with_scores = kind not in ("token_classification", "seq2seq")
+    if scores is None:
+        scores = [None] * len(preds)
     rows = (_as_list(preds), _as_list(scores), _as_list(labels))
     lines = []
     for i, (p, s, y) in enumerate(zip(*rows, strict=True)):

@@ -341,6 +341,11 @@ def cmd_predict(argv: list[str]) -> int:
     source.add_argument(
         "--split", help="a split of the run's data: train, validation (carved from train), dev, dev_ood..."
     )
+    source.add_argument(
+        "--prompt",
+        action="append",
+        help="lm: a prompt to continue (repeat for several); the outputs are written",
+    )
     parser.add_argument(
         "--text-columns",
         help="one or two input columns (default: the run's text columns, else the task's text fields; "
@@ -367,6 +372,20 @@ def cmd_predict(argv: list[str]) -> int:
         "--output", help="write the predictions here (.jsonl, .csv or .tsv; default: print TSV to stdout)"
     )
     parser.add_argument("--max-length", type=int, help="tokens per input (default: the run's max length)")
+    gen = parser.add_argument_group("generation runs (lm, seq2seq)")
+    gen.add_argument("--source-column", help="seq2seq: the input's source column (lm: its text column)")
+    gen.add_argument(
+        "--target-column", help="seq2seq: the input's reference column (its metrics are printed)"
+    )
+    gen.add_argument(
+        "--num-beams", type=int, help="beam search with this many beams (default: the run's; 1 greedy)"
+    )
+    gen.add_argument(
+        "--max-new-tokens", type=int, help="most tokens generated per input (default: the run's)"
+    )
+    gen.add_argument(
+        "--generate", action="store_true", help="lm: continue each document of --input (default: score them)"
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     parser.add_argument("--precision", default="fp32", help="fp32, bf16 or fp16 (autocast, GPU)")
@@ -386,7 +405,20 @@ def cmd_predict(argv: list[str]) -> int:
         device=args.device,
         precision=args.precision,
         progress=args.progress,
+        num_beams=args.num_beams,
+        max_new_tokens=args.max_new_tokens,
     )
+    if not isinstance(predictor, Predictor):  # a generation run (lm, seq2seq)
+        from .generate import predict_main
+
+        return predict_main(predictor, args)
+    generation_only = {"--prompt": args.prompt, "--source-column": args.source_column}
+    generation_only.update({"--target-column": args.target_column, "--generate": args.generate or None})
+    given = [flag for flag, value in generation_only.items() if value is not None]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)}: for generation runs (lm, seq2seq); {args.model} is {predictor.task.kind}"
+        )
     if args.split is not None:
         examples = predictor.split(args.split, data_dir=args.data_dir)
         what = f"split {args.split!r} ({len(examples)} examples)"

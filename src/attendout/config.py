@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .encoding import TRUNCATIONS
+from .generation.models import ScratchSize, load_for_generation
 from .methods import MethodConfig, get_method_config
+from .models import load_for_task
 from .tasks import (
     DataError,
     Examples,
@@ -24,6 +26,7 @@ from .tasks import (
     TaskData,
     carve_validation,
     get_task,
+    is_generation,
     load_task_data,
     subsample,
 )
@@ -195,7 +198,9 @@ class TrainConfig:
     model_layers: int = field(
         default=2, metadata={"help": "--model-init scratch: layers (per stack of an encoder-decoder)"}
     )
-    model_hidden: int = field(default=128, metadata={"help": "--model-init scratch: hidden size (feed-forward 4x)"})
+    model_hidden: int = field(
+        default=128, metadata={"help": "--model-init scratch: hidden size (feed-forward 4x)"}
+    )
     model_heads: int = field(default=4, metadata={"help": "--model-init scratch: attention heads"})
     vocab_size: int = field(default=8000, metadata={"help": "--model-init scratch: BPE vocabulary size"})
     num_beams: int = field(
@@ -315,19 +320,31 @@ class TrainConfig:
                 raise ValueError(f"{name} must be {rule}, got {value!r}")
         checks = [
             (self.block_size is None or self.block_size >= 2, "block_size", self.block_size, "at least 2"),
-            (self.model_init in ("pretrained", "scratch"), "model_init", self.model_init, "'pretrained' or 'scratch'"),
+            (
+                self.model_init in ("pretrained", "scratch"),
+                "model_init",
+                self.model_init,
+                "'pretrained' or 'scratch'",
+            ),
             (self.num_beams >= 1, "num_beams", self.num_beams, "at least 1"),
-            (self.max_new_tokens is None or self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "at least 1"),
+            (
+                self.max_new_tokens is None or self.max_new_tokens >= 1,
+                "max_new_tokens",
+                self.max_new_tokens,
+                "at least 1",
+            ),
         ]
         for ok, name, value, rule in checks:
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {value!r}")
         if self.model_init == "scratch":
-            from .generation.models import ScratchSize
-
-            ScratchSize(self.model_layers, self.model_hidden, self.model_heads, self.vocab_size)  # its own checks
+            ScratchSize(
+                self.model_layers, self.model_hidden, self.model_heads, self.vocab_size
+            )  # its own checks
         if (self.source_column is None) != (self.target_column is None):
-            raise ValueError("source_column and target_column go together (a seq2seq file's two text columns)")
+            raise ValueError(
+                "source_column and target_column go together (a seq2seq file's two text columns)"
+            )
         if self.source_column is not None and self.text_columns:
             raise ValueError("give either text_columns or source_column/target_column, not both")
         kinds = {"classification": "classification", "regression": "regression"}
@@ -360,14 +377,38 @@ class TrainConfig:
             train_file=self.train_file,
             eval_files=self.eval_files,
             text_columns=(
-                [self.source_column, self.target_column] if self.source_column is not None else self.text_columns
+                [self.source_column, self.target_column]
+                if self.source_column is not None
+                else self.text_columns
             ),
-            metrics=None if self.metrics is None else [m.strip() for m in self.metrics.split(",") if m.strip()],
+            metrics=None
+            if self.metrics is None
+            else [m.strip() for m in self.metrics.split(",") if m.strip()],
             label_column=self.label_column,
             kind=self.label_kind,
             drop_bad_rows=self.drop_bad_rows,
             **{k: v for k, v in token_files.items() if v is not None},
         )
+
+    def load_model(self, task: Task, train: Examples) -> tuple[Any, Any, str]:
+        """(model, tokenizer, description) for ``task``: a pretrained encoder with the task's head, or for the
+        generation kinds a pretrained or from-scratch decoder or encoder-decoder (``train``: the split a
+        scratch tokenizer is trained on)."""
+        if is_generation(task.kind):
+            return load_for_generation(
+                self.model,
+                task,
+                init=self.model_init,
+                size=ScratchSize(self.model_layers, self.model_hidden, self.model_heads, self.vocab_size),
+                positions=max(self.max_length, self.block_size or 0),
+                train=train,
+            )
+        if self.model_init != "pretrained":
+            raise ValueError(
+                f"model_init {self.model_init!r} is for the generation tasks (lm, seq2seq); task {task.name!r} "
+                f"is {task.kind}: fine-tune a pretrained encoder"
+            )
+        return load_for_task(self.model, task, ignore_mismatched_head=self.ignore_mismatched_head)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -369,7 +369,10 @@ def encode(
         return LMEncoded(examples, tokenizer, block_size or max_length)
     if task.kind == SEQ2SEQ:
         return Seq2SeqEncoded(examples, tokenizer, max_length, generation)
-    if task.kind in (TOKEN_CLASSIFICATION, MULTIPLE_CHOICE, LM, SEQ2SEQ) and truncation not in ("auto", "head"):
+    if task.kind in (TOKEN_CLASSIFICATION, MULTIPLE_CHOICE, LM, SEQ2SEQ) and truncation not in (
+        "auto",
+        "head",
+    ):
         raise ValueError(
             f"truncation {truncation!r} is for long texts of sequence classification and regression; task "
             f"{task.name!r} is {task.kind}, whose inputs are cut at max_length (truncation 'auto' or 'head')"

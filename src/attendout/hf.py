@@ -12,6 +12,9 @@ its strategy (:mod:`attendout.contract`), so that
 * each method's statistics join the Trainer's training logs (``log_history`` and every ``report_to``
   integration: TensorBoard, W&B, ...);
 * Synthesizer's new weights train at ``synthesizer_lr``;
+* a causal LM (GPT-2, Llama...) or an encoder-decoder (T5) trains as a classifier does: the methods act
+  on self-attention (encoder and decoder; never on cross-attention); :class:`Seq2SeqTrainer` is
+  ``transformers.Seq2SeqTrainer`` with a method (``predict_with_generate`` evaluation);
 * on several processes, ``ddp_find_unused_parameters`` is set for the methods that leave weights
   without a gradient in a step (both LayerDrops, Synthesizer without ``+dot``) unless you set it.
 
@@ -68,7 +71,7 @@ from .interrupt import Stopped, agreed, deferred, requested
 from .limits import check_length
 from .methods.base import METHODS, MethodConfig, TrainingStrategy, get_method_config
 
-__all__ = ["CollatedSource", "Trainer"]
+__all__ = ["CollatedSource", "Seq2SeqTrainer", "Trainer"]
 
 logger = logging.getLogger(__name__)
 
@@ -420,3 +423,15 @@ class Trainer(transformers.Trainer):
         chosen = self._eval_model()
         if chosen is not self.model:
             self.model.load_state_dict(chosen.state_dict())
+
+
+class Seq2SeqTrainer(Trainer, transformers.Seq2SeqTrainer):
+    """``transformers.Seq2SeqTrainer`` with a ``method`` argument: :class:`Trainer`'s method handling
+    for an encoder-decoder (T5, BART, Marian), and ``predict_with_generate`` evaluation as in
+    transformers (take ``Seq2SeqTrainingArguments``).
+
+    >>> trainer = attendout.hf.Seq2SeqTrainer(
+    ...     model=model, args=Seq2SeqTrainingArguments("out", predict_with_generate=True),
+    ...     train_dataset=train, eval_dataset=dev, method="scores-dropout", method_options={"p": 0.1},
+    ... )
+    """

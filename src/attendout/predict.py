@@ -20,7 +20,6 @@ Two kinds of folder load with :meth:`Predictor.load`:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,10 +29,18 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from .config import TrainConfig, split_for_training
 from .devices import autocast_dtype, pick_device
 from .encoding import encode, predict_batches
+from .generate import GenerationPredictor, generation_kind
 from .limits import LimitError, check_length, position_limit
+from .predictbase import (
+    PredictError,
+    run_settings,
+    run_split,
+    task_from_settings,
+    write_rows,
+    write_rows_atomic,
+)
 from .tasks import (
     CLASSIFICATION,
     MULTIPLE_CHOICE,
@@ -44,15 +51,12 @@ from .tasks import (
     Task,
     TokenExamples,
     compute_metrics,
+    is_generation,
 )
 from .tasks.core import task_of
 from .tasks.readers import read_file, to_examples
 
-__all__ = ["PredictError", "Predictions", "Predictor", "read_inputs", "write_predictions"]
-
-
-class PredictError(ValueError):
-    """A folder that cannot be predicted with, or inputs that do not fit the model."""
+__all__ = ["PredictError", "Predictions", "Predictor", "read_inputs", "write_predictions", "write_rows"]
 
 
 @dataclass(frozen=True)
@@ -110,30 +114,12 @@ class Predictions:
         ]
 
 
-def _run_settings(path: Path) -> dict[str, Any] | None:
-    """The settings of the run directory ``path`` (its config.json), or None for a model folder."""
-    file = path / "config.json"
-    if not file.is_file():
-        return None
-    try:
-        settings = json.loads(file.read_text())
-    except json.JSONDecodeError as error:
-        raise PredictError(f"{file}: not valid JSON ({error.msg}, line {error.lineno})") from None
-    return settings if isinstance(settings, dict) and "config" in settings and "task" in settings else None
-
-
 def _model_task(model: nn.Module, name: str) -> Task:
     """A task described by a bare checkpoint: its head's kind and labels (:func:`~attendout.tasks.core.task_of`)."""
     task = task_of(model)
     return dataclasses.replace(
         task, name=name, eval_split_names=("input",), description=task.description.replace("the model", name)
     )
-
-
-def _task_from_settings(settings: dict[str, Any]) -> Task:
-    fields = {f.name for f in dataclasses.fields(Task)}
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in settings["task"].items() if k in fields}
-    return Task(**values)
 
 
 def _synthesizer_config(model: nn.Module) -> Any:
@@ -204,8 +190,15 @@ class Predictor:
         device: str = "auto",
         precision: str = "fp32",
         progress: bool = False,
-    ) -> Predictor:
-        """Load a run directory or a model folder (see the module's docstring)."""
+        num_beams: int | None = None,
+        max_new_tokens: int | None = None,
+    ) -> Predictor | GenerationPredictor:
+        """Load a run directory or a model folder (see the module's docstring).
+
+        A run of a generation task (``lm``, ``seq2seq``) or a folder of a causal LM or an encoder-decoder
+        loads as a :class:`~attendout.generate.GenerationPredictor`, which takes ``num_beams`` and
+        ``max_new_tokens`` too.
+        """
         from transformers import AutoTokenizer
 
         from .methods.synthesizer.checkpoint import load_model
@@ -213,8 +206,19 @@ class Predictor:
         path = Path(path)
         if not path.is_dir():
             raise PredictError(f"{path} is not a folder (expected a run directory or a model folder)")
-        settings = _run_settings(path)
+        settings = run_settings(path)
         model_dir = path / "model" if settings is not None else path
+        generation = settings is not None and is_generation(settings["task"].get("kind", ""))
+        if generation or (settings is None and generation_kind(model_dir) is not None):
+            return GenerationPredictor.load(
+                path, max_length=max_length, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                batch_size=batch_size, device=device, precision=precision, progress=progress,
+            )  # fmt: skip
+        if num_beams is not None or max_new_tokens is not None:
+            kind = settings["task"].get("kind") if settings is not None else "a classifier"
+            raise PredictError(
+                f"{path} is {kind}, not a generation model: num_beams and max_new_tokens are for lm and seq2seq"
+            )
         if settings is not None and not (model_dir / "config.json").is_file():
             raise PredictError(
                 f"run {path} kept no model (no {model_dir}/config.json): it ran with save_model off, "
@@ -236,7 +240,7 @@ class Predictor:
                 f"cannot load the model in {model_dir} ({type(error).__name__}: {str(error).splitlines()[0]})"
             ) from None
         if settings is not None:
-            task = _task_from_settings(settings)
+            task = task_from_settings(settings)
             expected = task.num_labels
             if task.kind != MULTIPLE_CHOICE and model.config.num_labels != expected:
                 raise PredictError(
@@ -339,16 +343,7 @@ class Predictor:
                 f"{self.source} is a model folder, not a run directory: it does not know its data; "
                 "predict a file instead"
             )
-        values = dict(self.settings["config"])
-        if data_dir is not None:
-            values["data_dir"] = str(data_dir)
-        config = TrainConfig.from_dict(values)
-        task, data = config.load_data()
-        train, validation, evals = split_for_training(data, config, task.label_names)
-        splits = {"train": train, "validation": validation, **evals}
-        if name not in splits:
-            raise PredictError(f"run {self.source} has no split {name!r}; its splits: {', '.join(splits)}")
-        return splits[name]
+        return run_split(self.settings, name, data_dir, self.source)
 
     def read(
         self,
@@ -493,33 +488,8 @@ def write_predictions(
     The format follows the extension: ``.jsonl``, ``.csv`` or ``.tsv``. The file appears complete or
     not at all.
     """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".jsonl", ".csv", ".tsv"):
-        raise PredictError(f"{path}: the output must end in .jsonl, .csv or .tsv")
     rows = prediction_rows(predictions, examples, label_names=label_names)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "w", newline="") as handle:
-            write_rows(handle, rows, suffix.lstrip("."))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
-def write_rows(handle: Any, rows: list[dict[str, Any]], fmt: str) -> None:
-    """Write prediction rows to an open text ``handle`` as ``jsonl``, ``csv`` or ``tsv`` (with a header)."""
-    import csv
-
-    if fmt == "jsonl":
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        return
-    writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter="\t" if fmt == "tsv" else ",")
-    writer.writeheader()
-    writer.writerows(rows)
+    return write_rows_atomic(path, rows)
 
 
 def prediction_rows(

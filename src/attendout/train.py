@@ -12,8 +12,7 @@ nondeterministic kernels may make the continuation differ slightly).
 
 The loop's parts live beside it: the configuration in :mod:`attendout.config`, the device, process
 group and precision in :mod:`attendout.devices`, the run directory's checks and the checkpoint a
-resume reads in :mod:`attendout.checkpoints`, the files written whole in :mod:`attendout.rundir`;
-names imported from here before they moved are still importable here (the imports "as" themselves).
+resume reads in :mod:`attendout.checkpoints`, the files written whole in :mod:`attendout.rundir`.
 """
 
 from __future__ import annotations
@@ -44,8 +43,6 @@ from .checkpoints import (
     write_split_predictions,
 )
 from .config import NEUTRAL_OPTIONS, RESUME_MUST_MATCH, TrainConfig, split_for_training
-from .config import TASK_DEFAULTS as TASK_DEFAULTS
-from .config import task_defaults as task_defaults
 from .contract import LoopContext, StepInfo
 from .devices import (
     check_batches_fit_processes,
@@ -58,15 +55,11 @@ from .devices import (
     set_seed,
     shard,
 )
-from .devices import pick_device as pick_device
 from .encoding import Encoded, encode, predict_batches, truncation_summary
-from .generation import GenerationOptions, ScratchSize, load_for_generation
+from .generation import GenerationOptions
 from .interrupt import Stopped, agreed, deferred
 from .limits import check_length
-from .models import load_for_task
 from .optim import TrainingError, adamw, linear_schedule, micro_batches, update
-from .report.results import format_results as format_results
-from .report.results import format_truncation as format_truncation
 from .rundir import (
     CHECKPOINT_DIR,
     CHECKPOINT_FORMAT,
@@ -79,8 +72,7 @@ from .rundir import (
     write_checkpoint,
     write_json_atomic,
 )
-from .rundir import CHECKPOINT_FILE as CHECKPOINT_FILE
-from .tasks import LM, SEQ2SEQ, Examples, Task, better, compute_metrics, is_generation
+from .tasks import LM, Examples, Task, better, compute_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -127,24 +119,7 @@ class Trainer:
         )
 
         set_seed(config.seed)  # the head's initialisation depends on the model seed only
-        if is_generation(task.kind):
-            self.model, self.tokenizer, self.model_description = load_for_generation(
-                config.model,
-                task,
-                init=config.model_init,
-                size=ScratchSize(config.model_layers, config.model_hidden, config.model_heads, config.vocab_size),
-                positions=max(config.max_length, config.block_size or 0),
-                train=self.train_examples,
-            )
-        elif config.model_init != "pretrained":
-            raise ValueError(
-                f"model_init {config.model_init!r} is for the generation tasks (lm, seq2seq); task {task.name!r} is "
-                f"{task.kind}: fine-tune a pretrained encoder"
-            )
-        else:
-            self.model, self.tokenizer, self.model_description = load_for_task(
-                config.model, task, ignore_mismatched_head=config.ignore_mismatched_head
-            )
+        self.model, self.tokenizer, self.model_description = config.load_model(task, self.train_examples)
         self.model.to(self.device)
         self.method_config = config.method_config()
         # the model's and the method's limits, before anything is encoded or trained
@@ -609,15 +584,10 @@ class Trainer:
         return results
 
     def _write_predictions(self, split: str, preds: Any, scores: Any, labels: Any) -> None:
-        if not self.is_main or self.task.kind == LM:  # a language model's "predictions" are its scores
-            return
-        if scores is None:  # seq2seq: the decoded outputs beside their references
-            scores = [None] * len(preds)
-        path = self.out / "predictions" / f"{split}.jsonl"
-        # token tasks: a probability per word would triple the file; `attendout predict` gives them
-        with_scores = self.task.kind not in ("token_classification", SEQ2SEQ)
-        with self._writing(str(path)):
-            write_split_predictions(path, preds, scores, labels, with_scores)
+        if self.is_main and self.task.kind != LM:  # a language model's "predictions" are its scores
+            path = self.out / "predictions" / f"{split}.jsonl"
+            with self._writing(str(path)):
+                write_split_predictions(path, preds, scores, labels, self.task.kind)
 
 
 def finetune(config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:

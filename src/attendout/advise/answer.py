@@ -1,8 +1,8 @@
 """Stage 4 of ``advise``: the answer in one sentence, its evidence, a figure and a config file.
 
 The verdict follows the confirmation only: a method is recommended when its confirmed difference from
-plain fine-tuning on the evaluation split is positive with a Holm-adjusted p below ``alpha`` (the best
-such difference if several are); otherwise the answer is plain fine-tuning, with the smallest true
+plain fine-tuning on the evaluation split is a gain (positive; negative for a metric where lower is
+better, perplexity) with a Holm-adjusted p below ``alpha`` (the largest such gain if several are); otherwise the answer is plain fine-tuning, with the smallest true
 gain the confirmation would have detected (80% power at Holm's strictest level), so "none of them"
 says how large a gain could have hidden. The search's validation scores are shown too, but never
 decide: they are the scores the settings were chosen on.
@@ -20,7 +20,9 @@ from matplotlib.figure import Figure
 
 from ..configfile import save_config
 from ..methods.base import get_method_config
+from ..report.comparison import metric_scale
 from ..report.figures import method_colour
+from ..tasks.metrics import higher_is_better
 from .confirm import Confirmation, ConfirmRow
 from .regime import RegimeReading
 from .search import MethodSearch
@@ -37,10 +39,17 @@ class Verdict:
     sentence: str
 
 
-def _pts(value: float | None, signed: bool = True) -> str:
+def _pts(value: float | None, signed: bool = True, metric: str = "") -> str:
+    """A score or difference for display: ×100 for a fraction, as it is for perplexity, BLEU, ..."""
     if value is None or not math.isfinite(value):
         return "–"
-    return f"{100 * value:+.1f}" if signed else f"{100 * value:.1f}"
+    shown = metric_scale(metric) * value
+    return f"{shown:+.1f}" if signed else f"{shown:.1f}"
+
+
+def gain(metric: str, delta: float) -> float:
+    """A paired difference (method minus plain) in the metric's direction: positive is better."""
+    return delta if higher_is_better(metric) else -delta
 
 
 def _p(value: float) -> str:
@@ -50,28 +59,45 @@ def _p(value: float) -> str:
 def verdict(confirmation: Confirmation, alpha: float = 0.05) -> Verdict:
     """The plain answer of a (complete or partial) confirmation; see the module docstring."""
     metric, split = confirmation.metric, confirmation.split
-    good = [r for r in confirmation.rows if r.delta > 0 and math.isfinite(r.p_holm) and r.p_holm < alpha]
+    up = higher_is_better(metric)
+    good = [
+        r
+        for r in confirmation.rows
+        if gain(metric, r.delta) > 0 and math.isfinite(r.p_holm) and r.p_holm < alpha
+    ]
     partial = (
         "" if confirmation.complete else " (the confirmation is not complete yet: rerun advise to finish it)"
     )
     if good:
-        w = max(good, key=lambda r: r.delta)
+        w = max(good, key=lambda r: gain(metric, r.delta))
         half = (w.t_high - w.t_low) / 2
         cost = f", {w.cost:.2f}x the time of a plain run" if w.cost is not None else ""
+        amount = f"{_pts(w.delta, True, metric)} ± {_pts(half, False, metric)}"
+        what = (
+            f"{amount} {metric} points over plain fine-tuning"
+            if up
+            else f"{metric} {amount} against plain fine-tuning (lower is better)"
+        )
         return Verdict(
             w,
-            f"Use {w.method} at {w.setting}: {_pts(w.delta)} ± {_pts(half, False)} {metric} points over plain "
-            f"fine-tuning on {split} (95% interval over {w.seeds} fresh seeds, p_Holm {_p(w.p_holm)}{cost}).{partial}",
+            f"Use {w.method} at {w.setting}: {what} on {split} (95% interval over {w.seeds} fresh seeds, "
+            f"p_Holm {_p(w.p_holm)}{cost}).{partial}",
         )
-    best = max(confirmation.rows, key=lambda r: r.delta, default=None)
+    best = max(confirmation.rows, key=lambda r: gain(metric, r.delta), default=None)
     closest = (
-        f" The closest, {best.method} at {best.setting}, gave {_pts(best.delta)} (p_Holm {_p(best.p_holm)})."
+        f" The closest, {best.method} at {best.setting}, gave {_pts(best.delta, True, metric)}"
+        f"{'' if up else ' ' + metric} (p_Holm {_p(best.p_holm)})."
         if best is not None
         else ""
     )
     d = confirmation.detectable
+    size = (
+        f"{_pts(d, False, metric)} {metric} points"
+        if up
+        else f"a fall of {_pts(d, False, metric)} in {metric}"
+    )
     power = (
-        f"a true gain of {_pts(d, False)} {metric} points or more would have been detected with 80% power"
+        f"a true gain of {size} or more would have been detected with 80% power"
         if math.isfinite(d) and d > 0
         else "the seeds' differences had no spread, so no detectable gain can be estimated"
     )
@@ -95,29 +121,36 @@ def advice_markdown(
 ) -> str:
     """``advice.md``: the sentence, the confirmation table, the search, the regime, how it was made."""
     c = confirmation
+    m = c.metric
     lines = [f"# {title}", "", f"**{verdict.sentence}**", ""]
     lines += [f"- {line}" for line in provenance]
     lines += [
         "",
-        f"## Confirmed on {c.split} ({c.metric} ×100; fresh seeds {', '.join(map(str, c.seeds))})",
+        f"## Confirmed on {c.split} ({c.metric}{' ×100' if metric_scale(m) != 1 else ''}, "
+        f"{'higher' if higher_is_better(m) else 'lower'} is better; fresh seeds {', '.join(map(str, c.seeds))})",
         "",
     ]
     lines += [
         "| method | setting | seeds | score | none | Δ | 95% interval (seeds) | p | p_Holm | bootstrap 95% (examples) | time / none |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in sorted(c.rows, key=lambda r: -r.delta):
-        boot = f"[{_pts(r.boot_low)}, {_pts(r.boot_high)}]" if r.boot_low is not None else "–"
+    for r in sorted(c.rows, key=lambda r: -gain(m, r.delta)):
+        boot = (
+            f"[{_pts(r.boot_low, True, m)}, {_pts(r.boot_high, True, m)}]" if r.boot_low is not None else "–"
+        )
         cost = f"{r.cost:.2f}x" if r.cost is not None else "–"
         lines.append(
-            f"| {r.method} | {r.setting} | {r.seeds} | {_pts(r.mean, False)} | {_pts(r.baseline_mean, False)} | "
-            f"{_pts(r.delta)} | [{_pts(r.t_low)}, {_pts(r.t_high)}] | {_p(r.p)} | {_p(r.p_holm)} | {boot} | {cost} |"
+            f"| {r.method} | {r.setting} | {r.seeds} | {_pts(r.mean, False, m)} | {_pts(r.baseline_mean, False, m)} | "
+            f"{_pts(r.delta, True, m)} | [{_pts(r.t_low, True, m)}, {_pts(r.t_high, True, m)}] | {_p(r.p)} | "
+            f"{_p(r.p_holm)} | {boot} | {cost} |"
         )
     lines += [
         "",
-        f"Δ: mean paired difference against none (same seed). p: paired t-test over seeds; p_Holm: Holm over "
-        f"the {len(c.rows)} methods. Smallest true Δ detected with 80% power: {_pts(c.detectable, False)} at "
-        f"Holm's strictest level, {_pts(c.detectable_alpha, False)} for a single comparison. Time: a method's "
+        f"Δ: mean paired difference against none (method minus none, same seed"
+        f"{'' if higher_is_better(m) else '; lower is better, so a gain is negative'}). p: paired t-test over "
+        f"seeds; p_Holm: Holm over the {len(c.rows)} methods. Smallest true Δ (either way) detected with 80% power: "
+        f"{_pts(c.detectable, False, m)} at Holm's strictest level, {_pts(c.detectable_alpha, False, m)} for a "
+        "single comparison. Time: a method's "
         "mean wall time per run over none's (same steps, same machine), of the runs trained for this "
         "confirmation: runs copied in by --reuse-runs were timed elsewhere, so a method (or none) whose runs "
         "were all copied has no ratio (–).",
@@ -156,6 +189,8 @@ def advice_figure(
     fig = Figure(figsize=(11, 0.45 * max(3, len(methods)) + 2.2), layout="constrained")
     left, right = fig.subplots(1, 2)
     rows = {r.method: r for r in confirmation.rows}
+    m = confirmation.metric
+    k = metric_scale(m)
     labels = []
     for y, method in enumerate(methods):
         colour = method_colour(y + 1, False)
@@ -164,13 +199,13 @@ def advice_figure(
         if r is None:
             continue
         if math.isfinite(r.t_low):
-            left.plot([100 * r.t_low, 100 * r.t_high], [y, y], color=colour, linewidth=5, alpha=0.5)
+            left.plot([k * r.t_low, k * r.t_high], [y, y], color=colour, linewidth=5, alpha=0.5)
         if r.boot_low is not None:
-            left.plot([100 * r.boot_low, 100 * r.boot_high], [y - 0.18] * 2, color=colour, linewidth=1.2)
-        left.plot([100 * r.delta], [y], "o", color=colour)
+            left.plot([k * r.boot_low, k * r.boot_high], [y - 0.18] * 2, color=colour, linewidth=1.2)
+        left.plot([k * r.delta], [y], "o", color=colour)
         left.annotate(
             f"p_Holm {_p(r.p_holm)}",
-            (100 * r.delta, y),
+            (k * r.delta, y),
             xytext=(0, 7),
             textcoords="offset points",
             ha="center",
@@ -179,7 +214,9 @@ def advice_figure(
     left.axvline(0, color="0.3", linewidth=1)
     left.set_yticks(range(len(methods)), labels, fontsize=8)
     left.invert_yaxis()
-    left.set_xlabel(f"Δ {confirmation.metric} vs none on {confirmation.split} (×100)")
+    unit = " (×100)" if k != 1 else ""
+    way = "" if higher_is_better(m) else "; lower is better: left of 0 is a gain"
+    left.set_xlabel(f"Δ {m} vs none on {confirmation.split}{unit}{way}")
     left.set_title(
         f"confirmed on {len(confirmation.seeds)} fresh seeds\nthick: 95% over seeds; thin: bootstrap over examples",
         fontsize=9,
@@ -208,7 +245,7 @@ def advice_figure(
         )
         right.plot(
             [t["params"][option] for t in pruned],
-            [max(t["by_epoch"].values()) for t in pruned],
+            [(max if higher_is_better(m) else min)(t["by_epoch"].values()) for t in pruned],
             "o",
             mfc="none",
             color=colour,

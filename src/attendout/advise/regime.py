@@ -8,7 +8,8 @@ the budget of the search and the confirmation from where the metric peaked:
 
     budget = ceil(1.5 x peak epoch) + 1, made odd, at least 3 and at most the epochs that were run
 
-where the peak epoch is the first whose validation score is within ``PLATEAU`` (0.005) of the best: on
+where the peak epoch is the first whose validation score is within ``PLATEAU`` (0.005) of the best (for
+perplexity, where lower is better, "best" is the lowest and the margin 0.5% of it: :func:`plateau`): on
 a plateau (SST-2-500: 0.840 at epoch 3, 0.844 at epoch 6) the model has learned what it will by its
 start, and a noise-level gain later should not double every method's budget.
 
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..report.regime import EpochCurves
+from ..tasks.metrics import higher_is_better
 
 __all__ = ["RegimeReading", "choose_budget", "read_regime"]
 
@@ -58,14 +60,14 @@ class RegimeReading:
     @property
     def sentence(self) -> str:
         """One plain sentence for the answer."""
-        plateau = (
-            f" (within {PLATEAU} of it from epoch {self.peak_epoch})"
+        within = (
+            f" (within {plateau(self.metric, self.best_score):.3g} of it from epoch {self.peak_epoch})"
             if self.peak_epoch != self.best_epoch
             else ""
         )
         peak = (
             f"plain fine-tuning's validation {self.metric} is best at epoch {self.best_epoch} of "
-            f"{self.epochs_run}{plateau} ({self.best_score:.3f}, {self.last_score:.3f} at the last)"
+            f"{self.epochs_run}{within} ({self.best_score:.3f}, {self.last_score:.3f} at the last)"
         )
         loss = (
             f"validation loss lowest at epoch {self.loss_low_epoch} ({self.loss_low:.3f}, "
@@ -95,6 +97,17 @@ class RegimeReading:
         return {**asdict(self), "sentence": self.sentence}
 
 
+def plateau(metric: str, best: float) -> float:
+    """How close to the best a validation score counts as the peak: ``PLATEAU`` for a fraction (accuracy,
+    MCC, ...), ``100 x PLATEAU`` points for a 0-100 score (BLEU, chrF, ROUGE), and ``PLATEAU`` of the best
+    value, relative, for perplexity and the loss (lower is better; their scale is the model's)."""
+    from ..report.comparison import metric_scale
+
+    if not higher_is_better(metric):
+        return PLATEAU * abs(best)
+    return 100 * PLATEAU if metric_scale(metric) == 1 else PLATEAU
+
+
 def choose_budget(peak_epoch: int, epochs_run: int) -> int:
     """``ceil(1.5 * peak) + 1``, odd, within [3, epochs_run], never below the peak (see the module docstring)."""
     budget = math.ceil(1.5 * peak_epoch) + 1
@@ -116,10 +129,12 @@ def read_regime(curves: EpochCurves) -> RegimeReading:
     low = int(np.argmin(curves.validation_loss))
     last = len(curves.epochs) - 1
     rose = float(curves.validation_loss[-1]) > float(curves.validation_loss[low]) + LOSS_RISE
-    fell = float(curves.validation[best]) - float(curves.validation[last]) > PLATEAU
+    oriented = curves.oriented  # higher is better (perplexity: its negative)
+    tolerance = plateau(curves.metric, float(curves.validation[best]))
+    fell = float(oriented[best]) - float(oriented[last]) > tolerance
     overfits = fell or rose
     best_epoch = int(round(float(curves.epochs[best])))
-    peak = int(np.argmax(curves.validation >= curves.validation[best] - PLATEAU))
+    peak = int(np.argmax(oriented >= oriented[best] - tolerance))
     peak_epoch = int(round(float(curves.epochs[peak])))
     budget = choose_budget(peak_epoch, epochs_run) if overfits else epochs_run
     train_first = float(curves.train_loss[0]) if len(curves.train_loss) else float("nan")

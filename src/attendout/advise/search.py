@@ -6,7 +6,8 @@ trains the method at the chosen budget with the search seed, validating once per
 carved from train; the evaluation splits are never encoded nor scored (``TrainConfig.evaluate`` off).
 Each validation is reported to the pruner, which stops a trial below the median of the earlier trials
 at the same epoch once half the budget has run. The objective is the best validation score, the one
-model selection keeps.
+model selection keeps; the study maximises it, or minimises it for a metric where lower is better
+(perplexity: :func:`study_direction`).
 
 Methods take turns, one trial each, so a time budget (``hours``: the summed time of the finished
 trials of every method, over every invocation) cuts them evenly. Resuming is rerunning: finished and
@@ -37,10 +38,11 @@ from ..experiments.store import has_checkpoint, pid_alive, process_start_time, t
 from ..interrupt import check as raise_if_stopped
 from ..optim import TrainingError
 from ..rundir import CHECKPOINT_DIR
+from ..tasks.metrics import higher_is_better
 from ..train import finetune
 from .spaces import grid_of, grid_size, suggest
 
-__all__ = ["MethodSearch", "SearchPlan", "open_storage", "run_search", "search_results"]
+__all__ = ["MethodSearch", "SearchPlan", "open_storage", "run_search", "search_results", "study_direction"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +136,11 @@ def _sampler(plan: SearchPlan, method: str, trial_number: int) -> Any:
     )
 
 
+def study_direction(metric: str) -> str:
+    """Optuna's direction for a validation ``metric``: "maximize", or "minimize" where lower is better."""
+    return "maximize" if higher_is_better(metric) else "minimize"
+
+
 def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
     import optuna
 
@@ -145,7 +152,11 @@ def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
         else optuna.pruners.NopPruner()
     )
     study = optuna.create_study(
-        study_name=method, storage=storage, direction="maximize", pruner=pruner, load_if_exists=True
+        study_name=method,
+        storage=storage,
+        direction=study_direction(plan.metric),
+        pruner=pruner,
+        load_if_exists=True,
     )
     if plan.sampler == "grid":
         _queue_grid(study, method, plan.trials_of(method))
@@ -461,7 +472,8 @@ def search_results(plan: SearchPlan) -> dict[str, MethodSearch]:
                 }
             )
         complete = [r for r in rows if r["state"] == "COMPLETE" and r["value"] is not None]
-        best = max(complete, key=lambda r: (r["value"], -r["number"]), default=None)
+        sign = 1.0 if higher_is_better(plan.metric) else -1.0  # the best in the metric's direction
+        best = max(complete, key=lambda r: (sign * r["value"], -r["number"]), default=None)
         out[method] = MethodSearch(
             method=method,
             options=None if best is None else {**plan.fixed_options.get(method, {}), **best["params"]},

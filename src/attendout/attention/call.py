@@ -166,8 +166,14 @@ class AttentionMethod:
         if self.layers is not None:
             bad = [i for i in self.layers if not 0 <= i < controller.num_layers]
             if bad:
+                stacks = (
+                    " self-attention layers, the encoder's then the decoder's; cross-attention layers are not "
+                    "numbered: no method acts on them"
+                    if controller.family.stacks
+                    else " layers"
+                )
                 raise ValueError(
-                    f"{self.name}: layers {bad} do not exist; the model has {controller.num_layers} layers "
+                    f"{self.name}: layers {bad} do not exist; the model has {controller.num_layers}{stacks} "
                     f"(0..{controller.num_layers - 1})"
                 )
 

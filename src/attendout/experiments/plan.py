@@ -129,7 +129,7 @@ def prepare_cells(
         budget, data_dir=data_dir, save_model=save_model, device=device, micro_batch_size=micro_batch_size
     )
     plan = GridPlan(experiment=experiment, budget=budget, cells=cells, shard=shard, selection=selection or {})
-    model_checks = {m.id: _check_model(m.name) for m in experiment.models}
+    model_checks = {m.id: _check_model(m.name, scratch=_from_scratch(cells, m.id)) for m in experiment.models}
     task_checks: dict[str, CellCheck] = {}
     for task in experiment.tasks:
         # only the tasks this job runs: a task left out by --tasks may have no data on this machine
@@ -194,10 +194,22 @@ def _model_config(path: str, local_only: bool) -> Any:
         return None
 
 
-def _check_model(name: str) -> CellCheck:
-    """Is the model loadable here, without downloading anything? (And its config, for its limits.)"""
+def _from_scratch(cells: list[Cell], model_id: str) -> bool:
+    """Whether the model's cells build it from scratch (``model_init = "scratch"``: nothing to load)."""
+    return any(
+        c.config is not None and c.model.id == model_id and c.config.model_init == "scratch" for c in cells
+    )
+
+
+def _check_model(name: str, scratch: bool = False) -> CellCheck:
+    """Is the model loadable here, without downloading anything? (And its config, for its limits.)
+
+    A model from scratch (an architecture name or a config.json) is built by the run: nothing to load.
+    """
     from ..models import ModelNotFoundError, resolve_model
 
+    if scratch:
+        return CellCheck(note=f"{name} from scratch (random weights, a tokenizer trained at run time)")
     try:
         path, description = resolve_model(name)
     except ModelNotFoundError as error:
@@ -218,7 +230,7 @@ def _check_model(name: str) -> CellCheck:
 def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:
     """Load a task's data as the Trainer will (local sources only) and report its sizes."""
     from ..config import split_for_training
-    from ..tasks import DataError
+    from ..tasks import LM, DataError
 
     config = cell.config
     if config is None:
@@ -246,6 +258,8 @@ def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:
     sizes = ", ".join(
         [f"train {len(train)}", f"validation {len(validation)}", *(f"{k} {len(v)}" for k, v in evals.items())]
     )
+    if task.kind == LM:  # documents, packed into blocks by the run's tokenizer: no step count before it
+        return CellCheck(note=f"documents: {sizes} ({data.source}; task {task.name}, packed into blocks)")
     return CellCheck(note=f"{sizes} ({data.source}; task {task.name})", steps=len(train))
 
 

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import TrainConfig
 from ..interrupt import check as raise_if_stopped
 from ..rundir import CheckpointError, StorageError, write_json_atomic
 from ..train import finetune
 from .plan import CellCheck, GridPlan, format_listing, parse_selection, parse_shard, prepare_cells
-from .spec import Budget, Cell, ExperimentError
+from .spec import Budget, Cell, ExperimentError, config_fingerprint
 from .store import HEARTBEAT_S, Claim, ResultsStore, compact_predictions, has_checkpoint
 
 __all__ = [
@@ -52,8 +53,11 @@ __all__ = [
 def reuse_runs(cells: Sequence[Cell], store: ResultsStore, source: Path) -> list[str]:
     """Copy into ``store`` the finished runs under ``source`` whose configuration is a missing cell's.
 
-    A run is taken only when its cell.json fingerprint (every option that changes the numbers, the seed
-    among them) equals the cell's: on a CPU it is the run the cell would train. Returns the cell keys.
+    A run is taken only when its fingerprint (every option that changes the numbers, the seed among
+    them) equals the cell's: on a CPU it is the run the cell would train. A bench cell's fingerprint is
+    in its cell.json; a plain ``attendout finetune`` run directory (results.json, config.json, no
+    cell.json: runs made by hand or by a script on another machine) is fingerprinted from the training
+    configuration its config.json records. Returns the cell keys.
     """
     by_fingerprint: dict[str, Path] = {}
     for record in sorted(source.rglob("cell.json")):
@@ -61,6 +65,13 @@ def reuse_runs(cells: Sequence[Cell], store: ResultsStore, source: Path) -> list
         if (folder / "results.json").is_file():
             with contextlib.suppress(OSError, ValueError, KeyError):
                 by_fingerprint.setdefault(json.loads(record.read_text())["fingerprint"], folder)
+    for results in sorted(source.rglob("results.json")):
+        folder = results.parent
+        if not (folder / "cell.json").exists() and (folder / "config.json").is_file():
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                values = json.loads((folder / "config.json").read_text())["config"]
+                values["method_options"] = {k: v for k, v in values["method_options"].items() if k != "name"}
+                by_fingerprint.setdefault(config_fingerprint(TrainConfig(**values)), folder)
     reused = []
     for cell in cells:
         found = by_fingerprint.get(cell.fingerprint or "")
@@ -69,8 +80,14 @@ def reuse_runs(cells: Sequence[Cell], store: ResultsStore, source: Path) -> list
         work = store.work_root / f"reuse-{cell.flat_key}-{os.getpid()}"
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(found, work)
-        record = json.loads((work / "cell.json").read_text())
+        written = work / "cell.json"
+        record = json.loads(written.read_text()) if written.exists() else {"fingerprint": cell.fingerprint}
         record.update(cell=cell.key, task=cell.task.id, method=cell.method.id, reused_from=str(found))
+        adopted = {"seed": cell.seed, "model": cell.model.id, "method_label": cell.method.label}
+        with contextlib.suppress(OSError, ValueError, KeyError):  # a plain run's wall time: its training time
+            adopted["wall_time_s"] = json.loads((work / "results.json").read_text())["train_time_s"]
+        for key, value in adopted.items():
+            record.setdefault(key, value)
         write_json_atomic(work / "cell.json", record)
         if store.publish(cell, work):
             reused.append(cell.key)
@@ -266,7 +283,11 @@ class BenchJob:
             if not validation:
                 return
             step, elapsed = record["step"], time.time() - started
-            score = ", ".join(f"{k} {v:.4f}" for k, v in validation.items() if k != "loss")
+            score = ", ".join(
+                f"{k} {v:,.0f}" if k.endswith("tokens") else f"{k} {v:.4f}"  # a count, not a score
+                for k, v in validation.items()
+                if k != "loss"
+            )
             left = (
                 f", about {elapsed * (steps - step) / (step - first_step) / 60:.0f} min left"
                 if steps and first_step < step < steps

@@ -107,6 +107,26 @@ FINGERPRINT_NEUTRAL: dict[str, Any] = {
     # which a rerun would now cut head+tail.
     "truncation": "auto",
     "window_stride": None,
+    # the generation kinds (lm, seq2seq; issue 46): at these values a classification run is as before
+    "block_size": None,
+    "source_column": None,
+    "target_column": None,
+    "metrics": None,
+    "model_init": "pretrained",
+    "model_layers": 2,
+    "model_hidden": 128,
+    "model_heads": 4,
+    "vocab_size": 8000,
+    "num_beams": 1,
+    "max_new_tokens": None,
+}
+
+#: Method options added after cells were published, each with the value that reproduces the behaviour
+#: from before it existed: at that value an option is left out of the fingerprint, as FINGERPRINT_NEUTRAL
+#: does for training options (a method's options enter the fingerprint with their defaults filled in).
+METHOD_OPTION_NEUTRAL: dict[str, Any] = {
+    # issue 46: the methods name the attention they act on in an encoder-decoder; off = as before
+    "cross_attention": False,
 }
 
 DEFAULT_TUNING = "none: every method runs with the options listed here; nothing was tuned on dev"
@@ -246,6 +266,12 @@ def config_fingerprint(config: TrainConfig) -> str:
         for k, v in config.to_dict().items()
         if k not in FINGERPRINT_EXCLUDE and not (k in FINGERPRINT_NEUTRAL and v == FINGERPRINT_NEUTRAL[k])
     }
+    if isinstance(data.get("method_options"), dict):
+        data["method_options"] = {
+            k: v
+            for k, v in data["method_options"].items()
+            if not (k in METHOD_OPTION_NEUTRAL and v == METHOD_OPTION_NEUTRAL[k])
+        }
     text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -139,6 +139,7 @@ def _scratch(name: str, task: Task, size: ScratchSize, positions: int, train: Ex
             ) from None
         if any((file.parent / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
             tokenizer = AutoTokenizer.from_pretrained(str(file.parent))
+        _refuse_bidirectional(config, str(file), task)
         described = f"{config.model_type} from scratch, config {file}"
     elif os.path.exists(name):
         raise ModelNotFoundError(
@@ -168,6 +169,22 @@ def _auto_class(task: Task):
     return getattr(transformers, AUTO_CLASSES[task.kind])
 
 
+#: Bidirectional encoders: ``AutoModelForCausalLM`` loads some of them (BERT as ``BertLMHeadModel``), but
+#: unless their config says ``is_decoder`` each position sees the tokens it is to predict.
+ENCODER_TYPES = frozenset(
+    {"bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert", "modernbert", "deberta-v2", "eurobert"}
+)
+
+
+def _refuse_bidirectional(config: Any, name: str, task: Task) -> None:
+    if task.kind == LM and config.model_type in ENCODER_TYPES and not getattr(config, "is_decoder", False):
+        raise ValueError(
+            f"model {name!r} is a bidirectional encoder ({config.model_type}): as a language model every position "
+            f"would see the token it predicts; task {task.name!r} needs a decoder (GPT-2, Llama, Qwen2, Mistral), "
+            "or start one from scratch with --model-init scratch --model gpt2"
+        )
+
+
 def _pretrained(name: str, task: Task, **kwargs: Any):
     from transformers import AutoConfig, AutoTokenizer
 
@@ -185,6 +202,7 @@ def _pretrained(name: str, task: Task, **kwargs: Any):
             raise ValueError(
                 f"model {name!r} is {has} ({config.model_type}); task {task.name!r} ({task.kind}) needs {wants}"
             )
+        _refuse_bidirectional(config, name, task)
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = auto.from_pretrained(path, **kwargs)
     except OSError as error:

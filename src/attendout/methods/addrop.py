@@ -63,6 +63,30 @@ which layers it took); a loop that names no task (``transformers.Trainer``, ``at
 without ``task=``, a hand-written loop) gets the first layer, and a warning says so. Pass ``layers`` to
 choose.
 
+**Generation** (``lm`` and ``seq2seq``). The authors' OPUS-MT runs (``translation/main_en_ro_mt_cut.py``
+of TaoYang225/AD-DROP and the ``compute_loss`` of its ``self_transformers/trainer.py``) run the model
+once with teacher forcing, take each target position's predicted token (the argmax of its logits, not
+the gold token), and attribute the cross-entropy of those predicted tokens by its gradient with respect
+to the attention weights of **every layer of the encoder's self-attention** (gradient attribution,
+``-grad``: high = supports the predicted tokens). The masks drop in the encoder's self-attention only
+(p 0.2, keep rate 0.8, i.e. q 0.2, in their script); the decoder's self-attention and the
+cross-attention stay stock, and cross-tuning alternates by epoch, plain first. Here, likewise:
+
+* the target is the mean log-probability of the predicted next token over the positions the loss
+  trains (:func:`attendout.methods.nexttoken.predicted_token_target`); every ``attribution`` works
+  with it (``iga`` predicts the tokens again at each ``alpha``, as for labels);
+* ``layers="task"`` is ``"encoder"`` on a ``seq2seq`` task (every encoder self-attention layer, as
+  theirs) and every layer on an ``lm`` task: the authors have no language-model run, and a causal LM's
+  one stack plays the part of their encoder (our choice); a loop that names no task gets the same from
+  the model's head. Explicit ``layers`` may name decoder self-attention layers too (T5 numbers the
+  encoder's layers first, then the decoder's); the drops there stay causal. Cross-attention is never
+  attributed or dropped: the hook does not reach it.
+
+Departures: their cross-entropy averages over every target position, padding included (labels -100
+turned into predicted tokens); ours leaves padding out, as the loss does. Their attribution pass is
+the training mode forward (dropout on) whose outputs they discard when masks apply; ours runs with
+dropout off (see below). Their ``p`` for translation is 0.2; our default stays 0.3 (pass ``p=0.2``).
+
 The attribution pass runs with the model's ordinary dropout **off** by default (``attribution_dropout``):
 the attribution then describes the model being trained, not one random sub-network, so ``ga`` is not
 blurred towards ``rd`` by dropout noise and its predicted label is the evaluation-time prediction.
@@ -118,21 +142,25 @@ from .addrop_attribution import (
     modes_restored,
     sample_drops,
 )
+from .addrop_layers import (
+    ALL_LAYER_TASKS,
+    ENCODER_LAYERS,
+    TASK_LAYERS,
+    _key_valid,
+    _stacks,
+    task_layers,
+)
 from .base import MethodConfig, TrainingStrategy, check_probability, register_method
+from .nexttoken import generation_kind
 
 logger = logging.getLogger(__name__)
 
 CROSS_TUNING = ("epoch", "step", "off")
 STARTS = ("finetune", "addrop")
-#: ``layers="task"``: the layers come from the task (see :func:`task_layers`)
-TASK_LAYERS = "task"
-#: Tasks whose search script in the authors' code (TaoYang225/AD-DROP, ``<task>/run_addrop.sh``) sets
-#: ``MASK_LAYERS`` to every layer; every other script (SST-2, STS-B, QNLI, QQP, MNLI) sets "0", as
-#: does the ``--mask_layers`` default of their ``main.py``.
-ALL_LAYER_TASKS = frozenset({"cola", "mrpc", "rte", "conll2003"})
 
 __all__ = [
     "ALL_LAYER_TASKS",
+    "ENCODER_LAYERS",
     "ATTRIBUTIONS",
     "ADDrop",
     "ADDropConfig",
@@ -188,6 +216,7 @@ class ADDrop(AttentionMethod):
         self.attribution_dropout = attribution_dropout
         self.num_layers: int | None = None
         self.num_heads: int | None = None
+        self.controller_model: nn.Module | None = None
         self.meter = RateMeter()
         #: keep the masks of the last :meth:`prepare` in ``last_masks`` (for inspection and tests)
         self.keep_masks = False
@@ -196,19 +225,40 @@ class ADDrop(AttentionMethod):
         self.scale_cap = math.inf
 
     def attach(self, controller) -> None:
-        super().attach(controller)
         self.num_layers = controller.num_layers
         self.num_heads = getattr(controller.model.config, "num_attention_heads", None)
+        self.controller_model = controller.model
+        kind = generation_kind(controller.model)
+        if self.from_task and kind is not None:  # a generation model says its kind without a task
+            self.for_task(None, kind=kind)
+        self._settle_encoder()
+        super().attach(controller)  # checks that the layers exist
 
-    def for_task(self, task: str | None, loop: str = "custom") -> None:
-        """Settle ``layers="task"`` for the task named ``task`` (None: the loop named none: layer 0)."""
+    def _settle_encoder(self) -> None:
+        """``layers="encoder"`` -> the encoder's layer indices (0..n-1 in T5's numbering), once attached."""
+        if self.layers != ENCODER_LAYERS or self.controller_model is None:
+            return
+        stacks = _stacks(self.controller_model)
+        if stacks is None:
+            raise ValueError(
+                f"addrop: layers='encoder' (the encoder's self-attention, as the authors' translation code) "
+                f"needs an encoder-decoder model (T5); {type(self.controller_model).__name__} has one stack: "
+                "pass layers='all' or layer indices"
+            )
+        self.layers = list(range(stacks[0]))
+
+    def for_task(self, task: str | None, loop: str = "custom", kind: str | None = None) -> None:
+        """Settle ``layers="task"`` for the task named ``task`` of ``kind`` (None: the loop named none:
+        layer 0, or for a generation model, its kind's layers)."""
         if not self.from_task:
             return
         self.from_task = False
-        if task is None:
+        model_kind = generation_kind(self.controller_model) if self.controller_model is not None else None
+        if task is None and model_kind is None:
             self._warn_no_task(f"the {loop} loop named no task")
             return
-        self.layers = task_layers(task)
+        self.layers = task_layers(task, kind or model_kind)
+        self._settle_encoder()
         logger.info("addrop: layers for task %r: %s (the authors' scripts)", task, self.layers or "all")
 
     def _warn_no_task(self, why: str) -> None:
@@ -223,6 +273,8 @@ class ADDrop(AttentionMethod):
     def chosen_layers(self) -> list[int]:
         if self.from_task:  # applied by hand, and no loop ever said which task this is
             self._warn_no_task("no task was given (handle.method.for_task(name) gives one)")
+        if self.layers == ENCODER_LAYERS:
+            raise RuntimeError("addrop: layers='encoder' is settled when the method is attached to a model")
         if self.layers is not None:
             return list(self.layers)
         if self.num_layers is None:
@@ -238,11 +290,13 @@ class ADDrop(AttentionMethod):
         >>> loss = model(**batch, **extra).loss
         """
         layers = self.chosen_layers()
-        valid = _key_valid(batch)  # (B, 1, L, L)
+        valid = {layer: _key_valid(model, batch, layer) for layer in layers}  # each (B, 1, Lq, Lk)
         if self.attribution == "rd":  # the control needs no pass: random scores
-            b, _, length, _ = valid.shape
             heads = self.num_heads or 1
-            scores = {layer: torch.rand(b, heads, length, length, device=valid.device) for layer in layers}
+            scores = {}
+            for layer, seen in valid.items():
+                b, _, lq, lk = seen.shape
+                scores[layer] = torch.rand(b, heads, lq, lk, device=seen.device)
         else:
             result = attribute(
                 model,
@@ -259,7 +313,7 @@ class ADDrop(AttentionMethod):
             scores = result.scores
         edits = {}
         for layer, layer_scores in scores.items():
-            seen = layer_key_valid(model, layer, valid)  # a local layer's window too (ModernBERT)
+            seen = layer_key_valid(model, layer, valid[layer])  # causal, a local layer's window too
             candidate = candidate_region(layer_scores, seen, self.p, rounding=self.rounding)  # bool
             drop = sample_drops(candidate, self.q)  # (B, H, Lq, Lk) bool
             # count_nonzero: a bool sum() would first copy each (B, H, L, L) mask to int64
@@ -295,26 +349,9 @@ class ADDrop(AttentionMethod):
         return self.meter.pop()
 
 
-def _key_valid(batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """(B, 1, L, L) bool: the non-padding keys of each query row, from the batch's attention mask."""
-    ids = batch["input_ids"]
-    mask = batch.get("attention_mask")
-    if mask is None:
-        mask = torch.ones_like(ids)
-    mask = mask.reshape(-1, mask.shape[-1])  # multiple choice: (B, C, L) -> the encoder's (B * C, L)
-    b, length = mask.shape
-    return mask.bool()[:, None, None, :].expand(b, 1, length, length)
-
-
 # --------------------------------------------------------------------------------------------------
 # Cross-tuning and the training strategy
 # --------------------------------------------------------------------------------------------------
-
-
-def task_layers(task: str | None) -> list[int] | None:
-    """The layers the authors' scripts give AD-DROP on ``task`` (a task name): None (every layer) for
-    CoLA, MRPC and RTE, ``[0]`` for any other task or none (see :data:`ALL_LAYER_TASKS`)."""
-    return None if task in ALL_LAYER_TASKS else [0]
 
 
 def addrop_active(step: int, steps_per_epoch: int, cross_tuning: str, period: int, start: str) -> bool:
@@ -344,7 +381,7 @@ class ADDropStrategy(TrainingStrategy):
 
     def start(self, loop: LoopContext) -> None:
         super().start(loop)
-        self.method.for_task(getattr(loop.task, "name", None), loop.loop)
+        self.method.for_task(getattr(loop.task, "name", None), loop.loop, getattr(loop.task, "kind", None))
         self._noted: int | None = None
         c = self.config
         if c.cross_tuning == "off" or c.start == "addrop":
@@ -415,9 +452,10 @@ class ADDropConfig(MethodConfig):
     layers: list[int] | str | None = field(
         default=TASK_LAYERS,
         metadata={
-            "help": "layers to act on: 'task' = the authors' scripts' choice for the task (every layer for "
-            "CoLA, MRPC and RTE, the first layer for any other task or when the loop names none), 'all', "
-            "or comma-separated indices from 0"
+            "help": "layers to act on: 'task' = the authors' choice for the task (every layer for CoLA, MRPC "
+            "and RTE, the first layer for other classification tasks or when the loop names none; seq2seq: "
+            "'encoder'; lm: all), 'encoder' = every encoder self-attention layer of an encoder-decoder, "
+            "'all', or comma-separated indices from 0 (T5: the encoder's first, then the decoder's)"
         },
     )
     cross_tuning: str = field(
@@ -456,7 +494,7 @@ class ADDropConfig(MethodConfig):
     )
 
     def __post_init__(self) -> None:
-        if self.layers != TASK_LAYERS:  # "task" stays as it is until for_task settles it
+        if self.layers not in (TASK_LAYERS, ENCODER_LAYERS):  # settled by for_task / at attach
             super().__post_init__()
         choices = [
             ("attribution", self.attribution, ATTRIBUTIONS),

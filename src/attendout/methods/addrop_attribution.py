@@ -25,6 +25,7 @@ from ..attention import (
 )
 from ..contract import ForwardEdits
 from .masks import bernoulli_drop
+from .nexttoken import generation_kind, predicted_token_target
 
 ATTRIBUTIONS = ("ga", "iga", "aa", "rd")
 ROUNDINGS = ("ceil", "round")
@@ -129,8 +130,8 @@ class Attribution:
 
     scores:    layer -> (B, H, L, L) float32 attribution of each attention position.
     probs:     layer -> (B, H, L, L) attention weights of the attribution pass (detached).
-    predicted: (B,) predicted labels whose logit was attributed ((B, L) tags for token classification;
-               None for regression, aa and rd).
+    predicted: (B,) predicted labels whose logit was attributed ((B, L) tags for token classification,
+               (B, T) next tokens for generation; None for regression, aa and rd).
     logits:    (B, C) logits of the attribution pass (None for rd).
     """
 
@@ -155,7 +156,11 @@ class _ScaleWeights(AttentionMethod):
         return AttentionEdit(scale_weights=torch.tensor(self.alpha, device=call.query.device))
 
 
-def _model_inputs(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _model_inputs(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The forward's inputs: the batch without its labels, but for a generation model, whose decoder
+    reads the (shifted) target labels as its input (seq2seq), the whole batch."""
+    if generation_kind(model) is not None:
+        return dict(batch)
     return {k: v for k, v in batch.items() if k != "labels"}
 
 
@@ -182,8 +187,14 @@ def _target(model: nn.Module, logits: torch.Tensor, batch: Mapping[str, torch.Te
       TaoYang225/AD-DROP): minus the mean cross-entropy of every real (non-padding) token's predicted
       tag, so that a high attribution means "supports the predicted tags";
     * regression: minus the squared error to the gold value, so a high attribution means "helps fit
-      the label", as a high logit attribution means "supports it".
+      the label", as a high logit attribution means "supports it";
+    * generation (a causal LM or an encoder-decoder), as the authors' translation code
+      (``translation/self_transformers/trainer.py``): the mean log-probability of the predicted next
+      token at every target position (:func:`attendout.methods.nexttoken.predicted_token_target`).
     """
+    generation = generation_kind(model)
+    if generation is not None:
+        return predicted_token_target(logits, batch, generation, label)
     kind = _head_kind(model, logits)
     if kind == "regression":
         if "labels" not in batch:
@@ -228,7 +239,7 @@ def attribute(
     if ig_form not in IG_FORMS:
         raise ValueError(f"addrop: ig_form must be one of {', '.join(IG_FORMS)}, got {ig_form!r}")
     layers = list(layers)
-    inputs = {**_model_inputs(batch), **ForwardEdits(driver="addrop attribution").kwargs()}
+    inputs = {**_model_inputs(model, batch), **ForwardEdits(driver="addrop attribution").kwargs()}
     with modes_restored(model, dropout):
         if method in ("aa", "rd"):
             with torch.no_grad(), record_attention(model, layers) as rec:

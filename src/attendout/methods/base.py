@@ -8,6 +8,16 @@ the :class:`~attendout.attention.AttentionMethod` that acts through the hook.
 >>> handle = attendout.apply(model, ScoresDropoutConfig(p=0.1))
 >>> ...  # any PyTorch loop; call handle.set_progress(step / total) if the method has a schedule
 >>> handle.remove()
+
+**Where the methods act.** Every method acts on the self-attention the hook reaches
+(:mod:`attendout.attention.families`): an encoder's, a decoder-only model's (GPT-2, Llama, Mistral,
+Qwen2; the hook keeps every drop causal), and both stacks of an encoder-decoder (T5: layers 0..n-1
+are the encoder's, n.. the decoder's). An encoder-decoder's **cross-attention is never touched**:
+the hook does not register it, so its calls run stock attention whatever method is applied, and no
+option asks for it. (``layerdrop`` skips whole blocks, so a skipped decoder block skips its
+cross-attention and feed-forward sub-layers along with its self-attention, as LayerDrop does.)
+Synthesizer refuses cross-attention outright (paper 003's caveat); AD-DROP and AttendOut say in their
+modules which self-attention they act on in generation models.
 """
 
 from __future__ import annotations
@@ -108,10 +118,21 @@ class MethodConfig:
         exist. Called before training (:func:`attendout.limits.check_length`)."""
         layers = getattr(self, "layers", None)
         count = getattr(model_config, "num_hidden_layers", None)
+        stacks = ""
+        if getattr(model_config, "is_encoder_decoder", False) and hasattr(model_config, "num_decoder_layers"):
+            # T5: num_hidden_layers counts the encoder only; the hook numbers the decoder's layers after it
+            encoder = int(model_config.num_layers)
+            decoder = int(model_config.num_decoder_layers or encoder)
+            count = encoder + decoder
+            stacks = (
+                f" self-attention layers: 0..{encoder - 1} in the encoder, {encoder}..{count - 1} in the "
+                "decoder; cross-attention layers are not numbered: no method acts on them"
+            )
         if isinstance(layers, list | tuple) and layers and isinstance(count, int) and max(layers) >= count:
             missing = [layer for layer in layers if layer >= count]
             raise LimitError(
-                f"{self.name}: layers {missing} do not exist; the model has {count} layers (0..{count - 1})"
+                f"{self.name}: layers {missing} do not exist; the model has {count} layers "
+                f"(0..{count - 1}){stacks and ':' + stacks}"
             )
 
     def training_strategy(self) -> TrainingStrategy:

@@ -22,6 +22,9 @@ value taken from the paper; the mean rate over a run is about ``p / 2``. ``sched
 loops give it (``attendout finetune``, ``attendout.prepare``, ``attendout.hf.Trainer``); with
 ``attendout.apply`` alone, call ``handle.set_progress(step / total_steps)`` before each step, or a
 training forward raises instead of dropping at one rate for the whole run.
+
+Heads of every self-attention layer the hook reaches are dropped (decoders and both stacks of T5);
+an encoder-decoder's cross-attention heads never are (see :mod:`attendout.methods.base`).
 """
 
 from __future__ import annotations

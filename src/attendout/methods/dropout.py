@@ -13,6 +13,9 @@
   It *adds to* the model's own attention dropout, which still acts on the weights. Its mask is a
   :class:`~attendout.attention.RandomDrops`: the attention path draws it where it needs it, a block
   of query rows at a time on the CPU path that fills dropped scores in place.
+
+Both act on every self-attention the hook reaches: an encoder's, a decoder's (kept causal), both
+stacks of T5; never on an encoder-decoder's cross-attention (see :mod:`attendout.methods.base`).
 """
 
 from __future__ import annotations

@@ -11,6 +11,13 @@
   probability p through eq. 4: the layer attends uniformly to its non-padding keys, so W_Q, W_K and
   their dot product drop out of the computation. The decision is per batch by default
   (``per_sample=True`` decides per example). Both keep the model's own dropout.
+
+In an encoder-decoder (T5) both act on the blocks (self-attentions) of the encoder and of the
+decoder, numbered through the encoder first. ``attn-layerdrop`` replaces a self-attention only: the
+cross-attention stays stock. ``layerdrop`` skips a whole block, and a decoder block holds its
+cross-attention and feed-forward too: those are skipped with it (the block returns its input), which
+is what LayerDrop is; a run that wants the decoder's cross-attention kept gives ``layers`` of the
+encoder only.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ that an AttendOut run logged (its Figure 3), and uses those knots. The fitted kn
 Every loop of attendout's (its own, ``attendout.hf.Trainer``, ``attendout.prepare``) reports progress
 through ``set_progress``; with ``attendout.apply`` alone, call ``handle.set_progress(step / total)``
 yourself: a training forward before the first call raises, rather than training at the start rate for
-the whole run. Keeps the model's own dropout.
+the whole run. Keeps the model's own dropout. Acts, as ``scores-dropout``, on every self-attention the
+hook reaches (T5: its encoder's layers, then its decoder's); never on cross-attention.
 """
 
 from __future__ import annotations

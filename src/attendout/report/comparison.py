@@ -5,6 +5,12 @@ every model, task, evaluation split and method, the mean and standard deviation 
 task's main metric; against the baseline method, the paired t-test over seeds with Holm's correction
 and the bootstrap interval over the evaluation examples; per task and split, the smallest difference
 the design can detect. :mod:`attendout.report.render` writes the result as Markdown and CSV.
+
+Every difference is the method's score minus the baseline's, whatever the metric's direction: for a
+metric where lower is better (perplexity, the loss; :func:`attendout.tasks.metrics.higher_is_better`)
+a gain is a negative difference. :attr:`Comparison.gain` and :meth:`ComparisonTable.best` turn that
+into "better" for every metric alike. Fractions (accuracy, F1, MCC, ...) are shown ×100; metrics with
+a unit of their own (perplexity, BLEU, chrF, ROUGE) as they are (:func:`metric_scale`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from scipy import stats
 
 from ..experiments.spec import Budget, Cell, Experiment, MethodSpec, ModelSpec, TaskSpec
 from ..experiments.store import ResultsStore, read_predictions
-from ..tasks.metrics import METRICS, sequences_array
+from ..tasks.metrics import METRICS, better, higher_is_better, sequences_array
 from .stats import (
     BootstrapInterval,
     PairedTest,
@@ -40,10 +46,26 @@ __all__ = [
     "RunRecord",
     "build_table",
     "collect_runs",
+    "direction",
     "majority_floor",
+    "metric_scale",
 ]
 
 SIGNIFICANCE = ((0.01, "**"), (0.05, "*"))
+
+#: Metrics reported in a unit of their own (perplexity per token, BLEU, chrF and ROUGE on 0-100, the
+#: loss in nats): shown as they are. Every other metric is a fraction, shown ×100.
+AS_IS = frozenset({"perplexity", "loss", "bleu", "chrf", "rouge1", "rouge2", "rougeL"})
+
+
+def metric_scale(metric: str) -> float:
+    """What a value of ``metric`` is multiplied by for display: 1 for :data:`AS_IS`, else 100."""
+    return 1.0 if metric in AS_IS else 100.0
+
+
+def direction(metric: str) -> str:
+    """``"higher is better"`` or ``"lower is better"`` (perplexity, loss)."""
+    return "higher is better" if higher_is_better(metric) else "lower is better"
 
 
 @dataclass(frozen=True)
@@ -81,10 +103,22 @@ class RunRecord:
 class Comparison:
     """A method against the baseline on one split."""
 
-    test: PairedTest
+    test: PairedTest  # of method - baseline: negative where the method lowers the metric
     p_holm: float = float("nan")
     bootstrap: BootstrapInterval | None = None
     note: str = ""
+    higher_is_better: bool = True  # the metric's direction (False: perplexity, loss)
+
+    @property
+    def gain(self) -> float:
+        """The mean difference in the metric's direction: positive when the method is better."""
+        return self.test.mean if self.higher_is_better else -self.test.mean
+
+    def better(self, alpha: float = 0.05) -> bool | None:
+        """True (better) or False (worse) where p_Holm < ``alpha``; None where the difference is not significant."""
+        if not (self.p_holm < alpha) or not math.isfinite(self.gain) or self.gain == 0:
+            return None
+        return self.gain > 0
 
     @property
     def mark(self) -> str:
@@ -167,6 +201,17 @@ class ComparisonTable:
             if row.model.id == model.id and row.task.id == task.id and row.split not in seen:
                 seen.append(row.split)
         return seen
+
+    def best(self, model_id: str, task_id: str, split: str) -> Row | None:
+        """The row with the best mean of one column in its metric's direction (None: no finished cell).
+        Ties keep the first method of the experiment."""
+        best: Row | None = None
+        for row in self.rows:
+            if (row.model.id, row.task.id, row.split) != (model_id, task_id, split) or not row.values:
+                continue
+            if math.isfinite(row.mean) and (best is None or better(row.metric, row.mean, best.mean)):
+                best = row
+        return best
 
     def row(self, model_id: str, task_id: str, split: str, method_id: str) -> Row | None:
         for row in self.rows:
@@ -273,7 +318,7 @@ def build_table(
         if not seeds:
             continue
         test = paired_t_test([row.values[s] for s in seeds], [base.values[s] for s in seeds])
-        row.comparison = Comparison(test=test)
+        row.comparison = Comparison(test=test, higher_is_better=higher_is_better(row.metric))
         row.comparison.bootstrap, row.comparison.note = _bootstrap(
             runs, row, baseline, seeds, n_resamples=n_resamples, seed=seed
         )

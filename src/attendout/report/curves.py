@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..tasks.metrics import higher_is_better
+
 __all__ = ["convergence_figure", "group_runs", "main_metric", "read_log", "validation_curve"]
 
 
@@ -46,7 +48,12 @@ def convergence_figure(
         if len(runs) > 1:
             ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xlabel("training step")
-    ax.set_ylabel(f"validation {metric}")
+    if higher_is_better(metric):
+        ax.set_ylabel(f"validation {metric}")
+    else:  # perplexity falls by orders of magnitude from a model trained from scratch
+        ax.set_ylabel(f"validation {metric} (lower is better)")
+        if metric == "perplexity":
+            ax.set_yscale("log")
     ax.set_title(title or f"Convergence (validation {metric}, mean ± std over runs)")
     ax.grid(alpha=0.3)
     ax.legend()

@@ -16,10 +16,24 @@ from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure
 
+from ..tasks.metrics import higher_is_better
 from .curves import convergence_figure
 
 if TYPE_CHECKING:  # table.py imports this module to draw its figures
     from .comparison import ComparisonTable
+
+
+def _scale(metric: str) -> float:
+    from .comparison import metric_scale
+
+    return metric_scale(metric)
+
+
+def _axis_label(metric: str, prefix: str = "") -> str:
+    """``"mcc ×100"``; ``"perplexity (lower is better)"``."""
+    unit = " ×100" if _scale(metric) != 1 else ""
+    return f"{prefix}{metric}{unit}" + ("" if higher_is_better(metric) else " (lower is better)")
+
 
 __all__ = ["bar_chart", "convergence_curves", "delta_chart", "method_colour"]
 
@@ -35,7 +49,7 @@ def method_colour(number: int, is_baseline: bool) -> str:
 
 
 def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
-    """Write a PNG with one panel per model, task and split (scores ×100); returns ``out``."""
+    """Write a PNG with one panel per model, task and split (fractions ×100); returns ``out``."""
     e = table.experiment
     panels = [
         (model, task, split)
@@ -54,6 +68,8 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
     fig = Figure(figsize=(width * columns, 3.6 * rows + 0.6), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False)
     for ax, (model, task, split) in zip(axes.flat, panels, strict=False):
+        metric = next((r.metric for r in table.rows if r.model.id == model.id and r.task.id == task.id), "")
+        k = _scale(metric)
         labels, means, stds, marks, colors, counts = [], [], [], [], [], []
         base_mean = math.nan
         for number, method in enumerate(e.methods):
@@ -61,14 +77,14 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
             if row is None or not row.values:
                 continue
             labels.append(method.label)
-            means.append(100 * row.mean)
-            stds.append(100 * row.std if math.isfinite(row.std) else 0.0)
+            means.append(k * row.mean)
+            stds.append(k * row.std if math.isfinite(row.std) else 0.0)
             marks.append(row.comparison.mark if row.comparison is not None else "")
             counts.append(len(row.values))
             is_base = method.id == e.baseline
             colors.append(method_colour(number, is_base))
             if is_base:
-                base_mean = 100 * row.mean
+                base_mean = k * row.mean
         positions = range(len(labels))
         yerr = [std if count >= 2 else math.nan for std, count in zip(stds, counts, strict=True)]
         bars = ax.bar(positions, means, yerr=yerr, capsize=3, color=colors, edgecolor="0.2", linewidth=0.5)
@@ -80,23 +96,21 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
             ax.axhline(base_mean, color="0.3", linestyle="--", linewidth=0.8)
         floor = table.floor(model.id, task.id, split)
         if floor is not None:  # what always predicting the most frequent label scores
-            ax.axhline(100 * floor, color="tab:red", linestyle=":", linewidth=1.2)
+            ax.axhline(k * floor, color="tab:red", linestyle=":", linewidth=1.2)
         for x, (mean, std, mark) in enumerate(zip(means, stds, marks, strict=True)):
             if mark:
                 ax.annotate(mark, (x, mean + std), ha="center", va="bottom", fontsize=11)
         if means:
             low = min(
-                [m - s for m, s in zip(means, stds, strict=True)]
-                + ([100 * floor] if floor is not None else [])
+                [m - s for m, s in zip(means, stds, strict=True)] + ([k * floor] if floor is not None else [])
             )
             high = max(m + s for m, s in zip(means, stds, strict=True))
             pad = max(0.5, 0.15 * (high - low))
             ax.set_ylim(max(0.0, low - 3 * pad) if low > 0 else low - pad, high + 2 * pad)
         ax.set_xticks(list(positions), labels, rotation=35, ha="right", fontsize=8)
-        metric = next((r.metric for r in table.rows if r.model.id == model.id and r.task.id == task.id), "")
         prefix = f"{model.label}: " if len(e.models) > 1 else ""
         ax.set_title(f"{prefix}{task.label} {split}", fontsize=10)
-        ax.set_ylabel(f"{metric} ×100")
+        ax.set_ylabel(_axis_label(metric))
         ax.grid(axis="y", alpha=0.3)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
@@ -116,7 +130,8 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
 def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
     """Write a PNG of every method's difference from the baseline, one panel per model, task and split.
 
-    Each method is a row: the mean paired difference over seeds (×100, the point), its 95% t-interval
+    Each method is a row: the mean paired difference over seeds (method minus baseline, fractions ×100:
+    the point; for a metric where lower is better, left of 0 is a gain), its 95% t-interval
     over seeds (the thick bar: what another set of seeds would give) and the 95% bootstrap interval over
     the split's examples (the thin bar: what another sample of examples would give), with the table's
     Holm marks. The baseline is the line at 0. Returns ``out``.
@@ -145,16 +160,17 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
     axes = fig.subplots(rows, columns, squeeze=False)
     for ax, (model, task, split, found) in zip(axes.flat, panels, strict=False):
         labels = []
+        k = _scale(found[0][2].metric)
         for y, (number, method, row) in enumerate(found):
             c = row.comparison
-            n, mean, sd = c.test.n, 100 * c.test.mean, 100 * c.test.sd
+            n, mean, sd = c.test.n, k * c.test.mean, k * c.test.sd
             colour = method_colour(number, False)
             if n >= 2 and math.isfinite(sd):
-                half = 100 * c.test.half_interval()
+                half = k * c.test.half_interval()
                 ax.plot([mean - half, mean + half], [y, y], color=colour, linewidth=4, alpha=0.55)
             if c.bootstrap is not None:
                 b = c.bootstrap
-                ax.plot([100 * b.low, 100 * b.high], [y - 0.22, y - 0.22], color=colour, linewidth=1.2)
+                ax.plot([k * b.low, k * b.high], [y - 0.22, y - 0.22], color=colour, linewidth=1.2)
             ax.plot([mean], [y], "o", color=colour, markersize=5)
             labels.append(f"{method.label} {c.mark}".strip() + ("" if n >= 2 else " (1 seed)"))
         ax.axvline(0.0, color="0.3", linestyle="--", linewidth=0.8)
@@ -162,7 +178,7 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
         ax.set_ylim(len(found) - 0.5, -0.7)  # first method on top
         prefix = f"{model.label}: " if len(e.models) > 1 else ""
         ax.set_title(f"{prefix}{task.label} {split}", fontsize=10)
-        ax.set_xlabel(f"Δ {found[0][2].metric} ×100 vs {e.baseline}", fontsize=8)
+        ax.set_xlabel(f"{_axis_label(found[0][2].metric, 'Δ ')} vs {e.baseline}", fontsize=8)
         ax.grid(axis="x", alpha=0.3)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..tasks.metrics import higher_is_better
 from .curves import main_metric, read_log
 
 __all__ = ["EpochCurves", "epoch_curves", "regime_figure", "regime_summary", "run_task_id"]
@@ -36,9 +37,15 @@ class EpochCurves:
     train_loss: np.ndarray  # (T,) mean logged training loss within each epoch
 
     @property
+    def oriented(self) -> np.ndarray:
+        """The validation metric with higher better: itself, or its negative for perplexity and the loss."""
+        return self.validation if higher_is_better(self.metric) else -self.validation
+
+    @property
     def best(self) -> int:
-        """Index of the best validation (the first of equals, as model selection keeps it)."""
-        return int(np.argmax(self.validation))
+        """Index of the best validation in the metric's direction (the first of equals, as model
+        selection keeps it)."""
+        return int(np.argmax(self.oriented))
 
     @property
     def overfits(self) -> bool:

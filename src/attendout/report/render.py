@@ -12,7 +12,8 @@ import json
 import math
 
 from ..experiments.spec import ModelSpec, TaskSpec
-from .comparison import ComparisonTable, Row
+from ..tasks.metrics import higher_is_better
+from .comparison import ComparisonTable, Row, direction, metric_scale
 
 __all__ = ["CSV_COLUMNS", "protocol_lines", "to_csv", "to_markdown"]
 
@@ -20,10 +21,19 @@ __all__ = ["CSV_COLUMNS", "protocol_lines", "to_csv", "to_markdown"]
 # Markdown
 
 
-def _pct(value: float, signed: bool = False, digits: int = 1) -> str:
+def _val(value: float | None, metric: str, signed: bool = False, digits: int = 1) -> str:
+    """``value`` of ``metric`` for display: ×100 for a fraction, as it is for perplexity, BLEU, ...
+    (:func:`~attendout.report.comparison.metric_scale`)."""
     if value is None or not math.isfinite(value):
         return "–"
-    return f"{100 * value:+.{digits}f}" if signed else f"{100 * value:.{digits}f}"
+    shown = metric_scale(metric) * value
+    return f"{shown:+.{digits}f}" if signed else f"{shown:.{digits}f}"
+
+
+def _unit(metric: str) -> str:
+    """How a metric's values are shown, and its direction: "mcc ×100, higher is better"."""
+    shown = "×100" if metric_scale(metric) != 1 else "as it is"
+    return f"{metric} {shown}, {direction(metric)}"
 
 
 def _p(value: float) -> str:
@@ -33,7 +43,11 @@ def _p(value: float) -> str:
 
 
 def _column_title(task: TaskSpec, split: str, metric: str) -> str:
-    return f"{task.label} {split} ({metric})"
+    return (
+        f"{task.label} {split} ({metric})"
+        if higher_is_better(metric)
+        else f"{task.label} {split} ({metric} ↓)"
+    )
 
 
 def protocol_lines(table: ComparisonTable) -> list[str]:
@@ -109,10 +123,18 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
         + f"; wall time of the finished "
         f"cells {wall / 3600:.2f} h{hw_text}."
     )
+    metrics = list(dict.fromkeys(r.metric for r in table.rows if r.metric != "?"))
+    lower = [m for m in metrics if not higher_is_better(m)]
+    sign = (
+        f" For {', '.join(lower)} (↓) lower is better: a method that lowers it has a negative Δ, and that is a gain."
+        if lower
+        else ""
+    )
     lines.append(
-        f"- Scores ×100, mean ± standard deviation over seeds; Δ is the mean paired difference against "
-        f"{baseline.label} (same seed). Marks: paired t-test over seeds, two-sided, Holm-corrected over the "
-        f"{table.family_size} comparisons of this table: * p_Holm < 0.05, ** p_Holm < 0.01."
+        f"- Scores ({'; '.join(_unit(m) for m in metrics) or 'none yet'}): mean ± standard deviation over seeds; "
+        f"bold: the best mean of a column in its metric's direction. Δ is the mean paired difference (method "
+        f"minus {baseline.label}, same seed).{sign} Marks: paired t-test over seeds, two-sided, Holm-corrected "
+        f"over the {table.family_size} comparisons of this table: * p_Holm < 0.05, ** p_Holm < 0.01."
     )
     return lines
 
@@ -133,23 +155,42 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
             cells = [method.label]
             for task, split in columns:
                 row = table.row(model.id, task.id, split, method.id)
-                cells.append(_score_cell(row, len(e.seeds)))
+                best = table.best(model.id, task.id, split)
+                cells.append(
+                    _score_cell(row, len(e.seeds), best is row and _ranked(table, model, task, split))
+                )
             out.append("| " + " | ".join(cells) + " |")
         floors = [table.floor(model.id, task.id, split) for task, split in columns]
         if any(f is not None for f in floors):
             cells = ["*majority class* (always the most frequent label: the floor)"]
-            cells += ["–" if f is None else f"*{_pct(f)}*" for f in floors]
+            cells += [
+                "–" if f is None else f"*{_val(f, _metric_of(table, model, task))}*"
+                for f, (task, _) in zip(floors, columns, strict=True)
+            ]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     out += [f"## Differences against {baseline.label}", ""]
     out.append(
-        f"Δ: mean of the paired differences (×100). p: paired t-test over seeds; p_Holm: Holm-adjusted over the "
+        f"Δ: mean of the paired differences (method minus baseline, in the scores' units; for a metric where lower "
+        f"is better, a gain is negative). Better: where p_Holm < {table.alpha:g}, whether the method is better or "
+        f"worse than {baseline.label} in the metric's direction. p: paired t-test over seeds; p_Holm: Holm-adjusted over the "
         f"{table.family_size} tests. Bootstrap: {int(100 * 0.95)}% percentile interval of the difference of seed-means "
         f"over {table.n_resamples} resamples of the evaluation examples (stored predictions); it shows how much Δ "
         "depends on which examples the split holds, which the t-test over seeds does not."
     )
     out.append("")
-    header = ["model", "task", "split", "method", "seeds", "Δ", "p", "p_Holm", "bootstrap 95% interval"]
+    header = [
+        "model",
+        "task",
+        "split",
+        "method",
+        "seeds",
+        "Δ",
+        "better",
+        "p",
+        "p_Holm",
+        "bootstrap 95% interval",
+    ]
     if len(e.models) == 1:
         header.remove("model")
     out.append("| " + " | ".join(header) + " |")
@@ -158,18 +199,21 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
         if row.comparison is None:
             continue
         c = row.comparison
+        m = row.metric
         boot = (
-            f"[{_pct(c.bootstrap.low, True)}, {_pct(c.bootstrap.high, True)}]"
+            f"[{_val(c.bootstrap.low, m, True)}, {_val(c.bootstrap.high, m, True)}]"
             if c.bootstrap
             else c.note or "–"
         )
+        verdict = {True: "better", False: "worse", None: "–"}[c.better(table.alpha)]
         cells = [
             row.model.label,
             row.task.label,
             row.split,
             row.method.label,
             str(c.test.n),
-            f"{_pct(c.test.mean, True)}{c.mark}",
+            f"{_val(c.test.mean, m, True)}{c.mark}",
+            verdict,
             _p(c.test.p),
             _p(c.p_holm),
             boot,
@@ -179,7 +223,7 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
         out.append("| " + " | ".join(cells) + " |")
     out += ["", "## What this design can detect", ""]
     out.append(
-        f"Smallest true difference (×100) detected with {int(100 * table.power)}% power. *Seeds*: a two-sided "
+        f"Smallest true difference (in the scores' units, either direction) detected with {int(100 * table.power)}% power. *Seeds*: a two-sided "
         f"paired t-test over {len(e.seeds)} seeds, computed from the noncentral t distribution, with the standard "
         "deviation of the paired differences pooled over the methods of the task and split; at α = "
         f"{table.alpha:g}, and at α / m = {table.alpha:g} / {max(table.planned_comparisons, 1)} (m: the comparisons "
@@ -198,10 +242,10 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
             d.model.label,
             d.task.label,
             d.split,
-            _pct(d.sd_pooled, digits=2),
-            _pct(d.at_alpha, digits=2),
-            _pct(d.at_holm_first_step, digits=2),
-            _pct(d.from_examples, digits=2),
+            _val(d.sd_pooled, d.metric, digits=2),
+            _val(d.at_alpha, d.metric, digits=2),
+            _val(d.at_holm_first_step, d.metric, digits=2),
+            _val(d.from_examples, d.metric, digits=2),
             str(d.n_examples or "–"),
         ]
         if len(e.models) == 1:
@@ -223,16 +267,25 @@ def _metric_of(table: ComparisonTable, model: ModelSpec, task: TaskSpec) -> str:
     return next((r.metric for r in table.rows if r.model.id == model.id and r.task.id == task.id), "?")
 
 
-def _score_cell(row: Row | None, n_seeds: int) -> str:
+def _ranked(table: ComparisonTable, model: ModelSpec, task: TaskSpec, split: str) -> bool:
+    """Whether a column has two or more methods with scores (a best mark means something)."""
+    rows = [r for r in table.rows if (r.model.id, r.task.id, r.split) == (model.id, task.id, split)]
+    return sum(1 for r in rows if r.values) >= 2
+
+
+def _score_cell(row: Row | None, n_seeds: int, best: bool = False) -> str:
     if row is None:
         return "–"
     if not row.values:
         return "invalid" if row.invalid else "–"
-    text = _pct(row.mean) if row.n < 2 else f"{_pct(row.mean)} ± {_pct(row.std)}"
+    m = row.metric
+    text = _val(row.mean, m) if row.n < 2 else f"{_val(row.mean, m)} ± {_val(row.std, m)}"
+    if best:
+        text = f"**{text}**"
     if row.n != n_seeds:
         text += f" (n={row.n})"
     if row.comparison is not None:
-        text += f" (Δ {_pct(row.comparison.test.mean, True)}{row.comparison.mark})"
+        text += f" (Δ {_val(row.comparison.test.mean, m, True)}{row.comparison.mark})"
     return text
 
 
@@ -244,6 +297,7 @@ CSV_COLUMNS = [
     "task",
     "split",
     "metric",
+    "higher_is_better",
     "method",
     "method_label",
     "method_name",
@@ -260,6 +314,7 @@ CSV_COLUMNS = [
     "p",
     "p_holm",
     "significance",
+    "better",
     "ci_low",
     "ci_high",
     "bootstrap_se",
@@ -285,6 +340,7 @@ def to_csv(table: ComparisonTable) -> str:
                 "task": row.task.id,
                 "split": row.split,
                 "metric": row.metric,
+                "higher_is_better": higher_is_better(row.metric),
                 "method": row.method.id,
                 "method_label": row.method.label,
                 "method_name": row.method.name,
@@ -301,6 +357,7 @@ def to_csv(table: ComparisonTable) -> str:
                 "p": _num(c.test.p) if c else "",
                 "p_holm": _num(c.p_holm) if c else "",
                 "significance": c.mark if c else "",
+                "better": {True: "better", False: "worse", None: ""}[c.better(table.alpha)] if c else "",
                 "ci_low": _num(c.bootstrap.low) if c and c.bootstrap else "",
                 "ci_high": _num(c.bootstrap.high) if c and c.bootstrap else "",
                 "bootstrap_se": _num(c.bootstrap.se) if c and c.bootstrap else "",

@@ -9,7 +9,9 @@ All functions are plain numpy/scipy on arrays; :mod:`attendout.report.comparison
 * :func:`bootstrap_difference`: a percentile interval over the evaluation examples: resample the
   examples with replacement, score every run of both methods on the same resample, take the
   difference of the seed-means. It measures how much the difference depends on which examples the
-  dev set happens to hold, which the t-test over seeds does not see.
+  dev set happens to hold, which the t-test over seeds does not see. Corpus metrics of generated text
+  (BLEU, chrF: sacrebleu's sums of n-gram counts; ROUGE: a mean over sentences) are rescored on each
+  resample from per-sentence statistics (:data:`TEXT_METRICS`), as scoring the resample anew would.
 * :func:`detectable_difference`: the smallest true mean difference the paired t-test with ``n``
   seeds detects with the given power at level ``alpha``, for a standard deviation of the paired
   differences ``sd`` (exact, from the noncentral t distribution).
@@ -27,6 +29,7 @@ from scipy import optimize, stats
 from ..tasks.metrics import SEQUENCE_METRICS, from_counts, sequence_counts, sequences_array
 
 __all__ = [
+    "TEXT_METRICS",
     "BootstrapInterval",
     "PairedTest",
     "bootstrap_difference",
@@ -164,6 +167,8 @@ def bootstrap_difference(
     rng = np.random.default_rng(seed)
     if isinstance(metric, str) and metric in SEQUENCE_METRICS:  # per-example lists of tags
         return _bootstrap_counts(metric, y, runs_a, runs_b, n_resamples, level, rng)
+    if isinstance(metric, str) and metric in TEXT_METRICS:  # generated text against references
+        return _bootstrap_text(metric, y, runs_a, runs_b, n_resamples, level, rng)
     fast = isinstance(metric, str) and metric in _CONFUSION_METRICS and _is_class_index(y, runs_a + runs_b)
     if isinstance(metric, str) and not fast:
         if metric not in METRICS:
@@ -250,6 +255,63 @@ def _bootstrap_counts(
         return a - b
 
     estimate = float(difference(np.ones((1, n)))[0])
+    return _interval(estimate, _weighted_draws(difference, n, n_resamples, rng), n, level)
+
+
+#: Metrics of generated text that :func:`bootstrap_difference` rescores from per-sentence statistics.
+TEXT_METRICS = ("bleu", "chrf", "rouge1", "rouge2", "rougeL")
+
+
+def text_statistics(metric: str, hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    """Per-sentence statistics (n, k) whose column sums give ``metric`` (:func:`score_from_statistics`):
+    sacrebleu's n-gram counts for BLEU and chrF; the F-measure (×100) and a 1 for ROUGE."""
+    hyps, refs = [str(h) for h in hypotheses], [str(r) for r in references]
+    if metric in ("bleu", "chrf"):
+        from sacrebleu.metrics import BLEU, CHRF
+
+        scorer = BLEU() if metric == "bleu" else CHRF()
+        return np.asarray(scorer._extract_corpus_statistics(hyps, [refs]), dtype=np.int64)
+    if metric in ("rouge1", "rouge2", "rougeL"):
+        from rouge_score import rouge_scorer
+
+        scorer = rouge_scorer.RougeScorer([metric], use_stemmer=True)
+        f = [100.0 * scorer.score(r, h)[metric].fmeasure for h, r in zip(hyps, refs, strict=True)]
+        return np.stack([np.asarray(f, dtype=np.float64), np.ones(len(f))], axis=1)
+    raise ValueError(f"text_statistics: {metric!r} is not one of {', '.join(TEXT_METRICS)}")
+
+
+def score_from_statistics(metric: str, totals: np.ndarray) -> np.ndarray:
+    """``metric`` of summed statistics (b, k) -> (b,), as sacrebleu or rouge-score scores the corpus."""
+    totals = np.atleast_2d(totals)
+    if metric in ("bleu", "chrf"):
+        from sacrebleu.metrics import BLEU, CHRF
+
+        scorer = BLEU() if metric == "bleu" else CHRF()
+        return np.array([scorer._compute_score_from_stats([int(v) for v in row]).score for row in totals])
+    return totals[:, 0] / np.where(totals[:, 1] == 0, 1, totals[:, 1])
+
+
+def _bootstrap_text(
+    metric: str,
+    y: np.ndarray,
+    runs_a: list[np.ndarray],
+    runs_b: list[np.ndarray],
+    n_resamples: int,
+    level: float,
+    rng: np.random.Generator,
+) -> BootstrapInterval:
+    """:func:`bootstrap_difference` for BLEU, chrF and ROUGE: each resample sums the drawn sentences'
+    statistics (:func:`text_statistics`) and scores the sums."""
+    n = len(y)
+    stats_a = [text_statistics(metric, p, y) for p in runs_a]
+    stats_b = [text_statistics(metric, p, y) for p in runs_b]
+
+    def difference(weights: np.ndarray) -> np.ndarray:  # weights (b, n) -> (b,)
+        a = np.mean([score_from_statistics(metric, weights @ c) for c in stats_a], axis=0)
+        b = np.mean([score_from_statistics(metric, weights @ c) for c in stats_b], axis=0)
+        return a - b
+
+    estimate = float(difference(np.ones((1, n), dtype=np.int64))[0])
     return _interval(estimate, _weighted_draws(difference, n, n_resamples, rng), n, level)
 
 

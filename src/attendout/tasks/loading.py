@@ -501,8 +501,14 @@ def _load_generation(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
             "(--train-file, --eval-file)"
         )
     given = {"label_column": options.label_column, "label_names": options.label_names, "kind": options.kind}
-    given.update(group_column=options.group_column, token_column=options.token_column, tag_column=options.tag_column)
-    extra = [name for name, value in given.items() if value is not None and not (name == "kind" and value == task.kind)]
+    given.update(
+        group_column=options.group_column, token_column=options.token_column, tag_column=options.tag_column
+    )
+    extra = [
+        name
+        for name, value in given.items()
+        if value is not None and not (name == "kind" and value == task.kind)
+    ]
     if extra:
         raise DataError(f"{extra[0]}= does not apply to task {task.name!r} ({task.kind}: text, no labels)")
     loaded, data = get_loader(task.name)(task, options)

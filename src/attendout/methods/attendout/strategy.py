@@ -27,6 +27,13 @@ normalised) carries the tokens and their positions, which is what G's own attent
 It is computed in eval mode (no embedding dropout), so the recomputation at the game sees the same
 inputs as the sampling did, up to the change of A's embeddings over at most ``dropout_steps`` steps.
 
+**Generation.** On ``lm`` and ``seq2seq`` the reward is the Attacker's mean log-likelihood of a
+sample's gold next tokens minus the Defender's (:func:`attendout.methods.nexttoken.label_log_likelihood`),
+on the carved validation split; reward 'metric' is refused (BLEU would need every game to generate).
+G masks the self-attention over the input tokens: every layer of a causal LM (the hook keeps the
+drops causal), the encoder's layers of an encoder-decoder (the decoder's self-attention runs over the
+target, which G does not read; asking for its layers is an error). Cross-attention is never touched.
+
 **Cost.** Two models and two optimizer states (about 2x the memory of the weights), two training
 passes per step, a small G, and a cache of ``dropout_steps`` x B x n x L x L booleans (the masks).
 """
@@ -51,6 +58,7 @@ from ...tasks import compute_metrics
 from ...tasks.core import task_of
 from ...tasks.metrics import sequences_array
 from ..base import TrainingStrategy
+from ..nexttoken import LM, SEQ2SEQ, generation_kind, label_log_likelihood
 from .generator import Generator, MaskSlot
 from .policy import GeneratorPolicy
 from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY
@@ -184,10 +192,19 @@ class AttendOutStrategy(TrainingStrategy):
     def start(self, loop: LoopContext) -> None:
         super().start(loop)
         config = self.config
+        task = loop.task
+        kind = task.kind if task is not None else None
+        self.generation = kind if kind in (LM, SEQ2SEQ) else generation_kind(self.defender)
+        if self.generation is not None and config.reward == "metric":
+            raise ValueError(
+                f"attendout: reward 'metric' is not defined on a {self.generation} task (BLEU would need every "
+                "game to generate, and perplexity is the exponential of what reward 'logprob' measures): use "
+                "reward 'logprob' (the mean log-likelihood of the gold tokens) or 'correct'"
+            )
         self.attacker: nn.Module = copy.deepcopy(self.defender)
         controller = install(self.attacker)
         controller.add(MaskSlot(config.layers))  # checks that the layers exist; guards A's forwards
-        self.layers = list(config.layers) if config.layers is not None else list(range(controller.num_layers))
+        self.layers = self._layers(controller)
 
         self.defender_optimizer, self.defender_scheduler = loop.optimizer, loop.scheduler
         self.optimizer, self.scheduler = loop.make_optimizer(self.attacker)
@@ -207,7 +224,7 @@ class AttendOutStrategy(TrainingStrategy):
         )
         self.attacker_train = loop.wrap(self.attacker)  # DDP in several processes: A's gradients averaged
 
-        self.task = loop.task if loop.task is not None else task_of(self.defender)
+        self.task = task if task is not None else task_of(self.defender)
         if config.reward == "correct" and self.task.kind == "regression":
             raise ValueError(
                 f"attendout: reward 'correct' needs labels to be right or wrong; {self.task.name!r} is regression"
@@ -228,6 +245,29 @@ class AttendOutStrategy(TrainingStrategy):
         self._drop_sums: dict[str, torch.Tensor] = {}
         self._drop_steps = 0
         self._window: dict[str, list[float]] = defaultdict(list)
+
+    def _layers(self, controller: Any) -> list[int]:
+        """The layers G masks: the config's, or every layer; in a seq2seq model, the encoder's only.
+
+        G reads the source tokens and masks (B, L, L) scores over them; a seq2seq decoder attends over
+        the target, whose length differs, so its self-attention is out of G's reach (and the
+        cross-attention is never hooked).
+        """
+        layers = self.config.layers
+        if self.generation != SEQ2SEQ or not controller.family.stacks:
+            return list(layers) if layers is not None else list(range(controller.num_layers))
+        encoder = int(self.attacker.config.num_layers)
+        if layers is None:
+            return list(range(encoder))
+        beyond = [layer for layer in layers if layer >= encoder]
+        if beyond:
+            raise ValueError(
+                f"attendout: layers {beyond} are decoder self-attention layers of {type(self.attacker).__name__} "
+                f"(layers 0..{encoder - 1} are its encoder's); on a seq2seq task the Generator reads the source "
+                "and masks the encoder's self-attention only: pick layers below "
+                f"{encoder}, or leave layers unset for all of them"
+            )
+        return list(layers)
 
     def _validation_source(self, loop: LoopContext) -> Any:
         name = self.config.validation_source
@@ -351,8 +391,12 @@ class AttendOutStrategy(TrainingStrategy):
         Per-sample scores by task kind: classification and multiple choice, the gold label's (option's)
         log-probability (or 0/1 correctness, reward 'correct'); regression, minus the squared error;
         token classification, the mean log-probability of the gold tags of the sample's words (each on
-        its first word piece; 'correct': the share of words tagged right).
+        its first word piece; 'correct': the share of words tagged right); generation (``lm``,
+        ``seq2seq``), the mean log-likelihood of the sample's gold next tokens ('correct': the share
+        predicted right), with ``metric`` the per-token perplexity of the samples.
         """
+        if self.generation is not None:
+            return self._score_generation(model, data, indices)
         model.eval()
         per_sample: list[torch.Tensor] = []
         predictions: list[Any] = []
@@ -399,6 +443,23 @@ class AttendOutStrategy(TrainingStrategy):
         return GameScores(
             torch.cat(per_sample).cpu(), float(np.nan_to_num(metric[self.task.metrics[0]])), preds, gold
         )
+
+    def _score_generation(self, model: nn.Module, data: Any, indices: list[int]) -> GameScores:
+        model.eval()
+        loop = self.loop
+        per_sample, likelihoods, counts = [], [], []
+        for start in range(0, len(indices), loop.eval_batch_size):
+            batch = data.batch(indices[start : start + loop.eval_batch_size])
+            batch = {k: v.to(loop.device) for k, v in batch.items()}  # labels too: a decoder reads them
+            with loop.autocast():
+                logits = model(**batch).logits
+            likelihood, hits, count = label_log_likelihood(logits, batch, self.generation)
+            per_sample.append(hits if self.config.reward == "correct" else likelihood)
+            likelihoods.append(likelihood * count)
+            counts.append(count)
+        tokens = torch.cat(counts).sum().clamp(min=1)
+        perplexity = torch.exp(-torch.cat(likelihoods).sum() / tokens).item()
+        return GameScores(torch.cat(per_sample).cpu(), perplexity)
 
     def pick_attacker(self, gap: float, error: float) -> tuple[bool, float]:
         """Sample the winner: P(A) = sigmoid(z / reinit_temperature), z = gap / error (A minus D, in

@@ -9,10 +9,11 @@ from ...attention import AttentionMethod
 from ...limits import LimitError
 from ..base import MethodConfig, TrainingStrategy, layers_field, register_method
 from .layer import RANDOM_VARIANTS, VARIANTS, base_variant, is_mixture
-from .method import Synthesizer
+from .method import CROSS_ATTENTION_CAVEAT as CROSS_ATTENTION_CAVEAT
+from .method import CROSS_ATTENTION_REFUSED, Synthesizer
 from .training import SynthesizerStrategy
 
-__all__ = ["INITS", "SynthesizerConfig"]
+__all__ = ["CROSS_ATTENTION_CAVEAT", "CROSS_ATTENTION_REFUSED", "INITS", "SynthesizerConfig"]
 
 INITS = ("exact", "paper")
 
@@ -21,6 +22,11 @@ INITS = ("exact", "paper")
 @dataclass
 class SynthesizerConfig(MethodConfig):
     """Synthesizer attention (Tay et al., "Synthesizer: Rethinking Self-Attention in Transformer Models").
+
+    Acts on self-attention only: an encoder's, a decoder's (causally: a synthesized row never reaches a
+    later position), and both stacks of an encoder-decoder (T5, whose relative positions need ``l_max``).
+    Never on cross-attention: ``cross_attention=True``, or layers beyond the self-attention layers, raise
+    a ValueError naming the paper's caveat (:data:`CROSS_ATTENTION_REFUSED`).
 
     An architectural change, not a regulariser: it acts in training and in eval mode, adds
     parameters, and a model trained with it is saved in attendout's synthesized form
@@ -63,6 +69,13 @@ class SynthesizerConfig(MethodConfig):
             "or 'paper' (mixing weight 1/2); default: exact for mixtures, paper otherwise"
         },
     )
+    cross_attention: bool = field(
+        default=False,
+        metadata={
+            "help": "always off: synthesize an encoder-decoder's cross-attention too. Refused, as paper 003's "
+            "caveat: its findings hold for self-attention, not for attention across sequences"
+        },
+    )
     synthesizer_lr: float = field(
         default=1e-3,
         metadata={
@@ -73,6 +86,8 @@ class SynthesizerConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.cross_attention:
+            raise ValueError(CROSS_ATTENTION_REFUSED)
         if self.variant not in VARIANTS:
             raise ValueError(
                 f"{self.name}: variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}"

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from .config import SynthesizerConfig
 
 __all__ = [
+    "CROSS_ATTENTION_CAVEAT",
+    "CROSS_ATTENTION_REFUSED",
     "FORMAT_VERSION",
     "MODEL_TYPE",
     "MODULE_NAME",
@@ -54,6 +56,17 @@ __all__ = [
 
 #: The attribute of the model that holds the synthesizer parameters.
 MODULE_NAME = "attendout_synthesizer"
+
+#: Why Synthesizer never replaces cross-attention (the ``cross_attention`` option, or layers past the
+#: self-attention layers of an encoder-decoder).
+CROSS_ATTENTION_CAVEAT = (
+    "Synthesizer replaces self-attention only. Paper 003's caveat: its findings hold for self-attention, not for attention across sequences (synthesized "
+    "attention did worse where self-attention played the part of cross-sentence attention), and a "
+    "synthesized alignment has no query-key product through which a decoder could read its source. "
+    "In an encoder-decoder, the encoder's and the decoder's self-attention are synthesized and the "
+    "cross-attention stays dot-product"
+)
+CROSS_ATTENTION_REFUSED = f"synthesizer: cross_attention=True is refused. {CROSS_ATTENTION_CAVEAT}"
 
 
 class SequenceTooLongError(ValueError):
@@ -93,8 +106,18 @@ class Synthesizer(AttentionMethod):
 
     # lifecycle -----------------------------------------------------------------------------
     def attach(self, controller: Controller) -> None:
-        super().attach(controller)
         model = controller.model
+        layers = range(controller.num_layers) if self.layers is None else self.layers  # checked first
+        beyond = [layer for layer in layers if not 0 <= layer < controller.num_layers]
+        if beyond:
+            where = f"{type(model).__name__} has {controller.num_layers} self-attention layers"
+            if controller.family.stacks:  # a layer past both stacks could only mean a cross-attention
+                raise ValueError(
+                    f"{self.name}: layers {beyond} are not self-attention layers: {where} (the encoder's, "
+                    f"then the decoder's); cross-attention layers are never synthesized. {CROSS_ATTENTION_CAVEAT}"
+                )
+            raise ValueError(f"{self.name}: layers {beyond} do not exist: {where}")
+        super().attach(controller)
         if MODULE_NAME in model._modules:
             raise ValueError(
                 f"{type(model).__name__} is already synthesized ({MODULE_NAME} exists); "
@@ -125,8 +148,8 @@ class Synthesizer(AttentionMethod):
             raise ValueError(
                 f"{self.name}: rank must be at most l_max ({self.l_max}), got {self.config.rank!r}"
             )
-        reference = next(model.parameters())
         layers = range(controller.num_layers) if self.layers is None else self.layers
+        reference = next(model.parameters())
         self.modules = nn.ModuleDict(
             {
                 str(layer): SynthesizerLayer(
