@@ -159,6 +159,10 @@ def cmd_tasks(argv: list[str]) -> int:
             labels = "a number"
         elif task.kind == "multiple_choice":
             labels = f"{task.choices} options"
+        elif task.kind == "lm":
+            labels = "none: the text predicts itself"
+        elif task.kind == "seq2seq":
+            labels = f"the target text ({' -> '.join(task.text_fields)})"
         elif task.label_names is None:
             labels = "from the data"
         elif len(task.label_names) > 9:

@@ -82,7 +82,7 @@ def write_rows(handle: Any, rows: list[dict[str, Any]], fmt: str) -> None:
 
 
 def check_output_path(path: str | os.PathLike) -> Path:
-    """``path`` as a :class:`Path` if its extension names an output format, else a :class:`PredictError`."""
+    """``path`` as a ``Path`` if its extension names an output format, else a :class:`PredictError`."""
     path = Path(path)
     if path.suffix.lower() not in OUTPUT_FORMATS:
         raise PredictError(f"{path}: the output must end in .jsonl, .csv or .tsv")

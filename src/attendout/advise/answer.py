@@ -92,12 +92,12 @@ def verdict(confirmation: Confirmation, alpha: float = 0.05) -> Verdict:
     )
     d = confirmation.detectable
     size = (
-        f"{_pts(d, False, metric)} {metric} points"
+        f"a true gain of {_pts(d, False, metric)} {metric} points or more"
         if up
-        else f"a fall of {_pts(d, False, metric)} in {metric}"
+        else f"a true fall of {_pts(d, False, metric)} in {metric} or more"
     )
     power = (
-        f"a true gain of {size} or more would have been detected with 80% power"
+        f"{size} would have been detected with 80% power"
         if math.isfinite(d) and d > 0
         else "the seeds' differences had no spread, so no detectable gain can be estimated"
     )

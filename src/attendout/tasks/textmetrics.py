@@ -3,9 +3,9 @@
 * ``perplexity``: ``exp`` of the mean negative log-likelihood (nats) per predicted token. Its
   "predictions" are each block's summed negative log-likelihood and its "labels" each block's count of
   predicted tokens, so that the mean is over tokens, not blocks. Lower is better.
-* ``bleu`` and ``chrf``: corpus BLEU and chrF of :mod:`sacrebleu` (its default 13a tokenisation, one
+* ``bleu`` and ``chrf``: corpus BLEU and chrF of ``sacrebleu`` (its default 13a tokenisation, one
   reference per sentence), 0-100, over decoded strings.
-* ``rouge1``, ``rouge2``, ``rougeL``: the mean F-measure of :mod:`rouge_score` (with its Porter
+* ``rouge1``, ``rouge2``, ``rougeL``: the mean F-measure of ``rouge_score`` (with its Porter
   stemmer), times 100.
 
 Scorers are imported when first used, so that the classification tasks never load them.
