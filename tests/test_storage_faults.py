@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import attendout.rundir as rundir
 import attendout.config as config_module
+import attendout.rundir as rundir
 import attendout.train as train_module
 from attendout.cli import main
 from attendout.rundir import (

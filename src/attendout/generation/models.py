@@ -172,7 +172,17 @@ def _auto_class(task: Task):
 #: Bidirectional encoders: ``AutoModelForCausalLM`` loads some of them (BERT as ``BertLMHeadModel``), but
 #: unless their config says ``is_decoder`` each position sees the tokens it is to predict.
 ENCODER_TYPES = frozenset(
-    {"bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert", "modernbert", "deberta-v2", "eurobert"}
+    {
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "electra",
+        "distilbert",
+        "albert",
+        "modernbert",
+        "deberta-v2",
+        "eurobert",
+    }
 )
 
 
