@@ -326,3 +326,70 @@ def test_a_pretrained_encoder_is_refused_for_a_generation_task(tmp_path, lm_file
     )
     with pytest.raises(ValueError, match="is a bidirectional encoder \\(bert\\).*needs a decoder"):
         finetune(config)
+
+
+# --------------------------------------------------------------------------------------------------
+# BART and Marian: both stacks' self-attention, never cross-attention
+
+
+def tiny_bart_like(name: str):
+    from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
+
+    sizes = dict(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                 decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, dropout=0.0,
+                 attention_dropout=0.0, max_position_embeddings=32, pad_token_id=0, decoder_start_token_id=2)  # fmt: skip
+    torch.manual_seed(0)
+    if name == "bart":
+        return BartForConditionalGeneration(BartConfig(**sizes))
+    return MarianMTModel(MarianConfig(**sizes))
+
+
+@pytest.mark.parametrize("name", ["bart", "marian"])
+def test_bart_and_marian_self_attention_is_hooked_and_cross_attention_is_not(name):
+    import attendout
+    from attendout.attention import AttentionMethod
+
+    class Spy(AttentionMethod):
+        name = "spy"
+
+        def __init__(self):
+            self.layers, self.calls = None, []
+
+        def edit(self, call):
+            self.calls.append((call.layer, call.shape[2], call.shape[3]))
+
+    model = tiny_bart_like(name).train()
+    g = torch.Generator().manual_seed(0)
+    batch = {
+        "input_ids": torch.randint(4, 99, (3, 9), generator=g),
+        "labels": torch.randint(4, 99, (3, 6), generator=g),
+    }
+    spy = Spy()
+    attendout.install(model).add(spy)
+    model(**batch)
+    assert sorted(set(spy.calls)) == [(0, 9, 9), (1, 9, 9), (2, 6, 6), (3, 6, 6)]  # never (6, 9): cross
+    attendout.uninstall(model)
+    torch.manual_seed(1)
+    stock = model(**batch).logits
+    handle = attendout.apply(model, "scores-dropout", p=0.5)
+    torch.manual_seed(1)
+    # a tiny random Marian attends almost uniformly, so the drops move its logits only slightly
+    assert (model(**batch).logits - stock).abs().max() > 1e-6
+    layers = {key.rsplit("/L", 1)[1] for key in handle.stats() if "/L" in key}
+    assert layers == {"0", "1", "2", "3"}
+    handle.remove()
+    with pytest.raises(ValueError, match="cross"):
+        attendout.apply(model, "synthesizer", variant="dense", cross_attention=True, l_max=16)
+
+
+def test_a_bart_from_scratch_translates_with_a_method(mt_files, tmp_path):
+    config = tiny(
+        tmp_path, task="seq2seq", model="bart", train_file=f"{mt_files / 'train.en'},{mt_files / 'train.de'}",
+        eval_files={"dev": str(mt_files / "dev.tsv")}, text_columns=["src", "tgt"], max_steps=3, max_new_tokens=6,
+        method="synthesizer", method_options={"variant": "dense"},
+    )  # fmt: skip
+    results = finetune(config)
+    assert "bart from scratch" in results["model_description"] and set(results["eval"]["dev"]) >= {
+        "bleu",
+        "chrf",
+    }

@@ -33,6 +33,7 @@ __all__ = [
     "is_causal",
     "register_route",
     "route_of",
+    "stack_sizes",
     "supported_model_types",
 ]
 
@@ -114,6 +115,27 @@ FAMILIES: dict[str, Family] = {
     ),
 }
 FAMILIES["mt5"] = FAMILIES["t5"]
+# BART-style encoder-decoders (BART, mBART, Marian): model.{encoder,decoder}.layers.N.self_attn; the
+# decoder's cross-attention (layers.N.encoder_attn) is left to stock attention, as T5's.
+_BART_LIKE = Family(
+    attention=r"(^|\.)(?P<stack>encoder|decoder)\.layers\.(?P<n>\d+)\.self_attn$",
+    block=r"(^|\.)(?P<stack>encoder|decoder)\.layers\.(?P<n>\d+)$",
+    stacks=True,
+)
+for _name in ("bart", "mbart", "marian"):
+    FAMILIES[_name] = _BART_LIKE
+
+
+def stack_sizes(config) -> tuple[int, int] | None:
+    """(encoder layers, decoder layers) of an encoder-decoder's config (T5's ``num_layers`` and
+    ``num_decoder_layers``, BART's ``encoder_layers`` and ``decoder_layers``); None for one stack."""
+    if not getattr(config, "is_encoder_decoder", False):
+        return None
+    if hasattr(config, "encoder_layers"):  # BART, mBART, Marian
+        return int(config.encoder_layers), int(config.decoder_layers)
+    encoder = int(config.num_layers)
+    return encoder, int(getattr(config, "num_decoder_layers", None) or encoder)
+
 
 # Families whose attention does not go through AttentionInterface in transformers 5.x.
 _WHY_NOT = {

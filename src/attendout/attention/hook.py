@@ -23,7 +23,7 @@ from ..contract import EDITS_KWARG, ForwardEdits
 from . import paths  # looked up there on every call, so that a test can stand in for a path
 from .call import AttentionCall, combine_edits, own_edit, rewrites_scores
 from .controller import Controller, _Slot, get_controller
-from .families import Family, UnsupportedModelError, _family_of, causal_mask, is_causal, route_of
+from .families import Family, UnsupportedModelError, _family_of, causal_mask, is_causal, route_of, stack_sizes
 
 __all__ = ["HOOK_NAME", "attendout_attention", "install", "uninstall"]
 
@@ -49,9 +49,8 @@ def _numbered(model: nn.Module, pattern: str, shared: bool) -> list[nn.Module]:
 
 def _expected_layers(model: nn.Module, family: Family, found: int) -> int:
     config = model.config
-    if family.stacks:  # T5, T5EncoderModel: both stacks, or the encoder's alone
-        encoder = int(config.num_layers)
-        decoder = int(getattr(config, "num_decoder_layers", None) or encoder)
+    if family.stacks:  # T5, BART: both stacks; T5EncoderModel: the encoder's alone
+        encoder, decoder = stack_sizes(config) or (int(config.num_layers), 0)
         return encoder + decoder if found > encoder else encoder
     return int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layers", 0))
 

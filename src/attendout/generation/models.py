@@ -1,9 +1,10 @@
 """Models of the generation kinds: a pretrained decoder or encoder-decoder, or one started from scratch.
 
 * ``init="pretrained"``: ``AutoModelForCausalLM`` (``lm``) or ``AutoModelForSeq2SeqLM`` (``seq2seq``) and
-  the model's own tokenizer, from a local folder or a hub id (GPT-2, Llama, Qwen2, Mistral; T5).
+  the model's own tokenizer, from a local folder or a hub id (GPT-2, Llama, Qwen2, Mistral; T5, BART,
+  Marian).
 * ``init="scratch"``: random weights from a config. ``model`` names an architecture of
-  :data:`SCRATCH_ARCHITECTURES` (``gpt2``, ``llama``, ``qwen2``, ``mistral`` for ``lm``; ``t5`` for ``seq2seq``)
+  :data:`SCRATCH_ARCHITECTURES` (``gpt2``, ``llama``, ``qwen2``, ``mistral`` for ``lm``; ``t5``, ``bart``, ``marian`` for ``seq2seq``)
   sized by :class:`ScratchSize` (layers, hidden size, heads, vocabulary), or a ``config.json`` file or a
   folder holding one (its architecture and sizes; its weights, if any, are not read). The tokenizer is
   the folder's own when it has one, else a byte-level BPE trained on the training split
@@ -66,6 +67,22 @@ def _decoder(size: ScratchSize, positions: int) -> dict[str, Any]:
     }
 
 
+def _bart(size: ScratchSize, positions: int) -> dict[str, Any]:
+    """BART and Marian: learned positions; the decoder starts from ``</s>``, as BART's own does."""
+    return {
+        "d_model": size.hidden,
+        "encoder_layers": size.layers,
+        "decoder_layers": size.layers,
+        "encoder_attention_heads": size.heads,
+        "decoder_attention_heads": size.heads,
+        "encoder_ffn_dim": 4 * size.hidden,
+        "decoder_ffn_dim": 4 * size.hidden,
+        "max_position_embeddings": positions,
+        "decoder_start_token_id": EOS_ID,
+        "forced_eos_token_id": EOS_ID,
+    }
+
+
 #: kind -> architecture -> its config's fields for a :class:`ScratchSize` and a context length.
 SCRATCH_ARCHITECTURES: dict[str, dict[str, Any]] = {
     LM: {
@@ -80,6 +97,8 @@ SCRATCH_ARCHITECTURES: dict[str, dict[str, Any]] = {
         "mistral": _decoder,
     },
     SEQ2SEQ: {
+        "bart": lambda size, positions: _bart(size, positions),
+        "marian": lambda size, positions: _bart(size, positions),
         "t5": lambda size, positions: {
             "d_model": size.hidden,
             "d_kv": size.hidden // size.heads,
@@ -208,7 +227,11 @@ def _pretrained(name: str, task: Task, **kwargs: Any):
         is_seq2seq = bool(getattr(config, "is_encoder_decoder", False))
         if is_seq2seq != (task.kind == SEQ2SEQ):
             has = "an encoder-decoder" if is_seq2seq else "a decoder-only (or encoder-only) model"
-            wants = "an encoder-decoder (T5)" if task.kind == SEQ2SEQ else "a decoder (GPT-2, Llama, Qwen2)"
+            wants = (
+                "an encoder-decoder (T5, BART, Marian)"
+                if task.kind == SEQ2SEQ
+                else "a decoder (GPT-2, Llama, Qwen2)"
+            )
             raise ValueError(
                 f"model {name!r} is {has} ({config.model_type}); task {task.name!r} ({task.kind}) needs {wants}"
             )

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..attention import get_controller
+from ..attention.families import stack_sizes
 from .nexttoken import LM, SEQ2SEQ
 
 __all__ = ["ALL_LAYER_TASKS", "ENCODER_LAYERS", "TASK_LAYERS", "task_layers"]
@@ -84,7 +85,7 @@ def _stacks(model: nn.Module) -> tuple[int, int] | None:
     controller = get_controller(model)
     if controller is None or not controller.family.stacks:
         return None
-    encoder = int(model.config.num_layers)
+    encoder = (stack_sizes(model.config) or (controller.num_layers, 0))[0]
     decoder = controller.num_layers - encoder
     return (encoder, decoder) if decoder > 0 else None
 

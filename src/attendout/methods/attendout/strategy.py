@@ -52,6 +52,7 @@ import torch
 from torch import nn
 
 from ...attention import AttentionEdit, UnsupportedModelError, install
+from ...attention.families import stack_sizes
 from ...contract import ForwardEdits, LoopContext, StepInfo
 from ...optim import concat_batches, rows_of, update
 from ...tasks import compute_metrics
@@ -256,7 +257,7 @@ class AttendOutStrategy(TrainingStrategy):
         layers = self.config.layers
         if self.generation != SEQ2SEQ or not controller.family.stacks:
             return list(layers) if layers is not None else list(range(controller.num_layers))
-        encoder = int(self.attacker.config.num_layers)
+        encoder = stack_sizes(self.attacker.config)[0]
         if layers is None:
             return list(range(encoder))
         beyond = [layer for layer in layers if layer >= encoder]
