@@ -28,7 +28,8 @@ Tasks:
 * ``multi30k``: Multi30k task 1, EN->DE (29,000 / 1,014 / 1,000 caption pairs), from a folder holding
   ``train.{en,de}``, ``val.{en,de}`` and ``test_2016_flickr.{en,de}`` (``data_dir``, or
   ``$ATTENDOUT_DATA/multi30k``). Evaluation splits ``val`` and ``test_2016_flickr``.
-* ``wmt16-en-ro``: WMT16 EN->RO from the hub (``--hub``); evaluation splits ``validation`` and ``test``.
+* ``wmt16-en-ro``: WMT16 EN->RO from the hub (``--hub``); evaluation splits ``dev`` (the hub's
+  ``validation``: that name is the run's own split, carved from train) and ``test``.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ WIKITEXT2 = Task(
     text_fields=("text",),
     label_names=None,
     metrics=("perplexity",),
-    eval_split_names=("validation", "test"),
+    eval_split_names=("dev", "test"),  # the hub's "validation" (that name is the run's carved split)
     description="WikiText-2 raw, articles as documents (hub only: --hub)",
 )
 MULTI30K = Task(
@@ -164,7 +165,7 @@ WMT16_EN_RO = Task(
     text_fields=("en", "ro"),
     label_names=None,
     metrics=TRANSLATION_METRICS,
-    eval_split_names=("validation", "test"),
+    eval_split_names=("dev", "test"),  # the hub's "validation" (that name is the run's carved split)
     description="WMT16 English to Romanian news (hub only: --hub)",
 )
 WIKITEXT2_HUB = ("Salesforce/wikitext", "wikitext-2-raw-v1")
@@ -342,8 +343,9 @@ def wikitext_articles(lines: list[str]) -> list[str]:
 
 def load_wikitext2(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     data = _hub(WIKITEXT2_HUB, task, options)
+    hub_split = {"train": "train", "dev": "validation", "test": "test"}
     parts = {
-        split: documents(wikitext_articles(list(data[split]["text"])))
+        split: documents(wikitext_articles(list(data[hub_split[split]]["text"])))
         for split in ("train", *task.eval_split_names)
     }
     return task, TaskData(
@@ -388,7 +390,7 @@ def load_wmt16_en_ro(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     data = _hub(WMT16_HUB, task, options)
 
     def pairs(split: str) -> Seq2SeqExamples:
-        rows = data[split]["translation"]
+        rows = data[{"dev": "validation"}.get(split, split)]["translation"]
         return Seq2SeqExamples.from_pairs([r["en"] for r in rows], [r["ro"] for r in rows])
 
     return task, TaskData(
