@@ -45,6 +45,14 @@ def family_config(family: str):
             vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64, position_biased_input=True, relative_attention=False,
         )  # fmt: skip
+    if family in ("bart", "mbart", "marian"):
+        from transformers import AutoConfig
+
+        return AutoConfig.for_model(
+            family, vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64,
+            pad_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+        )  # fmt: skip
     return tiny_config(family)
 
 
@@ -58,8 +66,18 @@ def test_every_supported_family_says_how_long_its_inputs_may_be():
 def runs(config, length: int) -> bool:
     """Whether a forward of ``length`` tokens runs (a sequence classifier of ``config``, eval mode)."""
     torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_config(config).eval()
     tokens = torch.randint(5, VOCAB, (1, length), generator=torch.Generator().manual_seed(1))
+    if config.model_type in ("bart", "mbart", "marian"):  # a translation model: source and target both long
+        from transformers import AutoModelForSeq2SeqLM
+
+        model = AutoModelForSeq2SeqLM.from_config(config).eval()
+        try:
+            with torch.no_grad():
+                model(input_ids=tokens, decoder_input_ids=tokens)
+        except (IndexError, RuntimeError):
+            return False
+        return True
+    model = AutoModelForSequenceClassification.from_config(config).eval()
     if config.model_type in ("t5", "mt5"):  # its classifier reads the decoder at the end-of-sequence token
         tokens[:, -1] = config.eos_token_id
     kwargs = {"input_ids": tokens, "attention_mask": torch.ones_like(tokens)}

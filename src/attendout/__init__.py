@@ -1,49 +1,129 @@
-"""attendout: fine-tune pretrained transformer encoders with regularised self-attention."""
+"""attendout: fine-tune pretrained transformer encoders with regularised self-attention.
 
-from . import deberta  # noqa: F401  (registers DeBERTa's attention route with the hook)
-from .attention import (
-    AttentionCall,
-    AttentionEdit,
-    AttentionMethod,
-    RandomDrops,
-    UnsupportedModelError,
-    install,
-    record_attention,
-    supported_model_types,
-    uninstall,
-)
-from .configfile import load_config, save_config
-from .contract import Distributed, ForwardEdits, LoopContext, StepInfo
+``import attendout`` is cheap: the names that need torch and transformers (every name of ``__all__``
+but ``__version__``, ``Stopped``, ``LimitError`` and ``check_length``) are imported on first use
+(PEP 562), so ``attendout --help`` starts in well under a second. ``attendout.apply`` and
+``from attendout import X`` work as before. The first of them imports :mod:`attendout.deberta` too,
+which registers DeBERTa's attention route with the hook.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .interrupt import Stopped
 from .limits import LimitError, check_length
-from .methods import (
-    METHODS,
-    CombinedHandle,
-    MethodConfig,
-    MethodHandle,
-    MethodStackError,
-    TrainingStrategy,
-    apply,
-    get_method_config,
-    list_methods,
-    prepare,
-    register_method,
-)
-from .methods.synthesizer import (
-    SequenceTooLongError,
-    SynthesizerConfig,
-    is_synthesized_checkpoint,
-    load_model,
-    load_synthesized,
-    save_synthesized,
-    synthesize,
-)
-from .predict import Predictions, Predictor
 from .version import __version__
+
+#: name -> the submodule that defines it, imported on first use (see ``__getattr__``)
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "AttentionCall",
+            "AttentionEdit",
+            "AttentionMethod",
+            "RandomDrops",
+            "UnsupportedModelError",
+            "install",
+            "record_attention",
+            "supported_model_types",
+            "uninstall",
+        ),
+        ".attention",
+    ),
+    **dict.fromkeys(("load_config", "save_config"), ".configfile"),
+    **dict.fromkeys(("Distributed", "ForwardEdits", "LoopContext", "StepInfo"), ".contract"),
+    **dict.fromkeys(
+        (
+            "METHODS",
+            "CombinedHandle",
+            "MethodConfig",
+            "MethodHandle",
+            "MethodStackError",
+            "TrainingStrategy",
+            "apply",
+            "get_method_config",
+            "list_methods",
+            "prepare",
+            "register_method",
+        ),
+        ".methods",
+    ),
+    **dict.fromkeys(
+        (
+            "SequenceTooLongError",
+            "SynthesizerConfig",
+            "is_synthesized_checkpoint",
+            "load_model",
+            "load_synthesized",
+            "save_synthesized",
+            "synthesize",
+        ),
+        ".methods.synthesizer",
+    ),
+    **dict.fromkeys(("Predictions", "Predictor"), ".predict"),
+}
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
+    from .attention import (
+        AttentionCall,
+        AttentionEdit,
+        AttentionMethod,
+        RandomDrops,
+        UnsupportedModelError,
+        install,
+        record_attention,
+        supported_model_types,
+        uninstall,
+    )
+    from .configfile import load_config, save_config
+    from .contract import Distributed, ForwardEdits, LoopContext, StepInfo
+    from .methods import (
+        METHODS,
+        CombinedHandle,
+        MethodConfig,
+        MethodHandle,
+        MethodStackError,
+        TrainingStrategy,
+        apply,
+        get_method_config,
+        list_methods,
+        prepare,
+        register_method,
+    )
+    from .methods.synthesizer import (
+        SequenceTooLongError,
+        SynthesizerConfig,
+        is_synthesized_checkpoint,
+        load_model,
+        load_synthesized,
+        save_synthesized,
+        synthesize,
+    )
+    from .predict import Predictions, Predictor
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562) and keep the name here."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    importlib.import_module(".deberta", __name__)  # registers DeBERTa's attention route with the hook
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 def remove(model) -> None:
     """Remove every attendout method and the hook from ``model`` (it is stock again)."""
+    from .attention import uninstall
+
+    importlib.import_module(".deberta", __name__)
     uninstall(model)
 
 

@@ -29,9 +29,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "RUN_OUTPUTS",
     "RunExistsError",
+    "TrainState",
     "check_run_dir",
     "checkpoint_config",
     "find_checkpoint",
@@ -67,8 +70,23 @@ __all__ = [
     "read_resumable",
     "remove_checkpoint",
     "setting_up",
+    "single_class",
     "write_split_predictions",
 ]
+
+
+@dataclass
+class TrainState:
+    """The loop's counters and best score: what a checkpoint's ``state`` holds (``dataclasses.asdict``)."""
+
+    step: int = 0
+    epoch: int = 0
+    best_score: float = -math.inf
+    best_step: int | None = None
+    best_validation: dict[str, float] = field(default_factory=dict)
+    validated_at: int | None = None
+    evals_since_best: int = 0  # validations in a row without a new best (early stopping)
+
 
 #: The checkpoint folder and the temporary names it has while it is written whole.
 CHECKPOINT_FOLDERS = (CHECKPOINT_DIR, f".{CHECKPOINT_DIR}.tmp", f".{CHECKPOINT_DIR}.old")
@@ -243,3 +261,21 @@ def write_split_predictions(
 
 def _as_list(values: Any) -> list[Any]:
     return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
+
+def single_class(split: str, preds: Any, label_names: Any = None, warn: bool = True) -> dict[str, str]:
+    """``{split: label}`` if a classifier predicted one label for every example of ``split`` (two or
+    more; its scores there are then the majority baseline's, MCC 0), warned of once; else ``{}``."""
+    values = {int(p) for p in _as_list(preds)}
+    if len(_as_list(preds)) < 2 or len(values) != 1:
+        return {}
+    (label,) = values
+    name = str(label_names[label]) if label_names and 0 <= label < len(label_names) else str(label)
+    if warn:
+        logger.warning(
+            "the model predicts one class (%s) for every example of %s: its scores are the majority "
+            "baseline's",
+            name,
+            split,
+        )
+    return {split: name}

@@ -18,14 +18,31 @@ import sys
 from typing import Any
 
 from .cliflags import TASK_DEFAULT_OPTIONS, add_dataclass_options, add_file_options, parse_eval_files
-from .methods import METHODS, list_methods, settle_for_task
-from .methods.base import MethodConfig
+
+# Heavy modules (torch, transformers, the method registry, the engines) are imported inside the
+# commands, so that `attendout --help` starts at once (benchmarks/bench_startup.py measures it).
 
 EXIT_USAGE = 2
 
 
+def _add_threads(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--threads N``, as ``attendout advise`` and ``bench`` have it."""
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+
+
+def _set_threads(threads: int | None) -> None:
+    """torch.set_num_threads(threads), unless None; below 1 is an error."""
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {threads}")
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def _finetune_parser(method: str | None) -> argparse.ArgumentParser:
     from .config import TrainConfig
+    from .methods import METHODS, list_methods
 
     parser = argparse.ArgumentParser(
         prog="attendout finetune",
@@ -51,6 +68,7 @@ def _finetune_parser(method: str | None) -> argparse.ArgumentParser:
         help="a method config file ([method] name and options, optional [training] fields; what "
         "`attendout advise` writes as its answer): its values are the defaults that other flags override",
     )
+    _add_threads(parser)
     if method in METHODS:
         cls = METHODS[method]
         group = parser.add_argument_group(
@@ -77,6 +95,7 @@ def _expand_attention(argv: list[str]) -> list[str]:
 
 def cmd_finetune(argv: list[str]) -> int:
     from .config import TrainConfig, task_defaults
+    from .methods import METHODS, list_methods, settle_for_task
     from .report.results import format_results, format_truncation
     from .train import finetune
 
@@ -106,6 +125,7 @@ def cmd_finetune(argv: list[str]) -> int:
     parser.set_defaults(**{name: unset for name in TASK_DEFAULT_OPTIONS})
     parser.set_defaults(**from_file, method=known.method)
     args = parser.parse_args(argv)
+    _set_threads(args.threads)
     values = vars(args)
     chosen = task_defaults(values.get("task"))
     for name in TASK_DEFAULT_OPTIONS:
@@ -138,6 +158,8 @@ def cmd_finetune(argv: list[str]) -> int:
 
 
 def cmd_methods(argv: list[str]) -> int:
+    from .methods import METHODS, MethodConfig, list_methods
+
     argparse.ArgumentParser(prog="attendout methods", description="List the registered methods.").parse_args(
         argv
     )
@@ -248,77 +270,10 @@ def cmd_inspect(argv: list[str]) -> int:
 
 
 def cmd_plot(argv: list[str]) -> int:
-    """Figures from run directories: AttendOut's dropout patterns and the convergence curves (001 Fig. 3, 4)."""
-    from pathlib import Path
+    """Figures from run directories: convergence curves, AttendOut's dropout patterns, the regime."""
+    from .report.plotting import plot_main
 
-    from .report.curves import convergence_figure, group_runs
-    from .report.patterns import is_attendout_run, pattern_figure
-
-    parser = argparse.ArgumentParser(
-        prog="attendout plot",
-        description="Draw, as PNG, the convergence curves of the runs on one axis (validation metric vs "
-        "step, mean ± std over the runs of a method; paper 001 Figure 4) and the dropout pattern of every "
-        "AttendOut run (drop probability per layer vs step; Figure 3).",
-    )
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories of `attendout finetune`")
-    parser.add_argument("--out-dir", default="plots", help="folder for the PNG files (default: plots)")
-    parser.add_argument(
-        "--metric", default=None, help="validation metric to plot (default: the task's main metric)"
-    )
-    parser.add_argument(
-        "--group-by",
-        choices=("method", "run"),
-        default="method",
-        help="one curve per method (mean ± std over its runs, e.g. seeds) or per run (default: method)",
-    )
-    parser.add_argument("--title", default="", help="title of the convergence figure")
-    parser.add_argument(
-        "--regime",
-        action="store_true",
-        help="draw regime.png instead: per run, the validation metric and the validation and training "
-        "losses by epoch (where plain fine-tuning peaks and overfits), and print one line per run",
-    )
-    parser.add_argument(
-        "--budgets",
-        default=None,
-        metavar="EXPERIMENT",
-        help="with --regime: mark on each run the epochs this experiment file gives the run's task id",
-    )
-    args = parser.parse_args(argv)
-    runs = [Path(run) for run in args.runs]
-    for run in runs:
-        if not (run / "log.jsonl").is_file():
-            raise ValueError(f"{run} is not a run directory: it has no log.jsonl")
-    out = Path(args.out_dir)
-    if args.regime:
-        return _plot_regime(runs, out, args.budgets, args.title)
-    if args.budgets:
-        parser.error("--budgets needs --regime")
-    written = [
-        convergence_figure(group_runs(runs, args.group_by), out / "convergence.png", args.metric, args.title)
-    ]
-    attendout_runs = [run for run in runs if is_attendout_run(run)]
-    if attendout_runs:
-        written.append(pattern_figure(attendout_runs, out / "dropout_pattern.png"))
-    for path in written:
-        print(f"wrote {path}")
-    return 0
-
-
-def _plot_regime(runs: list[Any], out: Any, experiment: str | None, title: str) -> int:
-    """``attendout plot --regime``: regime.png and one line per run (see attendout.report.regime)."""
-    from .experiments import load_experiment
-    from .report.regime import regime_figure, regime_summary, run_task_id
-
-    budgets: dict[str, float] = {}
-    if experiment:
-        for cell in load_experiment(experiment).cells():
-            if cell.config is not None and cell.config.max_steps is None:
-                budgets[cell.task.id] = cell.config.epochs
-    for run in runs:
-        print(regime_summary(run, budgets.get(run_task_id(run))))
-    print(f"wrote {regime_figure(runs, out / 'regime.png', budgets, title)}")
-    return 0
+    return plot_main(argv)
 
 
 def cmd_bench(argv: list[str]) -> int:
@@ -393,10 +348,12 @@ def cmd_predict(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     parser.add_argument("--precision", default="fp32", help="fp32, bf16 or fp16 (autocast, GPU)")
+    _add_threads(parser)
     parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=True, help="a progress bar on stderr"
     )
     args = parser.parse_args(argv)
+    _set_threads(args.threads)
     if args.split is not None and (args.text_columns or args.label_column or args.file_format):
         raise ValueError(
             "--text-columns, --label-column and --format describe an --input file, not a --split"
@@ -524,10 +481,28 @@ def _go_on(command: str, argv: list[str], stop: Any) -> str:
     return ""
 
 
+#: The errors that mean bad user input (one line, exit 2), as (module, class): looked up only in modules
+#: already imported, since an error can only come from a module that was imported.
+_USAGE_ERRORS = (
+    ("attendout.tasks.base", "DataError"),
+    ("attendout.attention.families", "UnsupportedModelError"),
+    ("attendout.models", "ModelNotFoundError"),
+    ("attendout.checkpoints", "RunExistsError"),
+    ("attendout.rundir", "RunBusyError"),
+)
+
+#: Commands that load no model: they skip quieting transformers (importing it costs most of a second).
+_LIGHT_COMMANDS = frozenset({"methods", "tasks"})
+
+
+def _loaded(*names: tuple[str, str]) -> tuple[type[BaseException], ...]:
+    """The exception classes ``(module, class)`` of the modules imported so far."""
+    return tuple(getattr(sys.modules[m], c) for m, c in names if m in sys.modules)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="attendout: %(levelname)s: %(message)s")
-    _quiet_transformers()
     if argv and argv[0] == "--version":
         from .version import __version__
 
@@ -542,13 +517,9 @@ def main(argv: list[str] | None = None) -> int:
             f"attendout: error: unknown command {command!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr
         )
         return EXIT_USAGE
-    from .attention import UnsupportedModelError
-    from .checkpoints import RunExistsError
+    if command not in _LIGHT_COMMANDS:
+        _quiet_transformers()
     from .interrupt import Stopped, handling
-    from .models import ModelNotFoundError
-    from .optim import TrainingError
-    from .rundir import RunBusyError
-    from .tasks import DataError
 
     try:
         with handling():  # Ctrl-C, SIGTERM: a run stops at its next whole step with a checkpoint
@@ -557,24 +528,21 @@ def main(argv: list[str] | None = None) -> int:
         stop = Stopped.of(error)
         print(f"\nattendout {command}: {stop.describe()}.{_go_on(command, rest, stop)}", file=sys.stderr)
         return stop.exit_code
-    except (
-        DataError,
-        UnsupportedModelError,
-        ModelNotFoundError,
-        RunExistsError,
-        RunBusyError,
-        ValueError,
-    ) as error:
-        print(f"attendout: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except TrainingError as error:
-        print(f"attendout: training failed: {error}", file=sys.stderr)
-        return 1
-    except OSError as error:  # a file that cannot be read or written: a full disk, a path through a file
-        from .rundir import describe_os_error
+    except Exception as error:
+        if isinstance(error, (*_loaded(*_USAGE_ERRORS), ValueError)):
+            print(f"attendout: error: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        if isinstance(error, _loaded(("attendout.optim", "TrainingError"))):
+            print(f"attendout: training failed: {error}", file=sys.stderr)
+            return 1
+        if isinstance(
+            error, OSError
+        ):  # a file that cannot be read or written: a full disk, a path through a file
+            from .rundir import describe_os_error
 
-        print(f"attendout: error: {describe_os_error(error)}", file=sys.stderr)
-        return 1
+            print(f"attendout: error: {describe_os_error(error)}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

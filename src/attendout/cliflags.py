@@ -31,13 +31,21 @@ def _base_type(annotation: Any) -> Any:
     return origin or annotation
 
 
+def _with_default(help_text: str, default: Any) -> str:
+    """``help_text (default: X)``, unless the help already says its default (it is shown once)."""
+    if "default" in help_text.lower():
+        return help_text
+    return f"{help_text} (default: {default})".strip()
+
+
 def add_dataclass_options(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     cls: type,
     skip: set[str] = frozenset(),
     prefix: str = "",
 ) -> None:
-    """One ``--flag`` per dataclass field, typed from its annotation, help from its metadata."""
+    """One ``--flag`` per dataclass field, typed from its annotation, help from its metadata; the
+    metavar is the field's name (``--p P``, not the prefixed destination ``METHOD__P``)."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip:
@@ -54,21 +62,14 @@ def add_dataclass_options(
                 default=default,
                 help=help_text,
             )
-        elif kind in (int, float):
-            parser.add_argument(
-                _option(f.name),
-                dest=dest,
-                type=kind,
-                default=default,
-                help=f"{help_text} (default: {default})",
-            )
         else:  # strings and lists are given as text; the config's checks parse them
             parser.add_argument(
                 _option(f.name),
                 dest=dest,
-                type=str,
+                type=kind if kind in (int, float) else str,
                 default=default,
-                help=f"{help_text} (default: {default})",
+                metavar=f.name.upper(),
+                help=_with_default(help_text, default),
             )
 
 
@@ -87,6 +88,10 @@ def add_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
 
 
 def parse_eval_files(values: list[str] | None) -> dict[str, str] | None:
+    """``--eval-file SPLIT=PATH`` values as {split: path}; a split named twice, or named ``train`` or
+    ``validation`` (the run's own splits: :func:`attendout.tasks.loading.check_eval_split_names`), is refused."""
+    from .tasks.loading import check_eval_split_names  # here: the CLI's --help stays free of the data readers
+
     if not values:
         return None
     out = {}
@@ -99,4 +104,5 @@ def parse_eval_files(values: list[str] | None) -> dict[str, str] | None:
                 f"--eval-file names split {split!r} twice ({out[split]} and {path}); give each split once"
             )
         out[split] = path
+    check_eval_split_names(out, "--eval-file")
     return out

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .devices import check_device_name
 from .encoding import TRUNCATIONS
 from .generation.models import ScratchSize, load_for_generation
 from .methods import MethodConfig, get_method_config
@@ -31,6 +32,7 @@ from .tasks import (
     subsample,
 )
 from .tasks.checks import check_training_splits
+from .typecheck import check_fields
 
 __all__ = [
     "NEUTRAL_OPTIONS",
@@ -191,7 +193,7 @@ class TrainConfig:
         default="pretrained",
         metadata={
             "help": "generation tasks: 'pretrained' weights of --model, or 'scratch': random weights of the "
-            "architecture --model names (gpt2, llama, qwen2, mistral; t5) at --model-layers/--model-hidden/--model-heads, or of "
+            "architecture --model names (gpt2, llama, qwen2, mistral; t5, bart, marian) at --model-layers/--model-hidden/--model-heads, or of "
             "a config.json; the tokenizer is a byte-level BPE of --vocab-size trained on the training split"
         },
     )
@@ -277,8 +279,34 @@ class TrainConfig:
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def __post_init__(self) -> None:
+        check_fields(self)  # every field its declared type (a bool is no number), before any range
+        check_device_name(self.device)  # its form; whether this machine has it: pick_device, before any data
         checks = [
             (self.batch_size >= 1, "batch_size", self.batch_size, "at least 1"),
+            (self.weight_decay >= 0, "weight_decay", self.weight_decay, "at least 0"),
+            (self.max_grad_norm >= 0, "max_grad_norm", self.max_grad_norm, "at least 0 (0 = no clipping)"),
+            (self.seed >= 0, "seed", self.seed, "at least 0"),
+            (self.data_seed >= 0, "data_seed", self.data_seed, "at least 0"),
+            *(
+                (value is None or value >= 1, name, value, "at least 1")
+                for name, value in (
+                    ("max_train_samples", self.max_train_samples),
+                    ("max_eval_samples", self.max_eval_samples),
+                )
+            ),
+            *(
+                (value is None or value >= 0, name, value, "at least 0 (a 0-based column)")
+                for name, value in (("token_column", self.token_column), ("tag_column", self.tag_column))
+            ),
+            *(
+                (value >= 1, name, value, "at least 1")
+                for name, value in (
+                    ("model_layers", self.model_layers),
+                    ("model_hidden", self.model_hidden),
+                    ("model_heads", self.model_heads),
+                    ("vocab_size", self.vocab_size),
+                )
+            ),
             (
                 self.micro_batch_size is None or self.micro_batch_size >= 1,
                 "micro_batch_size",
@@ -313,6 +341,12 @@ class TrainConfig:
                 "window_stride",
                 self.window_stride,
                 "left out unless truncation is 'sliding'",
+            ),
+            (
+                self.window_stride is None or 0 <= self.window_stride < self.max_length - 2,
+                "window_stride",
+                self.window_stride,
+                f"in [0, max_length - 2) = [0, {self.max_length - 2}) (a window holds two special pieces)",
             ),
         ]
         for ok, name, value, rule in checks:

@@ -13,7 +13,9 @@
 
 :func:`load_config` returns the :class:`~attendout.methods.MethodConfig`; :func:`load_config_file`
 also the ``[training]`` table, checked against :class:`~attendout.config.TrainConfig`'s fields. An
-unknown method, option, table or training field is a ``ValueError`` naming the file and the key.
+unknown method, option, table or training field is a ``ValueError`` naming the file and the key, and a
+value of the wrong type (``p = true``, a list where a number goes, ``"no"`` for a flag) one naming the
+file, the table, the field, the type it needs and the value given (:mod:`attendout.typecheck`).
 :func:`dumps_toml` is the small TOML writer both this module and ``advise`` use (Python reads TOML
 but does not write it).
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .methods.base import MethodConfig, get_method_config
+from .typecheck import check_values
 
 __all__ = ["dumps_toml", "load_config", "load_config_file", "save_config"]
 
@@ -145,6 +148,7 @@ def load_config_file(path: str | Path) -> tuple[MethodConfig, dict[str, Any]]:
     bad = sorted(set(training) - fields)
     if bad:
         raise ValueError(f"{path}: [training] has no field {bad[0]!r}; fields: {', '.join(sorted(fields))}")
+    check_values(TrainConfig, training, f"{path}: [training]")  # each its declared type; ranges: TrainConfig
     return config, dict(training)
 
 

@@ -26,8 +26,11 @@ from .contract import Distributed
 from .version import __version__
 
 __all__ = [
+    "DEVICE_TYPES",
     "autocast_dtype",
+    "available_devices",
     "check_batches_fit_processes",
+    "check_device_name",
     "data_parallel",
     "environment",
     "mixed_precision",
@@ -80,9 +83,59 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
+#: The device types a ``device`` setting may name (besides "auto").
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def check_device_name(name: str) -> None:
+    """Refuse a ``device`` setting that names no device: "auto", "cpu", "cuda", "cuda:N" or "mps".
+
+    Only its form: whether this machine has it is :func:`pick_device`'s check (a run's config.json made
+    on a GPU machine must still be readable on one without).
+    """
+    if name == "auto":
+        return
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        device = None
+    if device is None or device.type not in DEVICE_TYPES:
+        raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {name!r}")
+
+
+def available_devices() -> list[str]:
+    """The devices this machine has, as a ``device`` setting names them."""
+    out = ["cpu"]
+    if torch.cuda.is_available():
+        out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        out.append("mps")
+    return out
+
+
 def pick_device(name: str) -> torch.device:
+    """The device of a ``device`` setting; "auto": a GPU if there is one, else the CPU.
+
+    A device this machine lacks (``cuda`` with no GPU, ``cuda:3`` on a two-GPU machine, ``mps`` off a
+    Mac) is a ValueError naming it and the devices there are, before any data or model is loaded.
+    """
     if name != "auto":
-        return torch.device(name)
+        check_device_name(name)
+        device = torch.device(name)
+        if device.type == "cuda":
+            missing = not torch.cuda.is_available() or (
+                device.index is not None and device.index >= torch.cuda.device_count()
+            )
+        elif device.type == "mps":
+            missing = getattr(torch.backends, "mps", None) is None or not torch.backends.mps.is_available()
+        else:
+            missing = False
+        if missing:
+            raise ValueError(
+                f"device {name!r} is not available on this machine; available: "
+                f"{', '.join(available_devices())} (or auto)"
+            )
+        return device
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():

@@ -45,6 +45,11 @@ POSITIONS: dict[str, str] = {
     "qwen2": "rotary",
     "t5": "relative",
     "mt5": "relative",
+    # learned positions (BART, mBART: the table holds 2 more rows, an offset its forward adds itself) or a
+    # fixed sinusoidal table (Marian): max_position_embeddings tokens, on each side of an encoder-decoder
+    "bart": "absolute",
+    "mbart": "absolute",
+    "marian": "absolute",
 }
 
 #: tokenizers without a known length say so with a huge model_max_length (int(1e30))

@@ -264,8 +264,17 @@ class Predictor:
         )
 
     # predicting -----------------------------------------------------------------------------------
-    def predict(self, text_a: Sequence[str], text_b: Sequence[str] | None = None) -> Predictions:
-        """Predict texts (``text_b``: the second text of each pair, for pair tasks)."""
+    def predict(self, text_a: Sequence[str] | str, text_b: Sequence[str] | str | None = None) -> Predictions:
+        """Predict texts (``text_b``: the second text of each pair, for pair tasks).
+
+        A bare string is one text, not a sequence of characters: ``predict("one sentence")`` gives one
+        prediction, as ``predict(["one sentence"])`` does (and ``predict("premise", "hypothesis")``
+        one pair).
+        """
+        if isinstance(text_a, str):
+            text_a = [text_a]
+        if isinstance(text_b, str):
+            text_b = [text_b]
         return self.predict_examples(
             Examples(text_a=list(text_a), text_b=None if text_b is None else list(text_b), labels=None)
         )

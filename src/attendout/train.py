@@ -22,9 +22,9 @@ import dataclasses
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +34,19 @@ from tqdm.auto import tqdm
 
 from .checkpoints import (
     RunExistsError,
+    TrainState,
     check_run_dir,
     checkpoint_config,
     prepare_run_dir,
     read_resumable,
     remove_checkpoint,
     setting_up,
+    single_class,
     write_split_predictions,
 )
 from .config import NEUTRAL_OPTIONS, RESUME_MUST_MATCH, TrainConfig, split_for_training
 from .contract import LoopContext, StepInfo
+from .deberta import install_hooks as _deberta  # noqa: F401  (importing it registers DeBERTa's route)
 from .devices import (
     check_batches_fit_processes,
     data_parallel,
@@ -72,7 +75,7 @@ from .rundir import (
     write_checkpoint,
     write_json_atomic,
 )
-from .tasks import LM, Examples, Task, better, compute_metrics
+from .tasks import CLASSIFICATION, LM, Examples, Task, better, compute_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -89,17 +92,6 @@ __all__ = [
 ]
 
 
-@dataclass
-class TrainState:
-    step: int = 0
-    epoch: int = 0
-    best_score: float = -math.inf
-    best_step: int | None = None
-    best_validation: dict[str, float] = field(default_factory=dict)
-    validated_at: int | None = None
-    evals_since_best: int = 0  # validations in a row without a new best (early stopping)
-
-
 class Trainer:
     """Owns the model, optimizer, schedule, data and run directory of one run."""
 
@@ -107,10 +99,11 @@ class Trainer:
         self.config = config
         self.on_log = on_log  # sees every log.jsonl record
         self.out = Path(config.output_dir)
-        self._check_output_dir()
+        check_run_dir(self.out, config.overwrite, config.resume)  # before anything is loaded or written
         self.distributed, self.device = process_group(config.device)
         self.is_main = self.distributed.is_main  # only the main process writes the run directory
 
+        self._say(f"reading the data ({config.train_file or config.task})")
         task, data = config.load_data()
         self.task: Task = task
         self.data_source = data.source
@@ -119,6 +112,7 @@ class Trainer:
         )
 
         set_seed(config.seed)  # the head's initialisation depends on the model seed only
+        self._say(f"loading the model {config.model}")
         self.model, self.tokenizer, self.model_description = config.load_model(task, self.train_examples)
         self.model.to(self.device)
         self.method_config = config.method_config()
@@ -132,6 +126,7 @@ class Trainer:
             model=c.model,
         )
 
+        self._say(f"encoding {len(self.train_examples)} training examples and the evaluation splits")
         self.train_set = self.encode(self.train_examples)
         self.validation_set = self.encode(self.validation_examples)
         self.eval_sets = {name: self.encode(ex) for name, ex in self.eval_examples.items()}
@@ -172,6 +167,11 @@ class Trainer:
             raise
 
     # setup ----------------------------------------------------------------------------------
+    def _say(self, what: str) -> None:
+        """A line on a terminal's stderr while the set-up works, before the first bar (with ``progress``)."""
+        if self.config.progress and self.is_main and sys.stderr.isatty():  # logs keep one-line errors
+            print(f"attendout: {what} ...", file=sys.stderr, flush=True)
+
     def encode(self, examples: Examples) -> Encoded:
         """``examples`` tokenised for the task's kind with this run's length and truncation."""
         c = self.config
@@ -208,12 +208,8 @@ class Trainer:
                 f"{self._again()}"
             ) from None
 
-    def _check_output_dir(self) -> None:
-        """Refuse, before anything is loaded or written, an output directory that cannot take this run."""
-        check_run_dir(self.out, self.config.overwrite, self.config.resume)
-
     def _prepare_output_dir(self, resumed_at: int | None = None) -> None:
-        self._check_output_dir()
+        check_run_dir(self.out, self.config.overwrite, self.config.resume)
         if self.is_main:
             prepare_run_dir(self.out, self.config.overwrite, resumed_at)
 
@@ -545,11 +541,13 @@ class Trainer:
         """Evaluate the best model on every evaluation split, write predictions and results.json."""
         if self.state.best_step != self.state.step:
             self._restore_best()
-        evaluations = {}
+        evaluations, one_class = {}, {}
         for name, data in self.eval_sets.items():
             metrics, preds, scores = self.evaluate(data)
             evaluations[name] = metrics
             self._write_predictions(name, preds, scores, data.gold)
+            if self.task.kind == CLASSIFICATION:  # one label for all: warned of, and kept in results.json
+                one_class.update(single_class(name, preds, self.task.label_names, warn=self.is_main))
         results = {
             "task": self.task.name,
             "method": self.config.method,
@@ -567,6 +565,7 @@ class Trainer:
             "eval": evaluations,
             "sizes": self.sizes(),
             "train_time_s": round(train_time, 2),
+            **({"single_class": one_class} if one_class else {}),  # {split: the one label predicted}
         }
         if self.stopped_early:
             results["stopped_early"] = {

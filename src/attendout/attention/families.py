@@ -174,7 +174,7 @@ def route_of(family: Family) -> Route | None:
     if route is None:
         raise UnsupportedModelError(
             f"attendout: the {family.route!r} attention route is not registered (the module that "
-            "implements it registers it when imported: import attendout)"
+            "implements it registers it when imported: import attendout.deberta, or attendout.methods)"
         )
     return route
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import re
 import tomllib
 import types
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import TrainConfig
+from ..methods import METHODS
+from ..typecheck import OptionTypeError, check_values, expected_type, matches
 from .spec import (
     DEFAULT_RECIPE,
     DEFAULT_TUNING,
@@ -209,6 +210,11 @@ class _Parser:
             raise self.error(
                 f"{where} ({entry_id}) options = {options!r}", "must be a table, e.g. { p = 0.1 }"
             )
+        if name in METHODS:  # the options' types now, naming this file; an unknown name: the plan's check
+            try:
+                check_values(METHODS[name], options, name)
+            except OptionTypeError as error:
+                raise self.error(f"{where} ({entry_id}) options", str(error)) from None
         return MethodSpec(entry_id, name, label, dict(options))
 
     def training(self, values: Any, where: str, extra_known: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -229,40 +235,11 @@ class _Parser:
         return out
 
     def typed(self, where: str, key: str, value: Any, annotation: Any) -> Any:
-        kinds = [a for a in _union_args(annotation) if a is not type(None)]
-        for kind in kinds:
-            origin = typing.get_origin(kind) or kind
-            if origin is bool and isinstance(value, bool):
-                return value
-            if isinstance(value, bool):
-                continue
-            if origin is int and isinstance(value, int):
-                return value
-            if origin is float and isinstance(value, (int, float)) and math.isfinite(value):
-                return float(value)
-            if origin is str and isinstance(value, str):
-                return value
-            if origin is list and isinstance(value, list) and all(isinstance(v, str) for v in value):
-                return list(value)
-            if origin is dict and isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
-                return dict(value)
-        wanted = " or ".join(_type_name(k) for k in kinds)
-        raise self.error(f"{where} {key} = {value!r}", f"must be {wanted}")
-
-
-def _union_args(annotation: Any) -> tuple[Any, ...]:
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return typing.get_args(annotation)
-    return (annotation,)
-
-
-def _type_name(kind: Any) -> str:
-    origin = typing.get_origin(kind) or kind
-    return {
-        bool: "true or false",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list of strings",
-        dict: "a table of strings",
-    }.get(origin, str(kind))
+        """``value`` checked against ``annotation`` by :mod:`attendout.typecheck`'s one rule; an int for a
+        float field comes back as a float."""
+        if not matches(value, annotation):
+            raise self.error(f"{where} {key} = {value!r}", f"must be {expected_type(annotation)}")
+        kinds = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+        if isinstance(value, int) and not isinstance(value, bool) and float in kinds and int not in kinds:
+            return float(value)  # an int where a float goes
+        return value

@@ -494,7 +494,9 @@ class ADDropConfig(MethodConfig):
     )
 
     def __post_init__(self) -> None:
-        if self.layers not in (TASK_LAYERS, ENCODER_LAYERS):  # settled by for_task / at attach
+        if self.layers in (TASK_LAYERS, ENCODER_LAYERS):  # settled by for_task / at attach
+            self.check_types()
+        else:
             super().__post_init__()
         choices = [
             ("attribution", self.attribution, ATTRIBUTIONS),

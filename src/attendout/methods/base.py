@@ -32,8 +32,10 @@ import torch
 from torch import nn
 
 from ..attention import AttentionMethod, Controller, install
+from ..attention.families import stack_sizes
 from ..contract import LoopContext, StepInfo
 from ..limits import LimitError
+from ..typecheck import check_fields
 
 METHODS: dict[str, type[MethodConfig]] = {}
 
@@ -106,8 +108,14 @@ class MethodConfig:
     architectural: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
+        self.check_types()
         if hasattr(self, "layers"):
             self.layers = parse_layers(self.layers)
+
+    def check_types(self) -> None:
+        """Every option against the type its field declares (:mod:`attendout.typecheck`): a bool is no
+        number, an int is a float; raises :class:`~attendout.typecheck.OptionTypeError` naming the option."""
+        check_fields(self, self.name)
 
     def build(self) -> AttentionMethod:
         raise NotImplementedError
@@ -119,10 +127,10 @@ class MethodConfig:
         layers = getattr(self, "layers", None)
         count = getattr(model_config, "num_hidden_layers", None)
         stacks = ""
-        if getattr(model_config, "is_encoder_decoder", False) and hasattr(model_config, "num_decoder_layers"):
-            # T5: num_hidden_layers counts the encoder only; the hook numbers the decoder's layers after it
-            encoder = int(model_config.num_layers)
-            decoder = int(model_config.num_decoder_layers or encoder)
+        sizes = stack_sizes(model_config)
+        if sizes is not None:
+            # T5, BART: num_hidden_layers counts the encoder only; the hook numbers the decoder's after it
+            encoder, decoder = sizes
             count = encoder + decoder
             stacks = (
                 f" self-attention layers: 0..{encoder - 1} in the encoder, {encoder}..{count - 1} in the "
@@ -172,7 +180,10 @@ def settle_for_task(method: str, options: Mapping[str, Any], task: str | None) -
 def layers_field() -> Any:
     return field(
         default=None,
-        metadata={"help": "layers to act on: 'all' or comma-separated indices from 0 (default: all)"},
+        metadata={
+            "help": "layers to act on: 'all' or comma-separated indices from 0 (default: all)",
+            "from_text": True,
+        },
     )
 
 

@@ -178,7 +178,8 @@ class ScheduledConfig(MethodConfig):
         default=None,
         metadata={
             "help": "change of p over the whole run, one per layer or one for all, comma-separated "
-            "(default -0.5: every layer goes from start to start-0.5)"
+            "(default -0.5: every layer goes from start to start-0.5)",
+            "from_text": True,
         },
     )
     knots: str | None = field(

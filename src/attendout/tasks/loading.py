@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -64,9 +64,25 @@ from .readers import (
 )
 from .tokens import ENTITY_METRICS, TaggedSentences, iob_label_names, is_iob, read_conll, to_token_examples
 
-__all__ = ["FILE_TASK", "load_files", "load_task_data"]
+__all__ = ["FILE_TASK", "RESERVED_SPLIT_NAMES", "check_eval_split_names", "load_files", "load_task_data"]
 
 logger = logging.getLogger(__name__)
+
+#: Split names a run gives its own splits (the training split, and validation carved from it for model
+#: selection): an evaluation file may not take them, or results.json would hold two splits under one name.
+RESERVED_SPLIT_NAMES = ("train", "validation")
+
+
+def check_eval_split_names(names: Iterable[str], flag: str = "eval_files") -> None:
+    """Refuse an evaluation split named ``train`` or ``validation`` (a :class:`DataError` naming it)."""
+    for name in names:
+        if name in RESERVED_SPLIT_NAMES:
+            raise DataError(
+                f"{flag}: an evaluation split may not be named {name!r}: 'train' and 'validation' are the run's "
+                f"own splits (validation is carved from train for model selection); name it e.g. 'dev' or "
+                f"'{name}-file'"
+            )
+
 
 VALIDATION_FRACTION = 0.1  # carved from train when the "file" task has no eval_files
 VALIDATION_SEED = 0
@@ -445,6 +461,8 @@ def load_task_data(
         and (token_column is not None or tag_column is not None)
     ):
         kind = TOKEN_CLASSIFICATION
+    if eval_files is not None:
+        check_eval_split_names(eval_files)
     options = LoadOptions(
         data_dir=None if data_dir is None else str(data_dir),
         hub=hub,
