@@ -94,9 +94,10 @@ def _expand_attention(argv: list[str]) -> list[str]:
 
 
 def cmd_finetune(argv: list[str]) -> int:
-    from .config import TrainConfig, task_defaults
+    from .config import TrainConfig
     from .methods import METHODS, list_methods, settle_for_task
     from .report.results import format_results, format_truncation
+    from .tasks.defaults import task_defaults
     from .train import finetune
 
     argv = _expand_attention(argv)
@@ -171,8 +172,8 @@ def cmd_methods(argv: list[str]) -> int:
 
 
 def cmd_tasks(argv: list[str]) -> int:
-    from .config import task_defaults
     from .tasks import get_task, list_tasks
+    from .tasks.defaults import task_defaults
 
     argparse.ArgumentParser(prog="attendout tasks", description="List the built-in tasks.").parse_args(argv)
     for name in list_tasks():

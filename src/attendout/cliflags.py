@@ -14,7 +14,7 @@ from typing import Any
 
 __all__ = ["TASK_DEFAULT_OPTIONS", "add_dataclass_options", "add_file_options", "parse_eval_files"]
 
-#: Options some tasks give their own defaults (attendout.config.TASK_DEFAULTS).
+#: Options some tasks give their own defaults (attendout.tasks.defaults.TASK_DEFAULTS).
 TASK_DEFAULT_OPTIONS = ("batch_size", "learning_rate", "max_length")
 
 

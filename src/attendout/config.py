@@ -1,8 +1,7 @@
 """A run's configuration: :class:`TrainConfig`, the tasks' own defaults, and the splits it decides.
 
 :class:`TrainConfig` is everything a fine-tuning run depends on (the CLI's ``finetune`` options, an
-experiment cell, a config file's ``[training]`` table); :data:`TASK_DEFAULTS` are the recipe defaults
-of the tasks whose sizes the global ones do not fit; :data:`NEUTRAL_OPTIONS` are the fields that are no
+experiment cell, a config file's ``[training]`` table); :data:`NEUTRAL_OPTIONS` are the fields that are no
 part of a run's recipe (and :data:`RESUME_MUST_MATCH` the ones a resume must still share).
 :func:`split_for_training` carves a run's validation split and subsamples, as the loop
 (:mod:`attendout.train`) and ``attendout predict`` both need them.
@@ -21,26 +20,23 @@ from .generation.models import ScratchSize, load_for_generation
 from .methods import MethodConfig, get_method_config
 from .models import load_for_task
 from .tasks import (
-    DataError,
     Examples,
     Task,
     TaskData,
     carve_validation,
-    get_task,
     is_generation,
     load_task_data,
     subsample,
 )
 from .tasks.checks import check_training_splits
+from .tasks.defaults import task_defaults
 from .typecheck import check_fields
 
 __all__ = [
     "NEUTRAL_OPTIONS",
     "RESUME_MUST_MATCH",
-    "TASK_DEFAULTS",
     "TrainConfig",
     "split_for_training",
-    "task_defaults",
 ]
 
 #: The TrainConfig fields that are not part of a run's recipe, each with why: they leave its numbers
@@ -70,22 +66,6 @@ NEUTRAL_OPTIONS: dict[str, str] = {
 RESUME_MUST_MATCH: dict[str, str] = {
     "save_model": "it decides where the best model so far is kept (RUN_DIR/model, or inside the "
     "checkpoint): a run resumed with the other value would not find it",
-}
-
-
-#: Recipe defaults of the tasks whose sizes the global defaults do not fit, applied to the options a user
-#: leaves unset (by ``attendout finetune`` and :meth:`TrainConfig.for_task`; an experiment file sets its
-#: own). Token and multiple-choice tasks: batch 8 at lr 1e-4 (measured with the offline MiniLM, 500
-#: CoNLL-2003 sentences x 1 epoch: batch 32 at 5e-5, 16 steps, left entity F1 at 0.00; batch 8 at 1e-4,
-#: 63 steps, reached dev F1 0.35). Long documents: the model's whole 512-piece window.
-TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "conll2003": {"batch_size": 8, "learning_rate": 1e-4},
-    "ptb-pos": {"batch_size": 8, "learning_rate": 1e-4},
-    "arc-easy": {"batch_size": 8, "learning_rate": 1e-4},
-    "arc-challenge": {"batch_size": 8, "learning_rate": 1e-4},
-    "swag": {"batch_size": 16, "learning_rate": 5e-5},
-    "movie-reviews": {"max_length": 512, "batch_size": 8},
-    "imdb": {"max_length": 512, "batch_size": 8},
 }
 
 
@@ -395,7 +375,8 @@ class TrainConfig:
 
     @classmethod
     def for_task(cls, task: str, **values: Any) -> TrainConfig:
-        """A config for ``task`` with its :data:`TASK_DEFAULTS` where ``values`` leave them unset."""
+        """A config for ``task`` with its recipe defaults (:func:`~attendout.tasks.defaults.task_defaults`)
+        where ``values`` leave them unset."""
         return cls(task=task, **{**task_defaults(task), **values})
 
     def method_config(self) -> MethodConfig:
@@ -460,17 +441,6 @@ class TrainConfig:
             )
         options = {k: v for k, v in (values.get("method_options") or {}).items() if k != "name"}
         return cls(**{**values, "method_options": options})
-
-
-def task_defaults(task: str | None) -> dict[str, Any]:
-    """The recipe defaults of ``task`` (:data:`TASK_DEFAULTS`; names as :func:`get_task` resolves them)."""
-    if task is None:
-        return {}
-    try:
-        name = get_task(task).name
-    except DataError:
-        return {}
-    return dict(TASK_DEFAULTS.get(name, {}))
 
 
 def split_for_training(

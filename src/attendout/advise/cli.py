@@ -173,7 +173,8 @@ def _parse_option(text: str) -> tuple[str, str, Any]:
 
 def config_from_args(argv: list[str]) -> AdviseConfig:
     """The :class:`AdviseConfig` of a command line (errors: ValueError naming the flag)."""
-    from ..config import TrainConfig, task_defaults
+    from ..config import TrainConfig
+    from ..tasks.defaults import task_defaults
 
     parser = advise_parser()
     unset = object()

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.stats import rankdata
 
 from .base import CLASSIFICATION, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
 
@@ -120,6 +119,8 @@ def spearman(predictions: Any, labels: Any) -> float:
     p, y = _pair(predictions, labels, "spearman")
     if np.isnan(p.astype(np.float64)).any() or np.isnan(y.astype(np.float64)).any():
         return float("nan")
+    from scipy.stats import rankdata  # imported here: scipy.stats takes most of importing the tasks
+
     return pearson(rankdata(p), rankdata(y))
 
 
