@@ -30,15 +30,13 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from .batching import Batches
 from .generation.encoding import GenerationOptions, LMEncoded, Seq2SeqEncoded
 from .tasks import LM, MULTIPLE_CHOICE, REGRESSION, SEQ2SEQ, TOKEN_CLASSIFICATION, Examples
 
@@ -66,7 +64,7 @@ def head_tail_sizes(max_length: int) -> tuple[int, int]:
     return head, room - head
 
 
-class Encoded:
+class Encoded(Batches):
     """Tokenised examples of sequence classification or regression, batched with dynamic padding.
 
     ``labels``: the gold labels as a tensor (None for unlabelled text); ``gold``: the same as the
@@ -150,19 +148,6 @@ class Encoded:
         if self.labels is not None:
             batch["labels"] = self.labels[indices]
         return dict(batch)
-
-    def batches(
-        self, batch_size: int, generator: torch.Generator | None = None, skip: int = 0
-    ) -> Iterator[dict[str, torch.Tensor]]:
-        """Batches in order (or shuffled by ``generator``), leaving out the first ``skip``."""
-        order = (
-            torch.randperm(len(self), generator=generator).tolist()
-            if generator is not None
-            else range(len(self))
-        )
-        order = list(order)
-        for start in range(skip * batch_size, len(order), batch_size):
-            yield self.batch(order[start : start + batch_size])
 
     # prediction: logits of batches in order -> predictions and scores per example -------------
     def examples_count(self) -> int:
@@ -431,9 +416,7 @@ def predict_batches(
         return data.predict(model, batch_size, device, autocast_dtype, progress)
     model.eval()
     logits_out, losses = [], []
-    batches = data.batches(batch_size)
-    if progress:
-        batches = tqdm(batches, total=math.ceil(len(data) / batch_size), desc="predicting", unit="batch")
+    batches = data.with_progress(data.batches(batch_size), batch_size, progress, "predicting")
     rows = 0
     for batch in batches:
         batch = {k: v.to(device) for k, v in batch.items()}

@@ -14,14 +14,12 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from ..batching import Batches
 from ..tasks import Examples
 
 __all__ = ["GenerationOptions", "LMEncoded", "Seq2SeqEncoded"]
@@ -29,33 +27,7 @@ __all__ = ["GenerationOptions", "LMEncoded", "Seq2SeqEncoded"]
 IGNORE_INDEX = -100
 
 
-class _Batches:
-    """Shared batching: ``batches`` in order or shuffled, leaving out the first ``skip``."""
-
-    def __len__(self) -> int:
-        raise NotImplementedError
-
-    def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
-
-    def batches(
-        self, batch_size: int, generator: torch.Generator | None = None, skip: int = 0
-    ) -> Iterator[dict[str, torch.Tensor]]:
-        order = (
-            torch.randperm(len(self), generator=generator).tolist()
-            if generator is not None
-            else list(range(len(self)))
-        )
-        for start in range(skip * batch_size, len(order), batch_size):
-            yield self.batch(order[start : start + batch_size])
-
-    def _progress(self, batches: Iterator, batch_size: int, progress: bool, what: str) -> Iterator:
-        if not progress:
-            return batches
-        return tqdm(batches, total=math.ceil(len(self) / batch_size), desc=what, unit="batch")
-
-
-class LMEncoded(_Batches):
+class LMEncoded(Batches):
     """Documents as one token stream cut into blocks (see the module docstring)."""
 
     kind = "lm"
@@ -122,7 +94,7 @@ class LMEncoded(_Batches):
         """(summed negative log-likelihood per block, None, mean loss per predicted token)."""
         model.eval()
         sums: list[float] = []
-        for batch in self._progress(self.batches(batch_size), batch_size, progress, "scoring"):
+        for batch in self.with_progress(self.batches(batch_size), batch_size, progress, "scoring"):
             batch = {k: v.to(device) for k, v in batch.items()}
             labels = batch.pop("labels")
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
@@ -154,7 +126,7 @@ class GenerationOptions:
         return {"num_beams": self.num_beams, "max_new_tokens": self.max_new_tokens, "do_sample": False}
 
 
-class Seq2SeqEncoded(_Batches):
+class Seq2SeqEncoded(Batches):
     """Source and target token ids (see the module docstring)."""
 
     kind = "seq2seq"
@@ -219,7 +191,7 @@ class Seq2SeqEncoded(_Batches):
         model.eval()
         outputs: list[str] = []
         nll, tokens = 0.0, 0
-        for batch in self._progress(self.batches(batch_size), batch_size, progress, "generating"):
+        for batch in self.with_progress(self.batches(batch_size), batch_size, progress, "generating"):
             batch = {k: v.to(device) for k, v in batch.items()}
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 if "labels" in batch:

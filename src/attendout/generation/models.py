@@ -97,8 +97,8 @@ SCRATCH_ARCHITECTURES: dict[str, dict[str, Any]] = {
         "mistral": _decoder,
     },
     SEQ2SEQ: {
-        "bart": lambda size, positions: _bart(size, positions),
-        "marian": lambda size, positions: _bart(size, positions),
+        "bart": _bart,
+        "marian": _bart,
         "t5": lambda size, positions: {
             "d_model": size.hidden,
             "d_kv": size.hidden // size.heads,

@@ -19,6 +19,7 @@ All functions are plain numpy/scipy on arrays; :mod:`attendout.report.comparison
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -233,6 +234,31 @@ def _interval(estimate: float, draws: np.ndarray, n: int, level: float) -> Boots
 _CONFUSION_METRICS = ("accuracy", "f1", "mcc")
 
 
+def _bootstrap_summed(
+    stats_a: list[np.ndarray],
+    stats_b: list[np.ndarray],
+    score: Callable[[np.ndarray], np.ndarray],
+    dtype: Any,
+    n: int,
+    n_resamples: int,
+    level: float,
+    rng: np.random.Generator,
+) -> BootstrapInterval:
+    """:func:`bootstrap_difference` of a metric scored from per-example statistics (n, k) summed over the
+    examples: each resample weights the examples by how often they were drawn, sums the statistics of
+    each run (weights as ``dtype``) and scores the sums with ``score`` ((b, k) -> (b,)), as scoring
+    the drawn examples anew would; the difference is of the runs' mean scores."""
+
+    def difference(weights: np.ndarray) -> np.ndarray:  # weights (b, n) -> (b,)
+        weights = weights.astype(dtype)
+        a = np.mean([score(weights @ c) for c in stats_a], axis=0)
+        b = np.mean([score(weights @ c) for c in stats_b], axis=0)
+        return a - b
+
+    estimate = float(difference(np.ones((1, n)))[0])
+    return _interval(estimate, _weighted_draws(difference, n, n_resamples, rng), n, level)
+
+
 def _bootstrap_counts(
     metric: str,
     y: np.ndarray,
@@ -242,20 +268,12 @@ def _bootstrap_counts(
     level: float,
     rng: np.random.Generator,
 ) -> BootstrapInterval:
-    """:func:`bootstrap_difference` for micro-averaged sequence metrics: each resample sums the drawn
-    examples' counts (:func:`~attendout.tasks.metrics.sequence_counts`), as scoring them anew would."""
-    n = len(y)
+    """Micro-averaged sequence metrics: the drawn examples' counts
+    (:func:`~attendout.tasks.metrics.sequence_counts`) summed, scored by :func:`from_counts`."""
     counts_a = [sequence_counts(metric, p, y) for p in runs_a]
     counts_b = [sequence_counts(metric, p, y) for p in runs_b]
-
-    def difference(weights: np.ndarray) -> np.ndarray:  # weights (b, n) -> (b,)
-        weights = weights.astype(np.float64)
-        a = np.mean([from_counts(metric, weights @ c) for c in counts_a], axis=0)
-        b = np.mean([from_counts(metric, weights @ c) for c in counts_b], axis=0)
-        return a - b
-
-    estimate = float(difference(np.ones((1, n)))[0])
-    return _interval(estimate, _weighted_draws(difference, n, n_resamples, rng), n, level)
+    score = functools.partial(from_counts, metric)
+    return _bootstrap_summed(counts_a, counts_b, score, np.float64, len(y), n_resamples, level, rng)
 
 
 #: Metrics of generated text that :func:`bootstrap_difference` rescores from per-sentence statistics.
@@ -300,19 +318,12 @@ def _bootstrap_text(
     level: float,
     rng: np.random.Generator,
 ) -> BootstrapInterval:
-    """:func:`bootstrap_difference` for BLEU, chrF and ROUGE: each resample sums the drawn sentences'
-    statistics (:func:`text_statistics`) and scores the sums."""
-    n = len(y)
+    """BLEU, chrF and ROUGE: the drawn sentences' statistics (:func:`text_statistics`) summed, scored by
+    :func:`score_from_statistics` (integer weights: sacrebleu scores integer n-gram counts)."""
     stats_a = [text_statistics(metric, p, y) for p in runs_a]
     stats_b = [text_statistics(metric, p, y) for p in runs_b]
-
-    def difference(weights: np.ndarray) -> np.ndarray:  # weights (b, n) -> (b,)
-        a = np.mean([score_from_statistics(metric, weights @ c) for c in stats_a], axis=0)
-        b = np.mean([score_from_statistics(metric, weights @ c) for c in stats_b], axis=0)
-        return a - b
-
-    estimate = float(difference(np.ones((1, n), dtype=np.int64))[0])
-    return _interval(estimate, _weighted_draws(difference, n, n_resamples, rng), n, level)
+    score = functools.partial(score_from_statistics, metric)
+    return _bootstrap_summed(stats_a, stats_b, score, np.int64, len(y), n_resamples, level, rng)
 
 
 def _is_class_index(y: np.ndarray, runs: list[np.ndarray]) -> bool:
