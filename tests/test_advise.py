@@ -17,14 +17,16 @@ import pytest
 
 from attendout.advise import AdviseConfig, advise, choose_budget, read_regime, search_space, verdict
 from attendout.advise import search as search_mod
+from attendout.advise.answer import seeds_needed
 from attendout.advise.confirm import Confirmation, ConfirmRow
-from attendout.advise.regime import PLATEAU
+from attendout.advise.regime import PLATEAU, undertraining
 from attendout.advise.search import SearchPlan, reclaim_stale, run_search, search_results
-from attendout.advise.spaces import SEARCH_SPACES, grid_of, suggest
+from attendout.advise.spaces import SEARCH_SPACES, Choice, describe, grid_of, suggest
 from attendout.cli import main
 from attendout.configfile import load_config, load_config_file, save_config
 from attendout.methods import get_method_config
 from attendout.report.regime import EpochCurves
+from attendout.report.stats import detectable_difference
 from conftest import toy_cli_args, toy_train_config
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -124,11 +126,15 @@ def test_a_metric_still_rising_at_the_end_keeps_every_epoch_and_says_so():
 def test_every_range_and_grid_point_is_a_valid_setting_of_its_method(method):
     space = search_space(method)
     for name, r in space.items():
-        for value in (r.low, r.high, *r.grid):
+        values = r.values if isinstance(r, Choice) else (r.low, r.high)
+        for value in (*values, *r.grid):
             get_method_config(method, **{name: value})  # raises if the method refuses it
     default = get_method_config(method)
-    for name, r in space.items():  # each range brackets the paper's default
-        assert r.low < getattr(default, name) < r.high
+    for name, r in space.items():  # each range brackets the paper's default; a choice holds it
+        if isinstance(r, Choice):
+            assert getattr(default, name) in r.values
+        else:
+            assert r.low < getattr(default, name) < r.high
 
 
 def test_suggested_options_are_rounded_to_two_significant_digits():
@@ -142,9 +148,26 @@ def test_suggested_options_are_rounded_to_two_significant_digits():
         study.tell(trial, 0.0)
 
 
+def test_a_choice_is_suggested_among_its_values_and_described_by_name():
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    seen = set()
+    for _ in range(30):
+        trial = study.ask()
+        options = suggest(trial, "synthesizer")
+        assert options["variant"] in SEARCH_SPACES["synthesizer"]["variant"].values
+        seen.add(options["variant"])
+        study.tell(trial, 0.0)
+    assert len(seen) > 2
+    assert describe("synthesizer", {"variant": "dense", "init": "paper"}) == "variant = dense"
+    with pytest.raises(ValueError, match="at least two distinct"):
+        Choice(("a",), grid=("a",))
+    with pytest.raises(ValueError, match="among its values"):
+        Choice(("a", "b"), grid=("c",))
+
+
 def test_methods_without_a_strength_are_refused_with_a_reason():
-    with pytest.raises(ValueError, match="no strength to search.*synthesizer"):
-        search_space("synthesizer")
+    with pytest.raises(ValueError, match="no strength to search.*none"):
+        search_space("none")
     with pytest.raises(ValueError, match="unknown method"):
         search_space("dropconnect")
 
@@ -174,16 +197,29 @@ def fake_finetune(score, calls: list, *, interrupt_at=None):
         calls.append(config)
         options = config.method_options
         epochs = int(config.epochs)
-        Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+        out = Path(config.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
         best = -math.inf
+        lines = []
         for epoch in range(1, epochs + 1):
             if interrupt_at is not None and interrupt_at(config, epoch):
                 raise KeyboardInterrupt
-            value = score(options, epoch)
+            value = (
+                score(options, epoch) if score.__code__.co_argcount == 2 else score(options, epoch, config)
+            )
             best = max(best, value)
+            record = {
+                "step": epoch,
+                "epoch": float(epoch),
+                "validation": {"accuracy": value, "loss": 1.0 - value},
+            }
+            lines.append(json.dumps(record))
             if on_log is not None:
-                on_log({"step": epoch, "epoch": float(epoch), "validation": {"accuracy": value, "loss": 1.0}})
-        return {"validation": {"accuracy": best}, "best_step": epochs, "train_time_s": 0.0, "eval": {}}
+                on_log(record)
+        (out / "log.jsonl").write_text("\n".join(lines) + "\n")
+        results = {"validation": {"accuracy": best}, "best_step": epochs, "train_time_s": 0.0, "eval": {}}
+        (out / "results.json").write_text(json.dumps(results))
+        return results
 
     return finetune
 
@@ -200,6 +236,8 @@ def plan_for(tmp_path, **overrides) -> SearchPlan:
         steps_per_epoch=3,
         metric="accuracy",
         trials=6,
+        repeats=1,
+        objective="score",  # v0.4's objective: these tests are of the machinery; the paired one is below
         progress=False,
         echo=lambda line: None,
     )
@@ -208,7 +246,9 @@ def plan_for(tmp_path, **overrides) -> SearchPlan:
 
 
 def peaked(options, epoch):
-    """Validation accuracy that is best at a rate of 0.2 and grows with the epochs."""
+    """Validation accuracy that is best at a rate of 0.2 and grows with the epochs (plain: 0.8)."""
+    if not options:
+        return 0.8 + 0.01 * epoch
     rate = next(iter(options.values()))
     return 0.9 - abs(math.log(rate / 0.2)) * 0.1 + 0.01 * epoch
 
@@ -227,6 +267,57 @@ def test_search_finds_the_rate_the_validation_score_rewards_and_prunes_bad_ones(
         assert max(t["by_epoch"]) >= 3
     # every trial trained with the search seed, on the validation split only, and kept no model
     assert {c.seed for c in calls} == {0} and not any(c.evaluate or c.save_model for c in calls)
+
+
+def seeded(options, epoch, config):
+    """peaked() plus a large effect of the seed that every run at that seed shares (init, batch order)."""
+    return peaked(options, epoch) + {0: 0.0, 1000: -0.08, 2000: 0.05}[config.seed]
+
+
+def test_the_paired_objective_cancels_what_a_seed_shares_and_measures_its_own_noise(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(search_mod, "finetune", fake_finetune(seeded, calls))
+    plan = plan_for(
+        tmp_path, trials=4, methods=("scores-dropout",), objective="delta", repeats=3, pruning=False
+    )
+    s = run_search(plan)["scores-dropout"]
+    # plain fine-tuning is trained once per search seed, before and for every trial
+    plain = [c for c in calls if c.method == "none"]
+    assert sorted(c.seed for c in plain) == [0, 1000, 2000] and len(calls) == 3 + 4 * 3
+    for t in s.trials:  # each seed's score is the method's minus plain's: the seed's share cancels
+        truth = peaked(t["params"], 5) - peaked({}, 5)
+        assert t["by_seed"] == pytest.approx({0: truth, 1000: truth, 2000: truth})
+        assert t["value"] == pytest.approx(truth)
+    noise = search_mod.search_noise(plan, {"scores-dropout": s})
+    assert noise.sd == pytest.approx(0.0, abs=1e-12) and noise.trials == 4
+    assert noise.reference == pytest.approx({0: 0.85, 1000: 0.77, 2000: 0.90})
+    # the raw score keeps the seed's share: its measured noise is the seeds' spread
+    raw_plan = plan_for(tmp_path / "raw", trials=4, methods=("scores-dropout",), repeats=3, pruning=False)
+    raw = run_search(raw_plan)["scores-dropout"]
+    raw_noise = search_mod.search_noise(raw_plan, {"scores-dropout": raw})
+    assert raw_noise.sd == pytest.approx(np.std([0.0, -0.08, 0.05], ddof=1))
+    assert raw_noise.se == pytest.approx(raw_noise.sd / math.sqrt(3))
+    assert "standard error" in raw_noise.sentence(100.0) and "4 complete trials" in raw_noise.sentence(100.0)
+    # one seed per trial: no noise to measure, and the sentence says so
+    one = search_mod.SearchNoise("score", "accuracy", (0,), float("nan"), 0, {})
+    assert "cannot be measured" in one.sentence(100.0)
+
+
+def test_the_samplers_seed_includes_the_recipe(tmp_path, monkeypatch):
+    """Two tasks searched with the same search seed do not try the same points."""
+    drawn = {}
+    for key in ("cola", "sst2"):
+        calls: list = []
+        monkeypatch.setattr(search_mod, "finetune", fake_finetune(peaked, calls))
+        plan = plan_for(tmp_path / key, trials=3, methods=("scores-dropout",), recipe_key=key, pruning=False)
+        drawn[key] = [t["params"]["p"] for t in run_search(plan)["scores-dropout"].trials]
+    assert drawn["cola"] != drawn["sst2"]
+    again: list = []
+    monkeypatch.setattr(search_mod, "finetune", fake_finetune(peaked, again))
+    plan = plan_for(
+        tmp_path / "cola-again", trials=3, methods=("scores-dropout",), recipe_key="cola", pruning=False
+    )
+    assert [t["params"]["p"] for t in run_search(plan)["scores-dropout"].trials] == drawn["cola"]
 
 
 def test_without_a_signal_the_search_has_no_preference(tmp_path, monkeypatch):
@@ -360,7 +451,9 @@ def test_a_waiting_process_takes_over_the_trial_of_one_that_dies(tmp_path, monke
     _then(monkeypatch, lambda: (other.kill(), other.wait()))
     results = run_search(plan)
     assert len(calls) == 1
-    assert calls[0].method_options == options and calls[0].output_dir == str(tmp_path / "elsewhere")
+    assert calls[0].method_options == options and calls[0].output_dir == str(
+        tmp_path / "elsewhere" / "seed-0"
+    )
     assert results["scores-dropout"].finished == 1
 
 
@@ -444,11 +537,12 @@ def test_a_trial_killed_mid_training_resumes_to_the_uninterrupted_score(tiny_run
 
     def killed_at_the_second_validation(config, on_log=None):
         def listen(record):
-            if "validation" in record:
+            if "validation" in record and config.method != "none":  # a trial, not plain's reference run
                 seen["validations"] += 1
                 if seen["validations"] == 2:
                     raise KeyboardInterrupt
-            on_log(record)
+            if on_log is not None:
+                on_log(record)
 
         return real(config, listen)
 
@@ -459,7 +553,9 @@ def test_a_trial_killed_mid_training_resumes_to_the_uninterrupted_score(tiny_run
     resumed = values(tiny_run["tmp"] / "killed")
     assert resumed[0] == whole[0]  # the killed trial: same options, same score as uninterrupted
     assert len(resumed) == len(whole)
-    log = (tiny_run["tmp"] / "killed" / "search" / "scores-dropout" / "trial-000" / "log.jsonl").read_text()
+    log = (
+        tiny_run["tmp"] / "killed" / "search" / "scores-dropout" / "trial-000" / "seed-0" / "log.jsonl"
+    ).read_text()
     assert "validation" in log  # the first trial's folder was resumed, not replaced
 
 
@@ -476,7 +572,7 @@ def test_advise_end_to_end_writes_its_answer_and_a_rerun_trains_nothing(tiny_run
     search_seeds = {
         json.loads(p.read_text())["config"]["seed"] for p in (out / "search").rglob("config.json")
     }
-    assert confirm_seeds == {1, 2} and search_seeds == {0}
+    assert confirm_seeds == {1, 2} and search_seeds == {0, 1000}
     # the answer is a file finetune --config and load_config take
     method, training = load_config_file(out / "advice.toml")
     assert training["epochs"] == advice.regime.budget
@@ -539,7 +635,7 @@ def row(method, delta, p_holm, **extra) -> ConfirmRow:
     return ConfirmRow(**values)
 
 
-def confirmation(rows, detectable=0.03) -> Confirmation:
+def confirmation(rows, detectable=0.03, floor=None) -> Confirmation:
     return Confirmation(
         split="dev",
         metric="accuracy",
@@ -549,6 +645,7 @@ def confirmation(rows, detectable=0.03) -> Confirmation:
         detectable=detectable,
         detectable_alpha=detectable * 0.8,
         table=None,
+        floor=floor,
     )
 
 
@@ -560,10 +657,75 @@ def test_verdict_recommends_only_a_confirmed_gain():
 
 
 def test_verdict_says_none_and_how_large_a_gain_could_hide():
-    v = verdict(confirmation([row("scores-dropout", 0.012, 0.06), row("drophead", -0.02, 0.01)]))
-    assert v.winner is None
+    rows = [row("scores-dropout", 0.012, 0.06), row("drophead", -0.02, 0.01)]
+    v = verdict(confirmation(rows), detect=0.05)  # a user who cares about 5 points: 3.0 is fine grain
+    assert v.winner is None and v.answered
     assert v.sentence.startswith("None of them") and "3.0 accuracy points or more" in v.sentence
     assert "The closest, scores-dropout" in v.sentence
+
+
+def test_a_design_that_cannot_see_the_gain_asked_for_says_so_and_how_many_seeds_would():
+    rows = [row("scores-dropout", 0.012, 0.06, sd=0.02), row("drophead", -0.02, 0.5, sd=0.02)]
+    v = verdict(confirmation(rows, detectable=0.045), detect=0.02)
+    assert not v.answered and v.winner is None
+    assert v.sentence.startswith("Cannot answer: this design cannot detect a gain you would care about")
+    assert "Fine-tune plainly" not in v.sentence
+    # the seeds it names detect +1 and +2 points at Holm's strictest level over the 2 methods
+    for points in (1, 2):
+        n = seeds_needed(0.02, points / 100, 0.05, 2)
+        assert f"{n} seeds would detect +{points} point" in v.sentence
+        assert (
+            detectable_difference(0.02, n, 0.025) <= points / 100 < detectable_difference(0.02, n - 1, 0.025)
+        )
+
+
+def test_a_baseline_at_chance_is_a_plain_cannot_answer_with_chance_in_its_first_sentence():
+    # CoLA with --epochs 1: every run predicts the majority class (0.5 on a balanced dev)
+    rows = [row("scores-dropout", 0.03, 0.001, mean=0.5, baseline_mean=0.5)]
+    v = verdict(confirmation(rows, floor=0.5))
+    assert not v.answered and v.winner is None
+    first = v.sentence.split(". ")[0]
+    assert "chance" in first and first.startswith("Cannot answer")
+    assert "Use " not in v.sentence and "more epochs" in v.sentence
+    # a baseline clearly above the majority class is judged as before
+    learned = [row("scores-dropout", 0.012, 0.03, baseline_mean=0.6)]
+    assert verdict(confirmation(learned, floor=0.5)).winner is not None
+
+
+def test_an_undertrained_budget_is_a_plain_cannot_answer_even_with_a_significant_gain():
+    reason = undertraining({1: 0.70, 2: 0.78, 3: 0.82, 4: 0.83}, 2, "accuracy", "the 4-epoch regime probe")
+    assert reason is not None and "0.780 at epoch 2" in reason and "0.830 at epoch 4" in reason
+    v = verdict(confirmation([row("scores-dropout", 0.012, 0.03)]), undertrained=reason)
+    assert not v.answered and v.winner is None
+    first = v.sentence.split(". ")[0]
+    assert "undertrain" in first and first.startswith("Cannot answer")
+    assert "--epochs" in v.sentence
+
+
+@pytest.mark.parametrize(
+    "curve, budget, rising",
+    [
+        ({1: 0.70, 2: 0.78, 3: 0.82}, 3, True),  # still climbing at the budget's last epoch
+        ({1: 0.70, 2: 0.78, 3: 0.781}, 3, False),  # flat within the plateau margin
+        ({1: 0.70, 2: 0.78, 3: 0.76, 4: 0.75}, 2, False),  # the probe peaks at the budget
+        ({1: 0.70, 2: 0.78, 3: 0.782}, 2, False),  # a later gain within the margin
+        ({1: 0.70}, 1, None),  # one validation: no trend to read
+    ],
+)
+def test_undertraining_reads_the_curve_around_the_budget(curve, budget, rising):
+    reason = undertraining(curve, budget, "accuracy", "a test curve")
+    assert (reason is not None) == bool(rising)
+    # perplexity falls as it improves: the same curves mirrored
+    mirrored = {e: 50 * (2 - v) for e, v in curve.items()}
+    assert (undertraining(mirrored, budget, "perplexity", "a test curve") is not None) == bool(rising)
+
+
+def test_seeds_needed_is_the_fewest_that_detect_the_difference():
+    for sd, delta, m in ((0.02, 0.01, 1), (0.02, 0.02, 5), (1.5, 1.0, 2)):
+        n = seeds_needed(sd, delta, 0.05, m)
+        assert detectable_difference(sd, n, 0.05 / m) <= delta < detectable_difference(sd, n - 1, 0.05 / m)
+    assert seeds_needed(1.0, 0.001, 0.05, 1) is None  # more than 200
+    assert seeds_needed(float("nan"), 0.01) is None
 
 
 # -- config files and the command line ----------------------------------------------------------------
@@ -606,14 +768,17 @@ def test_a_bad_config_file_is_a_sentence_naming_it(tmp_path, text, message):
     assert str(path) in str(error.value)
 
 
-def test_advise_help_and_a_bad_flag(capsys):
+def test_advise_help_and_a_bad_flag(capsys, tmp_path):
     with pytest.raises(SystemExit) as done:
         main(["advise", "--help"])
     assert done.value.code == 0
     text = capsys.readouterr().out
     assert "regime" in text and "--trials" in text and "--storage" in text and "--hours" in text
-    assert main(["advise", "--methods", "synthesizer"]) == 2
+    assert main(["advise", "--methods", "none", "--output-dir", str(tmp_path / "a")]) == 2
     assert "no strength to search" in capsys.readouterr().err
+    assert main(["advise", "--seeds", "some", "--output-dir", str(tmp_path / "b")]) == 2
+    assert "--seeds must be a number of seeds or auto" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 @pytest.mark.parametrize("url", ["nonsense", "postgresql://user@localhost/study"])

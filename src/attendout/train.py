@@ -322,7 +322,9 @@ class Trainer:
         self.strategy.load_state_dict(checkpoint["strategy"])
         if checkpoint["best_state"] is not None:
             self._best_state = checkpoint["best_state"]
-        self._running = [torch.tensor(x) for x in checkpoint["running"]]
+        self._running = [
+            torch.tensor(x, device=self.device) for x in checkpoint["running"]
+        ]  # beside new losses
         self._elapsed = float(checkpoint["elapsed"])
         self._resumed_at = self.state.step
         set_rng_state(checkpoint["rng"], self.device)

@@ -1,6 +1,18 @@
 """Stage 4 of ``advise``: the answer in one sentence, its evidence, a figure and a config file.
 
-The verdict follows the confirmation only: a method is recommended when its confirmed difference from
+First, whether an answer is possible at all. The answer says plainly that it cannot answer, what stands
+in the way and what to do, instead of recommending, when (in this order; the sentence's own word in
+quotes, for users and checks that look for it):
+
+* plain fine-tuning is at "chance" level on the evaluation split: its mean score is within
+  :data:`CHANCE_MARGIN` of always predicting the majority class (MCC 0): it learned nothing at this
+  budget, and no regulariser can be judged on it;
+* the budget "undertrain"s: plain fine-tuning's validation score is still rising where the budget stops
+  (:func:`attendout.advise.regime.undertraining`);
+* no method won and the design could not have detected a gain of ``detect`` (2 points by default): it
+  then says how many seeds would detect +1 and +2 points at the noise it measured (:func:`seeds_needed`).
+
+Otherwise the verdict follows the confirmation only: a method is recommended when its confirmed difference from
 plain fine-tuning on the evaluation split is a gain (positive; negative for a metric where lower is
 better, perplexity) with a Holm-adjusted p below ``alpha`` (the largest such gain if several are); otherwise the answer is plain fine-tuning, with the smallest true
 gain the confirmation would have detected (80% power at Holm's strictest level), so "none of them"
@@ -25,10 +37,21 @@ from ..report.figures import method_colour
 from ..tasks.metrics import higher_is_better
 from .confirm import Confirmation, ConfirmRow
 from .regime import RegimeReading
-from .search import MethodSearch
-from .spaces import search_space
+from .search import MethodSearch, SearchNoise
+from .spaces import Choice, describe, search_space
 
-__all__ = ["Verdict", "advice_figure", "advice_markdown", "verdict"]
+__all__ = [
+    "CHANCE_MARGIN",
+    "Verdict",
+    "advice_figure",
+    "advice_markdown",
+    "default_detect",
+    "seeds_needed",
+    "verdict",
+]
+
+#: plain fine-tuning within this much of the majority class's score (metric units) is at chance level
+CHANCE_MARGIN = 0.01
 
 
 @dataclass(frozen=True)
@@ -37,6 +60,7 @@ class Verdict:
 
     winner: ConfirmRow | None
     sentence: str
+    answered: bool = True  # False: the sentence says why no answer is possible (chance, undertrain, ...)
 
 
 def _pts(value: float | None, signed: bool = True, metric: str = "") -> str:
@@ -56,17 +80,124 @@ def _p(value: float) -> str:
     return "–" if not math.isfinite(value) else ("< 0.001" if value < 0.001 else f"{value:.3f}")
 
 
-def verdict(confirmation: Confirmation, alpha: float = 0.05) -> Verdict:
-    """The plain answer of a (complete or partial) confirmation; see the module docstring."""
+def default_detect(metric: str) -> float:
+    """The smallest gain a user cares about unless told: 2 points (0.02 of a fraction; 2 BLEU, 2 perplexity)."""
+    return 2.0 / metric_scale(metric)
+
+
+def seeds_needed(
+    sd: float, delta: float, alpha: float = 0.05, comparisons: int = 1, power: float = 0.8, most: int = 200
+) -> int | None:
+    """The fewest seeds whose paired t-test, at Holm's strictest level (``alpha / comparisons``), detects a
+    true difference ``delta`` with ``power``, for paired differences of standard deviation ``sd``; None if
+    more than ``most`` would be needed or ``sd`` is unknown."""
+    from ..report.stats import detectable_difference
+
+    if not math.isfinite(sd) or delta <= 0:
+        return None
+    if sd == 0:
+        return 2
+    level = alpha / max(comparisons, 1)
+    low, high = 2, most
+    if detectable_difference(sd, high, level, power) > delta:
+        return None
+    while low < high:  # the detectable difference falls as n grows: bisect
+        mid = (low + high) // 2
+        if detectable_difference(sd, mid, level, power) <= delta:
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+def _noise_sd(confirmation: Confirmation) -> float:
+    """The standard deviation of one seed's paired difference, pooled over the methods."""
+    from ..report.stats import pooled_sd
+
+    return pooled_sd([r.sd for r in confirmation.rows], [r.seeds for r in confirmation.rows])
+
+
+def _chance(confirmation: Confirmation) -> str | None:
+    """The 'chance' sentence, if plain fine-tuning scored within CHANCE_MARGIN of the majority class."""
+    floor = confirmation.floor
+    rows = confirmation.rows
+    if floor is None or not rows or not higher_is_better(confirmation.metric):
+        return None
+    base = rows[0].baseline_mean
+    if not math.isfinite(base) or base > floor + CHANCE_MARGIN:
+        return None
+    m = confirmation.metric
+    return (
+        f"Cannot answer: plain fine-tuning is at chance level on {confirmation.split} ({m} {base:.4f}; always "
+        f"predicting the majority class scores {floor:.4f}), so it learned nothing at this budget and no "
+        "method can be judged against it. Give it more epochs (or a learning rate it learns with), check the "
+        "labels, then rerun advise in a new --output-dir."
+    )
+
+
+def _undetectable(confirmation: Confirmation, alpha: float, detect: float) -> str | None:
+    """The sentence when no method won and the design could not detect a gain of ``detect``."""
+    d = confirmation.detectable
+    m = confirmation.metric
+    if not math.isfinite(d) or d <= detect:
+        return None
+    sd = _noise_sd(confirmation)
+    k = metric_scale(m)
+    family = len(confirmation.rows)
+    needs = []
+    for points in (1, 2):
+        n = seeds_needed(sd, points / k, alpha, family)
+        needs.append(
+            f"{'more than 200' if n is None else n} seeds would detect {points:+d} point{'s' * (points > 1)}"
+        )
+    return (
+        f"Cannot answer: this design cannot detect a gain you would care about: with {len(confirmation.seeds)} "
+        f"seeds only a true difference of {_pts(d, False, m)} {m} points or more would have been detected (80% "
+        f"power, Holm over {family}), and the smallest gain asked for is {_pts(detect, False, m)} "
+        f"(--detect). At the noise measured here ({_pts(sd, False, m)} points a seed), {needs[0]} and {needs[1]} "
+        "(--seeds N, or --seeds auto); a larger evaluation split narrows the noise too."
+    )
+
+
+def verdict(
+    confirmation: Confirmation,
+    alpha: float = 0.05,
+    *,
+    detect: float | None = None,
+    undertrained: str | None = None,
+) -> Verdict:
+    """The plain answer of a (complete or partial) confirmation; see the module docstring.
+
+    ``undertrained``: why the budget undertrains (:func:`attendout.advise.regime.undertraining`), or None;
+    ``detect``: the smallest gain a user cares about (default: :func:`default_detect`).
+    """
     metric, split = confirmation.metric, confirmation.split
     up = higher_is_better(metric)
+    partial = (
+        "" if confirmation.complete else " (the confirmation is not complete yet: rerun advise to finish it)"
+    )
+    chance = _chance(confirmation)
+    if chance is not None:
+        return Verdict(None, chance + partial, answered=False)
+    if undertrained is not None:
+        return Verdict(
+            None,
+            f"Cannot answer: the budget undertrains: {undertrained}. A method judged here is judged on a model "
+            "that has not finished learning; rerun advise with more --epochs (or without --epochs, so that the "
+            f"probe chooses the budget) in a new --output-dir.{partial}",
+            answered=False,
+        )
     good = [
         r
         for r in confirmation.rows
         if gain(metric, r.delta) > 0 and math.isfinite(r.p_holm) and r.p_holm < alpha
     ]
-    partial = (
-        "" if confirmation.complete else " (the confirmation is not complete yet: rerun advise to finish it)"
+    best = max(confirmation.rows, key=lambda r: gain(metric, r.delta), default=None)
+    closest = (
+        f" The closest, {best.method} at {best.setting}, gave {_pts(best.delta, True, metric)}"
+        f"{'' if up else ' ' + metric} (p_Holm {_p(best.p_holm)})."
+        if best is not None
+        else ""
     )
     if good:
         w = max(good, key=lambda r: gain(metric, r.delta))
@@ -83,13 +214,9 @@ def verdict(confirmation: Confirmation, alpha: float = 0.05) -> Verdict:
             f"Use {w.method} at {w.setting}: {what} on {split} (95% interval over {w.seeds} fresh seeds, "
             f"p_Holm {_p(w.p_holm)}{cost}).{partial}",
         )
-    best = max(confirmation.rows, key=lambda r: gain(metric, r.delta), default=None)
-    closest = (
-        f" The closest, {best.method} at {best.setting}, gave {_pts(best.delta, True, metric)}"
-        f"{'' if up else ' ' + metric} (p_Holm {_p(best.p_holm)})."
-        if best is not None
-        else ""
-    )
+    blind = _undetectable(confirmation, alpha, default_detect(metric) if detect is None else detect)
+    if blind is not None:
+        return Verdict(None, f"{blind}{closest}{partial}", answered=False)
     d = confirmation.detectable
     size = (
         f"a true gain of {_pts(d, False, metric)} {metric} points or more"
@@ -112,10 +239,11 @@ def advice_markdown(
     *,
     title: str,
     verdict: Verdict,
-    regime: RegimeReading,
+    regime: RegimeReading | None,
     searches: dict[str, MethodSearch],
     confirmation: Confirmation,
     provenance: Sequence[str],
+    noise: SearchNoise | None = None,
     files: dict[str, str],
     commands: Sequence[str],
 ) -> str:
@@ -157,7 +285,8 @@ def advice_markdown(
         "",
         "## Search (validation split carved from train; the settings were chosen on these scores)",
         "",
-        "| method | searched | trials (complete / pruned / failed) | best setting | best validation |",
+        *([noise.sentence(metric_scale(m)), ""] if noise is not None else []),
+        "| method | searched | trials (complete / pruned / failed) | best setting | its score |",
         "|---|---|---|---|---|",
     ]
     for method, s in searches.items():
@@ -165,14 +294,17 @@ def advice_markdown(
             state: sum(1 for t in s.trials if t["state"] == state) for state in ("COMPLETE", "PRUNED", "FAIL")
         }
         ranges = ", ".join(f"{k} {r.describe()}" for k, r in search_space(method).items())
-        best = (
-            "–" if s.options is None else ", ".join(f"{k} = {s.options[k]:.3g}" for k in search_space(method))
-        )
+        best = "–" if s.options is None else describe(method, s.options)
         value = "–" if s.value is None else f"{s.value:.4f}"
         lines.append(
             f"| {method} | {ranges} | {counts['COMPLETE']} / {counts['PRUNED']} / {counts['FAIL']} | {best} | {value} |"
         )
-    lines += ["", "## Regime (plain fine-tuning's curves)", "", regime.sentence, ""]
+    reading = (
+        regime.sentence
+        if regime is not None
+        else "Not probed: the budget was given (--epochs); --probe reads plain fine-tuning's curves first."
+    )
+    lines += ["", "## Regime (plain fine-tuning's curves)", "", reading, ""]
     lines += ["## Files", ""] + [f"- `{name}`: {what}" for name, what in files.items()]
     lines += ["", "## Commands", "", "```", *commands, "```", ""]
     return "\n".join(lines)
@@ -184,6 +316,7 @@ def advice_figure(
     searches: dict[str, MethodSearch],
     methods: Sequence[str],
     title: str,
+    objective: str = "score",
 ) -> Path:
     """Left: Δ per method with its intervals (confirmation). Right: the search's validation score by rate."""
     fig = Figure(figsize=(11, 0.45 * max(3, len(methods)) + 2.2), layout="constrained")
@@ -223,11 +356,15 @@ def advice_figure(
     )
     left.grid(axis="x", alpha=0.3)
     any_log = False
+    up = objective != "delta-loss" and higher_is_better(m)
+    rates = any(not isinstance(next(iter(search_space(m).values())), Choice) for m in methods)
     for i, method in enumerate(methods):
         s = searches.get(method)
         if s is None or not s.trials:
             continue
         option, rng = next(iter(search_space(method).items()))
+        if isinstance(rng, Choice) and rates:
+            continue  # a choice (synthesizer's variant) has no place on a rate axis; its table row has it
         any_log |= rng.log
         colour = method_colour(i + 1, False)
         done = [
@@ -245,7 +382,7 @@ def advice_figure(
         )
         right.plot(
             [t["params"][option] for t in pruned],
-            [(max if higher_is_better(m) else min)(t["by_epoch"].values()) for t in pruned],
+            [(max if up else min)(t["by_epoch"].values()) for t in pruned],
             "o",
             mfc="none",
             color=colour,
@@ -259,8 +396,8 @@ def advice_figure(
         right.xaxis.set_major_locator(FixedLocator([0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.9]))
         right.xaxis.set_major_formatter(ScalarFormatter())
         right.xaxis.set_minor_formatter(NullFormatter())
-    right.set_xlabel("searched rate (the method's first option; AD-DROP: p)")
-    right.set_ylabel(f"validation {confirmation.metric} (search seed)")
+    right.set_xlabel("searched rate (the method's first option; AD-DROP: p)" if rates else "searched choice")
+    right.set_ylabel("search objective (mean over the search seeds)")
     right.set_title("search: filled = complete, hollow = pruned (best so far), star = chosen", fontsize=9)
     right.grid(alpha=0.3)
     if right.lines:

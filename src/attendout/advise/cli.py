@@ -8,6 +8,7 @@ import shlex
 from typing import Any
 
 from ..cliflags import TASK_DEFAULT_OPTIONS, add_dataclass_options, add_file_options, parse_eval_files
+from .search import OBJECTIVES, search_seeds
 from .spaces import DEFAULT_METHODS, SEARCH_SPACES
 from .study import STAGES, AdviseConfig, advise
 
@@ -41,11 +42,14 @@ def advise_parser() -> argparse.ArgumentParser:
             "Which attention regulariser, at what strength, for your model and data. Four stages, each "
             "resumed by rerunning the same command: (1) regime: plain fine-tuning for --regime-epochs on the "
             "validation split carved from train; the budget is read off its curves; (2) search: each method's "
-            "strength searched with Optuna on that validation split only, with per-epoch pruning; (3) confirm: "
+            "strength searched with Optuna on that validation split only, each trial scored as its paired "
+            "difference to plain fine-tuning over --search-repeats seeds, with per-epoch pruning; (3) confirm: "
             "each method's best setting against plain fine-tuning on fresh seeds (never the search's), scored "
             "on your evaluation split: paired t-tests with Holm, bootstrap intervals, the detectable "
-            "difference, the cost; (4) answer: advice.md (one sentence first), advice.png, and advice.toml, "
-            "which `attendout finetune --config` and attendout.load_config take as it is."
+            "difference, the cost; (4) answer: advice.md (one sentence first: a recommendation, or why none is "
+            "possible: plain fine-tuning at chance, a budget that undertrains, a design that cannot detect "
+            "--detect), advice.png, and advice.toml, which `attendout finetune --config` and "
+            "attendout.load_config take as it is."
         ),
         epilog=(
             "searched options and ranges: "
@@ -94,7 +98,15 @@ def advise_parser() -> argparse.ArgumentParser:
         "--epochs",
         type=int,
         default=None,
-        help="the budget of every run, instead of the one read off the curves",
+        help="the budget of every run, instead of the one read off the curves (the probe is then skipped "
+        "unless --probe asks for it)",
+    )
+    regime.add_argument(
+        "--probe",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="train (or read) plain fine-tuning's long run first (default: only without --epochs); with "
+        "--epochs it is read to tell whether that budget undertrains",
     )
     search = parser.add_argument_group("stage 2: search")
     search.add_argument("--trials", type=int, default=8, help="trials per method (default: 8)")
@@ -118,15 +130,48 @@ def advise_parser() -> argparse.ArgumentParser:
         default=None,
         help="Optuna storage URL shared by processes or machines (default: sqlite:///OUTPUT_DIR/search.db)",
     )
+    search.add_argument("--search-seed", type=int, default=0, help="the first search seed (default: 0)")
     search.add_argument(
-        "--search-seed", type=int, default=0, help="model seed of every search trial (default: 0)"
+        "--search-repeats",
+        type=int,
+        default=2,
+        metavar="K",
+        help="seeds per trial: --search-seed, +1000, ... (default: 2; the spread of a trial's seeds is the "
+        "objective's measured noise)",
+    )
+    search.add_argument(
+        "--objective",
+        choices=tuple(OBJECTIVES),
+        default="delta",
+        help="a trial's score: delta (its best validation metric minus plain fine-tuning's at the same seed; "
+        "default), delta-loss (the same for the lowest validation loss), score (the validation metric "
+        "itself, v0.4's)",
     )
     confirm = parser.add_argument_group("stage 3: confirm")
     confirm.add_argument(
         "--seeds",
-        type=int,
-        default=5,
-        help="fresh seeds of the confirmation: 1..N, skipping the search seed (default: 5)",
+        default="5",
+        metavar="N|auto",
+        help="fresh seeds of the confirmation: 1..N, skipping the search seeds (default: 5); auto: as many as "
+        "detect a gain of --detect with 80%% power at the noise the search measured, at most --max-seeds "
+        "and within --confirm-hours",
+    )
+    confirm.add_argument(
+        "--detect",
+        type=float,
+        default=None,
+        metavar="GAIN",
+        help="the smallest gain you care about, in the metric's units (default: 2 points: 0.02 of accuracy "
+        "or MCC, 2 BLEU); the answer says when the design could not detect it",
+    )
+    confirm.add_argument(
+        "--confirm-hours",
+        type=float,
+        default=None,
+        help="with --seeds auto: at most this much confirmation training (from the search's time per run)",
+    )
+    confirm.add_argument(
+        "--max-seeds", type=int, default=20, help="with --seeds auto: at most this many (default: 20)"
     )
     confirm.add_argument(
         "--confirm-seeds", default=None, metavar="LIST", help="the confirmation's seeds, comma-separated"
@@ -205,10 +250,17 @@ def config_from_args(argv: list[str]) -> AdviseConfig:
             raise ValueError(
                 f"--confirm-seeds must be comma-separated integers, got {args.confirm_seeds!r}"
             ) from None
+    elif args.seeds.strip() == "auto":
+        seeds = "auto"
     else:
-        if args.seeds < 2:
-            raise ValueError(f"--seeds must be at least 2 (a paired test needs them), got {args.seeds}")
-        seeds = [s for s in range(1, args.seeds + 2) if s != args.search_seed][: args.seeds]
+        try:
+            count = int(args.seeds)
+        except ValueError:
+            raise ValueError(f"--seeds must be a number of seeds or auto, got {args.seeds!r}") from None
+        if count < 2:
+            raise ValueError(f"--seeds must be at least 2 (a paired test needs them), got {count}")
+        taken = set(search_seeds(args.search_seed, args.search_repeats))
+        seeds = [s for s in range(1, count + len(taken) + 1) if s not in taken][:count]
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be at least 1, got {args.threads}")
@@ -223,13 +275,19 @@ def config_from_args(argv: list[str]) -> AdviseConfig:
         regime_epochs=args.regime_epochs,
         regime_run=args.regime_run,
         epochs=args.epochs,
+        probe=args.probe,
         trials=args.trials,
         hours=args.hours,
         sampler=args.sampler,
         pruning=args.pruning,
         storage=args.storage,
         search_seed=args.search_seed,
+        search_repeats=args.search_repeats,
+        objective=args.objective,
         seeds=seeds,
+        detect=args.detect,
+        confirm_hours=args.confirm_hours,
+        max_seeds=args.max_seeds,
         reuse_runs=args.reuse_runs,
         alpha=args.alpha,
         until=args.until,

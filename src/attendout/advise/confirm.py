@@ -68,6 +68,7 @@ class Confirmation:
     detectable: float  # smallest true difference detected with 80% power at Holm's strictest level
     detectable_alpha: float  # the same at alpha alone (one comparison)
     table: ComparisonTable
+    floor: float | None = None  # the split's majority-class score (None: unknown, or not a classification)
 
     @property
     def complete(self) -> bool:
@@ -247,6 +248,7 @@ def read_confirmation(
         detectable=float("nan") if detectable is None else detectable.at_holm_first_step,
         detectable_alpha=float("nan") if detectable is None else detectable.at_alpha,
         table=table,
+        floor=table.floor(model.id, task.id, split),
     )
 
 

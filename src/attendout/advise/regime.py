@@ -31,7 +31,7 @@ import numpy as np
 from ..report.regime import EpochCurves
 from ..tasks.metrics import higher_is_better
 
-__all__ = ["RegimeReading", "choose_budget", "read_regime"]
+__all__ = ["RegimeReading", "choose_budget", "read_regime", "undertraining"]
 
 #: the validation loss must climb this much above its low to count as rising (curves are noisy)
 LOSS_RISE = 0.02
@@ -154,3 +154,39 @@ def read_regime(curves: EpochCurves) -> RegimeReading:
         overfits=overfits,
         budget=budget,
     )
+
+
+def undertraining(curve: dict[int, float], budget: int, metric: str, source: str) -> str | None:
+    """Why ``budget`` undertrains, read off plain fine-tuning's validation ``curve`` (epoch -> score), or
+    None where it does not (or where the curve cannot tell: a single validation).
+
+    It undertrains when the score is still rising where the budget stops: where the curve goes on past
+    the budget (the regime probe), when a later epoch beats the budget's by more than the plateau margin
+    (:func:`plateau`); where it ends at the budget, when the last epoch beats the one before by more than
+    that margin. ``source`` names the curve in the sentence ("the regime probe", ...).
+    """
+    epochs = sorted(e for e in curve if e >= 1)
+    if budget not in curve or len(epochs) < 2:
+        return None
+    sign = 1.0 if higher_is_better(metric) else -1.0
+    at = float(curve[budget])
+    later = [e for e in epochs if e > budget]
+    if later:
+        best = max(later, key=lambda e: sign * float(curve[e]))
+        margin = plateau(metric, float(curve[best]))
+        if sign * (float(curve[best]) - at) > margin:
+            return (
+                f"plain fine-tuning's validation {metric} is still improving where the budget stops ({at:.3f} at "
+                f"epoch {budget}, {float(curve[best]):.3f} at epoch {best} of {source})"
+            )
+        return None
+    before = [e for e in epochs if e < budget]
+    if not before:
+        return None
+    previous = float(curve[before[-1]])
+    if sign * (at - previous) > plateau(metric, at):
+        return (
+            f"plain fine-tuning's validation {metric} is still improving at the budget's last epoch "
+            f"({previous:.3f} at epoch {before[-1]}, {at:.3f} at epoch {budget}, {source})"
+        )
+    return None

@@ -1,25 +1,42 @@
-"""Stage 2 of ``advise``: each method's strength searched with Optuna on the validation split only.
+"""Stage 2 of ``advise``: each method's setting searched with Optuna on the validation split only.
 
 One Optuna study per method (named after it) in one storage: an SQLite file in the output folder by
 default, or any storage URL (``postgresql://...``) that several processes or machines share. A trial
-trains the method at the chosen budget with the search seed, validating once per epoch on the split
-carved from train; the evaluation splits are never encoded nor scored (``TrainConfig.evaluate`` off).
-Each validation is reported to the pruner, which stops a trial below the median of the earlier trials
-at the same epoch once half the budget has run. The objective is the best validation score, the one
-model selection keeps; the study maximises it, or minimises it for a metric where lower is better
-(perplexity: :func:`study_direction`).
+trains the method at the chosen budget, validating once per epoch on the split carved from train; the
+evaluation splits are never encoded nor scored (``TrainConfig.evaluate`` off).
+
+**The objective** (``objective``, :data:`OBJECTIVES`). One seed's validation score moves by as much as
+the effects being ranked (CoLA-500: plain fine-tuning's validation MCC spans 7.9-12.6 over five seeds),
+so a trial is trained at ``repeats`` search seeds (``search_seed``, ``search_seed + 1000``, ...), and
+plain fine-tuning is trained once at each of them (``OUTPUT/search/none/seed-S``, shared by every
+trial). The default objective, ``delta``, is the method's best validation score minus plain
+fine-tuning's at the same seed, averaged over the seeds: the same seed means the same head
+initialisation, the same batch order and the same validation examples, so the part of the noise they
+share cancels in the difference. ``delta-loss`` is the same difference of the lowest validation loss
+(a smoother criterion than a thresholded metric on a few hundred examples); ``score`` is the mean
+validation score itself (v0.4's objective, one seed by default then). :func:`search_noise` measures
+the objective's own noise, the standard error of a trial's score, from the spread of each trial's
+per-seed values; ``advice.md`` states it, so that a user sees which settings the search could tell
+apart.
+
+Each validation of a trial's first seed is reported to the pruner (as the objective at that epoch),
+which stops a trial below the median of the earlier trials at the same epoch once half the budget has
+run. The study maximises the objective, or minimises it where lower is better (a loss, perplexity:
+:func:`study_direction`).
 
 Methods take turns, one trial each, so a time budget (``hours``: the summed time of the finished
-trials of every method, over every invocation) cuts them evenly. Resuming is rerunning: finished and
-pruned trials count; a trial whose process died (Ctrl-C, SIGTERM, a kill, a lost machine) is marked
-failed and queued again with the same options, and its run folder's checkpoint (one per epoch) lets
-the new trial go on where it stopped. A process that finds every trial taken waits for the ones other
-processes still run (or reclaims them if their process dies), so that every process confirms the same
-best settings.
+trials of every method, over every invocation) cuts them evenly. The sampler is seeded by the search
+seed, the recipe (task, data, model: two tasks do not try the same points), the method and the trial's
+number. Resuming is rerunning: finished and pruned trials count; a trial whose process died (Ctrl-C,
+SIGTERM, a kill, a lost machine) is marked failed and queued again with the same options, and its run
+folders (a checkpoint per epoch, a finished seed's results) let the new trial go on where it stopped. A
+process that finds every trial taken waits for the ones other processes still run (or reclaims them if
+their process dies), so that every process confirms the same best settings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -37,12 +54,24 @@ from ..config import TrainConfig
 from ..experiments.store import has_checkpoint, pid_alive, process_start_time, this_host
 from ..interrupt import check as raise_if_stopped
 from ..optim import TrainingError
+from ..report.stats import pooled_sd
 from ..rundir import CHECKPOINT_DIR
 from ..tasks.metrics import higher_is_better
 from ..train import finetune
 from .spaces import grid_of, grid_size, suggest
 
-__all__ = ["MethodSearch", "SearchPlan", "open_storage", "run_search", "search_results", "study_direction"]
+__all__ = [
+    "OBJECTIVES",
+    "MethodSearch",
+    "SearchNoise",
+    "SearchPlan",
+    "open_storage",
+    "run_search",
+    "search_noise",
+    "search_results",
+    "search_seeds",
+    "study_direction",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +79,19 @@ logger = logging.getLogger(__name__)
 PRUNE_AFTER = 0.5
 #: random trials before TPE models the scores (at most half the trials)
 TPE_STARTUP = 4
+#: the search seeds of ``repeats`` runs a trial: search_seed, search_seed + SEED_STRIDE, ...
+SEED_STRIDE = 1000
+#: what a trial's score is, by ``SearchPlan.objective`` (see the module docstring)
+OBJECTIVES = {
+    "delta": "the method's best validation {metric} minus plain fine-tuning's at the same seed",
+    "delta-loss": "the method's lowest validation loss minus plain fine-tuning's at the same seed",
+    "score": "the method's best validation {metric}",
+}
+
+
+def search_seeds(search_seed: int, repeats: int) -> tuple[int, ...]:
+    """The seeds every trial (and plain fine-tuning's reference) is trained at."""
+    return tuple(search_seed + SEED_STRIDE * r for r in range(repeats))
 
 
 @dataclass
@@ -68,11 +110,29 @@ class SearchPlan:
     sampler: str = "tpe"
     pruning: bool = True
     search_seed: int = 0
+    repeats: int = 2  # seeds per trial (search_seeds)
+    objective: str = "delta"  # OBJECTIVES
+    recipe_key: str = ""  # the recipe's fingerprint (task, data, model): part of the sampler's seed
     fixed_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> options not searched
     stale_after: float = 900.0
     poll: float = 30.0  # seconds between looks at trials other processes run, once this one has none left
     progress: bool = True
     echo: Callable[[str], None] = print
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats (seeds per trial) must be at least 1, got {self.repeats!r}")
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return search_seeds(self.search_seed, self.repeats)
+
+    @property
+    def paired(self) -> bool:
+        """Whether a trial's score is a difference to plain fine-tuning (which is then trained per seed)."""
+        return self.objective != "score"
 
     def trials_of(self, method: str) -> int:
         """The trials ``method`` gets: ``trials``, or its whole grid if that is smaller (grid sampler)."""
@@ -87,7 +147,7 @@ class MethodSearch:
     options: dict[str, Any] | None
     value: float | None
     trial: int | None
-    trials: list[dict[str, Any]]  # one row per trial: number, state, params, value, values by epoch, seconds
+    trials: list[dict[str, Any]]  # per trial: number, state, params, value, by_epoch, by_seed, seconds
 
     @property
     def finished(self) -> int:
@@ -117,7 +177,8 @@ def _rdb_storage(optuna: Any, url: str) -> Any:
 
 
 def _sampler(plan: SearchPlan, method: str, trial_number: int) -> Any:
-    """The method's sampler, seeded by the search seed, the method and the number of the trial it samples.
+    """The method's sampler, seeded by the search seed, the recipe (task, data, model), the method and the
+    number of the trial it samples.
 
     (Each option is drawn independently at suggest time, so the seed is the trial's own: a resumed search
     or a second process never proposes the settings of other trials again.)
@@ -125,7 +186,7 @@ def _sampler(plan: SearchPlan, method: str, trial_number: int) -> Any:
     import optuna
 
     # hashed: numpy's legacy generator gives nearly equal first draws for small neighbouring seeds (0 and 3)
-    key = f"{plan.search_seed}/{method}/{trial_number}".encode()
+    key = f"{plan.search_seed}/{plan.recipe_key}/{method}/{trial_number}".encode()
     seed = int.from_bytes(hashlib.sha256(key).digest()[:4], "little")
     if plan.sampler == "grid":  # the grid's points are queued in the study (_queue_grid); this is unused
         return optuna.samplers.RandomSampler(seed=seed)
@@ -136,9 +197,17 @@ def _sampler(plan: SearchPlan, method: str, trial_number: int) -> Any:
     )
 
 
-def study_direction(metric: str) -> str:
-    """Optuna's direction for a validation ``metric``: "maximize", or "minimize" where lower is better."""
+def study_direction(metric: str, objective: str = "score") -> str:
+    """Optuna's direction for ``objective`` on a validation ``metric``: "maximize", or "minimize" where lower
+    is better (the loss; perplexity)."""
+    if objective == "delta-loss":
+        return "minimize"
     return "maximize" if higher_is_better(metric) else "minimize"
+
+
+def objective_better(plan: SearchPlan) -> int:
+    """+1 where a higher objective is better, -1 where lower is."""
+    return 1 if study_direction(plan.metric, plan.objective) == "maximize" else -1
 
 
 def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
@@ -154,20 +223,27 @@ def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
     study = optuna.create_study(
         study_name=method,
         storage=storage,
-        direction=study_direction(plan.metric),
+        direction=study_direction(plan.metric, plan.objective),
         pruner=pruner,
         load_if_exists=True,
     )
     if plan.sampler == "grid":
         _queue_grid(study, method, plan.trials_of(method))
-    identity = {"epochs": plan.epochs, "search_seed": plan.search_seed, "metric": plan.metric}
+    identity = {
+        "epochs": plan.epochs,
+        "search_seed": plan.search_seed,
+        "metric": plan.metric,
+        "objective": plan.objective,
+        "seeds": list(plan.seeds),
+        "recipe": plan.recipe_key,
+    }
     known = study.user_attrs.get("identity")
     if known is None:
         study.set_user_attr("identity", identity)
     elif known != identity:
         raise ValueError(
             f"the study {method!r} in {plan.storage} was searched with {known}, not {identity}: use another "
-            "--output-dir (or --storage) for another budget, seed or metric"
+            "--output-dir (or --storage) for another budget, seed, objective, recipe or metric"
         )
     return study
 
@@ -333,23 +409,180 @@ def _ask(plan: SearchPlan, study: Any, method: str) -> tuple[Any, dict[str, floa
     return trial, suggest(trial, method)
 
 
+@dataclass(frozen=True)
+class Measured:
+    """A finished run's validation, as the objective reads it."""
+
+    best: float  # the validation metric of the model selection kept (results.json)
+    lowest_loss: float
+    by_epoch: dict[int, dict[str, float]]  # epoch -> the validation at its end (metric, loss)
+
+
+def _measured(run_dir: Path, metric: str) -> Measured:
+    results = json.loads((run_dir / "results.json").read_text())
+    by_epoch = {int(round(float(r["epoch"]))): r["validation"] for r in _validations(run_dir)}
+    losses = [float(v["loss"]) for v in by_epoch.values() if "loss" in v]
+    return Measured(
+        best=float(results["validation"][metric]),
+        lowest_loss=min(losses) if losses else float("nan"),
+        by_epoch=by_epoch,
+    )
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Any:
+    """An exclusive lock on ``path`` (a file beside a run folder) while one process trains that run."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: one process at a time is the user's to keep
+            yield
+            return
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def reference_dir(plan: SearchPlan, seed: int) -> Path:
+    """Plain fine-tuning's run at a search seed: every trial's score at that seed is paired with it."""
+    return plan.out / "search" / "none" / f"seed-{seed}"
+
+
+def reference(plan: SearchPlan, seed: int) -> Measured:
+    """Plain fine-tuning at ``seed`` and the budget, trained once (the first process to need it trains it,
+    others wait on its lock; a stopped one resumes from its checkpoint) and read back."""
+    run_dir = reference_dir(plan, seed)
+    with _locked(run_dir.parent / f"seed-{seed}.lock"):
+        if not (run_dir / "results.json").is_file():
+            config = epoch_run(
+                dataclasses.replace(plan.base, method="none", method_options={}),
+                epochs=plan.epochs,
+                seed=seed,
+                output_dir=run_dir,
+                steps_per_epoch=plan.steps_per_epoch,
+                progress=plan.progress,
+            )
+            plan.echo(
+                f"search: plain fine-tuning at search seed {seed}, the reference of every trial's score"
+                + (" (resumed)" if config.resume else "")
+            )
+            finetune(config)
+    return _measured(run_dir, plan.metric)
+
+
+def _score(plan: SearchPlan, run: Measured, ref: Measured | None) -> float:
+    """One seed's objective (see OBJECTIVES)."""
+    if plan.objective == "score":
+        return run.best
+    assert ref is not None
+    if plan.objective == "delta-loss":
+        return run.lowest_loss - ref.lowest_loss
+    return run.best - ref.best
+
+
+def _score_at(
+    plan: SearchPlan, validation: dict[str, float], ref: Measured | None, epoch: int
+) -> float | None:
+    """The objective at one epoch's validation (what the pruner sees); None where the reference has none."""
+    if plan.objective == "score":
+        return float(validation[plan.metric])
+    assert ref is not None
+    base = ref.by_epoch.get(epoch)
+    if base is None:
+        return None
+    key = "loss" if plan.objective == "delta-loss" else plan.metric
+    return float(validation[key]) - float(base[key])
+
+
 def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
     import optuna
 
     raise_if_stopped()
     trial, options = _ask(plan, study, method)
     resume_dir = trial.user_attrs.get("resume_dir")
-    run_dir = Path(resume_dir) if resume_dir else plan.out / "search" / method / f"trial-{trial.number:03d}"
+    trial_dir = Path(resume_dir) if resume_dir else plan.out / "search" / method / f"trial-{trial.number:03d}"
     attrs = {
         "host": this_host(),
         "pid": os.getpid(),
         "pid_start": process_start_time(os.getpid()),
         "heartbeat": time.time(),
-        "run_dir": str(run_dir),
+        "run_dir": str(trial_dir),
         "options": options,  # what the trial runs with (the sampled params, rounded)
     }
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
+    what = f"{method} ({', '.join(f'{k} {_shown(v)}' for k, v in options.items())})"
+    plan.echo(f"search {method}: trial {trial.number}: {what}" + (" resumed" if resume_dir else ""))
+    by_seed: dict[str, float] = {}
+    seconds = 0.0
+    try:
+        for index, seed in enumerate(plan.seeds):
+            ref = reference(plan, seed) if plan.paired else None
+            run_dir = trial_dir / f"seed-{seed}"
+            if not (run_dir / "results.json").is_file():
+                seconds += _train_seed(plan, trial, method, options, seed, run_dir, ref, prune=index == 0)
+            by_seed[str(seed)] = _score(plan, _measured(run_dir, plan.metric), ref)
+            trial.set_user_attr("by_seed", by_seed)
+            trial.set_user_attr("heartbeat", time.time())
+    except optuna.TrialPruned as pruned:
+        shutil.rmtree(trial_dir / f"seed-{plan.seeds[0]}" / CHECKPOINT_DIR, ignore_errors=True)
+        trial.set_user_attr("pruned", str(pruned))
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        plan.echo(f"search {method}: trial {trial.number} pruned: {pruned}")
+        return
+    except TrainingError as error:  # NaN loss: this setting does not train; a result, not a bug
+        for seed in plan.seeds:
+            shutil.rmtree(trial_dir / f"seed-{seed}" / CHECKPOINT_DIR, ignore_errors=True)
+        trial.set_user_attr("error", str(error))
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        plan.echo(f"search {method}: trial {trial.number} failed: {error}")
+        return
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM) or a bug: queued again, resumed from its folders
+        trial.set_user_attr("interrupted", True)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        _requeue(study, trial.params, str(trial_dir))
+        raise
+    value = sum(by_seed.values()) / len(by_seed)
+    trial.set_user_attr("train_time_s", seconds)
+    study.tell(trial, value)
+    per_seed = ", ".join(f"{v:+.4f}" if plan.paired else f"{v:.4f}" for v in by_seed.values())
+    plan.echo(
+        f"search {method}: trial {trial.number}: {_objective_name(plan)} {value:.4f}"
+        + (f" (seeds: {per_seed})" if len(by_seed) > 1 else "")
+    )
+
+
+def _objective_name(plan: SearchPlan) -> str:
+    return {
+        "delta": f"Δ validation {plan.metric} vs none",
+        "delta-loss": "Δ validation loss vs none",
+        "score": f"validation {plan.metric}",
+    }[plan.objective]
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _train_seed(
+    plan: SearchPlan,
+    trial: Any,
+    method: str,
+    options: dict[str, Any],
+    seed: int,
+    run_dir: Path,
+    ref: Measured | None,
+    *,
+    prune: bool,
+) -> float:
+    """Train one seed of a trial (resumed from its checkpoint if it has one); its training seconds.
+
+    The first seed's validations are reported to the pruner (the objective at each epoch)."""
+    import optuna
+
     config = epoch_run(
         dataclasses.replace(
             plan.base,
@@ -359,25 +592,27 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
             save_model=False,
         ),
         epochs=plan.epochs,
-        seed=plan.search_seed,
+        seed=seed,
         output_dir=run_dir,
         steps_per_epoch=plan.steps_per_epoch,
         progress=plan.progress,
     )
-    resume = config.resume
     reported: set[int] = set()
 
     def report(record: dict[str, Any]) -> None:
         epoch = int(round(float(record["epoch"])))
-        if epoch in reported:
+        trial.set_user_attr("heartbeat", time.time())
+        if not prune or epoch in reported:
             return
         reported.add(epoch)
-        trial.report(float(record["validation"][plan.metric]), epoch)
-        trial.set_user_attr("heartbeat", time.time())
+        value = _score_at(plan, record["validation"], ref, epoch)
+        if value is None:
+            return
+        trial.report(value, epoch)
         if trial.should_prune():
             raise optuna.TrialPruned(f"below the median of earlier trials at epoch {epoch}")
 
-    if resume:  # the validations before the checkpoint, for the pruner
+    if config.resume:  # the validations before the checkpoint, for the pruner
         for record in _validations(run_dir):
             report(record)
 
@@ -386,32 +621,8 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
         if "validation" in record:
             report(record)
 
-    what = f"{method} ({', '.join(f'{k} {v:.3g}' for k, v in options.items())})"
-    plan.echo(f"search {method}: trial {trial.number}: {what}" + (" resumed" if resume else ""))
-    try:
-        results = finetune(config, on_log)
-    except optuna.TrialPruned as pruned:
-        shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)  # it will not be resumed
-        trial.set_user_attr("pruned", str(pruned))
-        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        plan.echo(f"search {method}: trial {trial.number} pruned: {pruned}")
-        return
-    except TrainingError as error:  # NaN loss: this setting does not train; a result, not a bug
-        shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
-        trial.set_user_attr("error", str(error))
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        plan.echo(f"search {method}: trial {trial.number} failed: {error}")
-        return
-    except BaseException:  # interrupted (Ctrl-C, SIGTERM) or a bug: queued again, resumed from its folder
-        trial.set_user_attr("interrupted", True)
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        _requeue(study, trial.params, str(run_dir))
-        raise
-    value = float(results["validation"][plan.metric])
-    trial.set_user_attr("best_step", results["best_step"])
-    trial.set_user_attr("train_time_s", results["train_time_s"])
-    study.tell(trial, value)
-    plan.echo(f"search {method}: trial {trial.number}: validation {plan.metric} {value:.4f}")
+    results = finetune(config, on_log)
+    return float(results.get("train_time_s") or 0.0)
 
 
 def epoch_run(
@@ -467,12 +678,13 @@ def search_results(plan: SearchPlan) -> dict[str, MethodSearch]:
                     "params": dict(t.user_attrs.get("options") or t.params),
                     "value": t.value,
                     "by_epoch": {int(k): float(v) for k, v in t.intermediate_values.items()},
+                    "by_seed": {int(k): float(v) for k, v in (t.user_attrs.get("by_seed") or {}).items()},
                     "seconds": seconds,
                     "error": t.user_attrs.get("error"),
                 }
             )
         complete = [r for r in rows if r["state"] == "COMPLETE" and r["value"] is not None]
-        sign = 1.0 if higher_is_better(plan.metric) else -1.0  # the best in the metric's direction
+        sign = objective_better(plan)  # the best in the objective's direction
         best = max(complete, key=lambda r: (sign * r["value"], -r["number"]), default=None)
         out[method] = MethodSearch(
             method=method,
@@ -482,3 +694,74 @@ def search_results(plan: SearchPlan) -> dict[str, MethodSearch]:
             trials=rows,
         )
     return out
+
+
+@dataclass(frozen=True)
+class SearchNoise:
+    """The search objective's own noise: how far one trial's score is from what more seeds would give."""
+
+    objective: str
+    metric: str
+    seeds: tuple[int, ...]
+    sd: float  # of one seed's score about its trial's mean, pooled over trials (NaN: fewer than 2 seeds)
+    trials: int  # complete trials pooled
+    reference: dict[int, float]  # plain fine-tuning's best validation metric at each search seed (paired)
+
+    @property
+    def se(self) -> float:
+        """The standard error of a trial's score (the mean over its seeds)."""
+        return self.sd / math.sqrt(len(self.seeds)) if math.isfinite(self.sd) else float("nan")
+
+    @property
+    def resolution(self) -> float:
+        """Two trials' true scores this far apart differ by 2 standard errors of their difference, the
+        smallest gap the search separates more often than not (2 x sqrt(2) x se)."""
+        return 2 * math.sqrt(2) * self.se
+
+    def sentence(self, scale: float = 1.0) -> str:
+        """One sentence for ``advice.md``: the objective and its standard error (``scale``: x100 for a fraction)."""
+        what = OBJECTIVES[self.objective].format(metric=self.metric)
+        seeds = ", ".join(map(str, self.seeds))
+        head = f"Search objective: {what}, averaged over the search seeds ({seeds})"
+        if not math.isfinite(self.sd):
+            reason = (
+                "one seed per trial, so its noise cannot be measured (--search-repeats 2 measures it)"
+                if len(self.seeds) < 2
+                else "no complete trial to measure its noise on yet"
+            )
+            return f"{head}; {reason}."
+        unit = "" if scale == 1 or self.objective == "delta-loss" else " points"
+        k = 1.0 if self.objective == "delta-loss" else scale
+        return (
+            f"{head}. Its standard error, from the spread of each trial's seeds ({self.trials} complete "
+            f"trials): {k * self.se:.2g}{unit} (one seed: {k * self.sd:.2g}); settings whose true scores "
+            f"differ by less than about {k * self.resolution:.2g}{unit} could not be told apart by this search."
+        )
+
+
+def search_noise(plan: SearchPlan, searches: dict[str, MethodSearch]) -> SearchNoise:
+    """The objective's noise, measured on the complete trials' per-seed scores (see :class:`SearchNoise`)."""
+    import numpy as np
+
+    sds: list[float] = []
+    ns: list[int] = []
+    for s in searches.values():
+        for t in s.trials:
+            values = list(t.get("by_seed", {}).values())
+            if t["state"] == "COMPLETE" and len(values) >= 2:
+                sds.append(float(np.std(values, ddof=1)))
+                ns.append(len(values))
+    reference = {}
+    if plan.paired:
+        for seed in plan.seeds:
+            run = reference_dir(plan, seed)
+            if (run / "results.json").is_file():
+                reference[seed] = _measured(run, plan.metric).best
+    return SearchNoise(
+        objective=plan.objective,
+        metric=plan.metric,
+        seeds=plan.seeds,
+        sd=pooled_sd(sds, ns) if sds else float("nan"),
+        trials=len(sds),
+        reference=reference,
+    )

@@ -8,12 +8,17 @@
 Every stage is resumable by running the same thing again (a kill loses at most an epoch of one run):
 
 1. regime (:mod:`.regime`): ``none`` trained ``regime_epochs`` epochs on the validation split carved
-   from train (or an existing run read with ``regime_run``); the budget is read off its curves.
-2. search (:mod:`.search`): Optuna, one study per method, validation split only.
-3. confirm (:mod:`.confirm`): the best settings and ``none`` on fresh seeds, scored on the evaluation
-   split; paired tests with Holm, bootstrap intervals, the detectable difference, the cost.
+   from train (or an existing run read with ``regime_run``); the budget is read off its curves. With
+   ``epochs`` given, this probe is skipped unless ``probe`` asks for it.
+2. search (:mod:`.search`): Optuna, one study per method, validation split only; a trial's score is its
+   paired difference to ``none`` over ``search_repeats`` seeds by default, and its noise is measured.
+3. confirm (:mod:`.confirm`): the best settings and ``none`` on fresh seeds (``seeds="auto"``: as many
+   as detect a gain of ``detect`` at the search's noise, within ``confirm_hours``), scored on the
+   evaluation split; paired tests with Holm, bootstrap intervals, the detectable difference, the cost.
 4. answer (:mod:`.answer`): ``advice.md``, ``advice.png``, ``advice.toml`` (the winner, or ``none``) and
-   ``tuned/METHOD.toml`` for every method, each taken by ``attendout finetune --config``.
+   ``tuned/METHOD.toml`` for every method, each taken by ``attendout finetune --config``. Where no
+   answer is possible (plain fine-tuning at chance, a budget that undertrains, a design that cannot
+   detect a gain of ``detect``) the answer says so first, and what to do, instead of recommending.
 
 The output folder:
 
@@ -38,7 +43,7 @@ from ..config import TrainConfig, split_for_training
 from ..experiments.spec import config_fingerprint
 from ..rundir import write_json_atomic
 from ..train import finetune
-from .answer import advice_figure, advice_markdown, verdict, write_setting
+from .answer import advice_figure, advice_markdown, default_detect, seeds_needed, verdict, write_setting
 from .confirm import (
     Confirmation,
     confirm_experiment,
@@ -47,8 +52,17 @@ from .confirm import (
     run_confirmation,
     write_experiment,
 )
-from .regime import RegimeReading, read_regime
-from .search import MethodSearch, SearchPlan, epoch_run, run_search
+from .regime import RegimeReading, read_regime, undertraining
+from .search import (
+    OBJECTIVES,
+    MethodSearch,
+    SearchNoise,
+    SearchPlan,
+    epoch_run,
+    run_search,
+    search_noise,
+    search_seeds,
+)
 from .spaces import DEFAULT_METHODS, search_space
 
 __all__ = ["STAGES", "AdviseConfig", "Advice", "advise"]
@@ -68,13 +82,21 @@ class AdviseConfig:
     regime_epochs: int = 12
     regime_run: str | None = None  # read plain fine-tuning's curves from this finished run instead
     epochs: int | None = None  # the budget, instead of the one the regime stage reads
+    probe: bool | None = None  # run the regime probe (default: only when ``epochs`` is not given)
     trials: int = 8  # per method
     hours: float | None = None  # search time budget: summed time of finished trials, all invocations
     sampler: str = "tpe"  # or "grid"
     pruning: bool = True
     storage: str | None = None  # Optuna storage URL; default sqlite:///OUTPUT/search.db
     search_seed: int = 0
-    seeds: Sequence[int] = (1, 2, 3, 4, 5)  # confirmation seeds: never the search seed
+    search_repeats: int = 2  # seeds per trial: search_seed, search_seed + 1000, ...
+    objective: str = "delta"  # attendout.advise.search.OBJECTIVES
+    #: confirmation seeds, never a search seed; "auto": as many as detect ``detect`` at the search's noise
+    seeds: Sequence[int] | str = (1, 2, 3, 4, 5)
+    #: the smallest gain a user cares about, in the metric's units (0.02: 2 points of accuracy; BLEU: 1.0)
+    detect: float | None = None
+    confirm_hours: float | None = None  # with seeds="auto": at most this much confirmation training
+    max_seeds: int = 20  # with seeds="auto"
     #: a results root (e.g. an earlier `attendout bench` grid) whose finished runs with a confirmation
     #: cell's exact configuration (fingerprint, seed included) are copied in instead of retrained
     reuse_runs: str | None = None
@@ -102,30 +124,65 @@ class AdviseConfig:
                 raise ValueError(
                     f"{method}: option {sorted(searched)[0]!r} is searched; it cannot also be fixed"
                 )
-        self.seeds = tuple(self.seeds)
+        if isinstance(self.seeds, str):
+            if self.seeds != "auto":
+                raise ValueError(f"advise: seeds must be a list of seeds or 'auto', got {self.seeds!r}")
+        else:
+            self.seeds = tuple(self.seeds)
         checks = [
             (self.trials >= 1, "trials", self.trials, "at least 1"),
             (self.hours is None or self.hours > 0, "hours", self.hours, "positive"),
             (self.sampler in ("tpe", "grid"), "sampler", self.sampler, "tpe or grid"),
             (self.regime_epochs >= 2, "regime_epochs", self.regime_epochs, "at least 2"),
             (self.epochs is None or self.epochs >= 1, "epochs", self.epochs, "at least 1"),
-            (len(self.seeds) >= 2, "seeds", self.seeds, "at least 2 seeds (a paired test needs them)"),
-            (len(set(self.seeds)) == len(self.seeds), "seeds", self.seeds, "distinct"),
+            (
+                self.seeds == "auto" or len(self.seeds) >= 2,
+                "seeds",
+                self.seeds,
+                "at least 2 seeds (a paired test needs them)",
+            ),
+            (
+                self.seeds == "auto" or len(set(self.seeds)) == len(self.seeds),
+                "seeds",
+                self.seeds,
+                "distinct",
+            ),
+            (self.search_repeats >= 1, "search_repeats", self.search_repeats, "at least 1"),
+            (self.objective in OBJECTIVES, "objective", self.objective, " or ".join(OBJECTIVES)),
+            (self.detect is None or self.detect > 0, "detect", self.detect, "positive"),
+            (
+                self.confirm_hours is None or self.confirm_hours > 0,
+                "confirm_hours",
+                self.confirm_hours,
+                "positive",
+            ),
+            (self.max_seeds >= 2, "max_seeds", self.max_seeds, "at least 2"),
             (0 < self.alpha < 1, "alpha", self.alpha, "in (0, 1)"),
             (self.until in STAGES, "until", self.until, " or ".join(STAGES)),
         ]
         for ok, name, value, rule in checks:
             if not ok:
                 raise ValueError(f"advise: {name} must be {rule}, got {value!r}")
-        if self.search_seed in self.seeds:
+        taken = set(search_seeds(self.search_seed, self.search_repeats))
+        if self.seeds != "auto" and taken & set(self.seeds):
             raise ValueError(
-                f"advise: the confirmation seeds {list(self.seeds)} include the search seed {self.search_seed}: a "
-                "setting must be confirmed on runs it was not chosen on"
+                f"advise: the confirmation seeds {list(self.seeds)} include the search seed "
+                f"{min(taken & set(self.seeds))} (search seeds: {sorted(taken)}): a setting must be confirmed "
+                "on runs it was not chosen on"
             )
+        if self.probe is False and self.epochs is None and self.regime_run is None:
+            raise ValueError("advise: without the regime probe the budget must be given (epochs)")
         if self.recipe.method != "none":
             raise ValueError(
                 f"advise: the recipe's method must be none (the methods are {list(self.methods)})"
             )
+
+    @property
+    def probes(self) -> bool:
+        """Whether the regime stage reads a plain run's curves (trained, or ``regime_run``)."""
+        if self.regime_run is not None:
+            return True
+        return self.epochs is None if self.probe is None else self.probe
 
     @property
     def out(self) -> Path:
@@ -143,9 +200,11 @@ class AdviseConfig:
             "model": self.recipe.model,
             "search_seed": self.search_seed,
             "sampler": self.sampler,
-            "regime_epochs": self.regime_epochs if self.regime_run is None else None,
+            "regime_epochs": self.regime_epochs if self.regime_run is None and self.probes else None,
             "regime_run": self.regime_run,
             "epochs": self.epochs,
+            "search_repeats": self.search_repeats,
+            "objective": self.objective,
             "fixed_options": self.fixed_options,
         }
 
@@ -154,12 +213,14 @@ class AdviseConfig:
 class Advice:
     """What ``advise`` found (also in OUTPUT/advice.json and advice.md)."""
 
-    regime: RegimeReading
+    regime: RegimeReading | None  # None: not probed (the budget was given)
     searches: dict[str, MethodSearch]
     confirmation: Confirmation | None
     sentence: str
-    winner: str | None  # method name; None = plain fine-tuning
+    winner: str | None  # method name; None = plain fine-tuning (or no answer: see ``answered``)
     files: dict[str, Path]
+    noise: SearchNoise | None = None
+    answered: bool = True  # False: the sentence says why no answer is possible
 
 
 def _search_recipe(recipe: TrainConfig) -> TrainConfig:
@@ -190,9 +251,8 @@ def _check_identity(config: AdviseConfig) -> None:
                 "to resume it, or use another --output-dir"
             )
     config.out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(
-        path, {"identity": identity, "methods": list(config.methods), "seeds": list(config.seeds)}
-    )
+    seeds = config.seeds if isinstance(config.seeds, str) else list(config.seeds)
+    write_json_atomic(path, {"identity": identity, "methods": list(config.methods), "seeds": seeds})
 
 
 def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
@@ -230,15 +290,22 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
 
 def advise(config: AdviseConfig) -> Advice:
     """Run (or resume) every stage up to ``config.until``; see the module docstring."""
+    from ..experiments.spec import config_fingerprint
+
     _check_identity(config)
     steps_per_epoch, metric = _steps_per_epoch(_search_recipe(config.recipe))
-    regime = run_regime(config, steps_per_epoch)
+    regime = run_regime(config, steps_per_epoch) if config.probes else None
+    budget = regime.budget if regime is not None else int(config.epochs or 0)
+    if regime is None:
+        config.echo(
+            f"advise: regime: not probed; the budget is the {budget} epoch(s) given (--probe reads it)"
+        )
     plan = SearchPlan(
         base=_search_recipe(config.recipe),
         out=config.out,
         storage=config.storage_url,
         methods=tuple(config.methods),
-        epochs=regime.budget,
+        epochs=budget,
         steps_per_epoch=steps_per_epoch,
         metric=metric,
         trials=config.trials,
@@ -246,6 +313,10 @@ def advise(config: AdviseConfig) -> Advice:
         sampler=config.sampler,
         pruning=config.pruning,
         search_seed=config.search_seed,
+        repeats=config.search_repeats,
+        objective=config.objective,
+        # the task, data and model, not the evaluation files: the search never reads those
+        recipe_key=config_fingerprint(dataclasses.replace(config.recipe, eval_files=None)),
         fixed_options=dict(config.fixed_options),
         stale_after=config.stale_after,
         progress=config.progress,
@@ -253,8 +324,10 @@ def advise(config: AdviseConfig) -> Advice:
     )
     files: dict[str, Path] = {}
     if config.until == "regime":
-        return Advice(regime, {}, None, regime.sentence, None, files)
+        return Advice(regime, {}, None, regime.sentence if regime else "regime: not probed", None, files)
     searches = run_search(plan)
+    noise = search_noise(plan, searches)
+    config.echo(f"advise: {noise.sentence(_scale(metric))}")
     tuned = {m: s.options for m, s in searches.items() if s.options is not None}
     for m, s in searches.items():
         if s.options is None:
@@ -262,15 +335,14 @@ def advise(config: AdviseConfig) -> Advice:
     searched = ", ".join(f"{m}: {s.finished} trials" for m, s in searches.items())
     if config.until == "search" or not tuned:
         sentence = f"search: {searched}" + ("" if tuned else "; no method has a finished trial to confirm")
-        return Advice(regime, searches, None, sentence, None, files)
+        return Advice(regime, searches, None, sentence, None, files, noise)
+    seeds = _confirmation_seeds(config, plan, noise, searches, len(tuned), metric)
     tuning = (
-        f"attendout advise: each method's strength searched with Optuna ({config.sampler}, up to {config.trials} "
-        f"trials, seed {config.search_seed}) on the validation split carved from train; confirmed here on seeds "
-        "the search never used"
+        f"attendout advise: each method's setting searched with Optuna ({config.sampler}, up to {config.trials} "
+        f"trials, search seeds {', '.join(map(str, plan.seeds))}, objective {config.objective}) on the validation "
+        "split carved from train; confirmed here on seeds the search never used"
     )
-    data = confirm_experiment(
-        config.recipe, tuned, config.seeds, regime.budget, steps_per_epoch, tuning=tuning
-    )
+    data = confirm_experiment(config.recipe, tuned, seeds, budget, steps_per_epoch, tuning=tuning)
     experiment = write_experiment(config.out / "confirm.toml", data)
     root = config.out / "confirm"
     run_confirmation(
@@ -283,56 +355,159 @@ def advise(config: AdviseConfig) -> Advice:
     )
     confirmation = read_confirmation(experiment, root, tuned, config.alpha)
     if config.until == "confirm":
-        return Advice(regime, searches, confirmation, "confirmed; run the answer stage", None, files)
-    return _answer(config, regime, searches, confirmation, tuned, steps_per_epoch)
+        return Advice(regime, searches, confirmation, "confirmed; run the answer stage", None, files, noise)
+    return _answer(config, plan, regime, searches, noise, confirmation, tuned)
+
+
+def _scale(metric: str) -> float:
+    from ..report.comparison import metric_scale
+
+    return metric_scale(metric)
+
+
+def _confirmation_seeds(
+    config: AdviseConfig,
+    plan: SearchPlan,
+    noise: SearchNoise,
+    searches: dict[str, MethodSearch],
+    methods: int,
+    metric: str,
+) -> tuple[int, ...]:
+    """The confirmation's seeds: as given, or (``"auto"``) as many as detect a gain of ``detect`` with 80%
+    power at Holm's strictest level, at the noise the search measured (one seed's paired difference on
+    the validation split stands in for the evaluation split's), within ``confirm_hours`` and ``max_seeds``.
+    The choice is written to OUTPUT/seeds.json and kept on resuming."""
+    if config.seeds != "auto":
+        return tuple(config.seeds)
+    path = config.out / "seeds.json"
+    if path.is_file():
+        return tuple(json.loads(path.read_text())["seeds"])
+    detect = config.detect if config.detect is not None else default_detect(metric)
+    why: str
+    if plan.objective != "delta" or not math.isfinite(noise.sd):
+        n = 5
+        why = "the search did not measure the noise of a paired difference (objective delta, 2 or more search seeds); 5 seeds"
+    else:
+        needed = seeds_needed(noise.sd, detect, config.alpha, methods)
+        n = config.max_seeds if needed is None else max(3, min(needed, config.max_seeds))
+        why = (
+            f"{'more than 200' if needed is None else needed} seeds detect {detect:g} at the search's noise "
+            f"(sd {noise.sd:.3g} a seed), at most {config.max_seeds}"
+        )
+        seconds = _seconds_per_run(searches, len(plan.seeds))
+        if config.confirm_hours is not None and seconds:
+            fits = int(config.confirm_hours * 3600 // (seconds * (methods + 1)))
+            if fits < n:
+                n = max(2, fits)
+                why += f"; {config.confirm_hours:g} h at {seconds:.0f} s a run fit {n}"
+    taken = set(plan.seeds)
+    seeds: list[int] = []
+    candidate = 1
+    while len(seeds) < n:
+        if candidate not in taken:
+            seeds.append(candidate)
+        candidate += 1
+    write_json_atomic(path, {"seeds": seeds, "why": why})
+    config.echo(f"advise: confirmation on {n} seeds ({why})")
+    return tuple(seeds)
+
+
+def _seconds_per_run(searches: dict[str, MethodSearch], repeats: int) -> float | None:
+    times = [
+        t["seconds"] / repeats
+        for s in searches.values()
+        for t in s.trials
+        if t["state"] == "COMPLETE" and t.get("seconds")
+    ]
+    return sum(times) / len(times) if times else None
+
+
+def _reference_curve(plan: SearchPlan) -> dict[int, float]:
+    """Plain fine-tuning's validation score by epoch, averaged over the search seeds' reference runs."""
+    from .search import _measured, reference_dir
+
+    sums: dict[int, list[float]] = {}
+    for seed in plan.seeds:
+        run = reference_dir(plan, seed)
+        if (run / "results.json").is_file():
+            for epoch, validation in _measured(run, plan.metric).by_epoch.items():
+                sums.setdefault(epoch, []).append(float(validation[plan.metric]))
+    return {e: sum(v) / len(v) for e, v in sums.items()}
+
+
+def _undertrained(config: AdviseConfig, plan: SearchPlan, regime: RegimeReading | None) -> str | None:
+    """Why the budget undertrains (the probe's curve if it ran, else the search's plain runs), or None."""
+    from ..report.regime import epoch_curves
+
+    if regime is not None:
+        run = Path(config.regime_run) if config.regime_run else config.out / "regime"
+        curves = epoch_curves(run)
+        curve = {
+            int(round(float(e))): float(v) for e, v in zip(curves.epochs, curves.validation, strict=True)
+        }
+        return undertraining(curve, plan.epochs, plan.metric, f"the {regime.epochs_run}-epoch regime probe")
+    if not plan.paired:
+        return None
+    seeds = ", ".join(map(str, plan.seeds))
+    return undertraining(
+        _reference_curve(plan), plan.epochs, plan.metric, f"the search's plain runs, seeds {seeds}"
+    )
 
 
 def _answer(
     config: AdviseConfig,
-    regime: RegimeReading,
+    plan: SearchPlan,
+    regime: RegimeReading | None,
     searches: dict[str, MethodSearch],
+    noise: SearchNoise,
     confirmation: Confirmation,
     tuned: dict[str, dict[str, Any]],
-    steps_per_epoch: int,
 ) -> Advice:
     from ..version import __version__
 
     out = config.out
-    v = verdict(confirmation, config.alpha)
+    budget, steps_per_epoch = plan.epochs, plan.steps_per_epoch
+    v = verdict(
+        confirmation, config.alpha, detect=config.detect, undertrained=_undertrained(config, plan, regime)
+    )
     recipe = config.recipe
     header = f"attendout advise {__version__}: {recipe.task} with {recipe.model}\n{v.sentence}"
     files: dict[str, Path] = {}
     for method, options in tuned.items():
         files[f"tuned/{method}.toml"] = write_setting(
-            out / "tuned" / f"{method}.toml", method, options, regime.budget, f"{method} as advise tuned it"
+            out / "tuned" / f"{method}.toml", method, options, budget, f"{method} as advise tuned it"
         )
     winner = v.winner
     files["advice.toml"] = write_setting(
         out / "advice.toml",
         winner.method if winner else "none",
         winner.options if winner else {},
-        regime.budget,
+        budget,
         header,
     )
     title = f"attendout advise: {recipe.task}, {recipe.model}"
     files["advice.png"] = advice_figure(
-        out / "advice.png", confirmation, searches, list(config.methods), title
+        out / "advice.png", confirmation, searches, list(config.methods), title, config.objective
     )
     description = _model_description(confirmation)
+    probe = "" if regime is not None else " (given, not probed)"
     provenance = [
-        f"Task {recipe.task}; model {description}; budget {regime.budget} epochs of batch {recipe.batch_size} "
+        f"Task {recipe.task}; model {description}; budget {budget} epochs{probe} of batch {recipe.batch_size} "
         f"({steps_per_epoch} steps each), lr {recipe.learning_rate:g}, max length {recipe.max_length}.",
-        f"Search: seed {config.search_seed}, validation split carved from train ({recipe.validation_split:g} of it); "
-        f"confirmation: seeds {', '.join(map(str, confirmation.seeds))}, scored on {confirmation.split}.",
+        f"Search: seeds {', '.join(map(str, plan.seeds))}, objective {config.objective}, validation split carved "
+        f"from train ({recipe.validation_split:g} of it); confirmation: seeds "
+        f"{', '.join(map(str, confirmation.seeds))}, scored on {confirmation.split}.",
+        noise.sentence(_scale(confirmation.metric)),
         f"Device: {_device(confirmation)}.",
     ]
     described = {
         "advice.toml": "the answer: `attendout finetune --config advice.toml ...` or "
         "`attendout.apply(model, attendout.load_config('advice.toml'))`",
         "tuned/METHOD.toml": "each method at its searched setting, in the same form",
-        "advice.png": "left: Δ per method with intervals; right: the search's validation scores by rate",
+        "advice.png": "left: Δ per method with intervals; right: the search's scores by setting",
         "confirm.toml": f"the confirmation grid: `attendout table {out / 'confirm.toml'} --results {out / 'confirm'}`",
-        "search.db": "the Optuna studies (one per method); regime.png: plain fine-tuning's curves",
+        "search.db": "the Optuna studies (one per method); search/none/: plain fine-tuning at the search seeds"
+        + ("; regime.png: plain fine-tuning's curves" if regime is not None else ""),
     }
     md = advice_markdown(
         title=title,
@@ -343,6 +518,7 @@ def _answer(
         provenance=provenance,
         files=described,
         commands=[config.command or "attendout.advise.advise(AdviseConfig(...)) from Python"],
+        noise=noise,
     )
     from ..rundir import write_text_atomic
 
@@ -352,9 +528,11 @@ def _answer(
         out / "advice.json",
         {
             "sentence": v.sentence,
+            "answered": v.answered,
             "winner": None if winner is None else {"method": winner.method, "options": winner.options},
-            "regime": regime.to_dict(),
+            "regime": None if regime is None else regime.to_dict(),
             "search": {m: dataclasses.asdict(s) for m, s in searches.items()},
+            "search_noise": {**dataclasses.asdict(noise), "se": noise.se},
             "confirmation": json.loads(dumps(confirmation)),
         },
     )
@@ -362,7 +540,14 @@ def _answer(
     for name in ("advice.md", "advice.png", "advice.toml"):
         config.echo(f"wrote {files[name]}")
     return Advice(
-        regime, searches, confirmation, v.sentence, None if winner is None else winner.method, files
+        regime,
+        searches,
+        confirmation,
+        v.sentence,
+        None if winner is None else winner.method,
+        files,
+        noise,
+        v.answered,
     )
 
 
