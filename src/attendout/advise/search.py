@@ -362,6 +362,7 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
     )
     waiting = spent = False
     try:
+        references(plan)
         while True:
             ran = False
             for method, study in studies.items():
@@ -430,18 +431,23 @@ def _measured(run_dir: Path, metric: str) -> Measured:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Any:
-    """An exclusive lock on ``path`` (a file beside a run folder) while one process trains that run."""
+def _locked(path: Path, wait: bool = True) -> Any:
+    """An exclusive lock on ``path`` (a file beside a run folder) while one process trains that run; yields
+    whether it was taken (always, if ``wait``; else False when another process holds it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
         try:
             import fcntl
         except ImportError:  # not POSIX: one process at a time is the user's to keep
-            yield
+            yield True
             return
-        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
@@ -451,11 +457,25 @@ def reference_dir(plan: SearchPlan, seed: int) -> Path:
     return plan.out / "search" / "none" / f"seed-{seed}"
 
 
-def reference(plan: SearchPlan, seed: int) -> Measured:
+def references(plan: SearchPlan) -> None:
+    """Train plain fine-tuning's missing reference runs, first those no other process is training (so
+    that two processes at once train two seeds), then wait for the rest."""
+    if not plan.paired:
+        return
+    for seed in plan.seeds:
+        reference(plan, seed, wait=False)
+    for seed in plan.seeds:
+        reference(plan, seed)
+
+
+def reference(plan: SearchPlan, seed: int, wait: bool = True) -> Measured | None:
     """Plain fine-tuning at ``seed`` and the budget, trained once (the first process to need it trains it,
-    others wait on its lock; a stopped one resumes from its checkpoint) and read back."""
+    others wait on its lock, or return None with ``wait=False``; a stopped one resumes from its checkpoint)
+    and read back."""
     run_dir = reference_dir(plan, seed)
-    with _locked(run_dir.parent / f"seed-{seed}.lock"):
+    with _locked(run_dir.parent / f"seed-{seed}.lock", wait) as taken:
+        if not taken:
+            return None
         if not (run_dir / "results.json").is_file():
             config = epoch_run(
                 dataclasses.replace(plan.base, method="none", method_options={}),
@@ -520,7 +540,7 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
     seconds = 0.0
     try:
         for index, seed in enumerate(plan.seeds):
-            ref = reference(plan, seed) if plan.paired else None
+            ref = reference(plan, seed) if plan.paired else None  # (waits while another process trains it)
             run_dir = trial_dir / f"seed-{seed}"
             if not (run_dir / "results.json").is_file():
                 seconds += _train_seed(plan, trial, method, options, seed, run_dir, ref, prune=index == 0)
