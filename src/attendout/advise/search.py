@@ -738,6 +738,12 @@ class SearchNoise:
         smallest gap the search separates more often than not (2 x sqrt(2) x se)."""
         return 2 * math.sqrt(2) * self.se
 
+    def chance_to_find(self, gap: float, settings: int) -> float:
+        """The probability that the search keeps the best of ``settings`` tried settings when it is truly
+        ``gap`` better than the others (which tie), each trial's score off by its standard error,
+        independently: P = integral phi(z) Phi(z + gap / se)^(settings - 1) dz."""
+        return chance_to_find(gap, self.se, settings)
+
     def sentence(self, scale: float = 1.0) -> str:
         """One sentence for ``advice.md``: the objective and its standard error (``scale``: x100 for a fraction)."""
         what = OBJECTIVES[self.objective].format(metric=self.metric)
@@ -752,10 +758,13 @@ class SearchNoise:
             return f"{head}; {reason}."
         unit = "" if scale == 1 or self.objective == "delta-loss" else " points"
         k = 1.0 if self.objective == "delta-loss" else scale
+        gap = 2.0 * self.se if self.objective == "delta-loss" else 2.0 / scale  # 2 points of the metric
         return (
             f"{head}. Its standard error, from the spread of each trial's seeds ({self.trials} complete "
             f"trials): {k * self.se:.2g}{unit} (one seed: {k * self.sd:.2g}); settings whose true scores "
-            f"differ by less than about {k * self.resolution:.2g}{unit} could not be told apart by this search."
+            f"differ by less than about {k * self.resolution:.2g}{unit} could not be told apart by this search "
+            f"(a setting {k * gap:.2g}{unit} better than 7 others would be kept with probability "
+            f"{self.chance_to_find(gap, 8):.2f})."
         )
 
 
@@ -785,3 +794,21 @@ def search_noise(plan: SearchPlan, searches: dict[str, MethodSearch]) -> SearchN
         trials=len(sds),
         reference=reference,
     )
+
+
+def chance_to_find(gap: float, se: float, settings: int) -> float:
+    """See :meth:`SearchNoise.chance_to_find` (NaN for an unknown ``se``; 1 or 1/settings for se 0)."""
+    import numpy as np
+    from scipy import special
+
+    if settings < 1:
+        raise ValueError(f"settings must be at least 1, got {settings}")
+    if settings == 1:
+        return 1.0
+    if not math.isfinite(se):
+        return float("nan")
+    if se == 0:
+        return 1.0 if gap > 0 else 1.0 / settings
+    z, w = np.polynomial.hermite_e.hermegauss(160)  # weight exp(-z^2 / 2): the standard normal's
+    value = np.sum(w * special.ndtr(z + gap / se) ** (settings - 1)) / math.sqrt(2 * math.pi)
+    return float(min(max(value, 0.0), 1.0))
