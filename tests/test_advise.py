@@ -586,6 +586,22 @@ def test_advise_end_to_end_writes_its_answer_and_a_rerun_trains_nothing(tiny_run
     assert again.sentence == advice.sentence
 
 
+def test_a_study_whose_plain_run_learns_nothing_answers_chance_not_a_method(tiny_run):
+    """The new user's mistake of issue 47: a budget at which plain fine-tuning predicts the majority class.
+    --epochs given: no probe; advice.md's first sentence says "chance"; advice.toml stays plain."""
+    out = tiny_run["tmp"] / "chance"
+    config = tiny_study(tiny_run, out, epochs=1)
+    config.recipe.learning_rate = 1e-12  # nothing is learned: the head's random start, all one class or near
+    advice = advise(config)
+    assert advice.regime is None and not (out / "regime").exists()  # --epochs given: the probe is skipped
+    first = (out / "advice.md").read_text().split("**")[1].split(". ")[0]
+    assert first.startswith("Cannot answer") and "chance" in first
+    assert not advice.answered and advice.winner is None
+    assert json.loads((out / "advice.json").read_text())["answered"] is False
+    assert load_config_file(out / "advice.toml")[0].name == "none"
+    assert "Search objective" in (out / "advice.md").read_text()  # the objective's noise is stated
+
+
 def test_the_confirmation_reuses_finished_runs_of_the_same_configuration(tiny_run):
     first = tiny_run["tmp"] / "first"
     mine = advise(tiny_study(tiny_run, first, until="confirm"))

@@ -46,6 +46,7 @@ __all__ = [
     "advice_figure",
     "advice_markdown",
     "default_detect",
+    "paired_sd",
     "seeds_needed",
     "verdict",
 ]
@@ -110,7 +111,7 @@ def seeds_needed(
     return low
 
 
-def _noise_sd(confirmation: Confirmation) -> float:
+def paired_sd(confirmation: Confirmation) -> float:
     """The standard deviation of one seed's paired difference, pooled over the methods."""
     from ..report.stats import pooled_sd
 
@@ -141,7 +142,7 @@ def _undetectable(confirmation: Confirmation, alpha: float, detect: float) -> st
     m = confirmation.metric
     if not math.isfinite(d) or d <= detect:
         return None
-    sd = _noise_sd(confirmation)
+    sd = paired_sd(confirmation)
     k = metric_scale(m)
     family = len(confirmation.rows)
     needs = []
@@ -153,7 +154,7 @@ def _undetectable(confirmation: Confirmation, alpha: float, detect: float) -> st
     return (
         f"Cannot answer: this design cannot detect a gain you would care about: with {len(confirmation.seeds)} "
         f"seeds only a true difference of {_pts(d, False, m)} {m} points or more would have been detected (80% "
-        f"power, Holm over {family}), and the smallest gain asked for is {_pts(detect, False, m)} "
+        f"power, Holm over {family}), and the smallest gain asked for is {_pts(detect, False, m)} points "
         f"(--detect). At the noise measured here ({_pts(sd, False, m)} points a seed), {needs[0]} and {needs[1]} "
         "(--seeds N, or --seeds auto); a larger evaluation split narrows the noise too."
     )

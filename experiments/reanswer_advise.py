@@ -1,0 +1,65 @@
+"""The answer stage of today's advise, applied to a finished study's confirmation (no training).
+
+Reads OUTPUT/confirm.toml, the confirmation runs in OUTPUT/confirm/ and the chosen settings in
+OUTPUT/advice.json, and prints the sentence advise now gives for them (chance, a design that cannot detect
+--detect with the seeds that would, or the verdict), with the noise it is computed from; ``--write``
+also stores it as OUTPUT/answer-now.md. The search is not rerun: see RESULTS.md (issue 47) for why the
+v0.4 studies of CoLA-500 and SST-2-500 were re-answered this way.
+
+    python experiments/reanswer_advise.py results/advise/cola-500 [--detect 0.02] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from attendout.advise.answer import default_detect, paired_sd, seeds_needed, verdict
+from attendout.advise.confirm import read_confirmation
+from attendout.experiments.parse import load_experiment
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("study", help="an advise --output-dir with a finished confirmation")
+    parser.add_argument(
+        "--detect", type=float, default=None, help="the smallest gain cared about (default: 2 points)"
+    )
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--write", action="store_true", help="write STUDY/answer-now.md")
+    args = parser.parse_args()
+    out = Path(args.study)
+    advice = json.loads((out / "advice.json").read_text())
+    tuned = {m: s["options"] for m, s in advice["search"].items() if s["options"]}
+    confirmation = read_confirmation(
+        load_experiment(out / "confirm.toml"), out / "confirm", tuned, args.alpha
+    )
+    detect = args.detect if args.detect is not None else default_detect(confirmation.metric)
+    v = verdict(confirmation, args.alpha, detect=detect)
+    sd = paired_sd(confirmation)
+    family = len(confirmation.rows)
+    needs = {p: seeds_needed(sd, p * detect / 2, args.alpha, family) for p in (1, 2)}
+    lines = [
+        f"# {out}: the answer of today's advise stage on this study's confirmation",
+        "",
+        f"**{v.sentence}**",
+        "",
+        f"- Then (v0.4): {advice['sentence']}",
+        f"- Plain fine-tuning on {confirmation.split}: {confirmation.rows[0].baseline_mean:.4f} "
+        f"{confirmation.metric}; the majority class: {confirmation.floor}",
+        f"- One seed's paired difference, pooled over the {family} methods: sd {sd:.4f}; detectable at "
+        f"{len(confirmation.seeds)} seeds (80% power, Holm over {family}): {confirmation.detectable:.4f}",
+        f"- Seeds that would detect {detect / 2:g} and {detect:g}: {needs[1]} and {needs[2]}",
+        "",
+        f"`python experiments/reanswer_advise.py {out}{' --detect ' + str(args.detect) if args.detect else ''}`",
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        (out / "answer-now.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
