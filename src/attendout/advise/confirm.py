@@ -30,6 +30,7 @@ from ..experiments.spec import RESERVED_TRAINING_KEYS, Budget, Experiment
 from ..experiments.store import ResultsStore
 from ..interrupt import check as raise_if_stopped
 from ..report.comparison import ComparisonTable, build_table
+from ..report.stats import detectable_difference, holm, pooled_sd
 from .spaces import describe
 
 __all__ = ["ConfirmRow", "Confirmation", "confirm_experiment", "read_confirmation", "run_confirmation"]
@@ -200,7 +201,9 @@ def run_confirmation(
 def read_confirmation(
     experiment: Experiment, root: Path, tuned: dict[str, dict[str, Any]], alpha: float = 0.05
 ) -> Confirmation:
-    """The confirmation's statistics on the main (first) evaluation split."""
+    """The confirmation's statistics on the main (first) evaluation split: paired tests over seeds, Holm
+    over the methods (the answer's family: the main split only), the detectable difference at Holm's
+    strictest level (alpha / methods) from the paired differences' pooled standard deviation."""
 
     table = build_table(experiment, root, alpha=alpha)
     if not table.runs:
@@ -238,15 +241,19 @@ def read_confirmation(
                 cost=walls[method] / walls["none"] if method in walls and walls.get("none") else None,
             )
         )
-    detectable = next((d for d in table.detectable if d.split == split), None)
+    # the answer's family is the methods on the main split (the table's Holm runs over every split too)
+    adjusted = holm([r.p for r in rows])
+    rows = [dataclasses.replace(r, p_holm=float(a)) for r, a in zip(rows, adjusted, strict=True)]
+    sd = pooled_sd([r.sd for r in rows], [r.seeds for r in rows])
+    n_seeds = len(experiment.seeds)
     return Confirmation(
         split=split,
         metric=base.metric if base is not None else "?",
         seeds=tuple(experiment.seeds),
         rows=rows,
         baseline_seeds=0 if base is None else base.n,
-        detectable=float("nan") if detectable is None else detectable.at_holm_first_step,
-        detectable_alpha=float("nan") if detectable is None else detectable.at_alpha,
+        detectable=detectable_difference(sd, n_seeds, alpha / max(len(rows), 1)),
+        detectable_alpha=detectable_difference(sd, n_seeds, alpha),
         table=table,
         floor=table.floor(model.id, task.id, split),
     )
