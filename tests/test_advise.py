@@ -602,6 +602,50 @@ def test_a_study_whose_plain_run_learns_nothing_answers_chance_not_a_method(tiny
     assert "Search objective" in (out / "advice.md").read_text()  # the objective's noise is stated
 
 
+def test_a_budget_the_probe_shows_too_short_answers_undertrain_not_a_method(tiny_run):
+    """--epochs below where the regime probe (--regime-run) still climbed: advice.md's first sentence says
+    "undertrain", and advice.toml stays plain."""
+    probe = tiny_run["tmp"] / "probe"
+    probe.mkdir()
+    (probe / "config.json").write_text(json.dumps({"task": {"name": "file", "metrics": ["accuracy"]}}))
+    (probe / "results.json").write_text(json.dumps({"main_metric": "accuracy"}))
+    records = []
+    for epoch, (score, loss) in enumerate([(0.6, 0.65), (0.7, 0.6), (0.8, 0.5), (0.86, 0.4), (0.9, 0.3)], 1):
+        records.append({"step": 10 * epoch - 5, "epoch": epoch - 0.5, "loss": 0.7 - 0.1 * epoch})
+        records.append({"step": 10 * epoch, "epoch": float(epoch), "validation": {"accuracy": score, "loss": loss}})
+    (probe / "log.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    out = tiny_run["tmp"] / "undertrained"
+    advice = advise(tiny_study(tiny_run, out, epochs=3, regime_run=str(probe)))
+    assert advice.regime is not None and advice.regime.budget == 3  # the probe was read, the budget kept
+    first = (out / "advice.md").read_text().split("**")[1].split(". ")[0]
+    assert first.startswith("Cannot answer") and "undertrain" in first, first
+    assert "0.800 at epoch 3" in advice.sentence and "0.900 at epoch 5" in advice.sentence
+    assert not advice.answered and load_config_file(out / "advice.toml")[0].name == "none"
+
+
+def test_seeds_auto_takes_the_count_that_detects_the_gain_within_the_time_given(tiny_run, tmp_path):
+    from attendout.advise.search import SearchNoise
+    from attendout.advise.study import _confirmation_seeds
+
+    noise = SearchNoise("delta", "accuracy", (0, 1000), 0.02, 6, {})
+    trial = {"state": "COMPLETE", "seconds": 600.0}  # two seeds: 300 s a run
+    searches = {"scores-dropout": search_mod.MethodSearch("scores-dropout", {"p": 0.1}, 0.01, 0, [trial])}
+    plan = plan_for(tmp_path, repeats=2, objective="delta")
+    config = tiny_study(tiny_run, tmp_path / "a", seeds="auto", detect=0.02)
+    seeds = _confirmation_seeds(config, plan, noise, searches, 3, "accuracy")
+    assert len(seeds) == seeds_needed(0.02, 0.02, 0.05, 3) == 14
+    assert 0 not in seeds and 1000 not in seeds and seeds[0] == 1
+    assert json.loads((tmp_path / "a" / "seeds.json").read_text())["seeds"] == list(seeds)  # kept on resuming
+    # one hour at 300 s a run for 4 cells a seed fits 3 seeds
+    config = tiny_study(tiny_run, tmp_path / "b", seeds="auto", detect=0.02, confirm_hours=1.0)
+    assert len(_confirmation_seeds(config, plan, noise, searches, 3, "accuracy")) == 3
+    # without a measured noise: 5, and why
+    unknown = SearchNoise("delta", "accuracy", (0,), float("nan"), 0, {})
+    config = tiny_study(tiny_run, tmp_path / "c", seeds="auto")
+    assert len(_confirmation_seeds(config, plan, unknown, searches, 3, "accuracy")) == 5
+    assert "did not measure" in json.loads((tmp_path / "c" / "seeds.json").read_text())["why"]
+
+
 def test_the_confirmation_reuses_finished_runs_of_the_same_configuration(tiny_run):
     first = tiny_run["tmp"] / "first"
     mine = advise(tiny_study(tiny_run, first, until="confirm"))
