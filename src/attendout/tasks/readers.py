@@ -12,6 +12,7 @@ compressed (``.gz``, ``.bz2``).
 from __future__ import annotations
 
 import bz2
+import contextlib
 import csv
 import gzip
 import json
@@ -104,6 +105,22 @@ def detect_format(path: str | Path, file_format: str | None = None) -> str:
     raise DataError(
         f"cannot tell the format of {path} from its extension; pass file_format= one of {', '.join(FORMATS)}"
     )
+
+
+#: the longest CSV/TSV cell read, in characters (Python's default, 131,072, refuses long documents that
+#: the same text in JSONL reads; a quote left open still ends in a clear error at this size)
+FIELD_LIMIT = 64 * 2**20
+
+
+@contextlib.contextmanager
+def _field_limit(limit: int) -> Iterator[None]:
+    """csv's field size limit raised to ``limit`` while one file is read (it is process-wide)."""
+    before = csv.field_size_limit()
+    csv.field_size_limit(max(before, limit))
+    try:
+        yield
+    finally:
+        csv.field_size_limit(before)
 
 
 def _open_text(path: Path) -> IO[str]:
@@ -242,7 +259,10 @@ def read_file(
             delimiter = "\t" if fmt == "tsv" else ","
             quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
             reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
-            return _read_delimited(reader, path, fmt, text_columns, label_column, group_column, column_names)
+            with _field_limit(FIELD_LIMIT):
+                return _read_delimited(
+                    reader, path, fmt, text_columns, label_column, group_column, column_names
+                )
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
     except ARCHIVE_ERRORS as error:  # unreadable or corrupt compressed file
