@@ -93,7 +93,7 @@ def test_exact_init_computes_the_pretrained_model_at_step_0(variant):
     with torch.no_grad():
         stock = model(**batch).logits  # transformers' SDPA
         eager = reference_logits(model, batch)
-        attendout.synthesize(model, variant, max_length=16)  # init="exact" is the mixtures' default
+        attendout.synthesize(model, variant, max_length=16, mixing="head")  # init="exact": its default
         assert get_synthesizer(model).config.init == "exact"
         synthesized = model(**batch).logits
     # Bit for bit: the hook's explicit softmax path on the same scores, changed only by operations
@@ -114,7 +114,7 @@ def test_every_family_is_exact_at_step_0_and_dense_gets_its_input(family):
     model.eval()
     with torch.no_grad():
         eager = reference_logits(model, batch)
-        attendout.synthesize(model, "dense+dot", max_length=16)
+        attendout.synthesize(model, "dense+dot", max_length=16, mixing="head")
         assert torch.equal(model(**batch).logits, eager)  # bit for bit, as above
         get_synthesizer(model).modules["0"].mix.data.fill_(0.5)
         assert not torch.equal(model(**batch).logits, eager)
@@ -138,7 +138,7 @@ def test_deberta_refuses_synthesized_attention_and_stays_stock():
 
 def test_mixing_weight_receives_gradient_then_the_synthesizer_learns():
     model = tiny_model("bert", **no_dropout("bert"))
-    attendout.synthesize(model, "random+dot", max_length=16)
+    attendout.synthesize(model, "random+dot", max_length=16, mixing="head")
     layer = get_synthesizer(model).modules["0"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model.train()
@@ -150,6 +150,92 @@ def test_mixing_weight_receives_gradient_then_the_synthesizer_learns():
     assert layer.mix.abs().sum() > 0
     model(**make_batch(pad_from=PADDED)).loss.backward()
     assert layer.logits.logits.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("variant", MIXTURES)
+def test_the_official_mixing_weight_starts_at_one_half_and_stays_in_zero_one(variant):
+    """The default mixture is the official code's (tensorflow/mesh attention.py lines 288-295): one
+    scalar per layer, a = sigmoid(w), w from 0, logits (1 - a) dot + a synth."""
+    model = tiny_model("bert", **no_dropout("bert"))
+    attendout.synthesize(model, variant, max_length=16)
+    synthesizer = get_synthesizer(model)
+    assert synthesizer.config.mixing == "layer" and synthesizer.config.init == "paper"
+    for layer in synthesizer.modules.values():
+        assert layer.mix.shape == (1,) and layer.weight().item() == 0.5
+    assert set(synthesizer.stats().values()) == {0.5}
+    # the logits are the official mixture, for any w
+    layer = synthesizer.modules["0"]
+    dot, x = torch.randn(2, 4, 10, 10), torch.randn(2, 10, model.config.hidden_size)
+    for w in (-3.0, 0.0, 0.7, 40.0):
+        layer.mix.data.fill_(w)
+        a = 1 / (1 + torch.exp(torch.tensor(-w)))
+        with torch.no_grad():
+            synth = layer.logits(x, 10, 10)
+            torch.testing.assert_close(layer(dot, x), (1 - a) * dot + a * synth)
+    layer.mix.data.zero_()
+    # training at a large learning rate moves w far, the weight stays within [0, 1]
+    optimizer = torch.optim.SGD([p for layer in synthesizer.modules.values() for p in [layer.mix]], lr=1e4)
+    model.train()
+    batch = make_batch(pad_from=PADDED)
+    moved = False
+    for _ in range(5):
+        optimizer.zero_grad()
+        model(**batch).loss.backward()
+        optimizer.step()
+        weights = [layer.weight().item() for layer in synthesizer.modules.values()]
+        assert all(0.0 <= w <= 1.0 for w in weights), weights
+        moved = moved or any(w != 0.5 for w in weights)
+        assert all(0.0 <= v <= 1.0 for v in synthesizer.stats().values())
+    assert moved
+
+
+def test_the_per_head_weight_and_the_plain_sum_stay_options():
+    dot, x = torch.randn(2, 4, 10, 10), torch.randn(2, 10, 32)
+    head = SynthesizerLayer("random+dot", hidden_size=32, heads=4, l_max=16, mixing="head", init="paper")
+    assert head.mix.shape == (4,) and torch.equal(head.mix, torch.full((4,), 0.5))
+    head.mix.data = torch.tensor([-1.0, 0.0, 0.5, 2.0])  # raw: unbounded, one per head
+    synth = head.logits(x, 10, 10)
+    torch.testing.assert_close(
+        head(dot, x), (1 - head.mix.view(1, 4, 1, 1)) * dot + head.mix.view(1, 4, 1, 1) * synth
+    )
+    plain = SynthesizerLayer("dense+dot", hidden_size=32, heads=4, l_max=16, mixing="sum")
+    assert plain.mix is None and plain.weight() is None
+    torch.testing.assert_close(plain(dot, x), dot + plain.logits(x, 10, 10))
+
+
+@pytest.mark.parametrize("shared_heads", [False, True])
+def test_random_matrices_start_as_the_official_glorot_uniform_and_normal_stays_an_option(shared_heads):
+    """TensorFlow's glorot_uniform on the official variables: R (l, H, l) and R1, R2 (k, H, l), fans
+    from the last two dims times the rest: U(+-sqrt(6 / (l (H + l)))) and U(+-sqrt(6 / (k (H + l))))."""
+    torch.manual_seed(0)
+    heads, l_max, rank = 4, 64, 16
+    h = 1 if shared_heads else heads
+    for variant, tensors, limit in (
+        ("random", lambda m: [m.logits], (6 / (l_max * (h + l_max))) ** 0.5),
+        ("factorized-random", lambda m: [m.left, m.right], (6 / (rank * (h + l_max))) ** 0.5),
+    ):
+        layer = SynthesizerLayer(
+            variant, hidden_size=32, heads=heads, l_max=l_max, rank=rank, shared_heads=shared_heads
+        )
+        for t in tensors(layer.logits):
+            assert t.abs().max() <= limit and t.abs().max() > 0.95 * limit
+            assert abs(t.std().item() - limit / 3**0.5) < 0.05 * limit  # uniform: sd = limit / sqrt(3)
+        normal = SynthesizerLayer(
+            variant,
+            hidden_size=32,
+            heads=heads,
+            l_max=l_max,
+            rank=rank,
+            shared_heads=shared_heads,
+            random_init="normal",
+        )
+        full = normal.logits(None, l_max, l_max)  # R, or R1 R2^T: unit variance
+        assert abs(full.std().item() - 1) < 0.1
+    # the official start is close to uniform attention; N(0, 1) peaks the rows
+    glorot = SynthesizerLayer("random", hidden_size=32, heads=heads, l_max=l_max).logits(None, l_max, l_max)
+    assert torch.softmax(glorot, -1).max() < 1.1 / l_max
+    assert SynthesizerConfig(variant="random").random_init == "glorot"
+    assert SynthesizerConfig(variant="dense").random_init is None and SynthesizerConfig().rank == 16
 
 
 def test_eval_mode_is_deterministic():
@@ -176,7 +262,7 @@ def test_l_max_defaults_to_max_position_embeddings_and_layers_are_chosen():
     attendout.synthesize(model, "factorized-random", layers=[1])
     synthesizer = get_synthesizer(model)
     assert synthesizer.l_max == 64 and list(synthesizer.modules) == ["1"]
-    assert synthesizer.modules["1"].logits.left.shape == (4, 64, 8)  # (H, l, k)
+    assert synthesizer.modules["1"].logits.left.shape == (4, 64, 16)  # (H, l, k): the official k
     with pytest.raises(ValueError, match="already synthesized"):
         attendout.synthesize(model, "dense")
     with pytest.raises(ValueError, match=r"layers \[5\] do not exist"):
@@ -191,7 +277,15 @@ def test_l_max_defaults_to_max_position_embeddings_and_layers_are_chosen():
         ({"variant": "dense", "init": "exact"}, "init='exact' needs a mixture"),
         ({"variant": "random+dot", "init": "zeros"}, "init must be one of exact, paper, got 'zeros'"),
         ({"rank": 0}, "rank must be at least 1, got 0"),
-        ({"l_max": 4, "rank": 8}, r"rank must be at most l_max \(4\), got 8"),
+        ({"variant": "factorized-random", "l_max": 4, "rank": 8}, r"rank must be at most l_max \(4\), got 8"),
+        (
+            {"variant": "random", "mixing": "layer"},
+            "mixing 'layer' weighs a mixture with dot-product attention",
+        ),
+        ({"variant": "random+dot", "mixing": "softmax"}, "mixing must be one of layer, head, sum"),
+        ({"variant": "dense", "random_init": "glorot"}, "random_init 'glorot' initialises a random matrix"),
+        ({"variant": "random", "random_init": "xavier"}, "random_init must be one of glorot, normal"),
+        ({"variant": "random+dot", "init": "exact"}, "init='exact' starts the mixing weight at 0"),
         ({"synthesizer_lr": 0.0}, "synthesizer_lr must be positive"),
     ],
 )
@@ -239,6 +333,25 @@ def test_plain_transformers_refuses_a_synthesized_checkpoint_and_attendout_loads
                 torch.testing.assert_close(loaded(**batch).logits, expected, atol=0, rtol=0)
 
 
+def test_a_checkpoint_saved_before_issue_50_loads_in_the_forms_of_then(tmp_path):
+    """A saved config without 'mixing' and 'random_init' is one raw weight per head and N(0, 1)."""
+    model = tiny_model("bert", **no_dropout("bert"))
+    attendout.synthesize(model, "random+dot", max_length=16, mixing="head", random_init="normal")
+    get_synthesizer(model).modules["1"].mix.data = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    batch = make_batch(pad_from=PADDED)
+    model.eval()
+    with torch.no_grad():
+        expected = model(**batch).logits
+    attendout.save_synthesized(model, tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    del config["synthesizer"]["mixing"], config["synthesizer"]["random_init"]
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    loaded = attendout.load_synthesized(tmp_path / "m")
+    assert get_synthesizer(loaded).config.mixing == "head"
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, expected, atol=0, rtol=0)
+
+
 def test_the_loop_trains_saves_and_restores_a_synthesized_model(tiny_run):
     options = {"variant": "random+dot", "fixed": True, "synthesizer_lr": 0.01}
     trainer = Trainer(
@@ -274,7 +387,7 @@ def test_cli_attention_shorthand_runs_and_saves_the_synthesized_form(tiny_run, c
     results = json.loads((run / "results.json").read_text())
     assert results["method"] == "synthesizer"
     assert results["method_options"]["variant"] == "dense+dot" and results["method_options"]["layers"] == [1]
-    assert results["method_options"]["init"] == "exact"
+    assert results["method_options"]["init"] == "paper" and results["method_options"]["mixing"] == "layer"
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert any("synthesizer/mix/L1" in record for record in log)
     model = attendout.load_model(run / "model")

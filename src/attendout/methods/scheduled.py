@@ -9,9 +9,19 @@ them. ``start`` + ``slopes`` is the paper's form (two knots: (0, start) and (1, 
 
 ``from_run`` is the paper's own route to a schedule (§7.2): it fits, per layer, a piecewise-linear
 curve of ``fit_segments`` pieces (equally spaced knots, least squares) to the mean drop probabilities
-that an AttendOut run logged (its Figure 3), and uses those knots. The fitted knots are stored in
-``knots``, so the run's config records the schedule it used; a config with both ``from_run`` and
-``knots`` (a saved one) uses the knots and does not read the run again.
+that an AttendOut run logged (its Figure 3), and uses those knots. With ``fit_slopes`` it fits the
+paper's own form instead: "we initialize the dropout probabilities to 0.6 for all attention layers and
+set a specific slope for each of them", i.e. every layer's line starts at ``start`` and only its slope
+is fitted (least squares through (0, start)). The fitted knots are stored in ``knots``, so the run's
+config records the schedule it used; a config with both ``from_run`` and ``knots`` (a saved one) uses
+the knots and does not read the run again.
+
+**Why one slope by default.** The paper gives no slope values: they are read off the curves its own
+AttendOut runs learned (Figure 3, per dataset), which only say that lower layers drop more (QNLI's
+first layer stays near 0.55, its fourth decays faster). Per-layer slopes therefore need an AttendOut
+run (``from_run`` with ``fit_slopes``) or are given by hand (``slopes``, one per layer). Without
+either, every layer gets the same slope, -0.5: from the paper's 0.6 to 0.1, the fixed rate of
+``scores-dropout``, at the end of training; our choice, not the paper's.
 
 Every loop of attendout's (its own, ``attendout.hf.Trainer``, ``attendout.prepare``) reports progress
 through ``set_progress``; with ``attendout.apply`` alone, call ``handle.set_progress(step / total)``
@@ -104,6 +114,35 @@ def fit_piecewise_linear(x: np.ndarray, y: np.ndarray, segments: int) -> Knots:
     return [(float(t), float(np.clip(v, 0.0, 1.0))) for t, v in zip(knots, values, strict=True)]
 
 
+def slope_through(x: np.ndarray, y: np.ndarray, start: float) -> float:
+    """Least-squares slope of the line y = start + slope * x (its intercept fixed), NaNs ignored."""
+    keep = ~np.isnan(y)
+    x, y = np.asarray(x, dtype=float)[keep], np.asarray(y, dtype=float)[keep]
+    if not (x > 0).any():
+        raise ValueError(
+            "scheduled: fitting a slope needs logged drop probabilities after the start of training"
+        )
+    return float(np.sum(x * (y - start)) / np.sum(x * x))
+
+
+def slopes_from_run(run_dir: str | Path, start: float) -> str:
+    """The ``knots`` text of the paper's schedule from an AttendOut run: every layer from ``start`` with
+    its own least-squares slope (001 §7.2), its end clipped to [0, 1]. Layers the run did not mask get
+    a curve of zeros."""
+    from .attendout.runlog import read_drop_pattern
+
+    pattern = read_drop_pattern(run_dir)
+    curves = []
+    for layer in range(max(pattern.layers) + 1):
+        if layer in pattern.layers:
+            slope = slope_through(pattern.progress, pattern.layers[layer], start)
+            curve = [(0.0, start), (1.0, min(max(start + slope, 0.0), 1.0))]
+        else:
+            curve = [(0.0, 0.0), (1.0, 0.0)]
+        curves.append(",".join(f"{t:.4g}:{p:.4f}" for t, p in curve))
+    return ";".join(curves)
+
+
 def knots_from_run(run_dir: str | Path, segments: int) -> str:
     """The ``knots`` text of per-layer curves fitted to an AttendOut run's logged drop probabilities.
 
@@ -178,7 +217,8 @@ class ScheduledConfig(MethodConfig):
         default=None,
         metadata={
             "help": "change of p over the whole run, one per layer or one for all, comma-separated "
-            "(default -0.5: every layer goes from start to start-0.5)",
+            "(default -0.5 for every layer, from start to start-0.5: the paper gives no values; "
+            "from_run with fit_slopes fits one per layer)",
             "from_text": True,
         },
     )
@@ -196,7 +236,14 @@ class ScheduledConfig(MethodConfig):
     )
     fit_segments: int = field(
         default=3,
-        metadata={"help": "linear pieces per layer when fitting from_run (1 = the paper's line per layer)"},
+        metadata={"help": "linear pieces per layer when fitting from_run (1 = one free line per layer)"},
+    )
+    fit_slopes: bool = field(
+        default=False,
+        metadata={
+            "help": "from_run only: fit the paper's form, every layer from start with its own slope "
+            "(001 §7.2), instead of free piecewise-linear curves"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -207,11 +254,16 @@ class ScheduledConfig(MethodConfig):
             raise ValueError(
                 f"scheduled: fit_segments must be an integer of at least 1, got {self.fit_segments!r}"
             )
+        if self.fit_slopes and self.from_run is None:
+            raise ValueError("scheduled: fit_slopes fits an AttendOut run's rates; give from_run too")
         if self.from_run is not None:
             if self.slopes is not None:
                 raise ValueError("scheduled: give either from_run or slopes, not both")
             if self.knots is None:
-                self.knots = knots_from_run(self.from_run, self.fit_segments)
+                if self.fit_slopes:
+                    self.knots = slopes_from_run(self.from_run, self.start)
+                else:
+                    self.knots = knots_from_run(self.from_run, self.fit_segments)
         check_knots(self.curves())
 
     def curves(self) -> list[Knots]:

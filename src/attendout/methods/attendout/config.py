@@ -12,6 +12,7 @@ from .strategy import AttendOutStrategy
 REWARDS = ("logprob", "correct", "metric")
 PAIRINGS = ("mean", "sample")
 REWARD_CONTROLS = ("none", "noise")
+GENERATOR_EMBEDDINGS = ("attacker", "own")
 
 
 @register_method
@@ -91,7 +92,21 @@ class AttendOutConfig(MethodConfig):
             "variance) or 'sample' = the t-th validation sample's reward (the paper's pairing)"
         },
     )
-    generator_width: int = field(default=64, metadata={"help": "width of the Generator's one attention head"})
+    generator_width: int = field(
+        default=64,
+        metadata={
+            "help": "width of the Generator's one attention head (64: with the Attacker's embeddings, G is "
+            "about 1/500 of MiniLM, 1/2000 of RoBERTa-base)"
+        },
+    )
+    generator_embeddings: str = field(
+        default="attacker",
+        metadata={
+            "help": "what G reads: 'attacker' = the Attacker's embedding output, detached (default: a small "
+            "G), or 'own' = G's own copy of the embedding block, trained with G, as the paper's Generator "
+            "(with generator_width = the hidden size, 1/3 of RoBERTa-base: the paper's scale)"
+        },
+    )
     temperature: float = field(
         default=1.0,
         metadata={
@@ -175,6 +190,11 @@ class AttendOutConfig(MethodConfig):
         if self.reward == "metric" and self.pairing == "sample":
             raise ValueError(
                 f"{self.name}: reward 'metric' is one number per game; pairing must be 'mean', got 'sample'"
+            )
+        if self.generator_embeddings not in GENERATOR_EMBEDDINGS:
+            raise ValueError(
+                f"{self.name}: generator_embeddings must be one of {', '.join(GENERATOR_EMBEDDINGS)}, "
+                f"got {self.generator_embeddings!r}"
             )
         if not self.temperature > 0:
             raise ValueError(f"{self.name}: temperature must be positive, got {self.temperature!r}")

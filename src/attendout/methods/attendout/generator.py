@@ -30,7 +30,7 @@ pattern. With ``sigma = 0`` the rate is ``b`` itself and only the masks' term re
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -87,7 +87,9 @@ class Generator(nn.Module):
     """G-Net: ``num_layers`` one-head self-attention layers with shared parameters, no feed-forward.
 
     Shapes: ``inputs`` (B, L, E) token representations, ``token_valid`` (B, L) bool (True = real
-    token). :meth:`forward` returns the log pattern (num_layers, B, L, L), ``log(n_q * alpha_qk)`` (0
+    token). With ``embeddings`` (G's own embedding block, trained with G: the paper's Generator has its
+    own, "1/3 of RoBERTa size" with it), ``inputs`` are instead the batch's token inputs (``input_ids``
+    and, for a block that takes them, ``token_type_ids``), which G embeds itself. :meth:`forward` returns the log pattern (num_layers, B, L, L), ``log(n_q * alpha_qk)`` (0
     everywhere for uniform attention); :meth:`drop_log_prob` combines it with rate logits.
     ``layer_bias`` (num_layers,) is the policy's mean rate logit.
     """
@@ -99,11 +101,14 @@ class Generator(nn.Module):
         width: int = 64,
         init_drop: float = 0.5,
         temperature: float = 1.0,
+        embeddings: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if not 0 < init_drop < 1:
             raise ValueError(f"Generator: init_drop must be in (0, 1), got {init_drop!r}")
         self.num_layers, self.width, self.temperature = num_layers, width, temperature
+        #: G's own embedding block (None: G reads representations it is given)
+        self.embeddings = embeddings
         self.project = nn.Linear(input_dim, width)
         self.input_norm = nn.LayerNorm(width)
         # The one attention layer that every layer of G-Net shares.
@@ -121,7 +126,25 @@ class Generator(nn.Module):
         """Every parameter but the rates' ``layer_bias``: what shapes the pattern."""
         return [p for name, p in self.named_parameters() if name != "layer_bias"]
 
-    def forward(self, inputs: torch.Tensor, token_valid: torch.Tensor) -> torch.Tensor:
+    def embed(self, tokens: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """(B, L, E) G's own embedding output for the token inputs, in eval mode (no dropout, so the
+        game's recomputation sees what the sampling saw), float32."""
+        if self.embeddings is None:
+            raise RuntimeError("Generator: it has no embeddings of its own; give it token representations")
+        was_training = self.embeddings.training
+        self.embeddings.eval()
+        try:
+            if isinstance(self.embeddings, nn.Embedding):  # a token table only (EuroBERT)
+                return self.embeddings(tokens["input_ids"]).float()
+            return self.embeddings(**tokens).float()
+        finally:
+            self.embeddings.train(was_training)
+
+    def forward(
+        self, inputs: torch.Tensor | Mapping[str, torch.Tensor], token_valid: torch.Tensor
+    ) -> torch.Tensor:
+        if not isinstance(inputs, torch.Tensor):  # token inputs: G embeds them with its own block
+            inputs = self.embed(inputs)
         h = self.input_norm(self.project(inputs))  # (B, L, w)
         key_ok = token_valid[:, None, :]  # (B, 1, L)
         log_keys = key_ok.sum(-1, keepdim=True).clamp(min=1).log()  # (B, 1, 1) log n_q
@@ -147,7 +170,7 @@ class Generator(nn.Module):
     @torch.no_grad()
     def sample(
         self,
-        inputs: torch.Tensor,
+        inputs: torch.Tensor | Mapping[str, torch.Tensor],
         token_valid: torch.Tensor,
         layers: Sequence[int],
         rates: torch.Tensor | None = None,
@@ -172,7 +195,7 @@ class Generator(nn.Module):
 
     def log_prob(
         self,
-        inputs: torch.Tensor,
+        inputs: torch.Tensor | Mapping[str, torch.Tensor],
         token_valid: torch.Tensor,
         masks: dict[int, torch.Tensor],
         rates: torch.Tensor | None = None,
@@ -185,7 +208,7 @@ class Generator(nn.Module):
         """
         log_p = self.drop_log_prob(self(inputs, token_valid), rates)  # (n, B, L, L)
         units = unit_mask(token_valid)  # (B, L, L)
-        total = torch.zeros(inputs.shape[0], device=inputs.device)
+        total = torch.zeros(token_valid.shape[0], device=token_valid.device)
         for layer, mask in masks.items():
             # log p for a dropped unit, log(1 - p) for a kept one; padding units count as neither
             log_unit = torch.where(mask, log_p[layer], torch.log1p(-log_p[layer].exp()))  # (B, L, L)

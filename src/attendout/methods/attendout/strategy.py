@@ -213,13 +213,27 @@ class AttendOutStrategy(TrainingStrategy):
 
         self.embeddings = _embeddings(self.attacker)
         self._embedding_args = set(inspect.signature(self.embeddings.forward).parameters)
+        own = config.generator_embeddings == "own"  # G's own copy of the embedding block, trained with G
         self.generator = Generator(
             input_dim=self.attacker.get_input_embeddings().embedding_dim,
             num_layers=controller.num_layers,
             width=config.generator_width,
             init_drop=config.init_drop,
             temperature=config.temperature,
+            embeddings=copy.deepcopy(self.embeddings).float() if own else None,
         ).to(loop.device)
+        size = sum(p.numel() for p in self.generator.parameters())
+        model_size = sum(p.numel() for p in self.defender.parameters())
+        self.generator_share = size / max(model_size, 1)
+        logger.info(
+            "attendout: the Generator has %d parameters, %.2g%% of the model's %d (%s embeddings, width %d; "
+            "paper 001: 1/3 of RoBERTa-base)",
+            size,
+            100 * self.generator_share,
+            model_size,
+            "its own" if own else "the Attacker's",
+            config.generator_width,
+        )
         self.policy = GeneratorPolicy(
             self.generator, config, self.layers, seed=loop.seed + 2, distributed=loop.distributed
         )
@@ -339,9 +353,12 @@ class AttendOutStrategy(TrainingStrategy):
             self.play()
 
     @torch.no_grad()
-    def generator_input(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B, L, E) the Attacker's embedding output in eval mode (no dropout), detached."""
+    def generator_input(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
+        """(B, L, E) the Attacker's embedding output in eval mode (no dropout), detached; with
+        ``generator_embeddings="own"``, the token inputs themselves, which G embeds with its own block."""
         kwargs = {k: v for k, v in inputs.items() if k in self._embedding_args and k != "attention_mask"}
+        if self.generator.embeddings is not None:
+            return {**kwargs, "input_ids": inputs["input_ids"]}
         was_training = self.embeddings.training
         self.embeddings.eval()
         try:

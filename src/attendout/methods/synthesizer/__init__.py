@@ -6,7 +6,8 @@ The paper pre-trains with synthetic attention; attendout mostly inserts it into 
 encoder at fine-tuning (``attendout finetune --attention random+dot``). For the paper's setting,
 training from scratch, see ``experiments/synthesizer_from_scratch.py``.
 
->>> model = attendout.synthesize(model, "dense+dot", max_length=128)  # step 0: same outputs as before
+>>> model = attendout.synthesize(model, "dense+dot", max_length=128)  # the official mixture: weight 1/2
+>>> model = attendout.synthesize(model, "dense+dot", max_length=128, mixing="head")  # step 0: as before
 >>> ...  # train
 >>> attendout.save_synthesized(model, "out/", tokenizer)
 >>> model = attendout.load_synthesized("out/")  # transformers' from_pretrained refuses this folder

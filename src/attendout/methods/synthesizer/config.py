@@ -8,7 +8,15 @@ from typing import Any
 from ...attention import AttentionMethod
 from ...limits import LimitError
 from ..base import MethodConfig, TrainingStrategy, layers_field, register_method
-from .layer import RANDOM_VARIANTS, VARIANTS, base_variant, is_mixture
+from .layer import (
+    MIXINGS,
+    OFFICIAL_RANK,
+    RANDOM_INITS,
+    RANDOM_VARIANTS,
+    VARIANTS,
+    base_variant,
+    is_mixture,
+)
 from .method import CROSS_ATTENTION_CAVEAT as CROSS_ATTENTION_CAVEAT
 from .method import CROSS_ATTENTION_REFUSED, Synthesizer
 from .training import SynthesizerStrategy
@@ -16,6 +24,7 @@ from .training import SynthesizerStrategy
 __all__ = ["CROSS_ATTENTION_CAVEAT", "CROSS_ATTENTION_REFUSED", "INITS", "SynthesizerConfig"]
 
 INITS = ("exact", "paper")
+FACTORIZED_VARIANTS = ("factorized-dense", "factorized-random")
 
 
 @register_method
@@ -54,7 +63,11 @@ class SynthesizerConfig(MethodConfig):
         },
     )
     rank: int = field(
-        default=8, metadata={"help": "k of factorized-random (R1 R2^T, rank k) and a of factorized-dense"}
+        default=OFFICIAL_RANK,
+        metadata={
+            "help": "k of factorized-random (R1 R2^T, rank k; 16 as the official code's factorized_dim) "
+            "and a of factorized-dense"
+        },
     )
     fixed: bool = field(
         default=False, metadata={"help": "random variants: keep the random matrix fixed (not trained)"}
@@ -62,11 +75,27 @@ class SynthesizerConfig(MethodConfig):
     shared_heads: bool = field(
         default=False, metadata={"help": "one synthesizer for all heads of a layer (default: one per head)"}
     )
+    mixing: str | None = field(
+        default=None,
+        metadata={
+            "help": "'+dot' variants only: 'layer' (default, the official code: (1-a) dot + a synth with one "
+            "a = sigmoid(w) per layer, starting at 1/2), 'head' (one raw weight per head, attendout's form "
+            "before issue 50) or 'sum' (dot + synth, the official plain-sum modes)"
+        },
+    )
+    random_init: str | None = field(
+        default=None,
+        metadata={
+            "help": "random variants only: 'glorot' (default, the official code's glorot_uniform over its "
+            "variable's shape: attention starts close to uniform) or 'normal' (R from N(0, 1), attendout's "
+            "form before issue 50)"
+        },
+    )
     init: str | None = field(
         default=None,
         metadata={
-            "help": "'exact' (mixtures: mixing weight 0, so step 0 computes what the pretrained model did) "
-            "or 'paper' (mixing weight 1/2); default: exact for mixtures, paper otherwise"
+            "help": "'exact' (mixing 'head': weight 0, so step 0 computes what the pretrained model did) "
+            "or 'paper' (weight 1/2); default: exact for mixing 'head', paper otherwise"
         },
     )
     cross_attention: bool = field(
@@ -96,21 +125,52 @@ class SynthesizerConfig(MethodConfig):
             raise ValueError(f"{self.name}: l_max must be at least 1 (or None), got {self.l_max!r}")
         if self.rank < 1:
             raise ValueError(f"{self.name}: rank must be at least 1, got {self.rank!r}")
-        if self.l_max is not None and self.rank > self.l_max:
+        factorized = base_variant(self.variant) in FACTORIZED_VARIANTS
+        if factorized and self.l_max is not None and self.rank > self.l_max:
             raise ValueError(f"{self.name}: rank must be at most l_max ({self.l_max}), got {self.rank!r}")
+        if is_mixture(self.variant):
+            if self.mixing is None:
+                self.mixing = "layer"
+            if self.mixing not in MIXINGS:
+                raise ValueError(
+                    f"{self.name}: mixing must be one of {', '.join(MIXINGS)}, got {self.mixing!r}"
+                )
+        elif self.mixing is not None:
+            raise ValueError(
+                f"{self.name}: mixing {self.mixing!r} weighs a mixture with dot-product attention; variant "
+                f"{self.variant!r} has none (use a '+dot' variant, or leave mixing unset)"
+            )
+        if base_variant(self.variant) in RANDOM_VARIANTS:
+            if self.random_init is None:
+                self.random_init = "glorot"
+            if self.random_init not in RANDOM_INITS:
+                raise ValueError(
+                    f"{self.name}: random_init must be one of {', '.join(RANDOM_INITS)}, got {self.random_init!r}"
+                )
+        elif self.random_init is not None:
+            raise ValueError(
+                f"{self.name}: random_init {self.random_init!r} initialises a random matrix; variant "
+                f"{self.variant!r} has none (use random, factorized-random or their +dot mixtures)"
+            )
         if self.fixed and base_variant(self.variant) not in RANDOM_VARIANTS:
             raise ValueError(
                 f"{self.name}: fixed=True keeps a random matrix fixed; variant {self.variant!r} has none "
                 f"(use random, factorized-random or their +dot mixtures)"
             )
         if self.init is None:
-            self.init = "exact" if is_mixture(self.variant) else "paper"
+            self.init = "exact" if self.mixing == "head" else "paper"
         if self.init not in INITS:
             raise ValueError(f"{self.name}: init must be one of {', '.join(INITS)}, got {self.init!r}")
         if self.init == "exact" and not is_mixture(self.variant):
             raise ValueError(
                 f"{self.name}: init='exact' needs a mixture with dot-product attention (variant 'X+dot'); "
                 f"variant {self.variant!r} replaces the dot-product scores, so it cannot start from them"
+            )
+        if self.init == "exact" and self.mixing != "head":
+            raise ValueError(
+                f"{self.name}: init='exact' starts the mixing weight at 0, which mixing {self.mixing!r} cannot "
+                "(a sigmoid weight lies in (0, 1); a sum has no weight): use mixing='head' to start exactly "
+                "at the pretrained model, or init='paper'"
             )
         if not self.synthesizer_lr > 0:
             raise ValueError(f"{self.name}: synthesizer_lr must be positive, got {self.synthesizer_lr!r}")

@@ -19,10 +19,26 @@ layer W2), while the dense hidden layer W1 (d -> d) is shared by the heads of a 
 ``shared_heads=True`` one set of logits serves all heads (cheaper, but every head of the layer then
 attends alike).
 
-A mixture (§3.3, "Mixture of Synthesizers") adds the dot-product logits: ``(1 - a_h) * dot + a_h *
-synth`` with one learned weight ``a_h`` per head (the paper's weights sum to 1). ``a_h = 0`` at
-initialisation (``init="exact"``) makes the mixture compute exactly what the dot-product attention
-computed; ``init="paper"`` starts from ``a_h = 1/2``.
+A mixture (§3.3, "Mixture of Synthesizers") adds the dot-product logits, in one of three forms
+(``mixing``):
+
+* ``layer`` (the default), as the official code (``synthetic_attention`` in
+  ``mesh_tensorflow/transformer/attention.py`` of tensorflow/mesh, modes ``random_plus_alpha`` and
+  ``dense_plus_alpha``, lines 288-295 and 315-322): ``(1 - a) * dot + a * synth`` with one scalar per
+  layer ``a = sigmoid(w)``, ``w`` initialised to 0, so ``a`` starts at 1/2 and stays in (0, 1): the
+  two weights sum to 1, as the paper asks;
+* ``head``: one raw, unbounded weight ``a_h`` per head (attendout's form before issue 50), starting at
+  0 (``init="exact"``: the mixture computes exactly what the dot-product attention computed) or 1/2
+  (``init="paper"``);
+* ``sum``: ``dot + synth``, the official plain-sum modes (``random_plus``, ``dense_plus``, lines 296-297).
+
+**Initialisation of the random matrices** (``random_init``): ``glorot`` (the default) draws R (and R1,
+R2) as the official code does, whose ``mtf.get_variable(..., initializer=None)`` is TensorFlow's
+``glorot_uniform`` over the variable's shape: R of shape (l, H, l) gets U(+-sqrt(6 / (l (H + l)))),
+R1 and R2 of shape (k, H, l) get U(+-sqrt(6 / (k (H + l)))), with l = ``l_max`` where the official code
+has 512; the logits start close to 0, so attention starts close to uniform. ``normal`` draws R from
+N(0, 1) (factorized: R1 R2^T of unit variance), attendout's form before issue 50: a fixed R then gives
+each query a distinct, mildly peaked row.
 
 The modules here only produce logits; the attention hook (:mod:`attendout.attention`) masks padding
 keys, applies the softmax, the model's attention dropout, and the layer's own value projection.
@@ -51,14 +67,24 @@ __all__ = [
     "DenseLogits",
     "FactorizedDenseLogits",
     "FactorizedRandomLogits",
+    "MIXINGS",
+    "OFFICIAL_RANK",
+    "RANDOM_INITS",
     "RandomLogits",
     "SynthesizerLayer",
     "VARIANTS",
     "base_variant",
+    "glorot_limit",
     "is_mixture",
 ]
 
 BASE_VARIANTS = ("dense", "factorized-dense", "random", "factorized-random")
+#: the forms of a mixture's weight (see the module docstring)
+MIXINGS = ("layer", "head", "sum")
+#: the initialisers of the random variants' matrices
+RANDOM_INITS = ("glorot", "normal")
+#: k of the factorized random synthesizer in the official code (``factorized_dim=16``, line 172)
+OFFICIAL_RANK = 16
 #: Every variant: the four synthesizers and each one mixed with dot-product attention ("+dot").
 VARIANTS = BASE_VARIANTS + tuple(f"{v}+dot" for v in BASE_VARIANTS)
 RANDOM_VARIANTS = ("random", "factorized-random")
@@ -74,18 +100,31 @@ def is_mixture(variant: str) -> bool:
     return variant.endswith(MIX_SUFFIX)
 
 
+def glorot_limit(shape: tuple[int, ...]) -> float:
+    """The bound of TensorFlow's ``glorot_uniform`` for a variable of ``shape``: sqrt(6 / (fan_in +
+    fan_out)) with fan_in = shape[-2] * r and fan_out = shape[-1] * r, r the product of the other dims."""
+    receptive = math.prod(shape[:-2])
+    return math.sqrt(6.0 / (receptive * (shape[-2] + shape[-1])))
+
+
 class RandomLogits(nn.Module):
     """Random Synthesizer (Tay et al. 2021, §3.2): one l x l logits matrix per head, input-independent.
 
-    ``fixed=True`` keeps R as a buffer (saved, never trained: the paper's "Fixed Random"). R is drawn
-    from N(0, 1), so a fixed R gives each query a distinct, mildly peaked attention row.
+    ``fixed=True`` keeps R as a buffer (saved, never trained: the paper's "Fixed Random"). ``init``
+    ``glorot`` draws R as the official code (its variable is (l, H, l), so U(+-sqrt(6 / (l (H + l)))):
+    rows start close to uniform); ``normal`` from N(0, 1), so a fixed R gives each query a distinct,
+    mildly peaked attention row.
     """
 
     needs_input = False
 
-    def __init__(self, heads: int, l_max: int, fixed: bool = False) -> None:
+    def __init__(self, heads: int, l_max: int, fixed: bool = False, init: str = "glorot") -> None:
         super().__init__()
-        logits = torch.randn(heads, l_max, l_max)  # (H, l, l)
+        if init == "glorot":
+            limit = glorot_limit((l_max, heads, l_max))
+            logits = torch.empty(heads, l_max, l_max).uniform_(-limit, limit)  # (H, l, l)
+        else:
+            logits = torch.randn(heads, l_max, l_max)  # (H, l, l)
         if fixed:
             self.register_buffer("logits", logits)
         else:
@@ -98,17 +137,23 @@ class RandomLogits(nn.Module):
 class FactorizedRandomLogits(nn.Module):
     """Factorized Random Synthesizer (Tay et al. 2021, §3.2): R = R1 R2^T with R1, R2 of shape (l, k).
 
-    Entries are drawn from N(0, k^-1/2) so that the entries of R1 R2^T have unit variance, as in
-    :class:`RandomLogits`. ``fixed=True`` keeps both factors as buffers.
+    ``init`` ``glorot``: as the official code, whose R1 and R2 are variables of shape (k, H, l), so
+    U(+-sqrt(6 / (k (H + l)))); ``normal``: N(0, k^-1/2), so that the entries of R1 R2^T have unit
+    variance, as :class:`RandomLogits`' ``normal``. ``fixed=True`` keeps both factors as buffers.
     """
 
     needs_input = False
 
-    def __init__(self, heads: int, l_max: int, rank: int, fixed: bool = False) -> None:
+    def __init__(self, heads: int, l_max: int, rank: int, fixed: bool = False, init: str = "glorot") -> None:
         super().__init__()
-        std = rank**-0.25
-        left = torch.randn(heads, l_max, rank) * std  # (H, l, k)
-        right = torch.randn(heads, l_max, rank) * std  # (H, l, k)
+        if init == "glorot":
+            limit = glorot_limit((rank, heads, l_max))
+            left = torch.empty(heads, l_max, rank).uniform_(-limit, limit)  # (H, l, k)
+            right = torch.empty(heads, l_max, rank).uniform_(-limit, limit)  # (H, l, k)
+        else:
+            std = rank**-0.25
+            left = torch.randn(heads, l_max, rank) * std  # (H, l, k)
+            right = torch.randn(heads, l_max, rank) * std  # (H, l, k)
         if fixed:
             self.register_buffer("left", left)
             self.register_buffer("right", right)
@@ -207,6 +252,7 @@ def build_logits(
     rank: int,
     fixed: bool,
     init_std: float,
+    random_init: str | None = "glorot",
 ) -> nn.Module:
     """The logits module of a base variant ('dense', 'factorized-dense', 'random', 'factorized-random')."""
     if variant == "dense":
@@ -214,9 +260,9 @@ def build_logits(
     if variant == "factorized-dense":
         return FactorizedDenseLogits(hidden_size, heads, l_max, rank, init_std)
     if variant == "random":
-        return RandomLogits(heads, l_max, fixed)
+        return RandomLogits(heads, l_max, fixed, random_init or "glorot")
     if variant == "factorized-random":
-        return FactorizedRandomLogits(heads, l_max, rank, fixed)
+        return FactorizedRandomLogits(heads, l_max, rank, fixed, random_init or "glorot")
     raise ValueError(f"variant must be one of {', '.join(BASE_VARIANTS)}, got {variant!r}")
 
 
@@ -227,7 +273,9 @@ class SynthesizerLayer(nn.Module):
     query tokens' input hidden states x (B, Lq, d) (None for the random variants) and returns the logits
     the hook feeds to its padding (and causal) mask and softmax.
 
-    Mixture (Tay et al. 2021, §3.3): ``(1 - a_h) dot + a_h synth``, one ``a_h`` per head in ``mix``.
+    Mixture (Tay et al. 2021, §3.3), by ``mixing``: ``layer`` ``(1 - a) dot + a synth`` with
+    ``a = sigmoid(mix)``, ``mix`` (1,) starting at 0 (the official form); ``head`` the same with one raw
+    ``a_h`` per head in ``mix`` (H,); ``sum`` ``dot + synth`` (no weight).
     """
 
     def __init__(
@@ -237,11 +285,13 @@ class SynthesizerLayer(nn.Module):
         hidden_size: int,
         heads: int,
         l_max: int,
-        rank: int = 8,
+        rank: int = OFFICIAL_RANK,
         fixed: bool = False,
         shared_heads: bool = False,
         init: str = "paper",
         init_std: float = 0.02,
+        mixing: str | None = "layer",
+        random_init: str | None = "glorot",
     ) -> None:
         super().__init__()
         if variant not in VARIANTS:
@@ -257,21 +307,38 @@ class SynthesizerLayer(nn.Module):
             rank=rank,
             fixed=fixed,
             init_std=init_std,
+            random_init=random_init,
         )
+        self.mixing = (mixing or "layer") if is_mixture(variant) else None
+        if self.mixing is not None and self.mixing not in MIXINGS:
+            raise ValueError(f"mixing must be one of {', '.join(MIXINGS)}, got {mixing!r}")
         self.mix: nn.Parameter | None = None
-        if is_mixture(variant):
+        if self.mixing == "head":
             start = 0.0 if init == "exact" else 0.5
             self.mix = nn.Parameter(torch.full((heads,), start))  # (H,) weight of the synthetic logits
+        elif self.mixing == "layer":
+            # the official alpha: zeros_initializer, used through a sigmoid (a = 1/2 at the start)
+            self.mix = nn.Parameter(torch.zeros(1))  # (1,) logit of the synthetic logits' weight
 
     @property
     def needs_input(self) -> bool:
         return self.logits.needs_input
 
+    def weight(self) -> torch.Tensor | None:
+        """The synthetic logits' weight in the mixture: (1,) in (0, 1) for ``layer``, (H,) raw for
+        ``head``; None for ``sum`` and for variants that are not mixtures."""
+        if self.mix is None:
+            return None
+        return torch.sigmoid(self.mix) if self.mixing == "layer" else self.mix
+
     def forward(self, dot: torch.Tensor, x: torch.Tensor | None) -> torch.Tensor:
         b, h, lq, lk = dot.shape
         synth = self.logits(x, lq, lk)  # (B|1, H|1, Lq, Lk)
-        if self.mix is None:
+        if self.mixing is None:
             return synth.expand(b, h, lq, lk)  # (B, H, Lq, Lk), a view
-        weight = self.mix.view(1, h, 1, 1).to(dot.dtype)  # (1, H, 1, 1)
+        if self.mixing == "sum":
+            return dot + synth.to(dot.dtype)  # (B, H, Lq, Lk)
+        weight = self.weight()
+        weight = weight.view(1, -1, 1, 1).to(dot.dtype)  # (1, H|1, 1, 1)
         # (1 - a) dot + a synth in one fused op; with a = 0 it returns dot bit for bit
         return torch.lerp(dot, synth.to(dot.dtype), weight)  # (B, H, L, L)

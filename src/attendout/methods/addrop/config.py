@@ -1,0 +1,207 @@
+"""AD-DROP's options: :class:`ADDropConfig`, registered as ``addrop``, settled per task (:meth:`ADDropConfig.for_task`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from ...attention import AttentionCall, AttentionEdit, AttentionMethod, RateMeter, layer_key_valid
+from ...contract import ForwardEdits, LoopContext, StepInfo
+from ..base import MethodConfig, TrainingStrategy, check_probability, register_method
+from ..nexttoken import generation_kind
+from .attribution import (
+    ATTRIBUTIONS,
+    DROPPINGS,
+    IG_FORMS,
+    RD_SAMPLINGS,
+    ROUNDINGS,
+    Attribution,
+    attribute,
+    candidate_count,
+    candidate_region,
+    modes_restored,
+    random_drops,
+    sample_drops,
+)
+from .layers import (
+    ALL_LAYER_TASKS,
+    AUTHORS_DEFAULTS,
+    ENCODER_LAYERS,
+    TASK_LAYERS,
+    TASK_SETTINGS,
+    _key_valid,
+    _stacks,
+    task_layers,
+    task_settings,
+)
+from .method import ADDrop
+from .strategy import CROSS_TUNING, STARTS, ADDropStrategy
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ADDropConfig"]
+
+
+@register_method
+@dataclass
+class ADDropConfig(MethodConfig):
+    name = "addrop"
+    summary = "AD-DROP: drop high-attribution attention positions, alternating with plain fine-tuning (002)"
+
+    attribution: str | None = field(
+        default=None,
+        metadata={
+            "help": "attribution of the predicted label: ga (gradient), iga (integrated gradients, ig_steps "
+            "passes per layer), aa (attention weights), rd (random control); default: the task's as the "
+            "authors run it (iga on MRPC), else ga"
+        },
+    )
+    p: float | None = field(
+        default=None,
+        metadata={
+            "help": "candidate discard region: fraction of each row's non-padding keys, by attribution; "
+            "default: the task's as the authors run it (CoNLL-2003 0.8, WMT16 en-ro 0.2), else 0.3"
+        },
+    )
+    q: float | None = field(
+        default=None,
+        metadata={
+            "help": "drop probability of each candidate position; default: the task's as the authors run "
+            "it (CoNLL-2003 0.1), else 0.2"
+        },
+    )
+    layers: list[int] | str | None = field(
+        default=TASK_LAYERS,
+        metadata={
+            "help": "layers to act on: 'task' = the authors' choice for the task (every layer for CoLA, MRPC "
+            "and RTE, the first layer for other classification tasks or when the loop names none; seq2seq: "
+            "'encoder'; lm: all), 'encoder' = every encoder self-attention layer of an encoder-decoder, "
+            "'all', or comma-separated indices from 0 (T5: the encoder's first, then the decoder's)"
+        },
+    )
+    cross_tuning: str = field(
+        default="epoch",
+        metadata={
+            "help": "alternate plain fine-tuning and AD-DROP by 'epoch' or 'step' (phases of `period` units), "
+            "or 'off' (AD-DROP at every step)"
+        },
+    )
+    period: int = field(default=1, metadata={"help": "length of each cross-tuning phase, in epochs or steps"})
+    start: str = field(
+        default="finetune",
+        metadata={"help": "the phase cross-tuning begins with: finetune (as in 002) or addrop"},
+    )
+    ig_steps: int = field(default=20, metadata={"help": "iga only: integration steps m (m passes per layer)"})
+    ig_form: str = field(
+        default="authors",
+        metadata={
+            "help": "iga only: authors (as their code: head output scaled by alpha, gradient with respect to "
+            "the unscaled weights, label predicted again at every alpha) or textbook (integrated gradients "
+            "of eq. 4: gradient at alpha*A, label predicted once at alpha 1)"
+        },
+    )
+    rounding: str = field(
+        default="ceil",
+        metadata={
+            "help": "candidates per row of n keys: ceil = ceil(p*n), as the authors' code; round = "
+            "floor(p*n + 1/2), attendout's rule before issue 20 (to reproduce runs made with it)"
+        },
+    )
+    attribution_dropout: bool = field(
+        default=False,
+        metadata={
+            "help": "keep the model's ordinary dropout on in the attribution pass (the training pass always has it)"
+        },
+    )
+    dropping: str = field(
+        default="high",
+        metadata={
+            "help": "high = the candidates are the keys of highest attribution (AD-DROP); low = of lowest, "
+            "floor(p*n) of them (the authors' --dropping_method low, the ablation)"
+        },
+    )
+    rd_sampling: str | None = field(
+        default=None,
+        metadata={
+            "help": "rd only: authors (default) = each key dropped with probability p*q, as their "
+            "generate_mask_random; exact = ceil(p*n) random candidates per row, each dropped with "
+            "probability q (attendout's form before issue 50)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.layers in (TASK_LAYERS, ENCODER_LAYERS):  # settled by for_task / at attach
+            self.check_types()
+        else:
+            super().__post_init__()
+        choices = [
+            ("attribution", self.attribution, ATTRIBUTIONS),
+            ("cross_tuning", self.cross_tuning, CROSS_TUNING),
+            ("start", self.start, STARTS),
+            ("ig_form", self.ig_form, IG_FORMS),
+            ("rounding", self.rounding, ROUNDINGS),
+            ("dropping", self.dropping, DROPPINGS),
+            ("rd_sampling", self.rd_sampling, RD_SAMPLINGS),
+        ]
+        for name, value, allowed in choices:
+            if value is None and name in ("attribution", "rd_sampling"):  # settled later
+                continue
+            if value not in allowed:
+                raise ValueError(f"{self.name}: {name} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.p is not None and not 0 < self.p <= 1:
+            raise ValueError(f"{self.name}: p must be in (0, 1], got {self.p!r}")
+        if self.q is not None:
+            check_probability(self.name, "q", self.q, allow_one=True)
+        if self.attribution == "rd" and self.dropping == "low":
+            raise ValueError(
+                f"{self.name}: dropping 'low' drops the lowest attributions; attribution 'rd' has none "
+                "(the authors' code ignores --dropping_method for RD): use ga, iga or aa"
+            )
+        if self.attribution == "rd" and self.rd_sampling is None:
+            self.rd_sampling = "authors"
+        for name, value in (("period", self.period), ("ig_steps", self.ig_steps)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{self.name}: {name} must be an integer of at least 1, got {value!r}")
+
+    def for_task(self, task: str | None) -> ADDropConfig:
+        """This config with ``layers="task"`` settled for the task named ``task`` (see :func:`task_layers`),
+        and p, q and attribution left unset (None) taken from it (see :func:`task_settings`: the task's
+        script, else the authors' ``main.py`` defaults).
+
+        ``attendout finetune`` and ``attendout bench`` call it before the run starts, so the run's
+        config records what the run uses; options given explicitly are kept as they are.
+        """
+        changes: dict[str, Any] = {}
+        if self.layers == TASK_LAYERS:
+            changes["layers"] = task_layers(task)
+        settings = task_settings(task)
+        for name in ("p", "q", "attribution"):
+            if getattr(self, name) is None:
+                changes[name] = settings[name]
+        if not changes:
+            return self
+        return dataclasses.replace(self, **changes)
+
+    def build(self) -> ADDrop:
+        return ADDrop(
+            self.layers,
+            self.attribution,
+            self.p,
+            self.q,
+            self.ig_steps,
+            self.attribution_dropout,
+            rounding=self.rounding,
+            ig_form=self.ig_form,
+            dropping=self.dropping,
+            rd_sampling=self.rd_sampling,
+        )
+
+    def training_strategy(self) -> ADDropStrategy:
+        return ADDropStrategy(self)
