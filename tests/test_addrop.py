@@ -25,7 +25,9 @@ from attendout.methods.addrop import (
     candidate_count,
     candidate_region,
     modes_restored,
+    random_drops,
     sample_drops,
+    task_settings,
 )
 from attendout.tasks import get_task
 from attendout.train import TrainConfig, Trainer
@@ -104,6 +106,133 @@ def test_drop_rate_inside_the_candidate_region_is_q():
         drop = sample_drops(candidate, q)
         assert drop.dtype == torch.bool and not (drop & ~candidate).any()
         assert abs(drop.sum().item() / candidate.sum().item() - q) < 0.02
+
+
+# The public code's mask functions (TaoYang225/AD-DROP, cola/utils.py lines 3-61), as they are written
+# (1 = keep), to check ours against.
+def authors_generate_mask_low(p_rate, q_rate, grad_t, extend_attn_mask, attn_mask):
+    heads, max_len = grad_t.shape[1], attn_mask.shape[-1]
+    drop_nums = (p_rate * torch.sum(attn_mask, dim=-1)).long()  # compute_actual_lens
+    onehot = torch.eye(max_len)[drop_nums].unsqueeze(1).unsqueeze(2).expand([-1, heads, max_len, -1])
+    grad_p = grad_t + (1 - extend_attn_mask) * 100
+    sorted_grad = torch.sort(grad_p, dim=-1)[0]
+    st_grad = torch.sum(onehot * sorted_grad, dim=-1).unsqueeze(-1).expand([-1, -1, -1, max_len])
+    grad_masks = torch.ge(grad_p, st_grad).long() * extend_attn_mask
+    sampler_masks = torch.bernoulli((1 - q_rate) * torch.ones_like(grad_masks).float())
+    return ((grad_masks + sampler_masks) >= 1).long() * extend_attn_mask, grad_masks
+
+
+def authors_generate_mask_random(p_rate, q_rate, extend_attn_mask):
+    sampler_masks1 = torch.bernoulli((1 - p_rate) * torch.ones_like(extend_attn_mask).float())
+    sampler_masks2 = torch.bernoulli((1 - q_rate) * torch.ones_like(extend_attn_mask).float())
+    return ((sampler_masks1 + sampler_masks2) >= 1).long() * extend_attn_mask
+
+
+@pytest.mark.parametrize(("p", "q"), [(0.3, 0.2), (0.5, 0.5), (0.9, 0.3)])
+def test_random_control_drops_a_binomial_count_as_the_authors_generate_mask_random(p, q):
+    """rd (default form): each real key dropped with probability p q, so a row of n keys drops
+    Binomial(n, p q); mean and variance against the binomial and against their function."""
+    torch.manual_seed(0)
+    lengths = torch.tensor([7, 12, 20, 33])  # short rows: where ceil(p n) and n p differ most
+    length = int(lengths.max())
+    attn_mask = (torch.arange(length)[None, :] < lengths[:, None]).long().repeat(400, 1)  # (1600, L)
+    valid = attn_mask.bool()[:, None, None, :].expand(-1, 1, 3, length)  # (B, 1, 3 queries, L)
+    candidate, drop = random_drops(valid, 2, p, q)  # (B, 2 heads, 3, L)
+    assert not (drop & ~valid).any() and not (drop & ~candidate).any()
+    counts = drop.sum(-1).double()  # (B, H, 3) drops per row
+    extend = attn_mask[:, None, None, :].expand(-1, 2, 3, -1)
+    theirs = (extend - authors_generate_mask_random(p, q, extend)).sum(-1).double()  # dropped per row
+    for i, n in enumerate(lengths.tolist()):
+        rows = slice(i, None, len(lengths))  # every row of n keys: 400 x 2 heads x 3 queries = 2,400
+        mean, var = n * p * q, n * p * q * (1 - p * q)
+        for sample in (counts[rows], theirs[rows]):
+            se_mean, se_var = math.sqrt(var / sample.numel()), var * math.sqrt(2 / sample.numel())
+            assert abs(sample.mean().item() - mean) < 5 * se_mean, (n, sample.mean().item(), mean)
+            assert abs(sample.var().item() - var) < 5 * se_var + 0.02 * var, (n, sample.var().item(), var)
+    # the exact form drops ceil(p n) q on average: a fifth more than n p q in rows of 7 keys at p 0.3
+    exact = candidate_count(torch.tensor(7), 0.3).item() * 0.2
+    assert exact / (7 * 0.3 * 0.2) == pytest.approx(1 / 0.7, abs=1e-9)
+
+
+def test_random_control_in_the_method_follows_p_times_q_and_the_exact_form_stays_an_option(bert):
+    batch = make_batch(batch=16, length=12, pad_from=PADDED)
+    valid = key_valid(batch)  # (B, 1, L, L)
+    n = valid.sum(-1).double()  # (B, 1, L) keys per row
+    heads = bert.config.num_attention_heads
+    for sampling in ("authors", "exact"):
+        handle = attendout.apply(
+            bert, "addrop", attribution="rd", p=0.5, q=0.4, layers="0", rd_sampling=sampling
+        )
+        handle.method.keep_masks = True
+        bert.train()
+        counts = []
+        for _ in range(60):
+            handle.method.prepare(bert, batch)
+            counts.append(handle.method.last_masks[0][1].sum(-1).double())  # (B, H, L)
+        counts = torch.stack(counts)  # (60, B, H, L)
+        handle.remove()
+        rows = n.expand(16, heads, 12).expand_as(counts)
+        if sampling == "authors":  # Binomial(n, 0.2) per row: standardised sums
+            mean, var = rows * 0.2, rows * 0.2 * 0.8
+            z = ((counts - mean).sum() / var.sum().sqrt()).item()
+            ratio = ((counts - mean) ** 2).sum().item() / var.sum().item()
+            assert abs(z) < 5 and abs(ratio - 1) < 0.05, (z, ratio)
+        else:  # ceil(0.5 n) candidates, each dropped with 0.4
+            k = torch.ceil(rows * 0.5)
+            z = ((counts - k * 0.4).sum() / (k * 0.24).sum().sqrt()).item()
+            assert abs(z) < 5, z
+    assert ADDropConfig(attribution="rd").rd_sampling == "authors"
+    assert ADDropConfig(attribution="ga").rd_sampling is None  # not an rd run: no form to record
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.7])
+def test_drop_low_candidates_are_the_lowest_attributions_as_generate_mask_low(p):
+    """dropping='low': the floor(p n) real keys of lowest attribution in each row, exactly the keys the
+    public code's generate_mask_low leaves below its threshold (distinct scores: no ties)."""
+    batch = make_batch(batch=6, length=13, pad_from={0: 1, 1: 7, 3: 4, 5: 2})
+    valid = key_valid(batch)
+    scores = torch.randn(6, 3, 13, 13)
+    low = candidate_region(scores, valid, p, lowest=True)
+    high = candidate_region(scores, valid, p)
+    attn_mask = batch["attention_mask"]
+    extend = attn_mask[:, None, None, :].expand(-1, 3, 13, -1)
+    _, kept = authors_generate_mask_low(p, 0.5, scores, extend, attn_mask)
+    assert torch.equal(low, (kept == 0) & extend.bool())
+    for b in range(6):
+        keys = valid[b, 0, 0].nonzero().squeeze(-1)
+        k = math.floor(Fraction(str(p)) * len(keys))
+        for h in range(3):
+            for i in range(13):
+                lowest = set(keys[scores[b, h, i, keys].topk(k, largest=False).indices].tolist())
+                assert set(low[b, h, i].nonzero().squeeze(-1).tolist()) == lowest
+    if p <= 0.5:
+        assert not (low & high).any()  # the two ends of each row
+
+
+def test_drop_low_in_the_method_drops_the_lowest_gradient_attributions(bert):
+    batch = make_batch(batch=4, length=12, pad_from=PADDED)
+    handle = attendout.apply(bert, "addrop", p=0.5, q=1.0, layers="0", dropping="low")
+    handle.method.keep_masks = True
+    bert.train()
+    expected = attribute(bert, batch, [0], "ga")
+    extra = handle.method.prepare(bert, batch)
+    with attendout.record_attention(bert) as rec:
+        bert(**batch, **extra)
+    valid = key_valid(batch)
+    zeros = (rec.probs[0] == 0) & valid
+    candidate, dropped = handle.method.last_masks[0]
+    assert torch.equal(dropped, candidate) and torch.equal(zeros, candidate)
+    n = valid.sum(-1, keepdim=True)
+    assert (zeros.sum(-1, keepdim=True) == torch.floor(n * 0.5)).all()
+    scores = expected.scores[0]
+    ranked = scores.masked_fill(~valid, 0).abs().sum(-1) > 0  # rows with a gradient: no ties
+    assert ranked.sum() >= 100
+    # every dropped key is below every kept real key of its row
+    top_dropped = scores.masked_fill(~candidate, float("-inf")).amax(-1)
+    low_kept = scores.masked_fill(candidate | ~valid, float("inf")).amin(-1)
+    assert (top_dropped[ranked] < low_kept[ranked]).all()
+    with pytest.raises(ValueError, match="dropping 'low' drops the lowest attributions; attribution 'rd'"):
+        ADDropConfig(attribution="rd", dropping="low")
 
 
 def test_training_pass_drops_exactly_the_sampled_candidates(bert):
@@ -516,8 +645,93 @@ def test_default_layers_follow_the_authors_scripts_per_task(task, layers, caplog
     strategy.before_forward(model, make_batch(pad_from=PADDED), attendout.StepInfo(0))
     assert sorted(strategy.method.last_masks) == layers
     settled = settle_for_task("addrop", {"attribution": "rd"}, task)
-    assert settled == {"attribution": "rd", "layers": None if len(layers) == 2 else [0]}  # None = all
-    assert settle_for_task("addrop", {"layers": "1"}, task) == {"layers": "1"}  # chosen layers stay
+    all_layers = None if len(layers) == 2 else [0]  # None = all
+    assert settled == {"attribution": "rd", "layers": all_layers, "p": 0.3, "q": 0.2}
+    chosen = settle_for_task("addrop", {"layers": "1", "attribution": "ga"}, task)
+    assert chosen == {"layers": "1", "attribution": "ga", "p": 0.3, "q": 0.2}  # chosen layers stay
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        ("conll2003", {"p": 0.8, "q": 0.1, "attribution": "ga", "layers": None}),  # ner/main.py 80-81
+        ("mrpc", {"p": 0.3, "q": 0.2, "attribution": "iga", "layers": None}),  # mrpc/run_addrop.sh 16
+        ("wmt16-en-ro", {"p": 0.2, "q": 0.2, "attribution": "ga", "layers": "encoder"}),  # en_ro 95-96
+        ("cola", {"p": 0.3, "q": 0.2, "attribution": "ga", "layers": None}),  # grid only: main.py's
+        ("sst2", {"p": 0.3, "q": 0.2, "attribution": "ga", "layers": [0]}),
+        ("SST-2", {"p": 0.3, "q": 0.2, "attribution": "ga", "layers": [0]}),  # names resolve
+        (None, {"p": 0.3, "q": 0.2, "attribution": "ga", "layers": [0]}),
+    ],
+)
+def test_unset_p_q_and_attribution_resolve_per_task_as_the_authors_scripts(task, expected):
+    """An unset option takes the task's setting from the authors' scripts (else their main.py defaults);
+    a value the user gives always wins."""
+    settings = {k: expected[k] for k in ("p", "q", "attribution")}
+    assert task_settings(task) == settings
+    settled = settle_for_task("addrop", {}, task)
+    assert settled == expected
+    config = ADDropConfig().for_task(task)
+    assert (config.p, config.q, config.attribution) == (expected["p"], expected["q"], expected["attribution"])
+    explicit = {"p": 0.45, "q": 0.35, "attribution": "aa"}
+    for name, value in explicit.items():
+        assert settle_for_task("addrop", {name: value}, task)[name] == value
+        assert getattr(ADDropConfig(**{name: value}).for_task(task), name) == value
+    # the strategy settles them from the loop's task when the config was not settled before
+    model = tiny_model("bert", **no_dropout("bert"))
+    strategy = attendout.prepare(model, "addrop", cross_tuning="off", layers="0", q=0.25)
+    loop = attendout.LoopContext(
+        device="cpu", total_steps=1, steps_per_epoch=1, task=None if task is None else get_task(task)
+    )
+    strategy.start(loop)
+    method = strategy.method
+    assert (method.p, method.q, method.attribution) == (expected["p"], 0.25, expected["attribution"])
+
+
+def test_a_cli_run_records_the_tasks_settings_and_an_explicit_value_wins(monkeypatch):
+    """`attendout finetune` writes the task's p, q and attribution into the run's options."""
+
+    class Captured(Exception):
+        pass
+
+    def capture(config):
+        raise Captured(config)
+
+    monkeypatch.setattr("attendout.train.finetune", capture)
+    with pytest.raises(Captured) as caught:
+        main(["finetune", "--task", "conll2003", "--method", "addrop", "--q", "0.3"])
+    options = caught.value.args[0].method_options
+    assert (options["p"], options["q"], options["attribution"], options["layers"]) == (0.8, 0.3, "ga", None)
+
+
+def test_the_forms_before_issue_50_leave_published_fingerprints_alone():
+    """A pinned rd_sampling 'exact' (the form rd cells ran with), an unset one (not rd) and dropping
+    'high' hash as the options did before they existed; the authors' rd form and drop-low do not."""
+    import hashlib
+
+    from attendout.experiments import spec
+
+    def fingerprint_without(config, *names):
+        data = {
+            k: v
+            for k, v in config.to_dict().items()
+            if k not in spec.FINGERPRINT_EXCLUDE
+            and not (k in spec.FINGERPRINT_NEUTRAL and v == spec.FINGERPRINT_NEUTRAL[k])
+        }
+        for name in ("cross_attention", *names):
+            data["method_options"].pop(name, None)
+        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def config(**options):
+        return TrainConfig(
+            task="cola", model="minilm", method="addrop", method_options={"layers": None, **options}
+        )
+
+    for options in ({"attribution": "rd", "rd_sampling": "exact"}, {"attribution": "ga"}):
+        cell = config(p=0.3, q=0.2, **options)
+        assert spec.config_fingerprint(cell) == fingerprint_without(cell, "rd_sampling", "dropping")
+    for options in ({"attribution": "rd"}, {"attribution": "ga", "dropping": "low"}):
+        cell = config(p=0.3, q=0.2, **options)
+        assert spec.config_fingerprint(cell) != fingerprint_without(cell, "rd_sampling", "dropping")
 
 
 def test_bench_cells_carry_the_layers_of_their_task(monkeypatch):
@@ -559,7 +773,15 @@ def test_cli_finetune_with_addrop(tiny_run, capsys):
     with pytest.raises(SystemExit):
         main(["finetune", "--method", "addrop", "--help"])
     help_text = capsys.readouterr().out
-    for text in ("(default: 0.3)", "(default: 0.2)", "first layer", "--cross-tuning", "--start", "--ig-form"):
+    for text in (
+        "else 0.3",
+        "else 0.2",
+        "first layer",
+        "--cross-tuning",
+        "--start",
+        "--ig-form",
+        "--dropping",
+    ):
         assert text in " ".join(help_text.split()), text
     assert "every layer for CoLA, MRPC and RTE" in " ".join(help_text.split())
 

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from attendout.advise.answer import seeds_needed
-from attendout.advise.search import MethodSearch, SearchNoise, SearchPlan, chance_to_find, search_noise
+from attendout.advise.objective import SearchNoise, chance_to_find, search_noise
+from attendout.advise.search import MethodSearch, SearchPlan
 from attendout.report.stats import detectable_difference, holm, paired_t_test
 
 #: one seed's paired difference on the evaluation split (CoLA-500 dev, MCC; see the module docstring)

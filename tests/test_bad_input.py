@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from attendout.cli import main
-from attendout.rundir import CHECKPOINT_DIR, CHECKPOINT_FILE, LOCK_FILE
+from attendout.rundir import CHECKPOINT_DIR, CHECKPOINT_FILE
+from attendout.runlock import LOCK_FILE
 from conftest import save_tiny_model_dir, snapshot, write_sentiment_csv
 
 

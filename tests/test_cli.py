@@ -39,6 +39,7 @@ def test_cli_smoke_run_in_a_subprocess(tiny_run):
         "layers": None,
         "from_run": None,
         "fit_segments": 3,
+        "fit_slopes": False,
     }
 
 

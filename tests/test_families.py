@@ -1,5 +1,5 @@
 """The encoders people fine-tune today: ModernBERT and EuroBERT (RoPE; through AttentionInterface) and
-DeBERTa-v2/v3 (disentangled attention; through module hooks, attendout/deberta.py)."""
+DeBERTa-v2/v3 (disentangled attention; through module hooks, attendout/attention/deberta.py)."""
 
 from __future__ import annotations
 
@@ -290,5 +290,5 @@ def test_synthesizer_on_a_rope_family_needs_its_length_and_then_starts_exact(fam
     batch = make_batch(pad_from=PADDED)
     model.eval()
     before = model(**batch).logits
-    attendout.synthesize(model, "random+dot", max_length=16)
+    attendout.synthesize(model, "random+dot", max_length=16, mixing="head")
     torch.testing.assert_close(model(**batch).logits, before)  # the mixture starts at 0 (up to rounding)

@@ -15,8 +15,9 @@ import pytest
 
 from attendout.advise import verdict
 from attendout.advise.confirm import Confirmation, ConfirmRow
+from attendout.advise.objective import study_direction
 from attendout.advise.regime import read_regime
-from attendout.advise.search import SearchPlan, _study, open_storage, search_results, study_direction
+from attendout.advise.search import SearchPlan, _study, open_storage, search_results
 from attendout.config import TrainConfig
 from attendout.experiments import Budget, ResultsStore, load_experiment
 from attendout.report.regime import EpochCurves
@@ -217,9 +218,13 @@ def test_a_confirmed_fall_in_perplexity_is_a_gain_and_a_rise_is_not():
     v = verdict(_confirmation([_row("attn-dropout", -4.0, 0.01), _row("drophead", -7.0, 0.02)]))
     assert v.winner.method == "drophead"
     # only a significant rise: no winner; the closest is the one that rose least
-    v = verdict(_confirmation([_row("attn-dropout", 1.0, 0.5), _row("drophead", 6.0, 0.001)]))
+    rows = [_row("attn-dropout", 1.0, 0.5), _row("drophead", 6.0, 0.001)]
+    v = verdict(_confirmation(rows), detect=5.0)  # a user who cares about 5 perplexity: 2.5 is fine grain
     assert v.winner is None and "The closest, attn-dropout" in v.sentence
     assert "a true fall of 2.5 in perplexity or more would have been detected" in v.sentence
+    # one who cares about 2 (the default): this design could not have seen it, and the answer says so
+    v = verdict(_confirmation(rows))
+    assert v.sentence.startswith("Cannot answer: this design cannot detect") and not v.answered
 
 
 def test_bleu_bootstrap_rescores_each_resample_as_sacrebleu():
@@ -259,6 +264,8 @@ def test_a_method_option_at_its_neutral_value_leaves_the_fingerprint_alone():
         and not (k in spec.FINGERPRINT_NEUTRAL and v == spec.FINGERPRINT_NEUTRAL[k])
     }
     assert data["method_options"].pop("cross_attention") is False
+    # issue 50's options, unset for a dense synthesizer (no mixture, no random matrix)
+    assert data["method_options"].pop("mixing") is None and data["method_options"].pop("random_init") is None
     before = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
     assert spec.config_fingerprint(config) == before
     other = dataclasses.replace(config, method_options={"variant": "random"})

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from attendout.attention import AttentionCall, allowed_keys, empty_rows
-from attendout.methods.masks import LEVELS, bernoulli_drop
+from attendout.attention.masks import LEVELS, bernoulli_drop
 
 
 def _within(count: int, n: int, p: float, sds: float = 5.0) -> bool:

@@ -22,6 +22,7 @@ import torch
 
 import attendout.config as config_module
 import attendout.rundir as rundir
+import attendout.runlock as runlock
 import attendout.train as train_module
 from attendout.cli import main
 from attendout.rundir import (
@@ -171,7 +172,7 @@ def test_a_permission_error_at_the_first_writes_leaves_a_finished_run_as_it_was(
 
     def denied(path, flags, *args, **kwargs):
         name = Path(path).name
-        hit = {"the lock": name == rundir.LOCK_FILE, "log.jsonl": name.startswith(".log.jsonl.")}
+        hit = {"the lock": name == runlock.LOCK_FILE, "log.jsonl": name.startswith(".log.jsonl.")}
         hit["config.json"] = name.startswith(".config.json.")
         if Path(path).parent == out and flags & os.O_CREAT and hit[fails]:
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))

@@ -3,7 +3,7 @@
 ``import attendout`` is cheap: the names that need torch and transformers (every name of ``__all__``
 but ``__version__``, ``Stopped``, ``LimitError`` and ``check_length``) are imported on first use
 (PEP 562), so ``attendout --help`` starts in well under a second. ``attendout.apply`` and
-``from attendout import X`` work as before. The first of them imports :mod:`attendout.deberta` too,
+``from attendout import X`` work as before. The first of them imports :mod:`attendout.attention.deberta` too,
 which registers DeBERTa's attention route with the hook.
 """
 
@@ -109,7 +109,9 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    importlib.import_module(".deberta", __name__)  # registers DeBERTa's attention route with the hook
+    importlib.import_module(
+        ".attention.deberta", __name__
+    )  # registers DeBERTa's attention route with the hook
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
@@ -123,7 +125,7 @@ def remove(model) -> None:
     """Remove every attendout method and the hook from ``model`` (it is stock again)."""
     from .attention import uninstall
 
-    importlib.import_module(".deberta", __name__)
+    importlib.import_module(".attention.deberta", __name__)
     uninstall(model)
 
 

@@ -44,10 +44,15 @@ from .config import NEUTRAL_OPTIONS, RESUME_MUST_MATCH, TrainConfig
 from .rundir import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
+    LOG_FILE,
     MANIFEST,
+    MODEL_DIR,
+    PREDICTIONS_DIR,
+    RESULTS_FILE,
+    RUN_CONFIG_FILE,
     CheckpointError,
     CheckpointStatus,
-    RunBusyError,
+    RunDir,
     check_output_dir,
     checkpoint_status,
     output_dir_failure,
@@ -56,6 +61,7 @@ from .rundir import (
     verify_folder,
     write_text_atomic,
 )
+from .runlock import RunBusyError
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +98,8 @@ class TrainState:
 CHECKPOINT_FOLDERS = (CHECKPOINT_DIR, f".{CHECKPOINT_DIR}.tmp", f".{CHECKPOINT_DIR}.old")
 #: What a run writes in its directory (with the temporary names of its folders written whole), results.json
 #: first: removed when a run starts afresh there, so that no older file passes for this run's.
-RUN_OUTPUTS = ("results.json", "config.json", "log.jsonl", "predictions", "model", ".model.tmp", ".model.old")
-RUN_OUTPUTS += CHECKPOINT_FOLDERS
+RUN_OUTPUTS = (RESULTS_FILE, RUN_CONFIG_FILE, LOG_FILE, PREDICTIONS_DIR, MODEL_DIR, f".{MODEL_DIR}.tmp")
+RUN_OUTPUTS += (f".{MODEL_DIR}.old", *CHECKPOINT_FOLDERS)
 
 
 class RunExistsError(FileExistsError):
@@ -115,7 +121,7 @@ def setting_up(out: Path) -> Iterator[None]:
 def find_checkpoint(out: Path) -> tuple[Path, CheckpointStatus]:
     """The checkpoint folder of the run directory ``out`` (``.checkpoint.old`` while a kill between two
     renames left it there) and what it holds, by sizes (cheap; :func:`~attendout.rundir.read_checkpoint` reads every byte)."""
-    folder = out / CHECKPOINT_DIR
+    folder = RunDir(out).checkpoint_dir
     old = folder.with_name(f".{folder.name}.old")
     if not os.path.lexists(folder) and old.is_dir():
         folder = old
@@ -125,9 +131,9 @@ def find_checkpoint(out: Path) -> tuple[Path, CheckpointStatus]:
 def check_run_dir(out: Path, overwrite: bool, resume: bool) -> None:
     """Refuse, before anything is loaded or written, an output directory that cannot take this run."""
     check_output_dir(out)
-    if (out / "results.json").exists() and not overwrite:
+    if RunDir(out).results.exists() and not overwrite:
         raise RunExistsError(
-            f"{out} holds a finished run (results.json); choose another --output-dir or pass --overwrite"
+            f"{out} holds a finished run ({RESULTS_FILE}); choose another --output-dir or pass --overwrite"
         )
     folder, found = find_checkpoint(out)
     if found.kind == "none" or (overwrite and not resume):
@@ -145,10 +151,11 @@ def check_run_dir(out: Path, overwrite: bool, resume: bool) -> None:
 def prepare_run_dir(out: Path, overwrite: bool, resumed_at: int | None = None) -> None:
     """Make ``out`` ready for the run: afresh (``resumed_at`` None), nothing of an older run stays; resumed
     at a step, the log keeps its lines up to that step."""
+    run = RunDir(out)
     out.mkdir(parents=True, exist_ok=True)
     if overwrite:
-        (out / "results.json").unlink(missing_ok=True)
-    log = out / "log.jsonl"
+        run.results.unlink(missing_ok=True)
+    log = run.log
     if resumed_at is None:  # afresh: nothing of an older run stays beside this one's files
         for name in RUN_OUTPUTS:
             path = out / name
@@ -158,7 +165,7 @@ def prepare_run_dir(out: Path, overwrite: bool, resumed_at: int | None = None) -
                 path.unlink(missing_ok=True)
         write_text_atomic(log, "")
         return
-    recover_folder(out / "model")  # a kill between the two renames of a model save
+    recover_folder(run.model_dir)  # a kill between the two renames of a model save
     # Keep the log up to the checkpoint: what a killed run wrote after it is done again (a last line
     # cut short by the kill included).
     kept = []
@@ -191,12 +198,13 @@ def read_resumable(
     model kept so far in RUN_DIR/model is incomplete or corrupt. Only the main process (``is_main``)
     finishes the renames a kill interrupted.
     """
-    folder = out / CHECKPOINT_DIR
+    run = RunDir(out)
+    folder = run.checkpoint_dir
     if is_main:
         recover_folder(folder)  # a kill between the two renames of a checkpoint save
     found = read_checkpoint(find_checkpoint(out)[0], map_location=device)
     if found is None:
-        if (out / "log.jsonl").is_file():
+        if run.log.is_file():
             logger.warning("%s has no checkpoint to resume from: the run starts afresh", out)
         return None
     checkpoint, status = found
@@ -219,7 +227,7 @@ def read_resumable(
             f" ({status.problem})" if status.problem else "",
         )
     best = checkpoint["state"].get("best_step")
-    model = out / "model"
+    model = run.model_dir
     if config.save_model and best is not None:  # the best model so far is kept in RUN_DIR/model
         if is_main:
             recover_folder(model)

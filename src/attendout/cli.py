@@ -17,7 +17,13 @@ import shlex
 import sys
 from typing import Any
 
-from .cliflags import TASK_DEFAULT_OPTIONS, add_dataclass_options, add_file_options, parse_eval_files
+from .cliflags import (
+    TASK_DEFAULT_OPTIONS,
+    add_dataclass_options,
+    add_file_options,
+    parse_eval_files,
+    quiet_transformers,
+)
 
 # Heavy modules (torch, transformers, the method registry, the engines) are imported inside the
 # commands, so that `attendout --help` starts at once (benchmarks/bench_startup.py measures it).
@@ -219,7 +225,9 @@ def cmd_inspect(argv: list[str]) -> int:
     parser.add_argument("--layer", type=int, default=0, help="layer to draw, from 0 (default: 0)")
     parser.add_argument("--head", default="0", help="head index from 0, or 'mean' (default: 0)")
     add_dataclass_options(
-        parser, ADDropConfig, skip={"layers", "cross_tuning", "period", "start", "attribution_dropout"}
+        parser,
+        ADDropConfig,
+        skip={"layers", "cross_tuning", "period", "start", "attribution_dropout", "dropping", "rd_sampling"},
     )
     parser.add_argument(
         "--num-labels",
@@ -242,7 +250,7 @@ def cmd_inspect(argv: list[str]) -> int:
         ig_steps=args.ig_steps,
         ig_form=args.ig_form,
         rounding=args.rounding,
-    )
+    ).for_task(None)  # p, q and attribution left unset: the authors' defaults (0.3, 0.2, ga)
     model, tokenizer, description = load_for_inspection(args.model, args.num_labels, args.seed)
     inspection = inspect_text(
         model,
@@ -425,18 +433,6 @@ def cmd_table(argv: list[str]) -> int:
     return table_main(argv)
 
 
-def _quiet_transformers() -> None:
-    """Keep transformers' load reports (the new task head is always "missing") and save bars off the console."""
-    import os
-
-    if os.environ.get("ATTENDOUT_VERBOSE"):
-        return
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-
-
 #: name -> (handler, the line `attendout --help` shows for it)
 COMMANDS = {
     "advise": (
@@ -489,7 +485,7 @@ _USAGE_ERRORS = (
     ("attendout.attention.families", "UnsupportedModelError"),
     ("attendout.models", "ModelNotFoundError"),
     ("attendout.checkpoints", "RunExistsError"),
-    ("attendout.rundir", "RunBusyError"),
+    ("attendout.runlock", "RunBusyError"),
 )
 
 #: Commands that load no model: they skip quieting transformers (importing it costs most of a second).
@@ -519,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_USAGE
     if command not in _LIGHT_COMMANDS:
-        _quiet_transformers()
+        quiet_transformers()
     from .interrupt import Stopped, handling
 
     try:

@@ -1,21 +1,42 @@
 """Command-line flags shared by ``attendout finetune`` (:mod:`attendout.cli`) and ``attendout advise``
 (:mod:`attendout.advise.cli`): one ``--flag`` per field of a config dataclass, the file options
 (``--eval-file SPLIT=PATH``, ``--text-columns``) and how ``--eval-file`` values are read, and the
-options some tasks give their own defaults.
+options some tasks give their own defaults. Also what every command that loads models does first:
+:func:`quiet_transformers`.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import types
 import typing
 from typing import Any
 
-__all__ = ["TASK_DEFAULT_OPTIONS", "add_dataclass_options", "add_file_options", "parse_eval_files"]
+__all__ = [
+    "TASK_DEFAULT_OPTIONS",
+    "add_dataclass_options",
+    "add_file_options",
+    "parse_eval_files",
+    "quiet_transformers",
+]
 
 #: Options some tasks give their own defaults (attendout.tasks.defaults.TASK_DEFAULTS).
 TASK_DEFAULT_OPTIONS = ("batch_size", "learning_rate", "max_length")
+
+
+def quiet_transformers() -> None:
+    """Keep transformers' load reports (a new task head is always "missing"; they would repeat for every
+    bench cell) and its progress bars off the console; ``ATTENDOUT_VERBOSE=1`` leaves them on."""
+    if os.environ.get("ATTENDOUT_VERBOSE"):
+        return
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        return
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
 
 
 def _option(name: str) -> str:

@@ -36,6 +36,7 @@ from torch import nn
 from .devices import autocast_dtype, pick_device
 from .generation.encoding import GenerationOptions, LMEncoded, Seq2SeqEncoded
 from .predictbase import PredictError, run_settings, run_split, task_from_settings, write_rows_atomic
+from .rundir import RunDir
 from .tasks import LM, SEQ2SEQ, DataError, Examples, Task, compute_metrics
 from .tasks.generation import (
     LM_FILE_TASK,
@@ -54,7 +55,9 @@ _AUTO = {LM: "AutoModelForCausalLM", SEQ2SEQ: "AutoModelForSeq2SeqLM"}
 def generation_kind(model_dir: str | os.PathLike) -> str | None:
     """``"lm"`` or ``"seq2seq"`` for a folder holding a causal LM or an encoder-decoder (by its config's
     ``architectures``; a synthesized checkpoint by its ``base_class``), else None."""
-    file = Path(model_dir) / "config.json"
+    from transformers.utils import CONFIG_NAME  # the model folder's config.json
+
+    file = Path(model_dir) / CONFIG_NAME
     try:
         config = json.loads(file.read_text())
     except (OSError, json.JSONDecodeError):
@@ -181,6 +184,7 @@ class GenerationPredictor:
         ``num_beams`` and ``max_new_tokens``; a model folder's defaults are greedy and its context length.
         """
         from transformers import AutoTokenizer
+        from transformers.utils import CONFIG_NAME
 
         from .models import ModelFileError, check_model_folder
 
@@ -188,9 +192,9 @@ class GenerationPredictor:
         if not path.is_dir():
             raise PredictError(f"{path} is not a folder (expected a run directory or a model folder)")
         settings = run_settings(path)
-        model_dir = path / "model" if settings is not None else path
-        if not (model_dir / "config.json").is_file():
-            raise PredictError(f"{path} has no model ({model_dir}/config.json): nothing to predict with")
+        model_dir = RunDir(path).model_dir if settings is not None else path
+        if not (model_dir / CONFIG_NAME).is_file():
+            raise PredictError(f"{path} has no model ({model_dir}/{CONFIG_NAME}): nothing to predict with")
         found = generation_kind(model_dir)
         if settings is not None:
             task = task_from_settings(settings)

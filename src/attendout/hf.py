@@ -66,8 +66,8 @@ import transformers
 from torch import nn
 from transformers import TrainerCallback
 
+from .attention.deberta import install_hooks as _deberta  # noqa: F401  (importing it registers DeBERTa's route)
 from .contract import Distributed, LoopContext, StepInfo
-from .deberta import install_hooks as _deberta  # noqa: F401  (importing it registers DeBERTa's route)
 from .interrupt import Stopped, agreed, deferred, requested
 from .limits import check_length
 from .methods.base import METHODS, MethodConfig, TrainingStrategy, get_method_config

@@ -47,10 +47,12 @@ def packaged_model_path() -> Path:
         raise ModelNotFoundError(
             f"the offline default model is not installed; install it with: {DEFAULT_MODEL_INSTALL}"
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / "model"
-    if not (path / "config.json").is_file():
+    from transformers.utils import CONFIG_NAME
+
+    path = Path(next(iter(spec.submodule_search_locations))) / "model"  # the package's folder, not a run's
+    if not (path / CONFIG_NAME).is_file():
         raise ModelNotFoundError(
-            f"the packaged model folder {path} has no config.json; reinstall: {DEFAULT_MODEL_INSTALL}"
+            f"the packaged model folder {path} has no {CONFIG_NAME}; reinstall: {DEFAULT_MODEL_INSTALL}"
         )
     return path
 
@@ -60,11 +62,13 @@ def resolve_model(name: str) -> tuple[str, str]:
     if name in DEFAULT_MODEL_ALIASES:
         return str(packaged_model_path()), DEFAULT_MODEL_DESCRIPTION
     if os.path.isdir(name):
-        config = os.path.join(name, "config.json")
+        from transformers.utils import CONFIG_NAME
+
+        config = os.path.join(name, CONFIG_NAME)
         if not os.path.isfile(config):
             raise ModelNotFoundError(
-                f"model folder {name} has no config.json; give a folder written by save_pretrained (its "
-                f"config.json beside the weights), or {REPAIR}"
+                f"model folder {name} has no {CONFIG_NAME}; give a folder written by save_pretrained (its "
+                f"{CONFIG_NAME} beside the weights), or {REPAIR}"
             )
         try:
             with open(config, encoding="utf-8") as file:

@@ -41,6 +41,7 @@ from .predictbase import (
     write_rows,
     write_rows_atomic,
 )
+from .rundir import RunDir
 from .tasks import (
     CLASSIFICATION,
     MULTIPLE_CHOICE,
@@ -200,6 +201,7 @@ class Predictor:
         ``max_new_tokens`` too.
         """
         from transformers import AutoTokenizer
+        from transformers.utils import CONFIG_NAME  # a model folder's config.json
 
         from .methods.synthesizer.checkpoint import load_model
 
@@ -207,7 +209,7 @@ class Predictor:
         if not path.is_dir():
             raise PredictError(f"{path} is not a folder (expected a run directory or a model folder)")
         settings = run_settings(path)
-        model_dir = path / "model" if settings is not None else path
+        model_dir = RunDir(path).model_dir if settings is not None else path
         generation = settings is not None and is_generation(settings["task"].get("kind", ""))
         if generation or (settings is None and generation_kind(model_dir) is not None):
             return GenerationPredictor.load(
@@ -219,13 +221,15 @@ class Predictor:
             raise PredictError(
                 f"{path} is {kind}, not a generation model: num_beams and max_new_tokens are for lm and seq2seq"
             )
-        if settings is not None and not (model_dir / "config.json").is_file():
+        if settings is not None and not (model_dir / CONFIG_NAME).is_file():
             raise PredictError(
-                f"run {path} kept no model (no {model_dir}/config.json): it ran with save_model off, "
+                f"run {path} kept no model (no {model_dir}/{CONFIG_NAME}): it ran with save_model off, "
                 "as `attendout bench` cells do unless asked; fine-tune again with --save-model"
             )
-        if not (model_dir / "config.json").is_file():
-            raise PredictError(f"{path} has no config.json: it is neither a run directory nor a model folder")
+        if not (model_dir / CONFIG_NAME).is_file():
+            raise PredictError(
+                f"{path} has no {CONFIG_NAME}: it is neither a run directory nor a model folder"
+            )
         from .models import ModelFileError, check_model_folder
 
         try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import TrainConfig, split_for_training
+from .rundir import RunDir
 from .tasks import Examples, Task
 
 __all__ = [
@@ -36,13 +37,13 @@ class PredictError(ValueError):
 
 def run_settings(path: Path) -> dict[str, Any] | None:
     """The settings of the run directory ``path`` (its config.json), or None for a model folder."""
-    file = path / "config.json"
-    if not file.is_file():
+    run = RunDir(path)
+    if not run.config.is_file():
         return None
     try:
-        settings = json.loads(file.read_text())
+        settings = run.read_config()
     except json.JSONDecodeError as error:
-        raise PredictError(f"{file}: not valid JSON ({error.msg}, line {error.lineno})") from None
+        raise PredictError(f"{run.config}: not valid JSON ({error.msg}, line {error.lineno})") from None
     return settings if isinstance(settings, dict) and "config" in settings and "task" in settings else None
 
 

@@ -1,4 +1,8 @@
-"""The run directory: atomic writes, the saved model, the resumable checkpoint's format, its lock.
+"""The run directory: its files' names, atomic writes, the saved model, the resumable checkpoint's format.
+
+:class:`RunDir` names every file of a run directory (``results.json``, ``config.json``, ``log.jsonl``,
+a bench cell's ``cell.json``, ``predictions/``, ``model/``, ``checkpoint/``) and reads those files the way
+every reader needs them: the names live here and nowhere else.
 
 Every file a run leaves is written whole or not at all (a temporary file or folder, then a rename),
 so a run killed at any moment leaves the previous version of each file intact (tests/test_faults.py
@@ -8,7 +12,7 @@ renamed into place: a folder is complete if and only if its manifest agrees with
 (:func:`verify_folder`), and a resume trusts nothing else (:func:`checkpoint_status`,
 :func:`read_checkpoint`). A write that fails (disk full, permissions) leaves no temporary file behind.
 The checkpoint holds plain data only and loads with ``weights_only=True``. One run writes a folder at a
-time (:class:`RunLock`).
+time (:class:`attendout.runlock.RunLock`).
 """
 
 from __future__ import annotations
@@ -21,9 +25,7 @@ import os
 import pickle
 import re
 import shutil
-import socket
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,21 +37,26 @@ from torch import nn
 
 from .devices import rng_state, set_rng_state  # the checkpoint's random state; their home is devices
 from .optim import TrainingError
+from .runlock import LOCK_FILE
 from .version import __version__
 
 __all__ = [
+    "CELL_FILE",
     "CHECKPOINT_DIR",
     "CHECKPOINT_FILE",
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_SUMMARY",
-    "LOCK_FILE",
+    "LOG_FILE",
     "MANIFEST",
+    "MODEL_DIR",
+    "PREDICTIONS_DIR",
     "READABLE_FORMATS",
+    "RESULTS_FILE",
+    "RUN_CONFIG_FILE",
     "CheckpointError",
     "CheckpointStatus",
     "OutputDirError",
-    "RunBusyError",
-    "RunLock",
+    "RunDir",
     "StorageError",
     "check_output_dir",
     "checkpoint_status",
@@ -69,6 +76,13 @@ __all__ = [
     "write_text_atomic",
 ]
 
+# The files of a run directory (:class:`RunDir` names them in a folder)
+RESULTS_FILE = "results.json"  # the final metrics, written last: its presence means the run finished
+RUN_CONFIG_FILE = "config.json"  # the run's settings, task, data sizes, versions (not a model's config.json)
+LOG_FILE = "log.jsonl"  # one JSON record a line: logged steps, validations, the final evaluation
+CELL_FILE = "cell.json"  # a bench cell's record (attendout.experiments): fingerprint, cell key, wall time
+PREDICTIONS_DIR = "predictions"  # SPLIT.jsonl per evaluation split (SPLIT.jsonl.gz in a published cell)
+MODEL_DIR = "model"  # the best model, saved whole (save_model_atomic)
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "state.pt"
 CHECKPOINT_SUMMARY = "state.json"  # the step of state.pt, readable without loading it
@@ -200,6 +214,84 @@ def write_json_atomic(path: Path, data: Any) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Write text so that a reader never sees half a file (temp file + rename)."""
     _write_atomic(path, lambda file: file.write(text.encode()))
+
+
+# --------------------------------------------------------------------------------------------------
+# The files of one run directory
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory (``attendout finetune --output-dir``, a bench cell's folder): its files by name,
+    and their readers. Nothing is read until asked; the paths exist or not (:attr:`finished`)."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def results(self) -> Path:
+        return self.path / RESULTS_FILE
+
+    @property
+    def config(self) -> Path:
+        return self.path / RUN_CONFIG_FILE
+
+    @property
+    def log(self) -> Path:
+        return self.path / LOG_FILE
+
+    @property
+    def cell(self) -> Path:
+        return self.path / CELL_FILE
+
+    @property
+    def predictions_dir(self) -> Path:
+        return self.path / PREDICTIONS_DIR
+
+    def prediction(self, split: str, compressed: bool = False) -> Path:
+        """``predictions/SPLIT.jsonl`` (``.jsonl.gz`` with ``compressed``: a published bench cell's)."""
+        return self.predictions_dir / f"{split}.jsonl{'.gz' if compressed else ''}"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.path / MODEL_DIR
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / CHECKPOINT_DIR
+
+    @property
+    def lock(self) -> Path:
+        return self.path / LOCK_FILE
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run finished: its results file, written last, is there."""
+        return self.results.is_file()
+
+    def read_results(self) -> dict[str, Any]:
+        return json.loads(self.results.read_text())
+
+    def read_config(self) -> dict[str, Any]:
+        return json.loads(self.config.read_text())
+
+    def read_cell(self) -> dict[str, Any]:
+        return json.loads(self.cell.read_text())
+
+    def log_records(self) -> list[dict[str, Any]]:
+        """The records of the log, one a line (blank lines skipped); FileNotFoundError without a log."""
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+    def validations(self) -> list[dict[str, Any]]:
+        """The log's validation records (those with a ``validation``), in the order written."""
+        return [record for record in self.log_records() if "validation" in record]
+
+    def write_cell(self, record: dict[str, Any]) -> None:
+        """The bench cell's record, written whole. (results.json and config.json have one writer, the
+        loop: :mod:`attendout.train` writes them with :func:`write_json_atomic` at these paths.)"""
+        write_json_atomic(self.cell, record)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -496,68 +588,3 @@ def read_checkpoint(folder: Path, map_location: Any = None) -> tuple[dict[str, A
             f"its {CHECKPOINT_SUMMARY} {said}: a kill came between the two writes, state.pt is the newer"
         )
     return checkpoint, CheckpointStatus(status.kind, saved_step, problem)
-
-
-# --------------------------------------------------------------------------------------------------
-# One writer per run directory
-
-LOCK_FILE = ".attendout.lock"
-_HELD: dict[str, int] = {}  # lock files this process holds: real path -> open descriptor
-
-
-class RunBusyError(FileExistsError):
-    """Another run (a live process) is writing the same run directory."""
-
-
-class RunLock:
-    """An exclusive lock on a run directory: ``RUN_DIR/.attendout.lock``, held with ``flock``.
-
-    The file names the holder (pid, host, start time). The kernel drops a ``flock`` when its process
-    dies, so the lock of a killed run is stale at once and the next run takes it over; a lock held by
-    a live process is a :class:`RunBusyError`. Within one process the lock is shared (a second
-    ``Trainer`` on the same folder takes over from one that was never run). :meth:`release` removes
-    the file. Without ``fcntl`` (Windows) there is no lock.
-    """
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = Path(folder)
-        self.path = self.folder / LOCK_FILE
-
-    def acquire(self) -> None:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX
-            return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        key = os.path.realpath(self.path)
-        if key in _HELD:
-            return
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                holder = os.read(fd, 200).decode(errors="replace").strip() or "a process"
-                os.close(fd)
-                raise RunBusyError(
-                    f"{self.folder} is in use by another run ({holder}; lock file {self.path}); wait for it "
-                    "to end or choose another --output-dir"
-                ) from None
-            try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:  # its holder removed it between our open and lock: again
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        started = time.strftime("%Y-%m-%d %H:%M:%S")
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {started}\n".encode())
-        _HELD[key] = fd
-
-    def release(self) -> None:
-        fd = _HELD.pop(os.path.realpath(self.path), None)
-        if fd is None:
-            return
-        self.path.unlink(missing_ok=True)
-        os.close(fd)  # closing drops the flock

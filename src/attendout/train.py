@@ -25,13 +25,13 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from .attention.deberta import install_hooks as _deberta  # noqa: F401  (importing it registers DeBERTa's route)
 from .checkpoints import (
     RunExistsError,
     TrainState,
@@ -46,7 +46,6 @@ from .checkpoints import (
 )
 from .config import NEUTRAL_OPTIONS, RESUME_MUST_MATCH, TrainConfig, split_for_training
 from .contract import LoopContext, StepInfo
-from .deberta import install_hooks as _deberta  # noqa: F401  (importing it registers DeBERTa's route)
 from .devices import (
     check_batches_fit_processes,
     data_parallel,
@@ -67,7 +66,7 @@ from .rundir import (
     CHECKPOINT_DIR,
     CHECKPOINT_FORMAT,
     CheckpointError,
-    RunLock,
+    RunDir,
     StorageError,
     describe_os_error,
     os_error_remedy,
@@ -75,6 +74,7 @@ from .rundir import (
     write_checkpoint,
     write_json_atomic,
 )
+from .runlock import RunLock
 from .tasks import CLASSIFICATION, LM, Examples, Task, better, compute_metrics
 
 logger = logging.getLogger(__name__)
@@ -98,7 +98,8 @@ class Trainer:
     def __init__(self, config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | None = None):
         self.config = config
         self.on_log = on_log  # sees every log.jsonl record
-        self.out = Path(config.output_dir)
+        self.run = RunDir(config.output_dir)  # the run directory's files by name
+        self.out = self.run.path
         check_run_dir(self.out, config.overwrite, config.resume)  # before anything is loaded or written
         self.distributed, self.device = process_group(config.device)
         self.is_main = self.distributed.is_main  # only the main process writes the run directory
@@ -216,14 +217,13 @@ class Trainer:
     def _write_config(self) -> None:
         if not self.is_main:
             return
-        sizes = self.sizes()
         write_json_atomic(
-            self.out / "config.json",
+            self.run.config,
             {
                 "config": self.config.to_dict(),
                 "task": dataclasses.asdict(self.task),
                 "data_source": self.data_source,
-                "sizes": sizes,
+                "sizes": self.sizes(),
                 "model_description": self.model_description,
                 "truncation": self.truncation_summary(),
                 "model_dropout": self.config.method_config().model_dropout,
@@ -305,7 +305,7 @@ class Trainer:
             "total_steps": self.total_steps,
             "best_step": self.state.best_step,
         }
-        folder = self.out / CHECKPOINT_DIR
+        folder = self.run.checkpoint_dir
         with self._writing(f"the checkpoint of step {self.state.step} to {folder}"):
             write_checkpoint(folder, state, summary)
         self._checkpointed_at = self.state.step
@@ -334,7 +334,7 @@ class Trainer:
     def log(self, record: dict[str, Any]) -> None:
         if not self.is_main:
             return
-        with self._writing(f"a line of {self.out / 'log.jsonl'}"), open(self.out / "log.jsonl", "a") as f:
+        with self._writing(f"a line of {self.run.log}"), open(self.run.log, "a") as f:
             f.write(json.dumps(record) + "\n")
         if self.on_log is not None:
             self.on_log(record)
@@ -494,7 +494,7 @@ class Trainer:
             self.state.best_validation = metrics
             if self.config.save_model:
                 if self.is_main:
-                    target = self.out / "model"
+                    target = self.run.model_dir
                     with self._writing(f"the best model (step {self.state.step}) to {target}"):
                         self.strategy.save_model(target, self.tokenizer)
             else:
@@ -528,7 +528,7 @@ class Trainer:
     def _restore_best(self) -> None:
         self.distributed.barrier()  # the main process has written the best model
         if self.config.save_model:
-            model = self.out / "model"
+            model = self.run.model_dir
             problem = verify_folder(model, unchecked_ok=True)
             if problem is not None:
                 raise TrainingError(
@@ -578,15 +578,15 @@ class Trainer:
             results["resumed"] = {"step": self._resumed_at, "train_time_before_s": round(self._elapsed, 2)}
         self.log({"step": self.state.step, "eval": evaluations, "best_step": self.state.best_step})
         if self.is_main:
-            with self._writing(f"{self.out / 'results.json'}"):
-                write_json_atomic(self.out / "results.json", results)
+            with self._writing(f"{self.run.results}"):
+                write_json_atomic(self.run.results, results)
             remove_checkpoint(self.out)  # finished: nothing to resume
         self.distributed.barrier()  # no process returns before the run is complete on disk
         return results
 
     def _write_predictions(self, split: str, preds: Any, scores: Any, labels: Any) -> None:
         if self.is_main and self.task.kind != LM:  # a language model's "predictions" are its scores
-            path = self.out / "predictions" / f"{split}.jsonl"
+            path = self.run.prediction(split)
             with self._writing(str(path)):
                 write_split_predictions(path, preds, scores, labels, self.task.kind)
 

@@ -36,8 +36,9 @@ from ..report.comparison import metric_scale
 from ..report.figures import method_colour
 from ..tasks.metrics import higher_is_better
 from .confirm import Confirmation, ConfirmRow
+from .objective import SearchNoise
 from .regime import RegimeReading
-from .search import MethodSearch, SearchNoise
+from .search import MethodSearch
 from .spaces import Choice, describe, search_space
 
 __all__ = [
@@ -318,6 +319,7 @@ def advice_figure(
     methods: Sequence[str],
     title: str,
     objective: str = "score",
+    se: float | None = None,
 ) -> Path:
     """Left: Δ per method with its intervals (confirmation). Right: the search's validation score by rate."""
     fig = Figure(figsize=(11, 0.45 * max(3, len(methods)) + 2.2), layout="constrained")
@@ -347,7 +349,7 @@ def advice_figure(
         )
     left.axvline(0, color="0.3", linewidth=1)
     left.set_yticks(range(len(methods)), labels, fontsize=8)
-    left.invert_yaxis()
+    left.set_ylim(len(methods) - 0.5, -0.5)  # top to bottom, one row a method, however few
     unit = " (×100)" if k != 1 else ""
     way = "" if higher_is_better(m) else "; lower is better: left of 0 is a gain"
     left.set_xlabel(f"Δ {m} vs none on {confirmation.split}{unit}{way}")
@@ -374,6 +376,16 @@ def advice_figure(
             if t["state"] == "COMPLETE" and t["value"] is not None and option in t["params"]
         ]
         pruned = [t for t in s.trials if t["state"] == "PRUNED" and t["by_epoch"] and option in t["params"]]
+        if se is not None and math.isfinite(se) and done:  # the objective's standard error, measured
+            right.errorbar(
+                [t["params"][option] for t in done],
+                [t["value"] for t in done],
+                yerr=se,
+                fmt="none",
+                ecolor=colour,
+                alpha=0.5,
+                capsize=3,
+            )
         right.plot(
             [t["params"][option] for t in done],
             [t["value"] for t in done],
@@ -399,7 +411,11 @@ def advice_figure(
         right.xaxis.set_minor_formatter(NullFormatter())
     right.set_xlabel("searched rate (the method's first option; AD-DROP: p)" if rates else "searched choice")
     right.set_ylabel("search objective (mean over the search seeds)")
-    right.set_title("search: filled = complete, hollow = pruned (best so far), star = chosen", fontsize=9)
+    right.set_title(
+        "search: filled = complete, hollow = pruned (best so far), star = chosen"
+        + ("\nbars: ± the objective's standard error" if se is not None and math.isfinite(se) else ""),
+        fontsize=9,
+    )
     right.grid(alpha=0.3)
     if right.lines:
         right.legend(fontsize=7)

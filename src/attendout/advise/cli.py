@@ -7,8 +7,14 @@ import dataclasses
 import shlex
 from typing import Any
 
-from ..cliflags import TASK_DEFAULT_OPTIONS, add_dataclass_options, add_file_options, parse_eval_files
-from .search import OBJECTIVES, search_seeds
+from ..cliflags import (
+    TASK_DEFAULT_OPTIONS,
+    add_dataclass_options,
+    add_file_options,
+    parse_eval_files,
+    quiet_transformers,
+)
+from .objective import OBJECTIVES, search_seeds
 from .spaces import DEFAULT_METHODS, SEARCH_SPACES
 from .study import STAGES, AdviseConfig, advise
 
@@ -302,10 +308,8 @@ def advise_main(argv: list[str]) -> int:
     """``attendout advise``: 0 when the stages ran; a stop (Ctrl-C, SIGTERM) is :func:`attendout.cli.main`'s."""
     import optuna
 
-    from ..experiments.runner import _quiet_libraries
-
     config = config_from_args(argv)
-    _quiet_libraries()
+    quiet_transformers()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     advise(config)
     return 0

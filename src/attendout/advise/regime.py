@@ -160,33 +160,37 @@ def undertraining(curve: dict[int, float], budget: int, metric: str, source: str
     """Why ``budget`` undertrains, read off plain fine-tuning's validation ``curve`` (epoch -> score), or
     None where it does not (or where the curve cannot tell: a single validation).
 
-    It undertrains when the score is still rising where the budget stops: where the curve goes on past
-    the budget (the regime probe), when a later epoch beats the budget's by more than the plateau margin
-    (:func:`plateau`); where it ends at the budget, when the last epoch beats the one before by more than
-    that margin. ``source`` names the curve in the sentence ("the regime probe", ...).
+    Model selection keeps the best validation, so what a budget gives is the best score up to it. It
+    undertrains when that is still improving where the budget stops: where the curve goes on past the
+    budget (the regime probe), when a later epoch beats the best up to the budget by more than the
+    plateau margin (:func:`plateau`; a wiggle after an earlier peak is not a rise); where it ends at the
+    budget, when its last epoch beats every earlier one by more than that margin. ``source`` names the
+    curve in the sentence ("the regime probe", ...).
     """
     epochs = sorted(e for e in curve if e >= 1)
     if budget not in curve or len(epochs) < 2:
         return None
     sign = 1.0 if higher_is_better(metric) else -1.0
-    at = float(curve[budget])
+    within = [e for e in epochs if e <= budget]
+    best_in = max(within, key=lambda e: sign * float(curve[e]))
+    kept = float(curve[best_in])
     later = [e for e in epochs if e > budget]
     if later:
         best = max(later, key=lambda e: sign * float(curve[e]))
-        margin = plateau(metric, float(curve[best]))
-        if sign * (float(curve[best]) - at) > margin:
+        if sign * (float(curve[best]) - kept) > plateau(metric, float(curve[best])):
             return (
-                f"plain fine-tuning's validation {metric} is still improving where the budget stops ({at:.3f} at "
-                f"epoch {budget}, {float(curve[best]):.3f} at epoch {best} of {source})"
+                f"plain fine-tuning's validation {metric} is still improving where the budget stops (best "
+                f"{kept:.3f} at epoch {best_in} within it, {float(curve[best]):.3f} at epoch {best} of {source})"
             )
         return None
-    before = [e for e in epochs if e < budget]
+    before = [e for e in within if e < budget]
     if not before:
         return None
-    previous = float(curve[before[-1]])
-    if sign * (at - previous) > plateau(metric, at):
+    previous = max(before, key=lambda e: sign * float(curve[e]))
+    at = float(curve[budget])
+    if sign * (at - float(curve[previous])) > plateau(metric, at):
         return (
             f"plain fine-tuning's validation {metric} is still improving at the budget's last epoch "
-            f"({previous:.3f} at epoch {before[-1]}, {at:.3f} at epoch {budget}, {source})"
+            f"({float(curve[previous]):.3f} at epoch {previous}, {at:.3f} at epoch {budget}, {source})"
         )
     return None

@@ -5,19 +5,9 @@ default, or any storage URL (``postgresql://...``) that several processes or mac
 trains the method at the chosen budget, validating once per epoch on the split carved from train; the
 evaluation splits are never encoded nor scored (``TrainConfig.evaluate`` off).
 
-**The objective** (``objective``, :data:`OBJECTIVES`). One seed's validation score moves by as much as
-the effects being ranked (CoLA-500: plain fine-tuning's validation MCC spans 7.9-12.6 over five seeds),
-so a trial is trained at ``repeats`` search seeds (``search_seed``, ``search_seed + 1000``, ...), and
-plain fine-tuning is trained once at each of them (``OUTPUT/search/none/seed-S``, shared by every
-trial). The default objective, ``delta``, is the method's best validation score minus plain
-fine-tuning's at the same seed, averaged over the seeds: the same seed means the same head
-initialisation, the same batch order and the same validation examples, so the part of the noise they
-share cancels in the difference. ``delta-loss`` is the same difference of the lowest validation loss
-(a smoother criterion than a thresholded metric on a few hundred examples); ``score`` is the mean
-validation score itself (v0.4's objective, one seed by default then). :func:`search_noise` measures
-the objective's own noise, the standard error of a trial's score, from the spread of each trial's
-per-seed values; ``advice.md`` states it, so that a user sees which settings the search could tell
-apart.
+Each trial is trained at ``repeats`` search seeds and scored by the ``objective``, by default against
+plain fine-tuning trained once at each of those seeds (``OUTPUT/search/none/seed-S``): see
+:mod:`attendout.advise.objective` for why, and for the objective's measured noise.
 
 Each validation of a trial's first seed is reported to the pruner (as the objective at that epoch),
 which stops a trial below the median of the earlier trials at the same epoch once half the budget has
@@ -36,10 +26,8 @@ their process dies), so that every process confirms the same best settings.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
-import json
 import logging
 import math
 import os
@@ -54,24 +42,25 @@ from ..config import TrainConfig
 from ..experiments.store import has_checkpoint, pid_alive, process_start_time, this_host
 from ..interrupt import check as raise_if_stopped
 from ..optim import TrainingError
-from ..report.stats import pooled_sd
-from ..rundir import CHECKPOINT_DIR
-from ..tasks.metrics import higher_is_better
+from ..rundir import CHECKPOINT_DIR, RunDir
+from ..runlock import exclusive
 from ..train import finetune
-from .spaces import grid_of, grid_size, suggest
+from .objective import (
+    OBJECTIVES,
+    Measured,
+    measured,
+    objective_better,
+    objective_name,
+    reference_dir,
+    score,
+    score_at,
+    search_seeds,
+    study_direction,
+    validations,
+)
+from .spaces import grid_of, grid_size, shown, suggest
 
-__all__ = [
-    "OBJECTIVES",
-    "MethodSearch",
-    "SearchNoise",
-    "SearchPlan",
-    "open_storage",
-    "run_search",
-    "search_noise",
-    "search_results",
-    "search_seeds",
-    "study_direction",
-]
+__all__ = ["MethodSearch", "SearchPlan", "open_storage", "run_search", "search_results"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,19 +68,6 @@ logger = logging.getLogger(__name__)
 PRUNE_AFTER = 0.5
 #: random trials before TPE models the scores (at most half the trials)
 TPE_STARTUP = 4
-#: the search seeds of ``repeats`` runs a trial: search_seed, search_seed + SEED_STRIDE, ...
-SEED_STRIDE = 1000
-#: what a trial's score is, by ``SearchPlan.objective`` (see the module docstring)
-OBJECTIVES = {
-    "delta": "the method's best validation {metric} minus plain fine-tuning's at the same seed",
-    "delta-loss": "the method's lowest validation loss minus plain fine-tuning's at the same seed",
-    "score": "the method's best validation {metric}",
-}
-
-
-def search_seeds(search_seed: int, repeats: int) -> tuple[int, ...]:
-    """The seeds every trial (and plain fine-tuning's reference) is trained at."""
-    return tuple(search_seed + SEED_STRIDE * r for r in range(repeats))
 
 
 @dataclass
@@ -195,19 +171,6 @@ def _sampler(plan: SearchPlan, method: str, trial_number: int) -> Any:
         n_startup_trials=max(1, min(TPE_STARTUP, plan.trials // 2)),
         constant_liar=True,  # running trials (other processes) count as bad: TPE looks elsewhere
     )
-
-
-def study_direction(metric: str, objective: str = "score") -> str:
-    """Optuna's direction for ``objective`` on a validation ``metric``: "maximize", or "minimize" where lower
-    is better (the loss; perplexity)."""
-    if objective == "delta-loss":
-        return "minimize"
-    return "maximize" if higher_is_better(metric) else "minimize"
-
-
-def objective_better(plan: SearchPlan) -> int:
-    """+1 where a higher objective is better, -1 where lower is."""
-    return 1 if study_direction(plan.metric, plan.objective) == "maximize" else -1
 
 
 def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
@@ -410,53 +373,6 @@ def _ask(plan: SearchPlan, study: Any, method: str) -> tuple[Any, dict[str, floa
     return trial, suggest(trial, method)
 
 
-@dataclass(frozen=True)
-class Measured:
-    """A finished run's validation, as the objective reads it."""
-
-    best: float  # the validation metric of the model selection kept (results.json)
-    lowest_loss: float
-    by_epoch: dict[int, dict[str, float]]  # epoch -> the validation at its end (metric, loss)
-
-
-def _measured(run_dir: Path, metric: str) -> Measured:
-    results = json.loads((run_dir / "results.json").read_text())
-    by_epoch = {int(round(float(r["epoch"]))): r["validation"] for r in _validations(run_dir)}
-    losses = [float(v["loss"]) for v in by_epoch.values() if "loss" in v]
-    return Measured(
-        best=float(results["validation"][metric]),
-        lowest_loss=min(losses) if losses else float("nan"),
-        by_epoch=by_epoch,
-    )
-
-
-@contextlib.contextmanager
-def _locked(path: Path, wait: bool = True) -> Any:
-    """An exclusive lock on ``path`` (a file beside a run folder) while one process trains that run; yields
-    whether it was taken (always, if ``wait``; else False when another process holds it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: one process at a time is the user's to keep
-            yield True
-            return
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def reference_dir(plan: SearchPlan, seed: int) -> Path:
-    """Plain fine-tuning's run at a search seed: every trial's score at that seed is paired with it."""
-    return plan.out / "search" / "none" / f"seed-{seed}"
-
-
 def references(plan: SearchPlan) -> None:
     """Train plain fine-tuning's missing reference runs, first those no other process is training (so
     that two processes at once train two seeds), then wait for the rest."""
@@ -473,10 +389,10 @@ def reference(plan: SearchPlan, seed: int, wait: bool = True) -> Measured | None
     others wait on its lock, or return None with ``wait=False``; a stopped one resumes from its checkpoint)
     and read back."""
     run_dir = reference_dir(plan, seed)
-    with _locked(run_dir.parent / f"seed-{seed}.lock", wait) as taken:
+    with exclusive(run_dir.parent / f"seed-{seed}.lock", wait) as taken:
         if not taken:
             return None
-        if not (run_dir / "results.json").is_file():
+        if not RunDir(run_dir).finished:
             config = epoch_run(
                 dataclasses.replace(plan.base, method="none", method_options={}),
                 epochs=plan.epochs,
@@ -490,31 +406,7 @@ def reference(plan: SearchPlan, seed: int, wait: bool = True) -> Measured | None
                 + (" (resumed)" if config.resume else "")
             )
             finetune(config)
-    return _measured(run_dir, plan.metric)
-
-
-def _score(plan: SearchPlan, run: Measured, ref: Measured | None) -> float:
-    """One seed's objective (see OBJECTIVES)."""
-    if plan.objective == "score":
-        return run.best
-    assert ref is not None
-    if plan.objective == "delta-loss":
-        return run.lowest_loss - ref.lowest_loss
-    return run.best - ref.best
-
-
-def _score_at(
-    plan: SearchPlan, validation: dict[str, float], ref: Measured | None, epoch: int
-) -> float | None:
-    """The objective at one epoch's validation (what the pruner sees); None where the reference has none."""
-    if plan.objective == "score":
-        return float(validation[plan.metric])
-    assert ref is not None
-    base = ref.by_epoch.get(epoch)
-    if base is None:
-        return None
-    key = "loss" if plan.objective == "delta-loss" else plan.metric
-    return float(validation[key]) - float(base[key])
+    return measured(run_dir, plan.metric)
 
 
 def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
@@ -534,7 +426,7 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
     }
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
-    what = f"{method} ({', '.join(f'{k} {_shown(v)}' for k, v in options.items())})"
+    what = f"{method} ({', '.join(f'{k} {shown(v)}' for k, v in options.items())})"
     plan.echo(f"search {method}: trial {trial.number}: {what}" + (" resumed" if resume_dir else ""))
     by_seed: dict[str, float] = {}
     seconds = 0.0
@@ -542,9 +434,9 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
         for index, seed in enumerate(plan.seeds):
             ref = reference(plan, seed) if plan.paired else None  # (waits while another process trains it)
             run_dir = trial_dir / f"seed-{seed}"
-            if not (run_dir / "results.json").is_file():
+            if not RunDir(run_dir).finished:
                 seconds += _train_seed(plan, trial, method, options, seed, run_dir, ref, prune=index == 0)
-            by_seed[str(seed)] = _score(plan, _measured(run_dir, plan.metric), ref)
+            by_seed[str(seed)] = score(plan, measured(run_dir, plan.metric), ref)
             trial.set_user_attr("by_seed", by_seed)
             trial.set_user_attr("heartbeat", time.time())
     except optuna.TrialPruned as pruned:
@@ -570,21 +462,9 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
     study.tell(trial, value)
     per_seed = ", ".join(f"{v:+.4f}" if plan.paired else f"{v:.4f}" for v in by_seed.values())
     plan.echo(
-        f"search {method}: trial {trial.number}: {_objective_name(plan)} {value:.4f}"
+        f"search {method}: trial {trial.number}: {objective_name(plan)} {value:.4f}"
         + (f" (seeds: {per_seed})" if len(by_seed) > 1 else "")
     )
-
-
-def _objective_name(plan: SearchPlan) -> str:
-    return {
-        "delta": f"Δ validation {plan.metric} vs none",
-        "delta-loss": "Δ validation loss vs none",
-        "score": f"validation {plan.metric}",
-    }[plan.objective]
-
-
-def _shown(value: Any) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def _train_seed(
@@ -625,7 +505,7 @@ def _train_seed(
         if not prune or epoch in reported:
             return
         reported.add(epoch)
-        value = _score_at(plan, record["validation"], ref, epoch)
+        value = score_at(plan, record["validation"], ref, epoch)
         if value is None:
             return
         trial.report(value, epoch)
@@ -633,7 +513,7 @@ def _train_seed(
             raise optuna.TrialPruned(f"below the median of earlier trials at epoch {epoch}")
 
     if config.resume:  # the validations before the checkpoint, for the pruner
-        for record in _validations(run_dir):
+        for record in validations(run_dir):
             report(record)
 
     def on_log(record: dict[str, Any]) -> None:
@@ -664,14 +544,6 @@ def epoch_run(
         overwrite=not resume,
         progress=progress,
     )
-
-
-def _validations(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "log.jsonl"
-    if not path.is_file():
-        return []
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in records if "validation" in r]
 
 
 def search_results(plan: SearchPlan) -> dict[str, MethodSearch]:
@@ -714,101 +586,3 @@ def search_results(plan: SearchPlan) -> dict[str, MethodSearch]:
             trials=rows,
         )
     return out
-
-
-@dataclass(frozen=True)
-class SearchNoise:
-    """The search objective's own noise: how far one trial's score is from what more seeds would give."""
-
-    objective: str
-    metric: str
-    seeds: tuple[int, ...]
-    sd: float  # of one seed's score about its trial's mean, pooled over trials (NaN: fewer than 2 seeds)
-    trials: int  # complete trials pooled
-    reference: dict[int, float]  # plain fine-tuning's best validation metric at each search seed (paired)
-
-    @property
-    def se(self) -> float:
-        """The standard error of a trial's score (the mean over its seeds)."""
-        return self.sd / math.sqrt(len(self.seeds)) if math.isfinite(self.sd) else float("nan")
-
-    @property
-    def resolution(self) -> float:
-        """Two trials' true scores this far apart differ by 2 standard errors of their difference, the
-        smallest gap the search separates more often than not (2 x sqrt(2) x se)."""
-        return 2 * math.sqrt(2) * self.se
-
-    def chance_to_find(self, gap: float, settings: int) -> float:
-        """The probability that the search keeps the best of ``settings`` tried settings when it is truly
-        ``gap`` better than the others (which tie), each trial's score off by its standard error,
-        independently: P = integral phi(z) Phi(z + gap / se)^(settings - 1) dz."""
-        return chance_to_find(gap, self.se, settings)
-
-    def sentence(self, scale: float = 1.0) -> str:
-        """One sentence for ``advice.md``: the objective and its standard error (``scale``: x100 for a fraction)."""
-        what = OBJECTIVES[self.objective].format(metric=self.metric)
-        seeds = ", ".join(map(str, self.seeds))
-        head = f"Search objective: {what}, averaged over the search seeds ({seeds})"
-        if not math.isfinite(self.sd):
-            reason = (
-                "one seed per trial, so its noise cannot be measured (--search-repeats 2 measures it)"
-                if len(self.seeds) < 2
-                else "no complete trial to measure its noise on yet"
-            )
-            return f"{head}; {reason}."
-        unit = "" if scale == 1 or self.objective == "delta-loss" else " points"
-        k = 1.0 if self.objective == "delta-loss" else scale
-        gap = 2.0 * self.se if self.objective == "delta-loss" else 2.0 / scale  # 2 points of the metric
-        return (
-            f"{head}. Its standard error, from the spread of each trial's seeds ({self.trials} complete "
-            f"trials): {k * self.se:.2g}{unit} (one seed: {k * self.sd:.2g}); settings whose true scores "
-            f"differ by less than about {k * self.resolution:.2g}{unit} could not be told apart by this search "
-            f"(a setting {k * gap:.2g}{unit} better than 7 others would be kept with probability "
-            f"{self.chance_to_find(gap, 8):.2f})."
-        )
-
-
-def search_noise(plan: SearchPlan, searches: dict[str, MethodSearch]) -> SearchNoise:
-    """The objective's noise, measured on the complete trials' per-seed scores (see :class:`SearchNoise`)."""
-    import numpy as np
-
-    sds: list[float] = []
-    ns: list[int] = []
-    for s in searches.values():
-        for t in s.trials:
-            values = list(t.get("by_seed", {}).values())
-            if t["state"] == "COMPLETE" and len(values) >= 2:
-                sds.append(float(np.std(values, ddof=1)))
-                ns.append(len(values))
-    reference = {}
-    if plan.paired:
-        for seed in plan.seeds:
-            run = reference_dir(plan, seed)
-            if (run / "results.json").is_file():
-                reference[seed] = _measured(run, plan.metric).best
-    return SearchNoise(
-        objective=plan.objective,
-        metric=plan.metric,
-        seeds=plan.seeds,
-        sd=pooled_sd(sds, ns) if sds else float("nan"),
-        trials=len(sds),
-        reference=reference,
-    )
-
-
-def chance_to_find(gap: float, se: float, settings: int) -> float:
-    """See :meth:`SearchNoise.chance_to_find` (NaN for an unknown ``se``; 1 or 1/settings for se 0)."""
-    import numpy as np
-    from scipy import special
-
-    if settings < 1:
-        raise ValueError(f"settings must be at least 1, got {settings}")
-    if settings == 1:
-        return 1.0
-    if not math.isfinite(se):
-        return float("nan")
-    if se == 0:
-        return 1.0 if gap > 0 else 1.0 / settings
-    z, w = np.polynomial.hermite_e.hermegauss(160)  # weight exp(-z^2 / 2): the standard normal's
-    value = np.sum(w * special.ndtr(z + gap / se) ** (settings - 1)) / math.sqrt(2 * math.pi)
-    return float(min(max(value, 0.0), 1.0))

@@ -39,7 +39,16 @@ from typing import Any
 
 from ..methods import METHODS
 
-__all__ = ["DEFAULT_METHODS", "SEARCH_SPACES", "Choice", "Range", "grid_of", "search_space", "suggest"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "SEARCH_SPACES",
+    "Choice",
+    "Range",
+    "grid_of",
+    "search_space",
+    "shown",
+    "suggest",
+]
 
 
 @dataclass(frozen=True)
@@ -154,10 +163,10 @@ def grid_size(method: str) -> int:
 def describe(method: str, options: Mapping[str, Any]) -> str:
     """``p = 0.15``, ``p = 0.3, q = 0.2`` or ``variant = dense``: the searched options of a setting, rounded
     for reading."""
-    return ", ".join(f"{name} = {_shown(options[name])}" for name in search_space(method) if name in options)
+    return ", ".join(f"{name} = {shown(options[name])}" for name in search_space(method) if name in options)
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     return (
         f"{float(value):.3g}"
         if isinstance(value, int | float) and not isinstance(value, bool)

@@ -41,7 +41,7 @@ from typing import Any
 
 from ..config import TrainConfig, split_for_training
 from ..experiments.spec import config_fingerprint
-from ..rundir import write_json_atomic
+from ..rundir import LOG_FILE, RunDir, write_json_atomic
 from ..train import finetune
 from .answer import advice_figure, advice_markdown, default_detect, seeds_needed, verdict, write_setting
 from .confirm import (
@@ -52,17 +52,9 @@ from .confirm import (
     run_confirmation,
     write_experiment,
 )
+from .objective import OBJECTIVES, SearchNoise, measured, reference_dir, search_noise, search_seeds
 from .regime import RegimeReading, read_regime, undertraining
-from .search import (
-    OBJECTIVES,
-    MethodSearch,
-    SearchNoise,
-    SearchPlan,
-    epoch_run,
-    run_search,
-    search_noise,
-    search_seeds,
-)
+from .search import MethodSearch, SearchPlan, epoch_run, run_search
 from .spaces import DEFAULT_METHODS, search_space
 
 __all__ = ["STAGES", "AdviseConfig", "Advice", "advise"]
@@ -260,7 +252,7 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
     from ..report.regime import epoch_curves, regime_figure, run_task_id
 
     run = Path(config.regime_run) if config.regime_run else config.out / "regime"
-    if config.regime_run is None and not (run / "results.json").is_file():
+    if config.regime_run is None and not RunDir(run).finished:
         plain = epoch_run(
             _search_recipe(config.recipe),
             epochs=config.regime_epochs,
@@ -272,8 +264,8 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
         resumed = " (resumed)" if plain.resume else ""
         config.echo(f"advise: regime: plain fine-tuning for {config.regime_epochs} epochs{resumed}")
         finetune(plain)
-    if not (run / "log.jsonl").is_file():
-        raise ValueError(f"--regime-run {run} is not a run directory (it has no log.jsonl)")
+    if not RunDir(run).log.is_file():
+        raise ValueError(f"--regime-run {run} is not a run directory (it has no {LOG_FILE})")
     reading = read_regime(epoch_curves(run))
     if config.epochs is not None:
         reading = dataclasses.replace(reading, budget=config.epochs)
@@ -424,13 +416,11 @@ def _seconds_per_run(searches: dict[str, MethodSearch], repeats: int) -> float |
 
 def _reference_curve(plan: SearchPlan) -> dict[int, float]:
     """Plain fine-tuning's validation score by epoch, averaged over the search seeds' reference runs."""
-    from .search import _measured, reference_dir
-
     sums: dict[int, list[float]] = {}
     for seed in plan.seeds:
         run = reference_dir(plan, seed)
-        if (run / "results.json").is_file():
-            for epoch, validation in _measured(run, plan.metric).by_epoch.items():
+        if RunDir(run).finished:
+            for epoch, validation in measured(run, plan.metric).by_epoch.items():
                 sums.setdefault(epoch, []).append(float(validation[plan.metric]))
     return {e: sum(v) / len(v) for e, v in sums.items()}
 
@@ -487,7 +477,7 @@ def _answer(
     )
     title = f"attendout advise: {recipe.task}, {recipe.model}"
     files["advice.png"] = advice_figure(
-        out / "advice.png", confirmation, searches, list(config.methods), title, config.objective
+        out / "advice.png", confirmation, searches, list(config.methods), title, config.objective, noise.se
     )
     description = _model_description(confirmation)
     probe = "" if regime is not None else " (given, not probed)"

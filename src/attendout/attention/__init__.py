@@ -25,6 +25,7 @@ and recorders. Methods usually reach this package through :func:`attendout.apply
 The package, by module (each imports only those above it; ``from attendout.attention import X``
 reaches every name):
 
+* :mod:`~attendout.attention.masks`: Bernoulli drop masks and dropout's keep scale (pure tensors);
 * :mod:`~attendout.attention.families`: the family table, the routes families register, causality;
 * :mod:`~attendout.attention.call`: what a method sees and says (:class:`AttentionCall`,
   :class:`AttentionEdit`, :class:`RandomDrops`, :class:`AttentionMethod`) and the per-call state;

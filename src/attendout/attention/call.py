@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ..contract import ForwardEdits
+from .masks import bernoulli_drop
 
 if TYPE_CHECKING:
     from .controller import Controller
@@ -126,8 +127,6 @@ class RandomDrops:
 
     def draw(self, call: AttentionCall, rows: slice = slice(None)) -> torch.Tensor:
         """The mask of query rows ``rows``: bool (B, H, rows, Lk), True = dropped."""
-        from ..methods.masks import bernoulli_drop  # here: attendout.methods imports this package
-
         drop = bernoulli_drop(call.block_shape(rows), self.p, call.query.device)
         if self.count is not None:
             self.count(*call.dropped_fraction(drop, rows))

@@ -38,12 +38,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from .attention.call import AttentionCall, combine_edits, own_edit
-from .attention.controller import Controller
-from .attention.families import register_route
-from .attention.paths import allowed_keys, no_key_rows_zero, uniform_weights
-from .attention.recording import AttentionRecorder
-from .contract import EDITS_KWARG
+from ..contract import EDITS_KWARG
+from .call import AttentionCall, combine_edits, own_edit
+from .controller import Controller
+from .families import register_route
+from .paths import allowed_keys, no_key_rows_zero, uniform_weights
+from .recording import AttentionRecorder
 
 __all__ = ["install_hooks", "remove_hooks"]
 

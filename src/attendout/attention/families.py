@@ -5,7 +5,7 @@ and blocks sit (module-name regexes), whether one module serves every layer (ALB
 returns, and how the edits reach its attention (its ``route``). The ``"interface"`` route is the
 attention function registered with transformers (:mod:`attendout.attention.hook`); any other route
 is a pair of functions that put module hooks in place and take them away, which the module
-implementing it registers here with :func:`register_route` (:mod:`attendout.deberta` registers
+implementing it registers here with :func:`register_route` (:mod:`attendout.attention.deberta` registers
 ``"deberta"`` when ``import attendout`` imports it), so that the hook imports no family's own code.
 
 Also here: what makes a layer causal (:func:`is_causal`, :func:`causal_mask`), which every path
@@ -56,7 +56,7 @@ class Family:
     #: how the edits reach the attention: "interface" = the registered attention function (every family
     #: whose attention goes through transformers' AttentionInterface); any other name = a route
     #: registered with :func:`register_route`: "deberta" = module hooks around DeBERTa's own
-    #: disentangled attention (:mod:`attendout.deberta`)
+    #: disentangled attention (:mod:`attendout.attention.deberta`)
     route: str = "interface"
     #: what a block returns: the hidden states ("tensor"), a (hidden states, attention weights) pair
     #: ("pair", DeBERTa), or T5's (hidden states, self-attention bias, cross-attention bias) ("t5")
@@ -174,7 +174,7 @@ def route_of(family: Family) -> Route | None:
     if route is None:
         raise UnsupportedModelError(
             f"attendout: the {family.route!r} attention route is not registered (the module that "
-            "implements it registers it when imported: import attendout.deberta, or attendout.methods)"
+            "implements it registers it when imported: import attendout.attention.deberta, or attendout.methods)"
         )
     return route
 

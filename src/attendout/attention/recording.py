@@ -2,7 +2,7 @@
 
 A layer with a recorder takes the explicit path (:func:`~attendout.attention.paths._attention_probs`),
 and the hook hands each of its recorders that layer's probabilities (a DeBERTa layer's: the
-probabilities step of :mod:`attendout.deberta`).
+probabilities step of :mod:`attendout.attention.deberta`).
 """
 
 from __future__ import annotations

@@ -218,8 +218,9 @@ def _check_model(name: str, scratch: bool = False) -> CellCheck:
         return CellCheck(note="", model_config=_model_config(path, local_only=True))
     try:
         from huggingface_hub import try_to_load_from_cache
+        from transformers.utils import CONFIG_NAME
 
-        cached = try_to_load_from_cache(path, "config.json")
+        cached = try_to_load_from_cache(path, CONFIG_NAME)
     except Exception:  # any hub-library problem only means "not known to be cached"
         cached = None
     where = "in the local cache" if isinstance(cached, str) else "not cached: downloaded at run time"

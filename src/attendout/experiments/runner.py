@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import shutil
 import time
@@ -23,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..cliflags import quiet_transformers
 from ..config import TrainConfig
 from ..interrupt import check as raise_if_stopped
-from ..rundir import CheckpointError, StorageError, write_json_atomic
+from ..rundir import CELL_FILE, RESULTS_FILE, CheckpointError, RunDir, StorageError
 from ..train import finetune
 from .plan import CellCheck, GridPlan, format_listing, parse_selection, parse_shard, prepare_cells
 from .spec import Budget, Cell, ExperimentError, config_fingerprint
@@ -60,18 +60,18 @@ def reuse_runs(cells: Sequence[Cell], store: ResultsStore, source: Path) -> list
     configuration its config.json records. Returns the cell keys.
     """
     by_fingerprint: dict[str, Path] = {}
-    for record in sorted(source.rglob("cell.json")):
-        folder = record.parent
-        if (folder / "results.json").is_file():
+    for record in sorted(source.rglob(CELL_FILE)):
+        run = RunDir(record.parent)
+        if run.finished:
             with contextlib.suppress(OSError, ValueError, KeyError):
-                by_fingerprint.setdefault(json.loads(record.read_text())["fingerprint"], folder)
-    for results in sorted(source.rglob("results.json")):
-        folder = results.parent
-        if not (folder / "cell.json").exists() and (folder / "config.json").is_file():
+                by_fingerprint.setdefault(run.read_cell()["fingerprint"], run.path)
+    for results in sorted(source.rglob(RESULTS_FILE)):
+        run = RunDir(results.parent)
+        if not run.cell.exists() and run.config.is_file():
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                values = json.loads((folder / "config.json").read_text())["config"]
+                values = run.read_config()["config"]
                 values["method_options"] = {k: v for k, v in values["method_options"].items() if k != "name"}
-                by_fingerprint.setdefault(config_fingerprint(TrainConfig(**values)), folder)
+                by_fingerprint.setdefault(config_fingerprint(TrainConfig(**values)), run.path)
     reused = []
     for cell in cells:
         found = by_fingerprint.get(cell.fingerprint or "")
@@ -80,15 +80,15 @@ def reuse_runs(cells: Sequence[Cell], store: ResultsStore, source: Path) -> list
         work = store.work_root / f"reuse-{cell.flat_key}-{os.getpid()}"
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(found, work)
-        written = work / "cell.json"
-        record = json.loads(written.read_text()) if written.exists() else {"fingerprint": cell.fingerprint}
+        copied = RunDir(work)
+        record = copied.read_cell() if copied.cell.exists() else {"fingerprint": cell.fingerprint}
         record.update(cell=cell.key, task=cell.task.id, method=cell.method.id, reused_from=str(found))
         adopted = {"seed": cell.seed, "model": cell.model.id, "method_label": cell.method.label}
         with contextlib.suppress(OSError, ValueError, KeyError):  # a plain run's wall time: its training time
-            adopted["wall_time_s"] = json.loads((work / "results.json").read_text())["train_time_s"]
+            adopted["wall_time_s"] = copied.read_results()["train_time_s"]
         for key, value in adopted.items():
             record.setdefault(key, value)
-        write_json_atomic(work / "cell.json", record)
+        copied.write_cell(record)
         if store.publish(cell, work):
             reused.append(cell.key)
         else:
@@ -253,7 +253,7 @@ class BenchJob:
             raise
         wall = time.time() - started + results.get("resumed", {}).get("train_time_before_s", 0.0)
         compact_predictions(work)  # labels and predictions only, gzipped: what the table reads
-        write_json_atomic(work / "cell.json", _cell_record(cell, self.plan, self.store, started, wall))
+        RunDir(work).write_cell(_cell_record(cell, self.plan, self.store, started, wall))
         if self.store.publish(cell, work, replace_stale=self.rerun_stale):
             self.store.clear_failure(cell)
             self.store.event("done", cell, wall_time_s=round(wall, 2))
@@ -461,7 +461,7 @@ def bench_main(argv: list[str]) -> int:
             )
             return 2
         return 0
-    _quiet_libraries()
+    quiet_transformers()  # its load reports would repeat for every cell
     print(
         f"experiment {experiment.name}: {experiment.shape()}; shard {shard[0]}/{shard[1]}; results in {root}"
     )
@@ -475,14 +475,3 @@ def bench_main(argv: list[str]) -> int:
     summary = run_cells(plan, store, rerun_stale=args.rerun_stale, echo=lambda line: print(line, flush=True))
     print(f"bench {experiment.name} shard {shard[0]}/{shard[1]}: {summary.line()}")
     return 1 if summary.failed else 0
-
-
-def _quiet_libraries() -> None:
-    """transformers' per-load reports would repeat for every cell."""
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass

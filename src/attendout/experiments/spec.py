@@ -124,10 +124,33 @@ FINGERPRINT_NEUTRAL: dict[str, Any] = {
 #: Method options added after cells were published, each with the value that reproduces the behaviour
 #: from before it existed: at that value an option is left out of the fingerprint, as FINGERPRINT_NEUTRAL
 #: does for training options (a method's options enter the fingerprint with their defaults filled in).
+#: A tuple lists several such values (one where the option does not apply, one where it does).
 METHOD_OPTION_NEUTRAL: dict[str, Any] = {
     # issue 46: the methods name the attention they act on in an encoder-decoder; off = as before
     "cross_attention": False,
+    # issue 50, AD-DROP: the drop-low ablation (high = the method); the random control's sampling
+    # (None where the attribution is not rd, exact = the form every rd cell before it ran)
+    "dropping": "high",
+    "rd_sampling": (None, "exact"),
+    # issue 50, Synthesizer: the mixing weight's form (None for variants without '+dot', head = one raw
+    # weight per head, as before) and the random matrix's initialiser (None for the dense variants,
+    # normal = N(0, 1), as before)
+    "mixing": (None, "head"),
+    "random_init": (None, "normal"),
+    # issue 50, AttendOut: the Generator reads the Attacker's embedding output (as before) or its own
+    "generator_embeddings": "attacker",
+    # issue 50, scheduled: from_run fits free piecewise-linear curves (as before) or the paper's slopes
+    "fit_slopes": False,
 }
+
+
+def _method_option_neutral(name: str, value: Any) -> bool:
+    """Whether a method option at ``value`` behaves as before the option existed (see above)."""
+    if name not in METHOD_OPTION_NEUTRAL:
+        return False
+    neutral = METHOD_OPTION_NEUTRAL[name]
+    return value in neutral if isinstance(neutral, tuple) else value == neutral
+
 
 DEFAULT_TUNING = "none: every method runs with the options listed here; nothing was tuned on dev"
 DEFAULT_RECIPE = "ours (see [training] of the experiment file)"
@@ -268,9 +291,7 @@ def config_fingerprint(config: TrainConfig) -> str:
     }
     if isinstance(data.get("method_options"), dict):
         data["method_options"] = {
-            k: v
-            for k, v in data["method_options"].items()
-            if not (k in METHOD_OPTION_NEUTRAL and v == METHOD_OPTION_NEUTRAL[k])
+            k: v for k, v in data["method_options"].items() if not _method_option_neutral(k, v)
         }
     text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

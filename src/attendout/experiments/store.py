@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..rundir import CHECKPOINT_DIR, checkpoint_status, write_json_atomic
+from ..rundir import RunDir, checkpoint_status, write_json_atomic
 from .spec import Budget, Cell, Experiment, ExperimentError
 
 __all__ = [
@@ -223,14 +223,14 @@ class ResultsStore:
     # status -----------------------------------------------------------------------------------
     def record(self, cell: Cell) -> dict[str, Any] | None:
         """The cell.json of a finished cell, or None if the cell has not been published."""
-        folder = self.cell_dir(cell)
+        run = RunDir(self.cell_dir(cell))
         try:
-            record = json.loads((folder / "cell.json").read_text())
+            record = run.read_cell()
         except (FileNotFoundError, NotADirectoryError):
             return None
         except (OSError, json.JSONDecodeError):
             return {"fingerprint": None}
-        if not (folder / "results.json").is_file():
+        if not run.finished:
             return None
         return record
 
@@ -358,7 +358,7 @@ class ResultsStore:
         """
         final = self.cell_dir(cell)
         final.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(work / CHECKPOINT_DIR, ignore_errors=True)  # the trainer's; never published
+        shutil.rmtree(RunDir(work).checkpoint_dir, ignore_errors=True)  # the trainer's; never published
         record = self.record(cell)
         if record is not None and replace_stale and record.get("fingerprint") != cell.fingerprint:
             graveyard = self.bench_root / "replaced"
@@ -390,7 +390,7 @@ class ResultsStore:
             info = _read_claim(claim_file)
             if info is None:
                 continue
-            published = (self.root / info.cell / "results.json").is_file()
+            published = RunDir(self.root / info.cell).finished
             if published and self.claim_is_stale(info, claim_file):
                 _remove_aside(claim_file, secrets.token_hex(4))
                 removed.append(claim_file.name)
@@ -403,7 +403,7 @@ class ResultsStore:
             if folder.name in claimed or host != self.host or not pid.isdigit() or pid_alive(int(pid)):
                 continue
             cell_key = folder.name.rsplit("--", 1)[0].replace("--", "/")
-            if has_checkpoint(folder) and not (self.root / cell_key / "results.json").is_file():
+            if has_checkpoint(folder) and not RunDir(self.root / cell_key).finished:
                 continue
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder.name)
@@ -457,7 +457,7 @@ def compact_predictions(folder: Path) -> int:
     the same predictions give the same bytes. Returns the bytes written.
     """
     written = 0
-    for path in sorted((folder / "predictions").glob("*.jsonl")):
+    for path in sorted(RunDir(folder).predictions_dir.glob("*.jsonl")):
         rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
         text = "".join(json.dumps({k: row[k] for k in COMPACT_FIELDS if k in row}) + "\n" for row in rows)
         target = path.with_name(path.name + ".gz")
@@ -471,8 +471,8 @@ def compact_predictions(folder: Path) -> int:
 
 def read_predictions(folder: Path, split: str) -> list[dict[str, Any]] | None:
     """The prediction rows of ``split`` in a cell or run folder (``.jsonl.gz`` or ``.jsonl``), or None."""
-    for name, opener in ((f"{split}.jsonl.gz", gzip.open), (f"{split}.jsonl", open)):
-        path = folder / "predictions" / name
+    run = RunDir(folder)
+    for path, opener in ((run.prediction(split, compressed=True), gzip.open), (run.prediction(split), open)):
         if path.is_file():
             with opener(path, "rt", encoding="utf-8") as f:
                 return [json.loads(line) for line in f if line.strip()]
@@ -487,12 +487,12 @@ def has_checkpoint(work: Path) -> bool:
     incomplete one is not a checkpoint: the cell trains afresh. The bytes themselves are checked by the
     resume, which refuses a corrupt checkpoint (the runner then trains the cell afresh).
     """
-    return checkpoint_status(work / CHECKPOINT_DIR).resumable
+    return checkpoint_status(RunDir(work).checkpoint_dir).resumable
 
 
 def checkpoint_step(work: Path) -> int | None:
     """The training step of the checkpoint in ``work`` (None if it has none, or does not say)."""
-    return checkpoint_status(work / CHECKPOINT_DIR).step
+    return checkpoint_status(RunDir(work).checkpoint_dir).step
 
 
 def _create_exclusive(path: Path, content: str) -> bool:

@@ -116,12 +116,13 @@ SCRATCH_ARCHITECTURES: dict[str, dict[str, Any]] = {
 def scratch_config(architecture: str, kind: str, size: ScratchSize, positions: int, vocab_size: int):
     """A ``transformers`` config of ``architecture`` at ``size``, with our tokenizer's special-token ids."""
     from transformers import AutoConfig
+    from transformers.utils import CONFIG_NAME
 
     known = SCRATCH_ARCHITECTURES[kind]
     if architecture not in known:
         raise ValueError(
             f"--model-init scratch: no {kind} architecture {architecture!r}; choose one of {', '.join(known)}, or give "
-            "a config.json (or a folder holding one)"
+            f"a {CONFIG_NAME} (or a folder holding one)"
         )
     fields = known[architecture](size, positions)
     ids = {"pad_token_id": PAD_ID, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID}
@@ -129,11 +130,13 @@ def scratch_config(architecture: str, kind: str, size: ScratchSize, positions: i
 
 
 def _config_file(name: str) -> Path | None:
+    from transformers.utils import CONFIG_NAME
+
     path = Path(name)
     if path.is_file() and path.suffix == ".json":
         return path
-    if path.is_dir() and (path / "config.json").is_file():
-        return path / "config.json"
+    if path.is_dir() and (path / CONFIG_NAME).is_file():
+        return path / CONFIG_NAME
     return None
 
 
@@ -145,6 +148,7 @@ def _texts(examples: Examples, kind: str) -> list[str]:
 
 def _scratch(name: str, task: Task, size: ScratchSize, positions: int, train: Examples):
     from transformers import AutoConfig, AutoTokenizer
+    from transformers.utils import CONFIG_NAME
 
     auto = _auto_class(task)
     file = _config_file(name)
@@ -162,7 +166,7 @@ def _scratch(name: str, task: Task, size: ScratchSize, positions: int, train: Ex
         described = f"{config.model_type} from scratch, config {file}"
     elif os.path.exists(name):
         raise ModelNotFoundError(
-            f"--model-init scratch: {name} is neither a config.json file nor a folder holding one"
+            f"--model-init scratch: {name} is neither a {CONFIG_NAME} file nor a folder holding one"
         )
     else:
         config = None

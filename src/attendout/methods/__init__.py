@@ -1,6 +1,6 @@
 """Attention regularisers, each a config dataclass registered by name (see :mod:`.base`)."""
 
-from ..deberta import install_hooks as _deberta  # noqa: F401  (registers DeBERTa's attention route)
+from ..attention.deberta import install_hooks as _deberta  # noqa: F401  (registers DeBERTa's attention route)
 from . import addrop, drophead, dropout, layerdrop, none, scheduled  # noqa: F401  (registers the methods)
 from .addrop import ADDropConfig
 from .attendout import AttendOutConfig

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..attention import AttentionCall, AttentionEdit, AttentionMethod, RateMeter
+from ..attention.masks import bernoulli_drop
 from .base import MethodConfig, check_probability, layers_field, register_method
-from .masks import bernoulli_drop
 from .scheduled import Knots, check_knots, parse_knots, schedule_value
 
 SCHEDULES = ("v", "fixed")

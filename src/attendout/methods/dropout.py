@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from ..attention import AttentionCall, AttentionEdit, AttentionMethod, RandomDrops, RateMeter
+from ..attention.masks import bernoulli_drop, keep_scale
 from .base import MethodConfig, check_probability, layers_field, register_method
-from .masks import bernoulli_drop, keep_scale
 
 
 class WeightsDropout(AttentionMethod):

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..attention import AttentionCall, AttentionEdit, AttentionMethod, Controller, RateMeter
+from ..attention.masks import bernoulli_drop
 from .base import MethodConfig, check_probability, layers_field, register_method
-from .masks import bernoulli_drop
 
 
 class BlockDrop(AttentionMethod):

@@ -27,6 +27,7 @@ from scipy import stats
 
 from ..experiments.spec import Budget, Cell, Experiment, MethodSpec, ModelSpec, TaskSpec
 from ..experiments.store import ResultsStore, read_predictions
+from ..rundir import RunDir
 from ..tasks.metrics import METRICS, better, higher_is_better, sequences_array
 from .stats import (
     BootstrapInterval,
@@ -245,13 +246,13 @@ def collect_runs(
             invalid[cell.key] = detail
         if state != "done":
             continue
-        folder = store.cell_dir(cell)
+        run = RunDir(store.cell_dir(cell))
         runs[cell.key] = RunRecord(
             cell=cell,
-            path=folder,
-            results=json.loads((folder / "results.json").read_text()),
-            config=_read_json(folder / "config.json"),
-            record=_read_json(folder / "cell.json"),
+            path=run.path,
+            results=run.read_results(),
+            config=_read_json(run.config),
+            record=_read_json(run.cell),
         )
     return runs, status, invalid
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..rundir import LOG_FILE, RESULTS_FILE, RUN_CONFIG_FILE, RunDir
 from ..tasks.metrics import higher_is_better
 
 __all__ = ["convergence_figure", "group_runs", "main_metric", "read_log", "validation_curve"]
@@ -104,10 +105,10 @@ def _varying_options(described: list[tuple[Path, str, dict, str]]) -> dict[Path,
 
 def _method_and_task(run_dir: Path) -> tuple[str, dict, str]:
     """(method name, its options and the attention variant, task name) from RUN_DIR/config.json."""
-    config = run_dir / "config.json"
-    if not config.is_file():
-        raise ValueError(f"{run_dir} is not a run directory: it has no config.json")
-    saved = json.loads(config.read_text())
+    run = RunDir(run_dir)
+    if not run.config.is_file():
+        raise ValueError(f"{run_dir} is not a run directory: it has no {RUN_CONFIG_FILE}")
+    saved = run.read_config()
     options = {k: v for k, v in (saved["config"].get("method_options") or {}).items() if k != "name"}
     if saved["config"].get("attention"):
         options["attention"] = saved["config"]["attention"]
@@ -116,22 +117,22 @@ def _method_and_task(run_dir: Path) -> tuple[str, dict, str]:
 
 def read_log(run_dir: Path) -> list[dict]:
     """The records of ``RUN_DIR/log.jsonl`` (ValueError if the file is missing)."""
-    path = Path(run_dir) / "log.jsonl"
-    if not path.is_file():
-        raise ValueError(f"{run_dir} is not a run directory: it has no log.jsonl")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    run = RunDir(run_dir)
+    if not run.log.is_file():
+        raise ValueError(f"{run_dir} is not a run directory: it has no {LOG_FILE}")
+    return run.log_records()
 
 
 def main_metric(run_dir: Path) -> str:
     """The run's main metric: ``results.json`` main_metric, else the task's first metric in config.json."""
-    run_dir = Path(run_dir)
-    results = run_dir / "results.json"
-    if results.is_file():
-        return json.loads(results.read_text())["main_metric"]
-    config = run_dir / "config.json"
-    if config.is_file():
-        return json.loads(config.read_text())["task"]["metrics"][0]
-    raise ValueError(f"{run_dir} has neither results.json nor config.json: cannot tell its main metric")
+    run = RunDir(run_dir)
+    if run.finished:
+        return run.read_results()["main_metric"]
+    if run.config.is_file():
+        return run.read_config()["task"]["metrics"][0]
+    raise ValueError(
+        f"{run.path} has neither {RESULTS_FILE} nor {RUN_CONFIG_FILE}: cannot tell its main metric"
+    )
 
 
 def validation_curve(run_dir: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -147,7 +148,7 @@ def validation_curve(run_dir: Path, metric: str) -> tuple[np.ndarray, np.ndarray
             )
         by_step[int(record["step"])] = float(validation[metric])
     if not by_step:
-        raise ValueError(f"{run_dir}: log.jsonl has no validation records")
+        raise ValueError(f"{run_dir}: {LOG_FILE} has no validation records")
     steps = np.array(sorted(by_step))
     return steps, np.array([by_step[s] for s in steps])
 

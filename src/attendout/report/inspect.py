@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..methods.addrop_attribution import attribute, candidate_region, sample_drops
+from ..methods.addrop.attribution import attribute, candidate_region, sample_drops
+from ..rundir import RunDir
 
 __all__ = ["Inspection", "inspect_text", "plot_inspection"]
 
@@ -208,11 +209,12 @@ def load_for_inspection(name: str, num_labels: int = 2, seed: int = 0) -> tuple[
     attribution still shows which positions that label's logit depends on.
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import CONFIG_NAME
 
     from ..models import head_class, resolve_model
 
-    if (Path(name) / "model" / "config.json").is_file():
-        name = str(Path(name) / "model")  # a run directory of `attendout finetune`
+    if (RunDir(name).model_dir / CONFIG_NAME).is_file():
+        name = str(RunDir(name).model_dir)  # a run directory of `attendout finetune`
     path, description = resolve_model(name)
     config = AutoConfig.from_pretrained(path)
     architectures = [str(a) for a in config.architectures or []]

@@ -21,6 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..methods.attendout.runlog import read_drop_pattern
+from ..rundir import RunDir
 from .curves import option_details
 
 __all__ = ["is_attendout_run", "is_control_run", "pair_controls", "panel_labels", "pattern_figure"]
@@ -115,8 +116,8 @@ def pair_controls(run_dirs: Sequence[Path]) -> dict[Path, Path | None]:
 
 def _saved(run_dir: Path) -> dict:
     """A run's config.json ({} when it has none)."""
-    config = Path(run_dir) / "config.json"
-    return json.loads(config.read_text()) if config.is_file() else {}
+    run = RunDir(run_dir)
+    return run.read_config() if run.config.is_file() else {}
 
 
 def is_attendout_run(run_dir: Path) -> bool:
@@ -127,14 +128,13 @@ def is_attendout_run(run_dir: Path) -> bool:
 def panel_labels(run_dirs: Sequence[Path]) -> list[str]:
     """A title per run: its task, the options that differ between the runs, and its seed
     (``cola, init_drop=0.1, seed 1``); the folder name when a run has no config.json."""
-    detail = option_details([run for run in run_dirs if (Path(run) / "config.json").is_file()])
+    detail = option_details([run for run in run_dirs if RunDir(run).config.is_file()])
     labels = []
     for run in map(Path, run_dirs):
-        config = run / "config.json"
-        if not config.is_file():
+        if not RunDir(run).config.is_file():
             labels.append(run.name)
             continue
-        saved = json.loads(config.read_text())
+        saved = RunDir(run).read_config()
         parts = [saved.get("task", {}).get("name") or run.name, detail.get(run, "")]
         seed = saved.get("config", {}).get("seed")
         parts.append(f"seed {seed}" if seed is not None else "")

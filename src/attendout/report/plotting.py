@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..rundir import LOG_FILE, RunDir
 from .curves import convergence_figure, group_runs
 from .patterns import is_attendout_run, pattern_figure
 from .regime import regime_figure, regime_summary, run_task_id
@@ -52,8 +53,8 @@ def plot_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     runs = [Path(run) for run in args.runs]
     for run in runs:
-        if not (run / "log.jsonl").is_file():
-            raise ValueError(f"{run} is not a run directory: it has no log.jsonl")
+        if not RunDir(run).log.is_file():
+            raise ValueError(f"{run} is not a run directory: it has no {LOG_FILE}")
     out = Path(args.out_dir)
     if args.regime:
         return _plot_regime(runs, out, args.budgets, args.title)

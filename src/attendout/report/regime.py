@@ -10,7 +10,6 @@ and validation losses (right axis), with the budget an experiment file chose for
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..rundir import CELL_FILE, LOG_FILE, RUN_CONFIG_FILE, RunDir
 from ..tasks.metrics import higher_is_better
 from .curves import main_metric, read_log
 
@@ -69,7 +69,7 @@ def epoch_curves(run_dir: Path, metric: str | None = None) -> EpochCurves:
                 float(record["loss"])
             )
     if not validations:
-        raise ValueError(f"{run_dir}: log.jsonl has no validation records")
+        raise ValueError(f"{run_dir}: {LOG_FILE} has no validation records")
     epochs = np.array(sorted(validations))
     missing = [e for e in epochs if metric not in validations[e] or "loss" not in validations[e]]
     if missing:
@@ -87,14 +87,12 @@ def epoch_curves(run_dir: Path, metric: str | None = None) -> EpochCurves:
 
 def run_task_id(run_dir: Path) -> str:
     """The task id of a bench cell (its cell.json), else the task name of the run's config.json."""
-    run_dir = Path(run_dir)
-    cell = run_dir / "cell.json"
-    if cell.is_file():
-        return json.loads(cell.read_text())["task"]
-    config = run_dir / "config.json"
-    if config.is_file():
-        return json.loads(config.read_text())["task"]["name"]
-    raise ValueError(f"{run_dir} is not a run directory: it has neither cell.json nor config.json")
+    run = RunDir(run_dir)
+    if run.cell.is_file():
+        return run.read_cell()["task"]
+    if run.config.is_file():
+        return run.read_config()["task"]["name"]
+    raise ValueError(f"{run.path} is not a run directory: it has neither {CELL_FILE} nor {RUN_CONFIG_FILE}")
 
 
 def regime_summary(run_dir: Path, budget: float | None = None) -> str:

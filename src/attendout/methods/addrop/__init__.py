@@ -145,7 +145,15 @@ from .attribution import (
     sample_drops,
 )
 from .config import ADDropConfig
-from .layers import ALL_LAYER_TASKS, AUTHORS_DEFAULTS, ENCODER_LAYERS, TASK_LAYERS, TASK_SETTINGS, task_layers, task_settings
+from .layers import (
+    ALL_LAYER_TASKS,
+    AUTHORS_DEFAULTS,
+    ENCODER_LAYERS,
+    TASK_LAYERS,
+    TASK_SETTINGS,
+    task_layers,
+    task_settings,
+)
 from .method import ADDrop
 from .strategy import CROSS_TUNING, STARTS, ADDropStrategy, addrop_active
 

@@ -23,8 +23,8 @@ from ...attention import (
     install,
     record_attention,
 )
+from ...attention.masks import bernoulli_drop
 from ...contract import ForwardEdits
-from ..masks import bernoulli_drop
 from ..nexttoken import generation_kind, predicted_token_target
 
 ATTRIBUTIONS = ("ga", "iga", "aa", "rd")

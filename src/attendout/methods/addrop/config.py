@@ -4,40 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import torch
-from torch import nn
-
-from ...attention import AttentionCall, AttentionEdit, AttentionMethod, RateMeter, layer_key_valid
-from ...contract import ForwardEdits, LoopContext, StepInfo
-from ..base import MethodConfig, TrainingStrategy, check_probability, register_method
-from ..nexttoken import generation_kind
+from ..base import MethodConfig, check_probability, register_method
 from .attribution import (
     ATTRIBUTIONS,
     DROPPINGS,
     IG_FORMS,
     RD_SAMPLINGS,
     ROUNDINGS,
-    Attribution,
-    attribute,
-    candidate_count,
-    candidate_region,
-    modes_restored,
-    random_drops,
-    sample_drops,
 )
 from .layers import (
-    ALL_LAYER_TASKS,
-    AUTHORS_DEFAULTS,
     ENCODER_LAYERS,
     TASK_LAYERS,
-    TASK_SETTINGS,
-    _key_valid,
-    _stacks,
     task_layers,
     task_settings,
 )

@@ -92,7 +92,7 @@ def _name_of(task: str | None) -> str | None:
     """The registered name of ``task`` (names resolve as :func:`get_task` resolves them), or None."""
     if task is None:
         return None
-    from ..tasks import get_task
+    from ...tasks import get_task
 
     try:
         return get_task(task).name
@@ -103,7 +103,7 @@ def _name_of(task: str | None) -> str | None:
 def _kind_of(task: str | None) -> str | None:
     if task is None:
         return None
-    from ..tasks import get_task
+    from ...tasks import get_task
 
     try:
         return get_task(task).kind

@@ -3,40 +3,26 @@ is described in :mod:`attendout.methods.addrop`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from ...attention import AttentionCall, AttentionEdit, AttentionMethod, RateMeter, layer_key_valid
-from ...contract import ForwardEdits, LoopContext, StepInfo
-from ..base import MethodConfig, TrainingStrategy, check_probability, register_method
+from ...contract import ForwardEdits
 from ..nexttoken import generation_kind
 from .attribution import (
-    ATTRIBUTIONS,
-    DROPPINGS,
-    IG_FORMS,
-    RD_SAMPLINGS,
-    ROUNDINGS,
-    Attribution,
     attribute,
-    candidate_count,
     candidate_region,
-    modes_restored,
     random_drops,
     sample_drops,
 )
 from .layers import (
-    ALL_LAYER_TASKS,
     AUTHORS_DEFAULTS,
     ENCODER_LAYERS,
     TASK_LAYERS,
-    TASK_SETTINGS,
     _key_valid,
     _stacks,
     task_layers,
@@ -243,10 +229,3 @@ class ADDrop(AttentionMethod):
 
     def stats(self) -> dict[str, float]:
         return self.meter.pop()
-
-
-# --------------------------------------------------------------------------------------------------
-# Cross-tuning and the training strategy
-# --------------------------------------------------------------------------------------------------
-
-

@@ -3,45 +3,14 @@ runs the attribution pass before each training forward of an AD-DROP phase."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from ...attention import AttentionCall, AttentionEdit, AttentionMethod, RateMeter, layer_key_valid
-from ...contract import ForwardEdits, LoopContext, StepInfo
-from ..base import MethodConfig, TrainingStrategy, check_probability, register_method
-from ..nexttoken import generation_kind
-from .attribution import (
-    ATTRIBUTIONS,
-    DROPPINGS,
-    IG_FORMS,
-    RD_SAMPLINGS,
-    ROUNDINGS,
-    Attribution,
-    attribute,
-    candidate_count,
-    candidate_region,
-    modes_restored,
-    random_drops,
-    sample_drops,
-)
-from .layers import (
-    ALL_LAYER_TASKS,
-    AUTHORS_DEFAULTS,
-    ENCODER_LAYERS,
-    TASK_LAYERS,
-    TASK_SETTINGS,
-    _key_valid,
-    _stacks,
-    task_layers,
-    task_settings,
-)
+from ...contract import LoopContext, StepInfo
+from ..base import TrainingStrategy
 from .method import ADDrop
 
 if TYPE_CHECKING:
@@ -128,5 +97,3 @@ class ADDropStrategy(TrainingStrategy):
         scale = loop.loss_scale() if loop.loss_scale is not None else None
         with loop.autocast():
             return method.prepare(model, batch, loss_scale=scale)
-
-

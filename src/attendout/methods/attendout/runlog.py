@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ...rundir import LOG_FILE, RunDir
 
 __all__ = ["DROP_PROB_KEY", "EXPLORED_PROB_KEY", "DropPattern", "read_drop_pattern"]
 
@@ -37,20 +38,17 @@ class DropPattern:
 def read_drop_pattern(run_dir: str | Path) -> DropPattern:
     """The drop-probability curves of an AttendOut run directory (ValueError if it has none)."""
     run_dir = Path(run_dir)
-    log = run_dir / "log.jsonl"
-    if not log.is_file():
-        raise ValueError(f"{run_dir} is not a run directory: it has no log.jsonl")
+    run = RunDir(run_dir)
+    if not run.log.is_file():
+        raise ValueError(f"{run_dir} is not a run directory: it has no {LOG_FILE}")
     rows: list[tuple[int, dict[int, float]]] = []
-    for line in log.read_text().splitlines():
-        if not line.strip():
-            continue
-        record = json.loads(line)
+    for record in run.log_records():
         values = {int(m.group(1)): float(v) for k, v in record.items() if (m := _KEY.match(k))}
         if values:
             rows.append((int(record["step"]), values))
     if not rows:
         raise ValueError(
-            f"{run_dir}: log.jsonl has no AttendOut drop probabilities ({DROP_PROB_KEY.format(layer='N')}); "
+            f"{run_dir}: {LOG_FILE} has no AttendOut drop probabilities ({DROP_PROB_KEY.format(layer='N')}); "
             "is it a run of --method attendout?"
         )
     total = _total_steps(run_dir) or max(step for step, _ in rows)
@@ -63,7 +61,5 @@ def read_drop_pattern(run_dir: str | Path) -> DropPattern:
 
 
 def _total_steps(run_dir: Path) -> int | None:
-    config = run_dir / "config.json"
-    if config.is_file():
-        return json.loads(config.read_text()).get("total_steps")
-    return None
+    run = RunDir(run_dir)
+    return run.read_config().get("total_steps") if run.config.is_file() else None

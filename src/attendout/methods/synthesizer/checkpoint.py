@@ -34,6 +34,7 @@ import torch
 import transformers
 from safetensors.torch import load_model as load_safetensors_model
 from torch import nn
+from transformers.utils import CONFIG_NAME
 
 from ..base import get_method_config
 from .method import (
@@ -61,15 +62,15 @@ __all__ = [
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    file = path / "config.json"
+    file = path / CONFIG_NAME
     if not file.is_file():
-        raise FileNotFoundError(f"{path} has no config.json")
+        raise FileNotFoundError(f"{path} has no {CONFIG_NAME}")
     return json.loads(file.read_text())
 
 
 def is_synthesized_checkpoint(path: str | os.PathLike) -> bool:
     """Whether the folder ``path`` holds a checkpoint written by :func:`save_synthesized`."""
-    file = Path(path) / "config.json"
+    file = Path(path) / CONFIG_NAME
     return file.is_file() and json.loads(file.read_text()).get("model_type") == MODEL_TYPE
 
 
@@ -90,6 +91,13 @@ def _checked_config(path: Path) -> dict[str, Any]:
 
 def _synthesizer_config(config: dict[str, Any]) -> SynthesizerConfig:
     options = {k: v for k, v in config["synthesizer"].items() if k != "name"}
+    # saved before issue 50 (no 'mixing' or 'random_init' recorded): the forms of then, one raw mixing
+    # weight per head and N(0, 1) random matrices
+    variant = str(options.get("variant", ""))
+    if variant.endswith("+dot"):
+        options.setdefault("mixing", "head")
+    if "random" in variant:
+        options.setdefault("random_init", "normal")
     return get_method_config("synthesizer", **options)
 
 
@@ -116,6 +124,8 @@ def load_synthesized(path: str | os.PathLike, device: str | torch.device = "cpu"
         rank=options.rank,
         fixed=options.fixed,
         shared_heads=options.shared_heads,
+        mixing=options.mixing,
+        random_init=options.random_init,
     )
     _load_weights(model, path)
     return model.to(device).eval()

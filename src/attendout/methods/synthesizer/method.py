@@ -144,7 +144,7 @@ class Synthesizer(AttentionMethod):
             )
         if self.l_max is None:
             self.l_max = int(config.max_position_embeddings)
-        if self.config.rank > self.l_max:
+        if self.config.rank > self.l_max and "factorized" in self.config.variant:
             raise ValueError(
                 f"{self.name}: rank must be at most l_max ({self.l_max}), got {self.config.rank!r}"
             )
@@ -162,6 +162,8 @@ class Synthesizer(AttentionMethod):
                     shared_heads=self.config.shared_heads,
                     init=self.config.init,
                     init_std=float(getattr(config, "initializer_range", 0.02)),
+                    mixing=self.config.mixing,
+                    random_init=self.config.random_init,
                 )
                 for layer in layers
             }
@@ -220,11 +222,13 @@ class Synthesizer(AttentionMethod):
         return dataclasses.replace(self.config, l_max=self.l_max)
 
     def stats(self) -> dict[str, float]:
-        """Mean mixing weight of the synthetic logits per layer (mixtures only)."""
+        """Mixing weight of the synthetic logits per layer (mixtures with a weight: the sigmoid of
+        ``layer``, the mean over heads of ``head``)."""
         if self.modules is None or not is_mixture(self.config.variant):
             return {}
         with torch.no_grad():
-            return {f"{self.name}/mix/L{k}": float(m.mix.mean()) for k, m in self.modules.items()}
+            weights = {k: m.weight() for k, m in self.modules.items()}
+            return {f"{self.name}/mix/L{k}": float(w.mean()) for k, w in weights.items() if w is not None}
 
 
 def _check_positions(call: AttentionCall, name: str) -> None:
@@ -261,9 +265,11 @@ def synthesize(
     layers: list[int] | str | None = None,
     max_length: int | None = None,
     init: str | None = None,
-    rank: int = 8,
+    rank: int = 16,
     fixed: bool = False,
     shared_heads: bool = False,
+    mixing: str | None = None,
+    random_init: str | None = None,
 ) -> nn.Module:
     """Give ``model`` Synthesizer attention in ``layers`` (all by default), in place; returns ``model``.
 
@@ -274,8 +280,10 @@ def synthesize(
     ``max_length`` is l_max, the longest sequence accepted (default: the model's
     ``max_position_embeddings``; random variants cost H * l_max^2 parameters per layer, so pass your
     data's length). Rotary-position models (ModernBERT, EuroBERT) have no fixed length: for them it is
-    required. ``init='exact'`` (the default for mixtures) starts the mixing weights at 0: the
-    model then computes exactly what it computed before. Save with :func:`attendout.save_synthesized`
+    required. A mixture's weight is by default the official code's (``mixing='layer'``: one sigmoid
+    weight per layer, starting at 1/2); ``mixing='head'`` (one raw weight per head) starts it at 0
+    (``init='exact'``, its default): the model then computes exactly what it computed before. The
+    random matrices start as the official code's (``random_init='glorot'``; ``'normal'``: N(0, 1)). Save with :func:`attendout.save_synthesized`
     (``model.save_pretrained(path)`` is redirected to it, so no save writes a plain checkpoint that
     `transformers` would load without the synthesizer); load with :func:`attendout.load_synthesized`.
 
@@ -290,6 +298,8 @@ def synthesize(
         rank=rank,
         fixed=fixed,
         shared_heads=shared_heads,
+        mixing=mixing,
+        random_init=random_init,
     )
     apply(model, config)
     return model
@@ -333,5 +343,7 @@ def save_synthesized(model: nn.Module, path: str | os.PathLike, tokenizer: Any =
         "base_class": type(model).__name__,
         "base_config": base_config,
     }
-    (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
+    from transformers.utils import CONFIG_NAME  # the model folder's config.json, as transformers names it
+
+    (path / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
     return path
