@@ -7,7 +7,10 @@
 #   ATTENDOUT_DATA=../shared/data bash experiments/advise.sh cola-500     # run it twice at once: the two
 #   ATTENDOUT_DATA=../shared/data bash experiments/advise.sh cola-500     # jobs share trials and runs
 #
-# Resumable: rerun the same line after a stop. Model: the packaged MiniLM (not BERT-base); CPU, 1 thread a job.
+# results/advise/cola-500 and sst2-500 were made by v0.4's search (one seed a trial, the validation score the
+# objective); today's search (2 seeds a trial against plain fine-tuning) is another study, so a rerun needs
+# another --output-dir (the reduced rerun: --methods attn-dropout,drophead --trials 4 --output-dir
+# results/advise/cola-500-paired). Resumable: rerun the same line after a stop. Model: the packaged MiniLM (not BERT-base); CPU, 1 thread a job.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${ATTENDOUT_DATA:-../shared/data}"
