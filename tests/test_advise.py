@@ -881,3 +881,49 @@ def test_a_signal_stops_advise_with_the_command_that_goes_on(tiny_run, signum):
     study = optuna.load_study(study_name="scores-dropout", storage=f"sqlite:///{out / 'search.db'}")
     states = sorted(t.state.name for t in study.trials)
     assert states.count("COMPLETE") == 2 and states.count("FAIL") <= 1  # the stopped trial, queued again
+
+
+def test_what_can_be_checked_without_training_is_checked_before_the_probe(tiny_run):
+    """Issue 49, class 3: a typo in --method-option or a storage that cannot open costs no probe."""
+    recipe = toy_train_config(tiny_run, max_steps=None)
+    with pytest.raises(ValueError, match="--method-option addrop"):
+        AdviseConfig(recipe, methods=["addrop"], fixed_options={"addrop": {"atribution": "rd"}})
+    with pytest.raises(ValueError, match="--method-option addrop"):
+        AdviseConfig(recipe, methods=["addrop"], fixed_options={"addrop": {"attribution": "magic"}})
+    out = tiny_run["tmp"] / "early"
+    with pytest.raises(ValueError, match="--storage nonsense"):
+        advise(tiny_study(tiny_run, out, storage="nonsense"))
+    assert not (out / "regime").exists()  # nothing trained
+
+
+def test_a_worker_waits_for_the_confirmation_runs_of_others_and_takes_over_a_dead_ones(monkeypatch):
+    import attendout.advise.confirm as confirm_mod
+    from attendout.advise.confirm import _wait_for_others
+
+    class Store:
+        def __init__(self, states):
+            self.states = list(states)
+
+        def status(self, cell):
+            return (self.states[0][cell], "")
+
+        def tick(self):
+            if len(self.states) > 1:
+                self.states.pop(0)
+
+    class Cell:
+        def __init__(self, i):
+            self.i, self.key = i, f"cell-{i}"
+
+        def __hash__(self):
+            return self.i
+
+    cells = [Cell(0), Cell(1)]
+    lines: list[str] = []
+    finishing = Store([{cells[0]: "done", cells[1]: "running"}] * 3 + [{cells[0]: "done", cells[1]: "done"}])
+    monkeypatch.setattr(confirm_mod.time, "sleep", lambda seconds: finishing.tick())
+    assert _wait_for_others(cells, finishing, 0.0, lines.append) is False  # all done: answer
+    assert len(lines) == 1 and "waiting for 1 run(s) of other processes (cell-1" in lines[0]
+    dying = Store([{cells[0]: "done", cells[1]: "running"}, {cells[0]: "done", cells[1]: "todo"}])
+    monkeypatch.setattr(confirm_mod.time, "sleep", lambda seconds: dying.tick())
+    assert _wait_for_others(cells, dying, 0.0, lines.append) is True  # its process died: train it here

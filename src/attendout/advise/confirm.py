@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,8 +151,10 @@ def run_confirmation(
     reuse: str | Path | None = None,
     progress: bool = True,
     echo: Callable[[str], None] = print,
+    poll: float = 30.0,
 ) -> None:
-    """Train the confirmation's missing cells (finished ones are kept; cells of a changed setting rerun)."""
+    """Train the confirmation's missing cells (finished ones are kept; cells of a changed setting rerun),
+    then wait for the ones other processes still run."""
     from tqdm.auto import tqdm
 
     store = ResultsStore(root)
@@ -189,13 +192,37 @@ def run_confirmation(
             echo(line)
 
     try:
-        summary = run_cells(plan, store, rerun_stale=True, echo=listen)
+        while True:
+            summary = run_cells(plan, store, rerun_stale=True, echo=listen)
+            if summary.failed:
+                raise RuntimeError(
+                    f"confirm: {len(summary.failed)} run(s) failed (first: {summary.failed[0]}); see "
+                    f"{root}/bench/events.jsonl"
+                )
+            if not _wait_for_others(cells, store, poll, echo):
+                break
     finally:
         bar.close()
-    if summary.failed:
-        raise RuntimeError(
-            f"confirm: {len(summary.failed)} run(s) failed (first: {summary.failed[0]}); see {root}/bench/events.jsonl"
-        )
+
+
+def _wait_for_others(
+    cells: Sequence[Any], store: ResultsStore, poll: float, echo: Callable[[str], None]
+) -> bool:
+    """Wait while other live processes still run confirmation cells, so that every worker answers from
+    the whole confirmation, never a partial one. True if a cell came back to do (its process died)."""
+    waiting = False
+    while True:
+        states = [store.status(c)[0] for c in cells]
+        if "todo" in states:
+            return True
+        running = [c.key for c, state in zip(cells, states, strict=True) if state == "running"]
+        if not running:
+            return False
+        if not waiting:
+            echo(f"confirm: waiting for {len(running)} run(s) of other processes ({running[0]}, ...)")
+            waiting = True
+        time.sleep(poll)
+        raise_if_stopped()
 
 
 def read_confirmation(

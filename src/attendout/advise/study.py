@@ -116,6 +116,13 @@ class AdviseConfig:
                 raise ValueError(
                     f"{method}: option {sorted(searched)[0]!r} is searched; it cannot also be fixed"
                 )
+            if self.fixed_options.get(method):  # a typo or a bad value: now, not after the probe
+                from ..methods.base import get_method_config
+
+                try:
+                    get_method_config(method, **self.fixed_options[method])
+                except (TypeError, ValueError) as error:
+                    raise ValueError(f"--method-option {method}.*: {error}") from None
         if isinstance(self.seeds, str):
             if self.seeds != "auto":
                 raise ValueError(f"advise: seeds must be a list of seeds or 'auto', got {self.seeds!r}")
@@ -285,6 +292,10 @@ def advise(config: AdviseConfig) -> Advice:
     from ..experiments.spec import config_fingerprint
 
     _check_identity(config)
+    if config.until != "regime":  # the storage opens (a bad URL, a missing driver) before anything trains
+        from .search import open_storage
+
+        open_storage(config.storage_url)
     steps_per_epoch, metric = _steps_per_epoch(_search_recipe(config.recipe))
     regime = run_regime(config, steps_per_epoch) if config.probes else None
     budget = regime.budget if regime is not None else int(config.epochs or 0)
