@@ -851,8 +851,10 @@ def test_advise_help_and_a_bad_flag(capsys, tmp_path):
 
 @pytest.mark.parametrize("url", ["nonsense", "postgresql://user@localhost/study"])
 def test_a_storage_that_cannot_open_is_a_sentence(url):
-    with pytest.raises(ValueError, match=f"--storage {url}"):
+    with pytest.raises(ValueError, match=f"--storage {url}") as error:
         search_mod.open_storage(url)
+    if url.startswith("postgresql") and "driver is not installed" in str(error.value):
+        assert "pip install psycopg2-binary" in str(error.value)  # the missing driver is named
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -391,6 +391,38 @@ def test_a_busy_output_folder_refuses_a_second_run(shared, tmp_path, capsys):
     assert (out / "results.json").is_file() and not (out / LOCK_FILE).exists()
 
 
+def test_a_folder_a_live_run_writes_is_refused_naming_its_process_before_anything_else(
+    shared, tmp_path, capsys
+):
+    """Issue 49, class 4: what the folder holds (a run's results, a checkpoint) is not the point while a live
+    process writes it: the message names that process instead of advising --resume or --overwrite."""
+    out = tmp_path / "out"
+    write(out / "results.json", "{}")
+    holder = textwrap.dedent(
+        f"""
+        import fcntl, os, sys
+        fd = os.open({str(out / LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, f"pid {{os.getpid()}} on test".encode())
+        print("ready", flush=True)
+        sys.stdin.read()
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert main(finetune_args(shared, out)) == 2
+        err = capsys.readouterr().err
+        assert "in use by another run" in err and f"pid {proc.pid}" in err and "--overwrite" not in err
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert main(finetune_args(shared, out)) == 2  # the holder gone: the finished run is the point again
+    assert "holds a finished run" in capsys.readouterr().err
+
+
 def test_a_nan_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(shared, tmp_path, capsys):
     out = tmp_path / "out"
     extra = ["--max-steps", "8", "--checkpoint-steps", "1", "--log-steps", "1", "--eval-steps", "100"]

@@ -61,7 +61,7 @@ from .rundir import (
     verify_folder,
     write_text_atomic,
 )
-from .runlock import RunBusyError
+from .runlock import RunBusyError, RunLock
 
 logger = logging.getLogger(__name__)
 
@@ -129,8 +129,10 @@ def find_checkpoint(out: Path) -> tuple[Path, CheckpointStatus]:
 
 
 def check_run_dir(out: Path, overwrite: bool, resume: bool) -> None:
-    """Refuse, before anything is loaded or written, an output directory that cannot take this run."""
+    """Refuse, before anything is loaded or written, an output directory that cannot take this run (one a
+    live run is writing first, naming its process, whatever else the folder holds)."""
     check_output_dir(out)
+    RunLock(out).check_free()
     if RunDir(out).results.exists() and not overwrite:
         raise RunExistsError(
             f"{out} holds a finished run ({RESULTS_FILE}); choose another --output-dir or pass --overwrite"

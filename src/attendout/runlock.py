@@ -68,6 +68,35 @@ class RunLock:
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {started}\n".encode())
         _HELD[key] = fd
 
+    def holder(self) -> str | None:
+        """Who holds the lock now (the lock file's line), or None if no live process does (or this one)."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            return None
+        if not self.path.is_file() or os.path.realpath(self.path) in _HELD:
+            return None
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return os.read(fd, 200).decode(errors="replace").strip() or "a process"
+        finally:
+            os.close(fd)  # a shared lock taken here is dropped with the descriptor
+        return None
+
+    def check_free(self) -> None:
+        """:class:`RunBusyError` naming the holder if a live process holds the folder's lock."""
+        holder = self.holder()
+        if holder is not None:
+            raise RunBusyError(
+                f"{self.folder} is in use by another run ({holder}; lock file {self.path}); wait for it "
+                "to end or choose another --output-dir"
+            )
+
     def release(self) -> None:
         fd = _HELD.pop(os.path.realpath(self.path), None)
         if fd is None:
