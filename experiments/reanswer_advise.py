@@ -3,8 +3,8 @@
 Reads OUTPUT/confirm.toml, the confirmation runs in OUTPUT/confirm/ and the chosen settings in
 OUTPUT/advice.json, and prints the sentence advise now gives for them (chance, a design that cannot detect
 --detect with the seeds that would, or the verdict), with the noise it is computed from; ``--write``
-also stores it as OUTPUT/answer-now.md. The search is not rerun: see RESULTS.md (issue 47) for why the
-v0.4 studies of CoLA-500 and SST-2-500 were re-answered this way.
+also stores it as OUTPUT/answer-now.md. The search is not rerun: see docs/results/advise.md (issue 47)
+for why the v0.4 studies of CoLA-500 and SST-2-500 were re-answered this way.
 
     python experiments/reanswer_advise.py results/advise/cola-500 [--detect 0.02] [--write]
 """

@@ -1,9 +1,9 @@
-"""Rewrite RESULTS.md's cpu-table2 block from `attendout table cpu-table2`'s CSV and the cells' wall times.
+"""Rewrite docs/results/cpu-table2.md's table block from `attendout table cpu-table2`'s CSV and wall times.
 
     attendout table cpu-table2 --out results/cpu-table2/report
     python results/cpu-table2/results_block.py
 
-The block sits between the `cpu-table2 table` markers of RESULTS.md: one row per task and split with our
+The block sits between the `cpu-table2 table` markers of that page: one row per task and split with our
 four methods, the majority floor and paper 001's Table 2 (dev, BERT-base and RoBERTa-base, baseline ->
 AttendOut) beside them, then each method's mean cell wall time against `none`.
 """
@@ -21,7 +21,7 @@ from attendout.experiments.store import ResultsStore
 from attendout.report.table import RunRecord, collect_runs
 
 HERE = Path(__file__).resolve().parent
-RESULTS_MD = HERE.parents[1] / "RESULTS.md"
+PAGE = HERE.parents[1] / "docs" / "results" / "cpu-table2.md"
 METHODS = {
     "none": "none",
     "scores-dropout": "scores dropout (p 0.1)",
@@ -141,14 +141,14 @@ def block() -> str:
 
 
 def main() -> None:
-    text = RESULTS_MD.read_text()
+    text = PAGE.read_text()
     new, count = re.subn(
         r"<!-- cpu-table2 table:.*?<!-- end cpu-table2 table -->", lambda _: block(), text, flags=re.S
     )
     if count != 1:
-        raise SystemExit(f"{RESULTS_MD}: expected one cpu-table2 block between markers, found {count}")
-    RESULTS_MD.write_text(new)
-    print(f"rewrote the cpu-table2 block of {RESULTS_MD}")
+        raise SystemExit(f"{PAGE}: expected one cpu-table2 block between markers, found {count}")
+    PAGE.write_text(new)
+    print(f"rewrote the cpu-table2 block of {PAGE}")
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ def _no_key_left(allowed: torch.Tensor) -> torch.Tensor:
 #: The largest (B, H, rows, Lk) block of scores the filled path makes at once. Below glibc's largest
 #: threshold for serving an allocation by a fresh mapping (32 MiB), so blocks reuse heap memory instead
 #: of having new pages mapped and zeroed on every call, and a block's passes stay closer to the caches:
-#: with it, scores dropout's step at 8,192 tokens is 0.65x of stock SDPA's (RESULTS.md, *By sequence
+#: with it, scores dropout's step at 8,192 tokens is 0.65x of stock SDPA's (docs/results/cost.md, *By sequence
 #: length*); unblocked, the same path's attention layer measured about 1.15x of SDPA's at 8,192.
 BLOCK_BYTES = 16 << 20
 
