@@ -929,3 +929,48 @@ def test_a_worker_waits_for_the_confirmation_runs_of_others_and_takes_over_a_dea
     dying = Store([{cells[0]: "done", cells[1]: "running"}, {cells[0]: "done", cells[1]: "todo"}])
     monkeypatch.setattr(confirm_mod.time, "sleep", lambda seconds: dying.tick())
     assert _wait_for_others(cells, dying, 0.0, lines.append) is True  # its process died: train it here
+
+
+def test_a_second_worker_waits_for_the_probe_another_process_trains(tiny_run, monkeypatch):
+    """Issue 49: a worker started while another is in the regime stage waits, then reads its probe."""
+    from attendout.advise import study as study_mod
+    from attendout.runlock import LOCK_FILE
+
+    out = tiny_run["tmp"] / "shared-probe"
+    first = advise(tiny_study(tiny_run, out, until="regime"))  # the probe another worker trained
+    finished = out / "regime" / "results.json"
+    kept = finished.read_text()
+    finished.unlink()  # ... as it was while that worker still trained it, holding the folder's lock
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'pid of the other worker'); print('ready', flush=True); "
+            "sys.stdin.read()",
+            str(out / "regime" / LOCK_FILE),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "ready"
+    lines: list[str] = []
+
+    def other_worker_finishes(seconds):  # one poll later the other worker ends, its results written
+        finished.write_text(kept)
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+    monkeypatch.setattr(study_mod, "PROBE_POLL", 0.0)
+    monkeypatch.setattr("time.sleep", other_worker_finishes)
+    from attendout import train
+
+    monkeypatch.setattr(
+        train.Trainer, "fit", lambda self: pytest.fail("the waiting worker trained the probe")
+    )
+    again = advise(tiny_study(tiny_run, out, until="regime", echo=lines.append))
+    assert any(
+        "waiting for the probe another process is training (pid of the other worker)" in x for x in lines
+    )
+    assert again.regime == first.regime

@@ -254,11 +254,38 @@ def _check_identity(config: AdviseConfig) -> None:
     write_json_atomic(path, {"identity": identity, "methods": list(config.methods), "seeds": seeds})
 
 
+#: seconds between looks at a probe another process is training
+PROBE_POLL = 30.0
+
+
+def _wait_for_probe(config: AdviseConfig, run: Path) -> None:
+    """A second worker started while another trains the probe waits for it (as for trials), rather than
+    failing on the folder's lock; if that process dies, this one resumes the probe from its checkpoint."""
+    import time
+
+    from ..interrupt import check as raise_if_stopped
+    from ..runlock import RunLock
+
+    lock = RunLock(run)
+    waited = False
+    while not RunDir(run).finished:
+        holder = lock.holder()
+        if holder is None:
+            return
+        if not waited:
+            config.echo(f"advise: regime: waiting for the probe another process is training ({holder})")
+            waited = True
+        time.sleep(PROBE_POLL)
+        raise_if_stopped()
+
+
 def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
     """Stage 1: train (or read) plain fine-tuning's long run; read and record its regime."""
     from ..report.regime import epoch_curves, regime_figure, run_task_id
 
     run = Path(config.regime_run) if config.regime_run else config.out / "regime"
+    if config.regime_run is None:
+        _wait_for_probe(config, run)
     if config.regime_run is None and not RunDir(run).finished:
         plain = epoch_run(
             _search_recipe(config.recipe),
