@@ -558,6 +558,18 @@ def test_never_active_schedule_warns(tiny_run, caplog):
     with caplog.at_level("WARNING"):
         Trainer(config(tiny_run, method_options={}, max_steps=3))
     assert "AD-DROP never acts" in caplog.text
+    assert "--cross-tuning step" in caplog.text and "--start addrop" in caplog.text  # attendout's CLI: flags
+
+
+def test_the_never_active_warning_names_python_options_outside_attendouts_loop(caplog):
+    """Used from prepare or a Trainer, the remedy is a keyword, not a command-line flag (issue 49)."""
+    strategy = attendout.prepare(tiny_model("bert"), "addrop")
+    loop = attendout.LoopContext(device="cpu", total_steps=3, steps_per_epoch=5, task=get_task("cola"))
+    with caplog.at_level(logging.WARNING):
+        strategy.start(loop)
+    assert "AD-DROP never acts" in caplog.text
+    assert "cross_tuning='step'" in caplog.text and "start='addrop'" in caplog.text
+    assert "--" not in caplog.text.split("never acts")[1]
 
 
 @pytest.mark.parametrize(("epochs", "warned"), [(2, True), (3, False), (4, True)])

@@ -66,18 +66,22 @@ class ADDropStrategy(TrainingStrategy):
             logger.warning(
                 "addrop: this run of %d steps ends inside an AD-DROP phase of cross-tuning (phases of %d "
                 "steps, plain first); model selection keeps the best validation, but to end on a plain "
-                "phase give an odd number of phases (e.g. an odd number of epochs with --period 1)",
+                "phase give an odd number of phases (e.g. an odd number of epochs with %s)",
                 loop.total_steps,
                 length,
+                _option(loop, "period", "1"),
             )
         if loop.total_steps <= length:
             logger.warning(
                 "addrop: with cross_tuning=%s, period=%d and start=finetune, AD-DROP never acts in this run "
-                "of %d steps (%d per epoch); use --cross-tuning step with a shorter --period, or --start addrop",
+                "of %d steps (%d per epoch); use %s with a shorter %s, or %s",
                 c.cross_tuning,
                 c.period,
                 loop.total_steps,
                 loop.steps_per_epoch,
+                _option(loop, "cross_tuning", "step"),
+                _option(loop, "period"),
+                _option(loop, "start", "addrop"),
             )
 
     def before_forward(
@@ -97,3 +101,12 @@ class ADDropStrategy(TrainingStrategy):
         scale = loop.loss_scale() if loop.loss_scale is not None else None
         with loop.autocast():
             return method.prepare(model, batch, loss_scale=scale)
+
+
+def _option(loop: LoopContext, name: str, value: str | None = None) -> str:
+    """An option as the user of this loop sets it: a flag for attendout's own command line (``--period 1``),
+    a keyword elsewhere (``period=1`` to ``attendout.prepare``, ``hf.Trainer`` or the config)."""
+    if loop.loop == "attendout":
+        flag = "--" + name.replace("_", "-")
+        return flag if value is None else f"{flag} {value}"
+    return name if value is None else f"{name}={value!r}" if not value.isdigit() else f"{name}={value}"
