@@ -128,11 +128,13 @@ def find_checkpoint(out: Path) -> tuple[Path, CheckpointStatus]:
     return folder, checkpoint_status(folder)
 
 
-def check_run_dir(out: Path, overwrite: bool, resume: bool) -> None:
-    """Refuse, before anything is loaded or written, an output directory that cannot take this run (one a
-    live run is writing first, naming its process, whatever else the folder holds)."""
+def check_run_dir(out: Path, overwrite: bool, resume: bool, busy: bool = True) -> None:
+    """Refuse, before anything is loaded or written, an output directory that cannot take this run: with
+    ``busy``, first one a live run is writing (naming its process), whatever else the folder holds (the
+    other processes of a distributed run leave that to the main one, which takes the folder's lock)."""
     check_output_dir(out)
-    RunLock(out).check_free()
+    if busy:
+        RunLock(out).check_free()
     if RunDir(out).results.exists() and not overwrite:
         raise RunExistsError(
             f"{out} holds a finished run ({RESULTS_FILE}); choose another --output-dir or pass --overwrite"

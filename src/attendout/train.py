@@ -100,9 +100,9 @@ class Trainer:
         self.on_log = on_log  # sees every log.jsonl record
         self.run = RunDir(config.output_dir)  # the run directory's files by name
         self.out = self.run.path
-        check_run_dir(self.out, config.overwrite, config.resume)  # before anything is loaded or written
         self.distributed, self.device = process_group(config.device)
         self.is_main = self.distributed.is_main  # only the main process writes the run directory
+        check_run_dir(self.out, config.overwrite, config.resume, busy=self.is_main)  # before any load or write
 
         self._say(f"reading the data ({config.train_file or config.task})")
         task, data = config.load_data()
@@ -210,7 +210,7 @@ class Trainer:
             ) from None
 
     def _prepare_output_dir(self, resumed_at: int | None = None) -> None:
-        check_run_dir(self.out, self.config.overwrite, self.config.resume)
+        check_run_dir(self.out, self.config.overwrite, self.config.resume, busy=False)  # the main holds it
         if self.is_main:
             prepare_run_dir(self.out, self.config.overwrite, resumed_at)
 

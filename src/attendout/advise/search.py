@@ -139,9 +139,8 @@ def open_storage(url: str) -> Any:
     try:
         return _rdb_storage(optuna, url)
     except ImportError as error:  # the database's driver (psycopg2 for postgresql://, pymysql, ...)
-        raise ValueError(
-            f"--storage {url}: its database driver is not installed ({error}); {_driver_hint(url)}"
-        ) from None
+        hint = DRIVERS.get(url.split(":", 1)[0].split("+", 1)[0], "install the driver the URL names")
+        raise ValueError(f"--storage {url}: its database driver is not installed ({error}); {hint}") from None
     except Exception as error:  # SQLAlchemy's: a malformed URL, a server that refuses, ...
         if type(error).__module__.startswith(("sqlalchemy", "optuna")):
             raise ValueError(f"--storage {url}: {type(error).__name__}: {error}") from None
@@ -150,14 +149,9 @@ def open_storage(url: str) -> Any:
 
 #: URL scheme -> the pip line of SQLAlchemy's default driver for it
 DRIVERS = {
-    "postgresql": "pip install psycopg2-binary (or name another driver: postgresql+psycopg://...)",
-    "mysql": "pip install pymysql and write mysql+pymysql://...",
+    "postgresql": "pip install psycopg2-binary (or postgresql+psycopg://)",
+    "mysql": "pip install pymysql",
 }
-
-
-def _driver_hint(url: str) -> str:
-    scheme = url.split(":", 1)[0].split("+", 1)[0]
-    return DRIVERS.get(scheme, "install the driver the URL names (dialect+driver://...)")
 
 
 def _rdb_storage(optuna: Any, url: str) -> Any:

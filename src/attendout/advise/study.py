@@ -254,8 +254,7 @@ def _check_identity(config: AdviseConfig) -> None:
     write_json_atomic(path, {"identity": identity, "methods": list(config.methods), "seeds": seeds})
 
 
-#: seconds between looks at a probe another process is training
-PROBE_POLL = 30.0
+PROBE_POLL = 30.0  # seconds between looks at a probe another process is training
 
 
 def _wait_for_probe(config: AdviseConfig, run: Path) -> None:
