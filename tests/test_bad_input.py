@@ -7,6 +7,7 @@ training starts. The two run cases (a NaN loss, a busy output folder) run or hol
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -363,41 +364,9 @@ def test_a_finished_run_is_not_replaced_without_overwrite(shared, tmp_path, caps
     refused(capsys, finetune_args(shared, out), out, "holds a finished run", "--overwrite")
 
 
-def test_a_busy_output_folder_refuses_a_second_run(shared, tmp_path, capsys):
-    """Another process holds the folder's lock: the second run refuses and writes nothing."""
-    out = tmp_path / "out"
-    out.mkdir()
-    holder = textwrap.dedent(
-        f"""
-        import fcntl, os, sys, time
-        fd = os.open({str(out / LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, f"pid {{os.getpid()}} on test".encode())
-        print("ready", flush=True)
-        sys.stdin.read()
-        """
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        refused(capsys, finetune_args(shared, out), out, "in use by another run", f"pid {proc.pid}")
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=30)
-    # the holder is gone: its lock is stale and the next run takes the folder over (and frees it)
-    assert main(finetune_args(shared, out, None, None, "--max-steps", "1")) == 0
-    assert (out / "results.json").is_file() and not (out / LOCK_FILE).exists()
-
-
-def test_a_folder_a_live_run_writes_is_refused_naming_its_process_before_anything_else(
-    shared, tmp_path, capsys
-):
-    """Issue 49, class 4: what the folder holds (a run's results, a checkpoint) is not the point while a live
-    process writes it: the message names that process instead of advising --resume or --overwrite."""
-    out = tmp_path / "out"
-    write(out / "results.json", "{}")
+@contextlib.contextmanager
+def lock_held(out: Path):
+    """Another process holding ``out``'s run lock (its pid yielded) until the block ends."""
     holder = textwrap.dedent(
         f"""
         import fcntl, os, sys
@@ -413,12 +382,34 @@ def test_a_folder_a_live_run_writes_is_refused_naming_its_process_before_anythin
     )
     try:
         assert proc.stdout.readline().strip() == "ready"
-        assert main(finetune_args(shared, out)) == 2
-        err = capsys.readouterr().err
-        assert "in use by another run" in err and f"pid {proc.pid}" in err and "--overwrite" not in err
+        yield proc.pid
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
+
+
+def test_a_busy_output_folder_refuses_a_second_run(shared, tmp_path, capsys):
+    """Another process holds the folder's lock: the second run refuses and writes nothing."""
+    out = tmp_path / "out"
+    out.mkdir()
+    with lock_held(out) as pid:
+        refused(capsys, finetune_args(shared, out), out, "in use by another run", f"pid {pid}")
+    # the holder is gone: its lock is stale and the next run takes the folder over (and frees it)
+    assert main(finetune_args(shared, out, None, None, "--max-steps", "1")) == 0
+    assert (out / "results.json").is_file() and not (out / LOCK_FILE).exists()
+
+
+def test_a_folder_a_live_run_writes_is_refused_naming_its_process_before_anything_else(
+    shared, tmp_path, capsys
+):
+    """Issue 49, class 4: what the folder holds (a run's results, a checkpoint) is not the point while a live
+    process writes it: the message names that process instead of advising --resume or --overwrite."""
+    out = tmp_path / "out"
+    write(out / "results.json", "{}")
+    with lock_held(out) as pid:
+        assert main(finetune_args(shared, out)) == 2
+        err = capsys.readouterr().err
+        assert "in use by another run" in err and f"pid {pid}" in err and "--overwrite" not in err
     assert main(finetune_args(shared, out)) == 2  # the holder gone: the finished run is the point again
     assert "holds a finished run" in capsys.readouterr().err
 
