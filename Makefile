@@ -4,9 +4,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.attendout-installed
-DOCS_STAMP := $(VENV)/.attendout-docs-installed
 
-.PHONY: setup demo test test-all test-slow test-matrix lint bench docs
+.PHONY: setup demo test test-all test-slow test-matrix lint bench docs docs-serve
 
 setup: $(STAMP)
 
@@ -57,11 +56,25 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_methods.py
 
 # The documentation site (MkDocs, sources in docs/, config mkdocs.yml) into site/, strictly: a broken link,
-# a page missing from the navigation or a docstring reference that no longer resolves fails it. Installs
-# the docs extras (pinned in pyproject.toml) itself. Offline: no fonts or anything else fetched.
-$(DOCS_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[docs]'
+# a page missing from the navigation or a docstring reference that no longer resolves fails it. It needs
+# only the `docs` extra of pyproject.toml (MkDocs, Material, mkdocstrings, ruff to format signatures), in
+# a venv of its own: no torch, not even this package (mkdocstrings reads src/ without importing it).
+# Offline: no fonts or anything else fetched. Open site/index.html, or `make docs-serve`.
+DOCS_VENV  ?= .venv-docs
+DOCS_BIN   := $(DOCS_VENV)/bin
+DOCS_STAMP := $(DOCS_VENV)/.attendout-docs-installed
+
+$(DOCS_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_BIN)/python -m pip install --quiet --upgrade pip
+	$(DOCS_BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"], sep="\n")' \
+		> $(DOCS_VENV)/requirements.txt
+	$(DOCS_BIN)/python -m pip install --quiet -r $(DOCS_VENV)/requirements.txt
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(DOCS_BIN)/mkdocs build --strict --site-dir site
+
+# The site served at http://127.0.0.1:8000, rebuilt on every change of docs/, src/ or mkdocs.yml.
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_BIN)/mkdocs serve --dev-addr 127.0.0.1:8000 --watch src

@@ -58,6 +58,7 @@ import dataclasses
 import inspect
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +81,9 @@ logger = logging.getLogger(__name__)
 class CollatedSource:
     """A dataset of feature dicts, batched by a collator: an :class:`~attendout.contract.EvalSource`.
 
-    Keeps the tensors the model's ``forward`` accepts; ``label`` is renamed ``labels`` as
-    ``DataCollatorWithPadding`` does.
+    Keeps the tensors the model's ``forward`` accepts; ``label`` (or ``label_ids``) is renamed ``labels``
+    as ``DataCollatorWithPadding`` does. The collator sees every field of an example: columns it cannot
+    batch (a text column) must be gone first (:class:`Trainer` removes them as transformers does).
     """
 
     def __init__(self, dataset: Any, collate: Any, model: nn.Module) -> None:
@@ -97,17 +99,26 @@ class CollatedSource:
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
         features = [self.dataset[i] for i in indices]
         batch = dict(self.collate(features))
-        if "label" in batch and "labels" not in batch:
-            batch["labels"] = batch.pop("label")
+        for key in ("label", "label_ids"):
+            if key in batch and "labels" not in batch:
+                batch["labels"] = batch.pop(key)
         return {k: v for k, v in batch.items() if torch.is_tensor(v) and k in self.accepts}
 
 
 def _label_of(example: Any, index: int) -> Any:
-    for key in ("labels", "label"):
+    for key in ("labels", "label", "label_ids"):
         if key in example:
             value = example[key]
             return value.tolist() if torch.is_tensor(value) else value
-    raise ValueError(f"attendout.hf: validation_dataset example {index} has no 'label' or 'labels' field")
+    raise ValueError(
+        f"attendout.hf: validation_dataset example {index} has no 'label', 'labels' or 'label_ids' field"
+    )
+
+
+def _is_hf_dataset(dataset: Any) -> bool:
+    """Whether ``dataset`` is a ``datasets.Dataset`` (without importing ``datasets`` when nothing has)."""
+    datasets = sys.modules.get("datasets")
+    return datasets is not None and isinstance(dataset, getattr(datasets, "Dataset", ()))
 
 
 class _MethodCallback(TrainerCallback):
@@ -136,8 +147,10 @@ class Trainer(transformers.Trainer):
     """``transformers.Trainer`` that trains with an attendout method (see the module docstring).
 
     Extra arguments: ``method`` (a name or a :class:`~attendout.methods.MethodConfig`),
-    ``method_options`` (with a name), ``validation_dataset`` (AttendOut's games: a dataset the
-    collator can batch, with labels, not the one you report on), ``task`` (an
+    ``method_options`` (with a name), ``validation_dataset`` (AttendOut's games: labelled examples
+    not the ones you report on, a ``datasets.Dataset`` or any dataset of feature dicts; as for the
+    Trainer's own datasets, the columns the model's ``forward`` does not take, a text column say, are
+    left out unless ``remove_unused_columns=False``), ``task`` (an
     :class:`attendout.tasks.Task` for AttendOut's metric; default: from the model's head) and
     ``max_length`` (Synthesizer's default ``l_max``).
     """
@@ -360,9 +373,7 @@ class Trainer(transformers.Trainer):
         steps_per_epoch = max(1, math.ceil(batches / args.gradient_accumulation_steps))
         dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
         scaler = getattr(self.accelerator, "scaler", None)
-        validation = None
-        if self.validation_dataset is not None:
-            validation = CollatedSource(self.validation_dataset, self.data_collator, self.model)
+        validation = self._validation_source() if self.validation_dataset is not None else None
         if "validation" in self.strategy.needs and validation is None:
             raise ValueError(
                 f"attendout.hf.Trainer: {self.method_config.name!r} scores its games on labelled data that is "
@@ -389,6 +400,20 @@ class Trainer(transformers.Trainer):
             )
         )
         self._started = True
+
+    def _validation_source(self) -> CollatedSource:
+        """``validation_dataset`` batched as transformers batches the Trainer's own datasets.
+
+        The columns the model's ``forward`` does not take (a text column left by ``.map``) are removed
+        from a ``datasets.Dataset``, and from each example of any other dataset before the collator sees
+        it; ``remove_unused_columns=False`` keeps them all, as it does for the Trainer's datasets.
+        """
+        dataset, collate = self.validation_dataset, self.data_collator
+        if _is_hf_dataset(dataset):
+            dataset = self._remove_unused_columns(dataset, description="validation")
+        else:
+            collate = self._get_collator_with_removed_columns(collate, description="validation")
+        return CollatedSource(dataset, collate, self.model)
 
     def training_step(self, model: nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any):
         self._micro_batches.append({k: v for k, v in inputs.items() if torch.is_tensor(v)})
