@@ -15,10 +15,10 @@ from attendout.cli import main
 from attendout.contract import ForwardEdits
 from attendout.methods import AttendOutConfig, get_method_config
 from attendout.methods.attendout import generator as generator_mod
+from attendout.methods.attendout.game import GameScores, score_gap
 from attendout.methods.attendout.generator import Generator, reinforce_loss, unit_mask
 from attendout.methods.attendout.policy import GeneratorPolicy, rate_log_prob
-from attendout.methods.attendout.strategy import GameScores, score_gap
-from attendout.methods.scheduled import fit_piecewise_linear, schedule_value
+from attendout.methods.scheduled.schedule import fit_piecewise_linear, schedule_value
 from attendout.optim import update
 from attendout.train import Trainer
 from conftest import FAMILIES, save_tiny_model_dir, toy_cli_args, toy_train_config

@@ -33,6 +33,12 @@ def test_import_attendout_and_the_cli_help_import_no_heavy_package():
     assert heavy_modules_after("from attendout.cli import main; main(['--help'])") == []
 
 
+@pytest.mark.parametrize("command", ["methods", "tasks"])
+def test_listing_methods_and_tasks_imports_no_heavy_package(command):
+    # the configs are data: listing them needs no torch (benchmarks/bench_startup.py times it)
+    assert heavy_modules_after(f"from attendout.cli import main; main([{command!r}])") == []
+
+
 def test_every_public_name_is_still_there_after_a_lazy_import():
     code = (
         "import attendout\n"

@@ -20,9 +20,10 @@ from attendout.advise.regime import read_regime
 from attendout.advise.search import SearchPlan, _study, open_storage, search_results
 from attendout.config import TrainConfig
 from attendout.experiments import Budget, ResultsStore, load_experiment
+from attendout.report.comparison import build_table
 from attendout.report.regime import EpochCurves
+from attendout.report.render import to_csv, to_markdown
 from attendout.report.stats import bootstrap_difference
-from attendout.report.table import build_table, to_csv, to_markdown
 from attendout.tasks.textmetrics import bleu
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import attendout
-from attendout.cliflags import parse_eval_files
+from attendout.cli.flags import parse_eval_files
 from attendout.config import TrainConfig
 from attendout.configfile import load_config_file
 from attendout.devices import check_device_name, pick_device

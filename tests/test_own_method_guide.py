@@ -2,8 +2,7 @@
 
 The fixture takes the page's ```python block after ``<!-- keyed-dropout -->``, runs it as the module
 ``keyed_dropout`` (what a user's file would be), and afterwards takes ``"keyed-dropout"`` out of the
-registry again (``attendout.methods.METHODS``: there is no unregister function), so that no other test
-sees it.
+registry again (:func:`attendout.unregister_method`), so that no other test sees it.
 """
 
 from __future__ import annotations
@@ -48,7 +47,8 @@ def keyed_dropout():
         exec(compile(example_code(), str(PAGE), "exec"), module.__dict__)
         yield module
     finally:
-        METHODS.pop(NAME, None)
+        if NAME in METHODS:
+            attendout.unregister_method(NAME)
         sys.modules.pop("keyed_dropout", None)
 
 
@@ -188,3 +188,26 @@ def test_transformers_trainer_trains_with_it_and_logs_its_statistics(keyed_dropo
     assert len(logged(trainer, "loss")) == 4
     rates = logged(trainer, f"{NAME}/drop_rate/L0")
     assert len(rates) == 4 and all(0.0 < rate < 0.5 for rate in rates), rates
+
+
+def test_register_method_binds_a_name_once_and_unregister_frees_it(keyed_dropout):
+    config, method = keyed_dropout.KeyedDropoutConfig, keyed_dropout.KeyedDropout
+    assert config.name == NAME  # the name is the config's
+    attendout.register_method(NAME, config, method)  # the same config again: its parts replaced
+    again = type("KeyedDropoutConfig", (config,), {"__module__": "notebook"})  # a cell run twice
+    again = __import__("dataclasses").dataclass(again)
+    with pytest.raises(ValueError, match="already registered by KeyedDropoutConfig"):
+        attendout.register_method(NAME, again, method)
+    with pytest.raises(TypeError, match="must be a MethodConfig dataclass"):
+        attendout.register_method("other", object, method)
+    with pytest.raises(TypeError, match="method must be callable"):
+        attendout.register_method("other", again, 3)
+    assert "other" not in METHODS  # a refused registration leaves nothing behind
+    attendout.unregister_method(NAME)
+    assert NAME not in attendout.list_methods()
+    with pytest.raises(ValueError, match="unknown method 'keyed-dropout'"):
+        attendout.get_method_config(NAME)
+    attendout.register_method(NAME, again, method)  # the name is free for the new class
+    assert attendout.get_method_config(NAME, p=0.3) == again(p=0.3)
+    attendout.unregister_method(NAME)
+    attendout.register_method(NAME, config, method)  # as the fixture left it

@@ -13,8 +13,9 @@ from scipy import stats
 
 from attendout.cli import main
 from attendout.experiments import Budget, ResultsStore, load_experiment
+from attendout.report.comparison import build_table, majority_floor
+from attendout.report.render import to_csv, to_markdown
 from attendout.report.stats import bootstrap_difference, detectable_difference, holm, paired_t_test, pooled_sd
-from attendout.report.table import build_table, majority_floor, to_csv, to_markdown
 from attendout.tasks.metrics import accuracy, f1, mcc
 from conftest import panels
 

@@ -626,7 +626,7 @@ def test_sequence_metric_counts_score_any_resample_as_the_metric_does():
 
 
 def test_a_token_cells_stored_predictions_are_read_as_tag_names_and_floored_by_the_commonest_tag(tmp_path):
-    from attendout.report.table import RunRecord, majority_floor
+    from attendout.report.comparison import RunRecord, majority_floor
 
     (tmp_path / "predictions").mkdir()
     rows = [

@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .methods.base import MethodConfig, get_method_config
+from .methods.config import MethodConfig
+from .methods.registry import get_method_config
 from .typecheck import check_values
 
 __all__ = ["dumps_toml", "load_config", "load_config_file", "save_config"]

@@ -418,7 +418,7 @@ def _scores(metrics: dict[str, float]) -> str:
 
 
 def predict_main(predictor: GenerationPredictor, args: Any) -> int:
-    """``attendout predict`` on a generation run: the parsed ``args`` of :func:`attendout.cli.cmd_predict`."""
+    """``attendout predict`` on a generation run: the parsed ``args`` of :func:`attendout.cli.predict.main`."""
     import sys
 
     from .predictbase import check_output_path, write_rows

@@ -71,7 +71,9 @@ from .attention.deberta import install_hooks as _deberta  # noqa: F401  (importi
 from .contract import Distributed, LoopContext, StepInfo
 from .interrupt import Stopped, agreed, deferred, requested
 from .limits import check_length
-from .methods.base import METHODS, MethodConfig, TrainingStrategy, get_method_config
+from .methods.base import TrainingStrategy
+from .methods.config import MethodConfig
+from .methods.registry import METHODS, build_strategy, get_method_config
 
 __all__ = ["CollatedSource", "Seq2SeqTrainer", "Trainer"]
 
@@ -191,7 +193,7 @@ class Trainer(transformers.Trainer):
             )
         self.method_config = config
         self._find_unused_parameters(config)
-        self.strategy: TrainingStrategy = config.training_strategy()
+        self.strategy: TrainingStrategy = build_strategy(config)
         self.strategy.attach(self.model, max_length=max_length)
         self.validation_dataset = validation_dataset
         self.task = task
@@ -211,7 +213,7 @@ class Trainer(transformers.Trainer):
         self._drop_strategy()
         self.method_config = config
         self._find_unused_parameters(config)
-        self.strategy = config.training_strategy()
+        self.strategy = build_strategy(config)
         self.strategy.attach(self.model, max_length=self._max_length)
         self._micro_batches = []
         self._started = False
@@ -225,7 +227,7 @@ class Trainer(transformers.Trainer):
         """
         if self.strategy.handle is not None:
             self.strategy.handle.remove()
-        self.strategy = self.method_config.training_strategy()  # attached to no model: _use_method attaches
+        self.strategy = build_strategy(self.method_config)  # attached to no model: _use_method attaches
         self._micro_batches = []
         self._started = False
 

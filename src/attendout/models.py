@@ -12,6 +12,9 @@ import logging
 import os
 import pickle
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -291,63 +294,74 @@ def _unreadable_weights(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and "PytorchStreamReader" in str(error)
 
 
-def load_for_task(
-    name: str, task, *, ignore_mismatched_head: bool = False, **kwargs
-) -> tuple[nn.Module, object, str]:
-    """Load (model with the task's head, tokenizer, description) for ``task``.
+@dataclass(frozen=True)
+class _HeadChoice:
+    """What :func:`load_for_task` does with a checkpoint's head: :func:`head_plan`'s plan and order, the
+    label sets of both sides, and whether the checkpoint's head is of another kind (never its rows)."""
 
-    The checkpoint's head meets the task: a bare encoder gets a fresh head; a head with the task's
-    labels is kept, rows reordered when the checkpoint names the same labels in another order (matched
-    case-insensitively); unnamed classes (``LABEL_0``...) of the right count are taken by position. A
-    head with another count or other names is an error (:class:`HeadMismatchError`) unless
-    ``ignore_mismatched_head``: then the head is initialised afresh and a warning names both label sets.
+    plan: str
+    order: list[int] | None
+    theirs: tuple[str, ...] | None
+    ours: tuple[str, ...]
+    other_head: bool
 
-    ``kwargs`` go to ``from_pretrained`` (``attn_implementation``, ``dtype``...). A hub name without
-    internet fails with the hub's own error, prefixed with a hint at local alternatives.
-    """
-    import transformers
-    from transformers import AutoConfig, AutoTokenizer
+    @property
+    def load_kwargs(self) -> dict:
+        """``from_pretrained`` keywords: a head that will be replaced may have other sizes."""
+        return {"ignore_mismatched_sizes": True} if self.plan == "mismatch" or self.other_head else {}
 
-    if task.kind not in HEAD_CLASSES:
-        raise ValueError(
-            f"task {task.name!r} has kind {task.kind!r}; the fine-tuning loop supports {', '.join(HEAD_CLASSES)}"
-        )
-    auto_class = getattr(transformers, HEAD_CLASSES[task.kind])
-    path, description = resolve_model(name)
-    local = os.path.isdir(path)
-    if local:
-        check_model_folder(path)
-    head: dict = {}
+
+def _task_head_kwargs(task) -> dict:
+    """``from_pretrained`` keywords that shape the head for ``task``: its label count, names and problem type."""
     if task.kind == "regression":
-        head = {"num_labels": 1, "problem_type": "regression"}
-    elif task.kind in ("classification", "token_classification"):
-        head = {
-            "num_labels": task.num_labels,
-            "id2label": dict(enumerate(task.label_names)),
-            "label2id": {label: i for i, label in enumerate(task.label_names)},
-        }
-        if task.kind == "classification":
-            head["problem_type"] = "single_label_classification"
-    try:
-        config = AutoConfig.from_pretrained(path)
-        theirs = checkpoint_head(config, task.kind)
-        plan, order = head_plan(theirs, task)
-        ours = {"regression": (REGRESSION_HEAD,), "multiple_choice": (CHOICE_HEAD,)}.get(task.kind) or tuple(
-            task.label_names
+        return {"num_labels": 1, "problem_type": "regression"}
+    if task.kind not in ("classification", "token_classification"):
+        return {}
+    head = {
+        "num_labels": task.num_labels,
+        "id2label": dict(enumerate(task.label_names)),
+        "label2id": {label: i for i, label in enumerate(task.label_names)},
+    }
+    if task.kind == "classification":
+        head["problem_type"] = "single_label_classification"
+    return head
+
+
+def _choose_head(name: str, config, task, ignore_mismatched_head: bool) -> _HeadChoice:
+    """How the checkpoint's head (read from its config) meets ``task``; a mismatch is an error
+    (:class:`HeadMismatchError`) unless ``ignore_mismatched_head``."""
+    theirs = checkpoint_head(config, task.kind)
+    plan, order = head_plan(theirs, task)
+    ours = {"regression": (REGRESSION_HEAD,), "multiple_choice": (CHOICE_HEAD,)}.get(task.kind) or tuple(
+        task.label_names
+    )
+    if plan == "mismatch" and not ignore_mismatched_head:
+        raise HeadMismatchError(
+            f"model {name!r} has a classification head for {_shown(theirs)}, but task {task.name!r} has "
+            f"{_shown(ours)}; pass {IGNORE_HEAD_OPTION} to start a new head"
         )
-        if plan == "mismatch" and not ignore_mismatched_head:
-            raise HeadMismatchError(
-                f"model {name!r} has a classification head for {_shown(theirs)}, but task {task.name!r} has "
-                f"{_shown(ours)}; pass {IGNORE_HEAD_OPTION} to start a new head"
-            )
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        if task.kind == "token_classification" and getattr(tokenizer, "add_prefix_space", None) is False:
-            # Byte-level BPE (RoBERTa, GPT-2) reads pre-split words only with a space before each.
-            tokenizer = AutoTokenizer.from_pretrained(path, add_prefix_space=True)
-        # A head of another kind (a sentence classifier's for a token task): a fresh head, never its rows.
-        other_head = plan == "new" and _has_a_head(config)
-        extra = {"ignore_mismatched_sizes": True} if plan == "mismatch" or other_head else {}
-        model = auto_class.from_pretrained(path, **head, **extra, **kwargs)
+    # A head of another kind (a sentence classifier's for a token task): a fresh head, never its rows.
+    return _HeadChoice(plan, order, theirs, ours, other_head=plan == "new" and _has_a_head(config))
+
+
+def _load_tokenizer(path: str, task):
+    """The checkpoint's tokenizer; for a token task, one that reads pre-split words (a space before each)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if task.kind == "token_classification" and getattr(tokenizer, "add_prefix_space", None) is False:
+        # Byte-level BPE (RoBERTa, GPT-2) reads pre-split words only with a space before each.
+        tokenizer = AutoTokenizer.from_pretrained(path, add_prefix_space=True)
+    return tokenizer
+
+
+@contextmanager
+def _loading_errors(name: str, local: bool) -> Iterator[None]:
+    """Turn what ``from_pretrained`` raises on a missing or unreadable model into our errors: a file not
+    found (:class:`ModelNotFoundError`, with a hint at local alternatives for a hub name) or weights
+    that are truncated or corrupt (:class:`ModelFileError`). Other errors pass as they are."""
+    try:
+        yield
     except OSError as error:
         if local:
             raise ModelNotFoundError(
@@ -363,9 +377,12 @@ def load_for_task(
         raise ModelFileError(
             f"the weights of model {name!r} are truncated or corrupt ({_first_line(error)}); {REPAIR}"
         ) from None
-    check_finite(model, repr(name))
-    _pad_with_eos(model, tokenizer, name)
-    if other_head:
+
+
+def _fit_head(model: nn.Module, name: str, task, config, head: _HeadChoice) -> None:
+    """Make the loaded head meet the task as ``head`` decided: a fresh head for a head of another kind or
+    of other labels, rows reordered for the same labels in another order; each with a warning."""
+    if head.other_head:
         reinit_head(model)
         logger.warning(
             "model %s: new %s head for task %s; the checkpoint's head (%s) is not used",
@@ -374,21 +391,58 @@ def load_for_task(
             task.name,
             ", ".join(config.architectures),
         )
-    if plan == "permute" and order is not None:
-        permute_head(model, order)
+    if head.plan == "permute" and head.order is not None:
+        permute_head(model, head.order)
         logger.warning(
             "model %s: head labels (%s) mapped by name onto the task's order (%s)",
             name,
-            ", ".join(theirs or ()),
-            ", ".join(ours),
+            ", ".join(head.theirs or ()),
+            ", ".join(head.ours),
         )
-    elif plan == "mismatch":
+    elif head.plan == "mismatch":
         reinit_head(model)
         logger.warning(
             "model %s: new head for task %s (%s); the checkpoint's head (%s) is not used",
             name,
             task.name,
-            _shown(ours),
-            _shown(theirs),
+            _shown(head.ours),
+            _shown(head.theirs),
         )
+
+
+def load_for_task(
+    name: str, task, *, ignore_mismatched_head: bool = False, **kwargs
+) -> tuple[nn.Module, object, str]:
+    """Load (model with the task's head, tokenizer, description) for ``task``.
+
+    The checkpoint's head meets the task: a bare encoder gets a fresh head; a head with the task's
+    labels is kept, rows reordered when the checkpoint names the same labels in another order (matched
+    case-insensitively); unnamed classes (``LABEL_0``...) of the right count are taken by position. A
+    head with another count or other names is an error (:class:`HeadMismatchError`) unless
+    ``ignore_mismatched_head``: then the head is initialised afresh and a warning names both label sets.
+
+    ``kwargs`` go to ``from_pretrained`` (``attn_implementation``, ``dtype``...). A hub name without
+    internet fails with the hub's own error, prefixed with a hint at local alternatives.
+    """
+    import transformers
+    from transformers import AutoConfig
+
+    if task.kind not in HEAD_CLASSES:
+        raise ValueError(
+            f"task {task.name!r} has kind {task.kind!r}; the fine-tuning loop supports {', '.join(HEAD_CLASSES)}"
+        )
+    auto_class = getattr(transformers, HEAD_CLASSES[task.kind])
+    path, description = resolve_model(name)
+    local = os.path.isdir(path)
+    if local:
+        check_model_folder(path)
+    head_kwargs = _task_head_kwargs(task)
+    with _loading_errors(name, local):
+        config = AutoConfig.from_pretrained(path)
+        head = _choose_head(name, config, task, ignore_mismatched_head)
+        tokenizer = _load_tokenizer(path, task)
+        model = auto_class.from_pretrained(path, **head_kwargs, **head.load_kwargs, **kwargs)
+    check_finite(model, repr(name))
+    _pad_with_eos(model, tokenizer, name)
+    _fit_head(model, name, task, config, head)
     return model, tokenizer, description

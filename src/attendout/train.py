@@ -31,7 +31,6 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .attention.deberta import install_hooks as _deberta  # noqa: F401  (importing it registers DeBERTa's route)
 from .checkpoints import (
     RunExistsError,
     TrainState,
@@ -61,6 +60,7 @@ from .encoding import Encoded, encode, predict_batches, truncation_summary
 from .generation import GenerationOptions
 from .interrupt import Stopped, agreed, deferred
 from .limits import check_length
+from .methods.registry import build_strategy
 from .optim import TrainingError, adamw, linear_schedule, micro_batches, update
 from .rundir import (
     CHECKPOINT_DIR,
@@ -102,7 +102,9 @@ class Trainer:
         self.out = self.run.path
         self.distributed, self.device = process_group(config.device)
         self.is_main = self.distributed.is_main  # only the main process writes the run directory
-        check_run_dir(self.out, config.overwrite, config.resume, busy=self.is_main)  # before any load or write
+        check_run_dir(
+            self.out, config.overwrite, config.resume, busy=self.is_main
+        )  # before any load or write
 
         self._say(f"reading the data ({config.train_file or config.task})")
         task, data = config.load_data()
@@ -135,7 +137,7 @@ class Trainer:
         self.steps_per_epoch = math.ceil(len(self.train_set) / config.batch_size)
         self.total_steps = config.max_steps or max(1, math.ceil(config.epochs * self.steps_per_epoch))
         check_batches_fit_processes(len(self.train_set), config.batch_size, self.distributed.world_size)
-        self.strategy = self.method_config.training_strategy()
+        self.strategy = build_strategy(self.method_config)
         self.strategy.attach(self.model, max_length=config.max_length)
         self.train_model = self.wrap(self.model)  # DDP over several processes; the model itself in one
         self.optimizer, self.scheduler = self.make_optimizer(self.model)

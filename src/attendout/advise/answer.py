@@ -31,7 +31,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from ..configfile import save_config
-from ..methods.base import get_method_config
+from ..methods.registry import get_method_config
 from ..report.comparison import metric_scale
 from ..report.figures import method_colour
 from ..tasks.metrics import higher_is_better

@@ -1,22 +1,23 @@
-"""``attendout advise``: the command line of :func:`attendout.advise.advise`."""
+"""``attendout advise``: its flags, made into an :class:`~attendout.advise.study.AdviseConfig` for
+:func:`attendout.advise.advise`."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shlex
 from typing import Any
 
-from ..cliflags import (
-    TASK_DEFAULT_OPTIONS,
+from ..advise.objective import OBJECTIVES, search_seeds
+from ..advise.spaces import DEFAULT_METHODS, SEARCH_SPACES
+from ..advise.study import STAGES, AdviseConfig, advise
+from .flags import (
     add_dataclass_options,
     add_file_options,
-    parse_eval_files,
-    quiet_transformers,
+    add_threads,
+    set_threads,
+    task_defaults_unset,
+    train_config,
 )
-from .objective import OBJECTIVES, search_seeds
-from .spaces import DEFAULT_METHODS, SEARCH_SPACES
-from .study import STAGES, AdviseConfig, advise
 
 #: TrainConfig fields advise sets itself (per stage), so they are not options of the command
 _SET_BY_ADVISE = {
@@ -191,7 +192,7 @@ def advise_parser() -> argparse.ArgumentParser:
     )
     confirm.add_argument("--alpha", type=float, default=0.05, help="significance level (default: 0.05)")
     run = parser.add_argument_group("running")
-    run.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    add_threads(run)
     run.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
@@ -224,26 +225,10 @@ def _parse_option(text: str) -> tuple[str, str, Any]:
 
 def config_from_args(argv: list[str]) -> AdviseConfig:
     """The :class:`AdviseConfig` of a command line (errors: ValueError naming the flag)."""
-    from ..config import TrainConfig
-    from ..tasks.defaults import task_defaults
-
     parser = advise_parser()
-    unset = object()
-    parser.set_defaults(**{name: unset for name in TASK_DEFAULT_OPTIONS})
+    task_defaults_unset(parser)
     args = parser.parse_args(argv)
-    values = vars(args)
-    chosen = task_defaults(values.get("task"))
-    recipe_defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    for name in TASK_DEFAULT_OPTIONS:
-        if values[name] is unset:
-            values[name] = chosen.get(name, recipe_defaults[name])
-    fields = {f.name for f in dataclasses.fields(TrainConfig)} - _SET_BY_ADVISE
-    recipe = TrainConfig(
-        **{k: values[k] for k in fields},
-        eval_files=parse_eval_files(args.eval_file),
-        text_columns=args.text_columns.split(",") if args.text_columns else None,
-        progress=args.progress,
-    )
+    recipe = train_config(vars(args), leave_out=_SET_BY_ADVISE, progress=args.progress)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     fixed: dict[str, dict[str, Any]] = {}
     for text in args.method_option:
@@ -267,12 +252,7 @@ def config_from_args(argv: list[str]) -> AdviseConfig:
             raise ValueError(f"--seeds must be at least 2 (a paired test needs them), got {count}")
         taken = set(search_seeds(args.search_seed, args.search_repeats))
         seeds = [s for s in range(1, count + len(taken) + 1) if s not in taken][:count]
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1, got {args.threads}")
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     return AdviseConfig(
         recipe=recipe,
         output_dir=args.output_dir,
@@ -304,12 +284,11 @@ def config_from_args(argv: list[str]) -> AdviseConfig:
     )
 
 
-def advise_main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     """``attendout advise``: 0 when the stages ran; a stop (Ctrl-C, SIGTERM) is :func:`attendout.cli.main`'s."""
     import optuna
 
     config = config_from_args(argv)
-    quiet_transformers()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     advise(config)
     return 0

@@ -1,8 +1,10 @@
-"""Command-line flags shared by ``attendout finetune`` (:mod:`attendout.cli`) and ``attendout advise``
-(:mod:`attendout.advise.cli`): one ``--flag`` per field of a config dataclass, the file options
-(``--eval-file SPLIT=PATH``, ``--text-columns``) and how ``--eval-file`` values are read, and the
-options some tasks give their own defaults. Also what every command that loads models does first:
-:func:`quiet_transformers`.
+"""The flags several commands share, and where their values become configs.
+
+One ``--flag`` per field of a config dataclass (:func:`add_dataclass_options`), the file options
+(``--eval-file SPLIT=PATH``, ``--text-columns``), ``--threads``, and :func:`train_config`: the one place
+where the recipe flags of ``attendout finetune`` and ``attendout advise`` become a
+:class:`~attendout.config.TrainConfig` (the options some tasks give their own defaults included). Also
+what every command that loads models does first: :func:`quiet_transformers`.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ __all__ = [
     "TASK_DEFAULT_OPTIONS",
     "add_dataclass_options",
     "add_file_options",
+    "add_threads",
     "parse_eval_files",
     "quiet_transformers",
+    "set_threads",
+    "task_defaults_unset",
+    "train_config",
 ]
 
 #: Options some tasks give their own defaults (attendout.tasks.defaults.TASK_DEFAULTS).
@@ -111,7 +117,9 @@ def add_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
 def parse_eval_files(values: list[str] | None) -> dict[str, str] | None:
     """``--eval-file SPLIT=PATH`` values as {split: path}; a split named twice, or named ``train`` or
     ``validation`` (the run's own splits: :func:`attendout.tasks.loading.check_eval_split_names`), is refused."""
-    from .tasks.loading import check_eval_split_names  # here: the CLI's --help stays free of the data readers
+    from ..tasks.loading import (
+        check_eval_split_names,
+    )  # here: the CLI's --help stays free of the data readers
 
     if not values:
         return None
@@ -127,3 +135,51 @@ def parse_eval_files(values: list[str] | None) -> dict[str, str] | None:
         out[split] = path
     check_eval_split_names(out, "--eval-file")
     return out
+
+
+def add_threads(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--threads N``: torch's CPU threads for this process (every command that trains or predicts)."""
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+
+
+def set_threads(threads: int | None) -> None:
+    """torch.set_num_threads(threads), unless None; below 1 is an error naming ``--threads``."""
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {threads}")
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+#: Stands for "not given on the command line" in the options some tasks give their own defaults.
+_UNSET = object()
+
+
+def task_defaults_unset(parser: argparse.ArgumentParser) -> None:
+    """Mark the options with task defaults (:data:`TASK_DEFAULT_OPTIONS`) as not given, so that
+    :func:`train_config` can tell "left out" (the task's default applies) from "given"."""
+    parser.set_defaults(**{name: _UNSET for name in TASK_DEFAULT_OPTIONS})
+
+
+def train_config(values: dict[str, Any], *, leave_out: set[str] = frozenset(), **given: Any) -> Any:
+    """The :class:`~attendout.config.TrainConfig` of parsed flags ``values``: each TrainConfig field from
+    the flag of its name, except those in ``leave_out`` (the command sets them) and those in ``given``;
+    ``--eval-file`` and ``--text-columns`` parsed; options left out (:func:`task_defaults_unset`) take the
+    task's default (:mod:`attendout.tasks.defaults`), else TrainConfig's."""
+    from ..config import TrainConfig
+    from ..tasks.defaults import task_defaults
+
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    chosen = task_defaults(values.get("task"))
+    values = dict(values)
+    for name in TASK_DEFAULT_OPTIONS:
+        if values.get(name) is _UNSET:
+            values[name] = chosen.get(name, fields[name].default)
+    if "eval_files" not in given:
+        given["eval_files"] = parse_eval_files(values.get("eval_file"))
+    if "text_columns" not in given:
+        columns = values.get("text_columns")
+        given["text_columns"] = columns.split(",") if isinstance(columns, str) else columns
+    taken = {name: values[name] for name in fields if name in values and name not in leave_out}
+    return TrainConfig(**{**taken, **given})

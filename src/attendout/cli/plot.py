@@ -1,8 +1,9 @@
 """``attendout plot``: figures from run directories, drawn as PNG (its parser and what it prints).
 
 The convergence curves (validation metric vs step, mean ± std per method; paper 001 Figure 4) from
-:mod:`.curves`, AttendOut's dropout patterns (Figure 3) from :mod:`.patterns`, and with ``--regime``
-the per-epoch regime of each run from :mod:`.regime`.
+:mod:`attendout.report.curves`, AttendOut's dropout patterns (Figure 3) from
+:mod:`attendout.report.patterns`, and with ``--regime`` the per-epoch regime of each run from
+:mod:`attendout.report.regime`.
 """
 
 from __future__ import annotations
@@ -11,14 +12,9 @@ import argparse
 from pathlib import Path
 
 from ..rundir import LOG_FILE, RunDir
-from .curves import convergence_figure, group_runs
-from .patterns import is_attendout_run, pattern_figure
-from .regime import regime_figure, regime_summary, run_task_id
-
-__all__ = ["plot_main"]
 
 
-def plot_main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     """Figures from run directories: AttendOut's dropout patterns and the convergence curves (001 Fig. 3, 4)."""
     parser = argparse.ArgumentParser(
         prog="attendout plot",
@@ -51,6 +47,9 @@ def plot_main(argv: list[str]) -> int:
         help="with --regime: mark on each run the epochs this experiment file gives the run's task id",
     )
     args = parser.parse_args(argv)
+    from ..report.curves import convergence_figure, group_runs
+    from ..report.patterns import is_attendout_run, pattern_figure
+
     runs = [Path(run) for run in args.runs]
     for run in runs:
         if not RunDir(run).log.is_file():
@@ -74,6 +73,7 @@ def plot_main(argv: list[str]) -> int:
 def _plot_regime(runs: list[Path], out: Path, experiment: str | None, title: str) -> int:
     """``attendout plot --regime``: regime.png and one line per run (see attendout.report.regime)."""
     from ..experiments import load_experiment
+    from ..report.regime import regime_figure, regime_summary, run_task_id
 
     budgets: dict[str, float] = {}
     if experiment:

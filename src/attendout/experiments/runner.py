@@ -1,12 +1,12 @@
 """``attendout bench``: check, list and run the cells of an experiment grid in a shared results root.
 
-:func:`prepare_cells` builds the grid (with budget and command-line overrides), checks every cell
-(configuration, model and, for local data, the data and its sizes; nothing is downloaded) and picks a
-shard. :func:`format_listing` prints it (the dry run); both are in :mod:`attendout.experiments.plan`
-and importable from here. This module holds the rest: :func:`run_cells` trains the runnable cells that
-are neither finished nor claimed, one at a time, each in its own work folder published atomically
-(see :mod:`attendout.experiments.store`); :func:`reuse_runs` copies finished runs in from another
-root; :func:`bench_main` is the command.
+:func:`attendout.experiments.plan.prepare_cells` builds the grid (with budget and command-line
+overrides), checks every cell (configuration, model and, for local data, the data and its sizes;
+nothing is downloaded) and picks a shard; :func:`~attendout.experiments.plan.format_listing` prints it
+(the dry run). This module holds the rest: :func:`run_cells` trains the runnable cells that are neither
+finished nor claimed, one at a time, each in its own work folder published atomically (see
+:mod:`attendout.experiments.store`); :func:`reuse_runs` copies finished runs in from another root.
+The command is :mod:`attendout.cli.bench`.
 """
 
 from __future__ import annotations
@@ -22,28 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cliflags import quiet_transformers
 from ..config import TrainConfig
 from ..interrupt import check as raise_if_stopped
 from ..rundir import CELL_FILE, RESULTS_FILE, CheckpointError, RunDir, StorageError
 from ..train import finetune
-from .plan import CellCheck, GridPlan, format_listing, parse_selection, parse_shard, prepare_cells
-from .spec import Budget, Cell, ExperimentError, config_fingerprint
+from .plan import GridPlan
+from .spec import Cell, ExperimentError, config_fingerprint
 from .store import HEARTBEAT_S, Claim, ResultsStore, compact_predictions, has_checkpoint
 
-__all__ = [
-    "BenchJob",
-    "CellCheck",
-    "GridPlan",
-    "RunSummary",
-    "bench_main",
-    "format_listing",
-    "parse_selection",
-    "parse_shard",
-    "prepare_cells",
-    "reuse_runs",
-    "run_cells",
-]
+__all__ = ["BenchJob", "RunSummary", "reuse_runs", "run_cells"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -323,155 +310,3 @@ def _cell_record(
         "wall_time_s": round(wall, 2),
         "attendout": __version__,
     }
-
-
-# --------------------------------------------------------------------------------------------------
-# The command line
-
-
-def bench_parser() -> Any:
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="attendout bench",
-        description=(
-            "Run a grid of tasks x methods x seeds from an experiment file: one run folder per cell under a "
-            "results root. Resumable: finished cells are skipped, and a killed cell resumes from the checkpoint "
-            "of its last validation (every eval_steps, or checkpoint_steps; a cell with neither restarts) "
-            "to the numbers an uninterrupted run gives. Shareable: several jobs may run on one results root "
-            "at once (claims), or split it with --shard."
-        ),
-    )
-    parser.add_argument("experiment", help="an experiment file, or the name of one in --experiments-dir")
-    parser.add_argument(
-        "--results", default=None, help="results root (default: results/NAME, suffixed by budget overrides)"
-    )
-    parser.add_argument("--dry-run", action="store_true", help="list and check every cell; train nothing")
-    parser.add_argument(
-        "--shard", default=None, metavar="K/N", help="run only cells K, K+N, K+2N, ... (1 <= K <= N)"
-    )
-    parser.add_argument(
-        "--tasks", default=None, metavar="IDS", help="run only these task ids (comma-separated)"
-    )
-    parser.add_argument(
-        "--methods", default=None, metavar="IDS", help="run only these method ids (comma-separated)"
-    )
-    parser.add_argument(
-        "--seeds", default=None, metavar="SEEDS", help="run only these seeds (comma-separated)"
-    )
-    parser.add_argument(
-        "--data-dir",
-        default=None,
-        help="local data folder for every cell (default: the file's, else $ATTENDOUT_DATA)",
-    )
-    budget = parser.add_argument_group("budget overrides (replace the experiment's value in every cell)")
-    budget.add_argument("--max-train-samples", type=int, default=None, help="subsample every training set")
-    budget.add_argument(
-        "--max-eval-samples", type=int, default=None, help="subsample validation and evaluation splits"
-    )
-    budget.add_argument("--epochs", type=float, default=None, help="training epochs")
-    budget.add_argument("--max-steps", type=int, default=None, help="training steps (overrides epochs)")
-    parser.add_argument(
-        "--save-model", action="store_true", help="keep each cell's best model (default: no weights)"
-    )
-    parser.add_argument(
-        "--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default: the file's, else auto)"
-    )
-    parser.add_argument(
-        "--micro-batch-size",
-        type=int,
-        default=None,
-        metavar="N",
-        help="accumulate each training batch over micro-batches of at most N examples to fit the "
-        "device's memory (same updates; not part of a cell's identity, like --device)",
-    )
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads of this job")
-    parser.add_argument(
-        "--rerun-stale", action="store_true", help="retrain finished cells whose configuration has changed"
-    )
-    parser.add_argument(
-        "--stale-after",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="a claim from another host without heartbeat for this long is taken over (default: 900)",
-    )
-    parser.add_argument(
-        "--no-data-check", action="store_true", help="do not load local data in the pre-flight check"
-    )
-    parser.add_argument(
-        "--reuse-runs",
-        action="append",
-        default=[],
-        metavar="RESULTS_ROOT",
-        help="before training, copy in the finished runs under this folder (e.g. another grid's results) whose "
-        "configuration, seed included, is exactly a missing cell's (repeatable)",
-    )
-    parser.add_argument(
-        "--experiments-dir", default="experiments", help="where experiment names are looked up"
-    )
-    return parser
-
-
-def bench_main(argv: list[str]) -> int:
-    """``attendout bench``: returns 0 if every cell of the shard ran or was done, 1 if any failed, 2 if invalid."""
-    import sys
-
-    from .parse import load_experiment
-    from .store import STALE_AFTER_S, default_results_root
-
-    args = bench_parser().parse_args(argv)
-    experiment = load_experiment(args.experiment, args.experiments_dir)
-    budget = Budget(
-        max_train_samples=args.max_train_samples,
-        max_eval_samples=args.max_eval_samples,
-        epochs=args.epochs,
-        max_steps=args.max_steps,
-    )
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ExperimentError(f"--threads must be at least 1, got {args.threads}")
-        import torch
-
-        torch.set_num_threads(args.threads)
-    if args.stale_after is not None and args.stale_after <= 0:
-        raise ExperimentError(f"--stale-after must be positive, got {args.stale_after}")
-    shard = parse_shard(args.shard)
-    selection = parse_selection(experiment, args.tasks, args.methods, args.seeds)
-    root = Path(args.results) if args.results else default_results_root(experiment, budget)
-    store = ResultsStore(root, stale_after=args.stale_after or STALE_AFTER_S)
-    plan = prepare_cells(
-        experiment,
-        budget,
-        shard=shard,
-        selection=selection,
-        data_dir=args.data_dir,
-        save_model=True if args.save_model else None,
-        device=args.device,
-        micro_batch_size=args.micro_batch_size,
-        check_data=not args.no_data_check,
-    )
-    if args.dry_run or plan.invalid:
-        listing, counts = format_listing(plan, store)
-        print(listing)
-        if plan.invalid:
-            print(
-                f"attendout: error: {len(plan.invalid)} invalid cell(s); fix the experiment file",
-                file=sys.stderr,
-            )
-            return 2
-        return 0
-    quiet_transformers()  # its load reports would repeat for every cell
-    print(
-        f"experiment {experiment.name}: {experiment.shape()}; shard {shard[0]}/{shard[1]}; results in {root}"
-    )
-    if args.reuse_runs:
-        store.prepare(experiment, budget)
-        for source in args.reuse_runs:
-            if not Path(source).is_dir():
-                raise ExperimentError(f"--reuse-runs {source}: no such folder")
-            for key in reuse_runs([c for c in plan.shard_cells if c.config is not None], store, Path(source)):
-                print(f"{key}: reused the finished run of the same configuration in {source}")
-    summary = run_cells(plan, store, rerun_stale=args.rerun_stale, echo=lambda line: print(line, flush=True))
-    print(f"bench {experiment.name} shard {shard[0]}/{shard[1]}: {summary.line()}")
-    return 1 if summary.failed else 0

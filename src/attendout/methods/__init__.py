@@ -1,51 +1,70 @@
-"""Attention regularisers, each a config dataclass registered by name (see :mod:`.base`)."""
+"""Attention regularisers: each a config (its options, as data) registered by name with the parts that
+act on a model (:mod:`.registry`, the peft way).
 
-from ..attention.deberta import install_hooks as _deberta  # noqa: F401  (registers DeBERTa's attention route)
-from . import addrop, drophead, dropout, layerdrop, none, scheduled  # noqa: F401  (registers the methods)
+Every method is a package of the same layout: ``config.py`` (the options; no torch), ``method.py`` (its
+part in the attention hook) and, where the training loop must do more than a plain step, ``strategy.py``
+(AD-DROP, AttendOut; Synthesizer's is ``training.py``); its ``__init__`` registers the three.
+Importing this package imports the configs only: :func:`apply`, :func:`prepare` and the handles (which
+need torch) are imported on first use.
+"""
+
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_names
 from .addrop import ADDropConfig
 from .attendout import AttendOutConfig
-from .base import (
-    METHODS,
-    CombinedHandle,
-    MethodConfig,
-    MethodHandle,
-    MethodStackError,
-    TrainingStrategy,
-    apply,
-    get_method_config,
-    list_methods,
-    prepare,
-    register_method,
-    settle_for_task,
-)
+from .config import MethodConfig
 from .drophead import DropHeadConfig
 from .dropout import AttnDropoutConfig, ScoresDropoutConfig
 from .layerdrop import AttnLayerDropConfig, LayerDropConfig
 from .none import NoneConfig
+from .registry import (
+    METHODS,
+    get_method_config,
+    list_methods,
+    register_method,
+    settle_for_task,
+    unregister_method,
+)
 from .scheduled import ScheduledConfig
 from .synthesizer import SynthesizerConfig
 
+if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
+    from .base import CombinedHandle, MethodHandle, MethodStackError, TrainingStrategy, apply, prepare
+
+__getattr__ = lazy_names(
+    __name__,
+    dict.fromkeys(
+        ("CombinedHandle", "MethodHandle", "MethodStackError", "TrainingStrategy", "apply", "prepare"),
+        ".base",
+    ),
+)
+
 __all__ = [
-    "METHODS",
-    "ADDropConfig",
-    "AttendOutConfig",
+    # the configs, one per method (their fields are the options)
+    "NoneConfig",
     "AttnDropoutConfig",
-    "AttnLayerDropConfig",
-    "CombinedHandle",
+    "ScoresDropoutConfig",
+    "ScheduledConfig",
     "DropHeadConfig",
     "LayerDropConfig",
-    "MethodConfig",
-    "MethodHandle",
-    "MethodStackError",
-    "NoneConfig",
-    "ScheduledConfig",
-    "ScoresDropoutConfig",
+    "AttnLayerDropConfig",
+    "ADDropConfig",
+    "AttendOutConfig",
     "SynthesizerConfig",
-    "TrainingStrategy",
+    # a method on a model
     "apply",
+    "prepare",
     "get_method_config",
     "list_methods",
-    "prepare",
-    "register_method",
     "settle_for_task",
+    "MethodStackError",
+    # the registry and the parts of a method of your own
+    "register_method",
+    "unregister_method",
+    "METHODS",
+    "MethodConfig",
+    "MethodHandle",
+    "CombinedHandle",
+    "TrainingStrategy",
 ]

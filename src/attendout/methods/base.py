@@ -1,9 +1,8 @@
-"""Method configs, their registry, and `apply` / `remove`.
+"""Methods on a model: :func:`apply` / ``remove``, :func:`prepare`, and the :class:`TrainingStrategy`.
 
-A method is a ``@dataclass`` config registered by name with :func:`register_method`. Its fields are
-its options (each with ``metadata={"help": ...}``; the CLI turns them into ``--flags``), its checks
-live in ``__post_init__`` and raise ``ValueError`` naming the field and value, and ``build()`` makes
-the :class:`~attendout.attention.AttentionMethod` that acts through the hook.
+A method is a config (:class:`~attendout.methods.config.MethodConfig`: its options, as data)
+registered by name with the parts that act (:func:`~attendout.methods.registry.register_method`): the
+:class:`~attendout.attention.AttentionMethod` that acts through the hook, and the training strategy.
 
 >>> handle = attendout.apply(model, ScoresDropoutConfig(p=0.1))
 >>> ...  # any PyTorch loop; call handle.set_progress(step / total) if the method has a schedule
@@ -23,168 +22,17 @@ modules which self-attention they act on in generation models.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..attention import AttentionMethod, Controller, install
-from ..attention.families import stack_sizes
+from ..attention.deberta import install_hooks as _deberta  # noqa: F401  (registers DeBERTa's attention route)
 from ..contract import LoopContext, StepInfo
-from ..limits import LimitError
-from ..typecheck import check_fields
-
-METHODS: dict[str, type[MethodConfig]] = {}
-
-
-def register_method(cls: type[MethodConfig]) -> type[MethodConfig]:
-    """Class decorator: make a config available by its ``name``."""
-    if not getattr(cls, "name", None):
-        raise ValueError(f"{cls.__name__} has no name")
-    if cls.name in METHODS and METHODS[cls.name] is not cls:
-        raise ValueError(f"method name {cls.name!r} is already registered by {METHODS[cls.name].__name__}")
-    METHODS[cls.name] = cls
-    return cls
-
-
-def list_methods() -> list[str]:
-    return sorted(METHODS)
-
-
-def get_method_config(name: str, **options: Any) -> MethodConfig:
-    """Make the config of method ``name`` from keyword options (unknown name or option: ValueError)."""
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; known methods: {', '.join(list_methods())}")
-    cls = METHODS[name]
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ValueError(
-            f"method {name!r} has no option {unknown[0]!r}; its options: {', '.join(sorted(known))}"
-        )
-    return cls(**options)
-
-
-def parse_layers(value: Any) -> list[int] | None:
-    """``None``/"all" -> None; "0,2,5" or [0, 2, 5] -> [0, 2, 5]."""
-    if value is None or value == "all":
-        return None
-    if isinstance(value, str):
-        try:
-            value = [int(v) for v in value.split(",") if v.strip()]
-        except ValueError:
-            raise ValueError(f"layers must be 'all' or comma-separated integers, got {value!r}") from None
-    layers = [int(v) for v in value]
-    if not layers:
-        raise ValueError("layers is empty; use 'all' or a list of layer indices")
-    return layers
-
-
-def check_probability(owner: str, name: str, value: float, *, allow_one: bool = False) -> None:
-    upper_ok = value <= 1 if allow_one else value < 1
-    if not (0 <= value and upper_ok):
-        bound = "[0, 1]" if allow_one else "[0, 1)"
-        raise ValueError(f"{owner}: {name} must be in {bound}, got {value!r}")
-
-
-@dataclass
-class MethodConfig:
-    """Base of every method config."""
-
-    name: ClassVar[str] = ""
-    #: One line for `attendout methods` and `--help`.
-    summary: ClassVar[str] = ""
-    #: How the method relates to the model's own attention dropout: "keeps" or "replaces".
-    model_dropout: ClassVar[str] = "keeps"
-    #: Why a training forward may leave some parameters without a gradient (a skipped block, unused
-    #: query/key projections), or "" if it never does. DDP must then look for unused parameters
-    #: (``find_unused_parameters=True``), which attendout's loop sets, saying why.
-    unused_parameters: ClassVar[str] = ""
-    #: An architectural change (Synthesizer) rather than a regulariser: it may carry a regulariser on
-    #: top (see :func:`apply`), and counts as none for the rule that refuses two stacked regularisers.
-    architectural: ClassVar[bool] = False
-
-    def __post_init__(self) -> None:
-        self.check_types()
-        if hasattr(self, "layers"):
-            self.layers = parse_layers(self.layers)
-
-    def check_types(self) -> None:
-        """Every option against the type its field declares (:mod:`attendout.typecheck`): a bool is no
-        number, an int is a float; raises :class:`~attendout.typecheck.OptionTypeError` naming the option."""
-        check_fields(self, self.name)
-
-    def build(self) -> AttentionMethod:
-        raise NotImplementedError
-
-    def check_limits(self, max_length: int, model_config: Any, *, setting: str = "--max-length") -> None:
-        """Raise a ValueError (:class:`attendout.limits.LimitError`) if this method cannot act on inputs
-        of ``max_length`` tokens of the model ``model_config`` describes. Default: its ``layers`` must
-        exist. Called before training (:func:`attendout.limits.check_length`)."""
-        layers = getattr(self, "layers", None)
-        count = getattr(model_config, "num_hidden_layers", None)
-        stacks = ""
-        sizes = stack_sizes(model_config)
-        if sizes is not None:
-            # T5, BART: num_hidden_layers counts the encoder only; the hook numbers the decoder's after it
-            encoder, decoder = sizes
-            count = encoder + decoder
-            stacks = (
-                f" self-attention layers: 0..{encoder - 1} in the encoder, {encoder}..{count - 1} in the "
-                "decoder; cross-attention layers are not numbered: no method acts on them"
-            )
-        if isinstance(layers, list | tuple) and layers and isinstance(count, int) and max(layers) >= count:
-            missing = [layer for layer in layers if layer >= count]
-            raise LimitError(
-                f"{self.name}: layers {missing} do not exist; the model has {count} layers "
-                f"(0..{count - 1}){stacks and ':' + stacks}"
-            )
-
-    def training_strategy(self) -> TrainingStrategy:
-        """How the fine-tuning loop trains with this method (default: one plain step per batch)."""
-        return TrainingStrategy(self)
-
-    def for_task(self, task: str | None) -> MethodConfig:
-        """This config with its task-dependent defaults settled for the task named ``task``.
-
-        Default: the config itself (no option depends on the task). AD-DROP's ``layers="task"`` becomes
-        the layers its authors use on that task.
-        """
-        return self
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, **dataclasses.asdict(self)}
-
-
-def settle_for_task(method: str, options: Mapping[str, Any], task: str | None) -> dict[str, Any]:
-    """``options`` of ``method`` with the options that depend on the task written out for ``task``.
-
-    A run's config made from the result records what the run used (AD-DROP's layers for the task)
-    instead of "decided later". Options that do not make a config come back unchanged: the run's
-    own checks report them.
-    """
-    try:
-        config = get_method_config(method, **options)
-    except (ValueError, TypeError):
-        return dict(options)
-    settled = config.for_task(task)
-    if settled is config:
-        return dict(options)
-    before, after = config.to_dict(), settled.to_dict()
-    return {**options, **{k: v for k, v in after.items() if k != "name" and before.get(k) != v}}
-
-
-def layers_field() -> Any:
-    return field(
-        default=None,
-        metadata={
-            "help": "layers to act on: 'all' or comma-separated indices from 0 (default: all)",
-            "from_text": True,
-        },
-    )
+from .config import MethodConfig
+from .registry import build_method, build_strategy, get_method_config
 
 
 class MethodHandle:
@@ -219,7 +67,7 @@ class TrainingStrategy:
     The default fits every method that acts through the hook alone (the dropouts, DropHead, both
     LayerDrops, scheduled dropout): :meth:`attach` applies it, :meth:`set_progress` drives its
     schedule, and the loop trains the model as it would without it. Methods that need more subclass
-    it and return it from ``MethodConfig.training_strategy()``: AD-DROP runs an attribution pass in
+    it and are registered with their config (:func:`~attendout.methods.registry.register_method`): AD-DROP runs an attribution pass in
     :meth:`before_forward`, AttendOut trains an Attacker and plays its games in :meth:`after_step`,
     Synthesizer gives its new weights their own learning rate in :meth:`param_groups`.
 
@@ -331,7 +179,7 @@ def prepare(model: nn.Module, config: MethodConfig | str, **options: Any) -> Tra
         config = get_method_config(config, **options)
     elif options:
         raise TypeError("pass options either in the config or as keywords with a method name, not both")
-    strategy = config.training_strategy()
+    strategy = build_strategy(config)
     strategy.attach(model)
     return strategy
 
@@ -407,7 +255,7 @@ def apply(
 
 def _attach(model: nn.Module, config: MethodConfig) -> MethodHandle:
     controller = install(model)
-    method = config.build()
+    method = build_method(config)
     controller.add(method)
     method.applied_config = config  # what _refuse_stacking reads; leaves the controller with the method
     return MethodHandle(model, controller, config, method)

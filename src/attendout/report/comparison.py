@@ -1,10 +1,11 @@
 """The comparison table of an experiment grid as data: every statistic ``attendout table`` prints.
 
-:func:`build_table` reads the finished cells of a results root (:func:`collect_runs`) and computes, for
+:func:`build_table` reads the finished cells of a results root (:func:`collect_runs`) and assembles, for
 every model, task, evaluation split and method, the mean and standard deviation over seeds of the
 task's main metric; against the baseline method, the paired t-test over seeds with Holm's correction
 and the bootstrap interval over the evaluation examples; per task and split, the smallest difference
-the design can detect. :mod:`attendout.report.render` writes the result as Markdown and CSV.
+the design can detect. The statistics are computed by :mod:`attendout.report.stats`;
+:mod:`attendout.report.render` writes the result as Markdown and CSV.
 
 Every difference is the method's score minus the baseline's, whatever the metric's direction: for a
 metric where lower is better (perplexity, the loss; :func:`attendout.tasks.metrics.higher_is_better`)
@@ -23,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from ..experiments.spec import Budget, Cell, Experiment, MethodSpec, ModelSpec, TaskSpec
 from ..experiments.store import ResultsStore, read_predictions
@@ -34,7 +34,9 @@ from .stats import (
     PairedTest,
     bootstrap_difference,
     detectable_difference,
-    holm,
+    detectable_from_examples,
+    holm_family,
+    majority_score,
     paired_t_test,
     pooled_sd,
 )
@@ -276,6 +278,35 @@ def build_table(
     budget = Budget.from_dict(store.manifest().get("budget"))
     runs, status, invalid = collect_runs(experiment, store, budget)
     baseline = experiment.method(experiment.baseline)
+    rows, floors = _score_rows(experiment, runs, invalid)
+    for row in rows:
+        if row.method.id != baseline.id and row.values:
+            row.comparison = _compare(row, rows, runs, baseline, n_resamples=n_resamples, seed=seed)
+    family = _adjust_for_multiple_tests([r.comparison for r in rows if r.comparison is not None])
+    planned = sum(1 for r in rows if r.method.id != baseline.id)
+    return ComparisonTable(
+        experiment=experiment,
+        root=Path(root),
+        budget=budget,
+        rows=rows,
+        detectable=_detectable(experiment, rows, planned, alpha, power),
+        runs=runs,
+        status=status,
+        invalid=invalid,
+        alpha=alpha,
+        power=power,
+        n_resamples=n_resamples,
+        family_size=family,
+        planned_comparisons=planned,
+        floors=floors,
+    )
+
+
+def _score_rows(
+    experiment: Experiment, runs: dict[str, RunRecord], invalid: dict[str, str]
+) -> tuple[list[Row], dict[tuple[str, str, str], float]]:
+    """A row of scores over seeds for every model, task, split and method of the grid (in that order),
+    and the majority floor of every (model, task, split) whose labels are stored."""
     rows: list[Row] = []
     floors: dict[tuple[str, str, str], float] = {}
     for model in experiment.models:
@@ -290,62 +321,73 @@ def build_table(
                     floors[(model.id, task.id, split)] = floor
                 for method in experiment.methods:
                     row = Row(model=model, task=task, split=split, method=method, metric=metric or "?")
-                    reasons = {
-                        invalid[k] for k in invalid if k.startswith(f"{model.id}/{task.id}/{method.id}/")
-                    }
-                    row.invalid = "; ".join(sorted(reasons)) or None
-                    for run in task_runs:
-                        if run.cell.method.id == method.id and metric is not None:
-                            value = run.score(split, metric)
-                            if value is not None:
-                                row.values[run.cell.seed] = value
+                    row.invalid = _invalid_reason(invalid, model, task, method)
+                    if metric is not None:
+                        row.values = _seed_scores(task_runs, method, split, metric)
                     rows.append(row)
-    # comparisons against the baseline
-    for row in rows:
-        if row.method.id == baseline.id or not row.values:
-            continue
-        base = next(
-            (
-                r
-                for r in rows
-                if (r.model.id, r.task.id, r.split, r.method.id)
-                == (row.model.id, row.task.id, row.split, baseline.id)
-            ),
-            None,
-        )
-        if base is None or not base.values:
-            continue
-        seeds = sorted(set(row.values) & set(base.values))
-        if not seeds:
-            continue
-        test = paired_t_test([row.values[s] for s in seeds], [base.values[s] for s in seeds])
-        row.comparison = Comparison(test=test, higher_is_better=higher_is_better(row.metric))
-        row.comparison.bootstrap, row.comparison.note = _bootstrap(
-            runs, row, baseline, seeds, n_resamples=n_resamples, seed=seed
-        )
-    comparisons = [r.comparison for r in rows if r.comparison is not None]
-    adjusted = holm([c.test.p for c in comparisons])
+    return rows, floors
+
+
+def _invalid_reason(
+    invalid: dict[str, str], model: ModelSpec, task: TaskSpec, method: MethodSpec
+) -> str | None:
+    """Why the cells of one model, task and method cannot run (every distinct reason), or None."""
+    reasons = {invalid[k] for k in invalid if k.startswith(f"{model.id}/{task.id}/{method.id}/")}
+    return "; ".join(sorted(reasons)) or None
+
+
+def _seed_scores(
+    task_runs: Sequence[RunRecord], method: MethodSpec, split: str, metric: str
+) -> dict[int, float]:
+    """seed -> ``metric`` on ``split`` of ``method``'s finished runs (of one model and task) that report it."""
+    values: dict[int, float] = {}
+    for run in task_runs:
+        if run.cell.method.id == method.id:
+            value = run.score(split, metric)
+            if value is not None:
+                values[run.cell.seed] = value
+    return values
+
+
+def _compare(
+    row: Row,
+    rows: list[Row],
+    runs: dict[str, RunRecord],
+    baseline: MethodSpec,
+    *,
+    n_resamples: int,
+    seed: int,
+) -> Comparison | None:
+    """``row`` against the baseline's row of its column: the paired t-test over the seeds both ran and
+    the bootstrap over the examples; None where the baseline has no seed in common."""
+    base = next(
+        (
+            r
+            for r in rows
+            if (r.model.id, r.task.id, r.split, r.method.id)
+            == (row.model.id, row.task.id, row.split, baseline.id)
+        ),
+        None,
+    )
+    if base is None or not base.values:
+        return None
+    seeds = sorted(set(row.values) & set(base.values))
+    if not seeds:
+        return None
+    test = paired_t_test([row.values[s] for s in seeds], [base.values[s] for s in seeds])
+    comparison = Comparison(test=test, higher_is_better=higher_is_better(row.metric))
+    comparison.bootstrap, comparison.note = _bootstrap(
+        runs, row, baseline, seeds, n_resamples=n_resamples, seed=seed
+    )
+    return comparison
+
+
+def _adjust_for_multiple_tests(comparisons: list[Comparison]) -> int:
+    """Set every comparison's Holm-adjusted p-value (:func:`~.stats.holm_family`); returns the family size."""
+    adjusted, family = holm_family([c.test.p for c in comparisons])
     for comparison, p in zip(comparisons, adjusted, strict=True):
         comparison.p_holm = float(p)
-    family = int(np.sum(~np.isnan(adjusted))) if len(adjusted) else 0
-    planned = sum(1 for r in rows if r.method.id != baseline.id)
-    detectable = _detectable(experiment, rows, planned, alpha, power)
-    return ComparisonTable(
-        experiment=experiment,
-        root=Path(root),
-        budget=budget,
-        rows=rows,
-        detectable=detectable,
-        runs=runs,
-        status=status,
-        invalid=invalid,
-        alpha=alpha,
-        power=power,
-        n_resamples=n_resamples,
-        family_size=family,
-        planned_comparisons=planned,
-        floors=floors,
-    )
+    return family
 
 
 def _tag_rows(rows: list[list[int]], names: list[str]) -> np.ndarray:
@@ -354,27 +396,13 @@ def _tag_rows(rows: list[list[int]], names: list[str]) -> np.ndarray:
 
 def majority_floor(runs: Sequence[RunRecord], split: str, metric: str) -> float | None:
     """``metric`` of always predicting the most frequent label of ``split``: the score a model that
-    learned nothing reaches (MCC 0, F1 2p/(1+p) for a positive share p). Labels come from any run's
-    stored predictions (every cell of a grid sees the same split); None for regression labels."""
-    scorer = METRICS.get(metric)
+    learned nothing reaches (:func:`~.stats.majority_score`). Labels come from any run's stored
+    predictions (every cell of a grid sees the same split); None for regression labels."""
     for run in runs:
         stored = run.predictions(split)
-        if stored is None or scorer is None:
+        if stored is None or metric not in METRICS:
             continue
-        labels = stored[1]
-        if labels.dtype == object:  # tags per word: always the most frequent tag
-            tags, counts = np.unique([t for row in labels for t in row], return_counts=True)
-            common = tags[np.argmax(counts)]
-            constant = np.empty(len(labels), dtype=object)
-            for i, row in enumerate(labels):
-                constant[i] = [common] * len(row)
-            score = float(scorer(constant, labels))
-            return score if math.isfinite(score) else None
-        if labels.dtype.kind not in "iub":  # regression: no class to predict
-            return None
-        values, counts = np.unique(labels, return_counts=True)
-        score = float(scorer(np.full_like(labels, values[np.argmax(counts)]), labels))
-        return score if math.isfinite(score) else None
+        return majority_score(metric, stored[1])
     return None
 
 
@@ -462,9 +490,7 @@ def _detectable(
         ]
         sd = pooled_sd([c.test.sd for c in group], [c.test.n for c in group])
         intervals = [c.bootstrap for c in group if c.bootstrap is not None]
-        ses = [b.se for b in intervals]
         n_examples = intervals[0].n_examples if intervals else None
-        z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
         first = next(r for r in rows if (r.model.id, r.task.id, r.split) == (model_id, task_id, split))
         out.append(
             Detectable(
@@ -476,7 +502,7 @@ def _detectable(
                 sd_pooled=sd,
                 at_alpha=detectable_difference(sd, n_seeds, alpha, power),
                 at_holm_first_step=detectable_difference(sd, n_seeds, alpha / max(planned, 1), power),
-                from_examples=float(z * np.median(ses)) if ses else float("nan"),
+                from_examples=detectable_from_examples([b.se for b in intervals], alpha, power),
                 n_examples=n_examples,
             )
         )

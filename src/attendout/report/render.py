@@ -142,35 +142,61 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
 def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -> str:
     """The whole report as Markdown: header, scores, differences, detectable differences, figures."""
     e = table.experiment
-    baseline = e.method(e.baseline)
     out = [f"# {e.name}", "", *protocol_lines(table), ""]
     for model in e.models:
-        title = "## Scores" + (f": {model.label}" if len(e.models) > 1 else "")
-        columns = [(task, split) for task in e.tasks for split in table.splits(model, task)]
-        out += [title, ""]
-        header = ["method"] + [_column_title(t, s, _metric_of(table, model, t)) for t, s in columns]
-        out.append("| " + " | ".join(header) + " |")
-        out.append("|" + "---|" * len(header))
-        for method in e.methods:
-            cells = [method.label]
-            for task, split in columns:
-                row = table.row(model.id, task.id, split, method.id)
-                best = table.best(model.id, task.id, split)
-                cells.append(
-                    _score_cell(row, len(e.seeds), best is row and _ranked(table, model, task, split))
-                )
-            out.append("| " + " | ".join(cells) + " |")
-        floors = [table.floor(model.id, task.id, split) for task, split in columns]
-        if any(f is not None for f in floors):
-            cells = ["*majority class* (always the most frequent label: the floor)"]
-            cells += [
-                "–" if f is None else f"*{_val(f, _metric_of(table, model, task))}*"
-                for f, (task, _) in zip(floors, columns, strict=True)
-            ]
-            out.append("| " + " | ".join(cells) + " |")
-        out.append("")
-    out += [f"## Differences against {baseline.label}", ""]
-    out.append(
+        out += _scores_section(table, model)
+    out += _differences_section(table)
+    out += _detectable_section(table)
+    if table.invalid:
+        out += _invalid_section(table)
+    if figures:
+        out += ["", "## Figures", ""]
+        out += [f"![{name}]({path})" for name, path in figures.items()]
+    return "\n".join(out) + "\n"
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table's lines: the header, its rule, a line per row."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
+
+
+def _per_model_table(table: ComparisonTable, header: list[str], rows: list[list[str]]) -> list[str]:
+    """A table whose first column is the model: left out when the experiment has one model."""
+    if len(table.experiment.models) == 1:
+        header, rows = header[1:], [cells[1:] for cells in rows]
+    return _markdown_table(header, rows)
+
+
+def _scores_section(table: ComparisonTable, model: ModelSpec) -> list[str]:
+    """One model's scores: a line per method, a column per task and split, the majority floor below."""
+    e = table.experiment
+    title = "## Scores" + (f": {model.label}" if len(e.models) > 1 else "")
+    columns = [(task, split) for task in e.tasks for split in table.splits(model, task)]
+    header = ["method"] + [_column_title(t, s, _metric_of(table, model, t)) for t, s in columns]
+    rows = []
+    for method in e.methods:
+        cells = [method.label]
+        for task, split in columns:
+            row = table.row(model.id, task.id, split, method.id)
+            best = table.best(model.id, task.id, split)
+            cells.append(_score_cell(row, len(e.seeds), best is row and _ranked(table, model, task, split)))
+        rows.append(cells)
+    floors = [table.floor(model.id, task.id, split) for task, split in columns]
+    if any(f is not None for f in floors):
+        cells = ["*majority class* (always the most frequent label: the floor)"]
+        cells += [
+            "–" if f is None else f"*{_val(f, _metric_of(table, model, task))}*"
+            for f, (task, _) in zip(floors, columns, strict=True)
+        ]
+        rows.append(cells)
+    return [title, "", *_markdown_table(header, rows), ""]
+
+
+def _differences_section(table: ComparisonTable) -> list[str]:
+    """Every comparison against the baseline: Δ with its mark, the verdict, p, p_Holm, the bootstrap."""
+    baseline = table.experiment.method(table.experiment.baseline)
+    legend = (
         f"Δ: mean of the paired differences (method minus baseline, in the scores' units; for a metric where lower "
         f"is better, a gain is negative). Better: where p_Holm < {table.alpha:g}, whether the method is better or "
         f"worse than {baseline.label} in the metric's direction. p: paired t-test over seeds; p_Holm: Holm-adjusted over the "
@@ -178,7 +204,6 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
         f"over {table.n_resamples} resamples of the evaluation examples (stored predictions); it shows how much Δ "
         "depends on which examples the split holds, which the t-test over seeds does not."
     )
-    out.append("")
     header = [
         "model",
         "task",
@@ -191,10 +216,7 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
         "p_Holm",
         "bootstrap 95% interval",
     ]
-    if len(e.models) == 1:
-        header.remove("model")
-    out.append("| " + " | ".join(header) + " |")
-    out.append("|" + "---|" * len(header))
+    rows = []
     for row in table.rows:
         if row.comparison is None:
             continue
@@ -206,23 +228,33 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
             else c.note or "–"
         )
         verdict = {True: "better", False: "worse", None: "–"}[c.better(table.alpha)]
-        cells = [
-            row.model.label,
-            row.task.label,
-            row.split,
-            row.method.label,
-            str(c.test.n),
-            f"{_val(c.test.mean, m, True)}{c.mark}",
-            verdict,
-            _p(c.test.p),
-            _p(c.p_holm),
-            boot,
-        ]
-        if len(e.models) == 1:
-            cells.pop(0)
-        out.append("| " + " | ".join(cells) + " |")
-    out += ["", "## What this design can detect", ""]
-    out.append(
+        rows.append(
+            [
+                row.model.label,
+                row.task.label,
+                row.split,
+                row.method.label,
+                str(c.test.n),
+                f"{_val(c.test.mean, m, True)}{c.mark}",
+                verdict,
+                _p(c.test.p),
+                _p(c.p_holm),
+                boot,
+            ]
+        )
+    return [
+        f"## Differences against {baseline.label}",
+        "",
+        legend,
+        "",
+        *_per_model_table(table, header, rows),
+    ]
+
+
+def _detectable_section(table: ComparisonTable) -> list[str]:
+    """The smallest difference the design detects per task and split: from the seeds and from the examples."""
+    e = table.experiment
+    legend = (
         f"Smallest true difference (in the scores' units, either direction) detected with {int(100 * table.power)}% power. *Seeds*: a two-sided "
         f"paired t-test over {len(e.seeds)} seeds, computed from the noncentral t distribution, with the standard "
         "deviation of the paired differences pooled over the methods of the task and split; at α = "
@@ -231,14 +263,9 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
         f"first step, which the smallest p-value of the table must pass). *Examples*: (z(1 - α/2) + z(power)) "
         "times the median bootstrap standard error of the differences: the noise of a finite dev set alone."
     )
-    out.append("")
     header = ["model", "task", "split", "sd of paired Δ", "seeds: α", "seeds: α/m", "examples", "n examples"]
-    if len(e.models) == 1:
-        header.remove("model")
-    out.append("| " + " | ".join(header) + " |")
-    out.append("|" + "---|" * len(header))
-    for d in table.detectable:
-        cells = [
+    rows = [
+        [
             d.model.label,
             d.task.label,
             d.split,
@@ -248,19 +275,22 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
             _val(d.from_examples, d.metric, digits=2),
             str(d.n_examples or "–"),
         ]
-        if len(e.models) == 1:
-            cells.pop(0)
-        out.append("| " + " | ".join(cells) + " |")
-    if table.invalid:
-        out += ["", "## Invalid cells (not run)", ""]
-        reasons: dict[str, int] = {}
-        for reason in table.invalid.values():
-            reasons[reason] = reasons.get(reason, 0) + 1
-        out += [f"- {n} cell(s): {reason}" for reason, n in sorted(reasons.items())]
-    if figures:
-        out += ["", "## Figures", ""]
-        out += [f"![{name}]({path})" for name, path in figures.items()]
-    return "\n".join(out) + "\n"
+        for d in table.detectable
+    ]
+    return ["", "## What this design can detect", "", legend, "", *_per_model_table(table, header, rows)]
+
+
+def _invalid_section(table: ComparisonTable) -> list[str]:
+    """The cells that cannot run, counted by reason."""
+    reasons: dict[str, int] = {}
+    for reason in table.invalid.values():
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return [
+        "",
+        "## Invalid cells (not run)",
+        "",
+        *(f"- {n} cell(s): {reason}" for reason, n in sorted(reasons.items())),
+    ]
 
 
 def _metric_of(table: ComparisonTable, model: ModelSpec, task: TaskSpec) -> str:

@@ -5,7 +5,8 @@ All functions are plain numpy/scipy on arrays; :mod:`attendout.report.comparison
 * :func:`paired_t_test`: a method against the baseline over the seeds both ran (seed s of the method
   paired with seed s of the baseline: same data, same seed of the head initialisation), two-sided.
 * :func:`holm`: Holm's step-down adjustment of a family of p-values (here: every comparison of a
-  table), which controls the family-wise error rate without assuming independence.
+  table), which controls the family-wise error rate without assuming independence; :func:`holm_family`
+  also counts the family.
 * :func:`bootstrap_difference`: a percentile interval over the evaluation examples: resample the
   examples with replacement, score every run of both methods on the same resample, take the
   difference of the seed-means. It measures how much the difference depends on which examples the
@@ -14,12 +15,15 @@ All functions are plain numpy/scipy on arrays; :mod:`attendout.report.comparison
   resample from per-sentence statistics (:data:`TEXT_METRICS`), as scoring the resample anew would.
 * :func:`detectable_difference`: the smallest true mean difference the paired t-test with ``n``
   seeds detects with the given power at level ``alpha``, for a standard deviation of the paired
-  differences ``sd`` (exact, from the noncentral t distribution).
+  differences ``sd`` (exact, from the noncentral t distribution); :func:`detectable_from_examples`, the
+  same from the bootstrap's standard errors (the noise of the evaluation examples alone).
+* :func:`majority_score`: the score of always predicting the most frequent label (a table's floor).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +31,7 @@ from typing import Any
 import numpy as np
 from scipy import optimize, stats
 
-from ..tasks.metrics import SEQUENCE_METRICS, from_counts, sequence_counts, sequences_array
+from ..tasks.metrics import METRICS, SEQUENCE_METRICS, from_counts, sequence_counts, sequences_array
 
 __all__ = [
     "TEXT_METRICS",
@@ -35,7 +39,10 @@ __all__ = [
     "PairedTest",
     "bootstrap_difference",
     "detectable_difference",
+    "detectable_from_examples",
     "holm",
+    "holm_family",
+    "majority_score",
     "paired_t_test",
     "pooled_sd",
     "t_test_power",
@@ -107,6 +114,12 @@ def holm(pvalues: Sequence[float]) -> np.ndarray:
     return out
 
 
+def holm_family(pvalues: Sequence[float]) -> tuple[np.ndarray, int]:
+    """(:func:`holm`-adjusted p-values, the family size m): how many p-values were defined (not NaN)."""
+    adjusted = holm(pvalues)
+    return adjusted, int(np.sum(~np.isnan(adjusted)))
+
+
 @dataclass(frozen=True)
 class BootstrapInterval:
     """A bootstrap percentile interval of a difference of seed-means."""
@@ -148,8 +161,6 @@ def bootstrap_difference(
     matrices in one pass; any other metric name (or a callable ``f(predictions, labels)``) is
     evaluated resample by resample.
     """
-    from ..tasks.metrics import METRICS
-
     y = _as_array(labels)
     runs_a = [_as_array(p) for p in predictions_a]
     runs_b = [_as_array(p) for p in predictions_b]
@@ -422,6 +433,36 @@ def t_test_power(
         w * (special.ndtr(noncentrality - critical * s) + special.ndtr(-noncentrality - critical * s))
     )
     return float(min(max(value, 0.0), 1.0))
+
+
+def detectable_from_examples(ses: Sequence[float], alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest difference the evaluation examples' noise alone lets a two-sided z-test detect:
+    (z(1 - alpha/2) + z(power)) times the median of the bootstrap standard errors ``ses`` (NaN if none)."""
+    if not len(ses):
+        return float("nan")
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+    return float(z * np.median(ses))
+
+
+def majority_score(metric: str, labels: np.ndarray) -> float | None:
+    """``metric`` of always predicting the most frequent label of ``labels``: the score a model that
+    learned nothing reaches (MCC 0, F1 2p/(1+p) for a positive share p). Per-example tag lists (an object
+    array): always the most frequent tag. None for regression labels (no class to predict) or a score
+    that is not finite."""
+    scorer = METRICS[metric]
+    if labels.dtype == object:  # tags per word: always the most frequent tag
+        tags, counts = np.unique([t for row in labels for t in row], return_counts=True)
+        common = tags[np.argmax(counts)]
+        constant = np.empty(len(labels), dtype=object)
+        for i, row in enumerate(labels):
+            constant[i] = [common] * len(row)
+        score = float(scorer(constant, labels))
+        return score if math.isfinite(score) else None
+    if labels.dtype.kind not in "iub":  # regression: no class to predict
+        return None
+    values, counts = np.unique(labels, return_counts=True)
+    score = float(scorer(np.full_like(labels, values[np.argmax(counts)]), labels))
+    return score if math.isfinite(score) else None
 
 
 def pooled_sd(sds: Sequence[float], ns: Sequence[int]) -> float:

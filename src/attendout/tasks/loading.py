@@ -237,6 +237,44 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     """Read a task's splits from ``options.train_file`` / ``options.eval_files`` (see module doc)."""
     generic = task.name == FILE_TASK.name
     kind = options.kind or task.kind
+    _check_file_request(task, options, generic, kind)
+    if kind == TOKEN_CLASSIFICATION:
+        return _load_token_files(task, options, generic)
+    _check_table_options(options, kind, _uses_task_source(options, generic))
+    base = _task_source(task, options, generic)
+    reader = _FileReader(task, options, generic, kind)
+    sources: list[str] = []
+    train_raw: RawTable | Examples | None = None
+    if options.train_file is not None:
+        train_raw = reader.raw(options.train_file, "train")
+        sources.append(f"train={options.train_file}")
+    label_names = _class_names(task, options, kind, train_raw)
+
+    def finish(part: RawTable | Examples, split: str) -> Examples:
+        if isinstance(part, Examples):
+            return part
+        return to_examples(
+            part, kind=kind, label_names=label_names, split=split, label_range=task.label_range
+        )
+
+    train = None
+    if train_raw is not None:
+        train = finish(train_raw, "train")
+        _check_classes(train, kind, label_names, options.train_file or "")
+    train, eval_splits = _eval_splits(
+        options,
+        base,
+        _train_split(train, base, task),
+        sources,
+        lambda path, split: finish(reader.raw(path, split), split),
+    )
+    loaded = _table_task(task, options, generic, kind, reader.text_columns, label_names, tuple(eval_splits))
+    return loaded, TaskData(train=train, eval_splits=eval_splits, source=_source("files", sources, base))
+
+
+def _check_file_request(task: Task, options: LoadOptions, generic: bool, kind: str) -> None:
+    """Refuse what no file can give: another kind for a built-in task, a kind files do not hold, the
+    "file" task without a train file, an empty ``eval_files``."""
     if not generic and kind != task.kind:
         raise DataError(
             f"task {task.name!r} is {task.kind}; kind={options.kind!r} applies to the 'file' task only"
@@ -249,80 +287,91 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
         raise DataError("task 'file' needs train_file= (and usually eval_files={'dev': path})")
     if options.eval_files is not None and not options.eval_files:
         raise DataError("eval_files is empty; give {'dev': path} or leave it out")
-    if kind == TOKEN_CLASSIFICATION:
-        return _load_token_files(task, options, generic)
+
+
+def _check_table_options(options: LoadOptions, kind: str, uses_base: bool) -> None:
+    """Refuse token-file options for a table, and ``label_names`` where the files do not hold every
+    split (the task's own splits carry their labels) or the target is a number."""
     for name in ("token_column", "tag_column"):
         if getattr(options, name) is not None:
             raise DataError(f"{name}= is for token files (kind='token_classification'), not kind={kind!r}")
-    uses_base = options.train_file is None or (options.eval_files is None and not generic)
     if options.label_names is not None and (uses_base or kind == REGRESSION):
         raise DataError(
             "label_names can only be given for a classification task whose train_file and eval_files are both given"
         )
 
-    base: TaskData | None = None
-    if uses_base:
-        _, base = get_loader(task.name)(task, replace(options, train_file=None, eval_files=None))
 
-    reader = _FileReader(task, options, generic, kind)
-    sources: list[str] = []
-    train_raw: RawTable | Examples | None = None
-    if options.train_file is not None:
-        train_raw = reader.raw(options.train_file, "train")
-        sources.append(f"train={options.train_file}")
+def _uses_task_source(options: LoadOptions, generic: bool) -> bool:
+    """Whether a split comes from the built-in task's own source: no train file, or no evaluation files
+    for a built-in task (the "file" task carves its dev split instead)."""
+    return options.train_file is None or (options.eval_files is None and not generic)
 
+
+def _task_source(task: Task, options: LoadOptions, generic: bool) -> TaskData | None:
+    """The built-in task's own splits (its registered loader) when the files do not give every part."""
+    if not _uses_task_source(options, generic):
+        return None
+    _, base = get_loader(task.name)(task, replace(options, train_file=None, eval_files=None))
+    return base
+
+
+def _class_names(
+    task: Task, options: LoadOptions, kind: str, train_raw: RawTable | Examples | None
+) -> tuple[str, ...] | None:
+    """The classes of a classification task: ``label_names`` given, else the task's, else those of the
+    train file (at least 2); None for regression."""
+    if kind != CLASSIFICATION:
+        return None
     label_names: tuple[str, ...] | None = None
-    if kind == CLASSIFICATION:
-        if options.label_names is not None:
-            label_names = tuple(options.label_names)
-        elif task.label_names is not None:
-            label_names = task.label_names
-        elif isinstance(train_raw, RawTable):
-            label_names = infer_label_names(train_raw)
-        if label_names is None or len(label_names) < 2:
-            where = options.train_file or "the data"
-            raise DataError(
-                f"{where}: classification needs at least 2 labels, found {list(label_names or [])!r}"
-            )
+    if options.label_names is not None:
+        label_names = tuple(options.label_names)
+    elif task.label_names is not None:
+        label_names = task.label_names
+    elif isinstance(train_raw, RawTable):
+        label_names = infer_label_names(train_raw)
+    if label_names is None or len(label_names) < 2:
+        where = options.train_file or "the data"
+        raise DataError(f"{where}: classification needs at least 2 labels, found {list(label_names or [])!r}")
+    return label_names
 
-    def finish(part: RawTable | Examples, split: str) -> Examples:
-        if isinstance(part, Examples):
-            return part
-        return to_examples(
-            part, kind=kind, label_names=label_names, split=split, label_range=task.label_range
-        )
 
-    if train_raw is not None:
-        train = finish(train_raw, "train")
-        _check_classes(train, kind, label_names, options.train_file or "")
-    elif base is not None:
-        train = base.train
-    else:  # excluded by the checks above
-        raise DataError(f"task {task.name!r}: no train split")
+def _train_split(train: Examples | None, base: TaskData | None, task: Task) -> Examples:
+    """The train split: read from the train file, else the built-in task's own."""
+    if train is not None:
+        return train
+    if base is not None:
+        return base.train
+    raise DataError(f"task {task.name!r}: no train split")  # excluded by the checks of load_files
 
-    train, eval_splits = _eval_splits(
-        options, base, train, sources, lambda path, split: finish(reader.raw(path, split), split)
-    )
-    source = _source("files", sources, base)
+
+def _table_task(
+    task: Task,
+    options: LoadOptions,
+    generic: bool,
+    kind: str,
+    text_columns: tuple[str, ...],
+    label_names: tuple[str, ...] | None,
+    eval_split_names: tuple[str, ...],
+) -> Task:
+    """The task as loaded from table files: the "file" task made from the data and options, a built-in
+    task with its classes, metrics and evaluation splits as read."""
     metrics = tuple(options.metrics) if options.metrics else None
     if generic:
-        loaded = Task(
+        return Task(
             name=FILE_TASK.name,
             kind=kind,
-            text_fields=reader.text_columns,
+            text_fields=text_columns,
             label_names=label_names,
             metrics=metrics or _default_metrics(kind, label_names),
-            eval_split_names=tuple(eval_splits),
+            eval_split_names=eval_split_names,
             description=f"{kind} from {Path(options.train_file or '').name}",
         )
-    else:
-        loaded = replace(
-            task,
-            label_names=label_names if kind == CLASSIFICATION else None,
-            metrics=metrics or task.metrics,
-            eval_split_names=tuple(eval_splits),
-        )
-    return loaded, TaskData(train=train, eval_splits=eval_splits, source=source)
+    return replace(
+        task,
+        label_names=label_names if kind == CLASSIFICATION else None,
+        metrics=metrics or task.metrics,
+        eval_split_names=eval_split_names,
+    )
 
 
 def _load_token_files(task: Task, options: LoadOptions, generic: bool) -> tuple[Task, TaskData]:
@@ -334,13 +383,9 @@ def _load_token_files(task: Task, options: LoadOptions, generic: bool) -> tuple[
     tag_column = -1 if options.tag_column is None else int(options.tag_column)
     if (token_column < 0) == (tag_column < 0):  # mixed signs are compared once a file says how many columns
         _check_token_columns(token_column, tag_column, None, "")
-    uses_base = options.train_file is None or (options.eval_files is None and not generic)
     if options.label_names is not None and not generic:
         raise DataError(f"label_names cannot be given for task {task.name!r}: its tag set is fixed")
-
-    base = None
-    if uses_base:
-        _, base = get_loader(task.name)(task, replace(options, train_file=None, eval_files=None))
+    base = _task_source(task, options, generic)
 
     def read(path: str, split: str) -> TaggedSentences:
         sentences = read_conll(
@@ -376,17 +421,14 @@ def _load_token_files(task: Task, options: LoadOptions, generic: bool) -> tuple[
             )
     iob = is_iob(label_names)
 
+    train = None
     if train_sentences is not None:
         train = to_token_examples(train_sentences, label_names, split="train", iob=iob, groups=False)
-    elif base is not None:
-        train = base.train
-    else:  # excluded by the checks in load_files
-        raise DataError(f"task {task.name!r}: no train split")
 
     train, eval_splits = _eval_splits(
         options,
         base,
-        train,
+        _train_split(train, base, task),
         sources,
         lambda path, split: to_token_examples(
             read(path, split), label_names, split=split, iob=iob, groups=False

@@ -125,37 +125,74 @@ in ``before_forward``; by hand, one forward at a time::
 A training forward of the model without ``extra`` raises instead of training plainly.
 
 The package, by module: :mod:`.attribution` (the attribution pass and the masks, pure functions),
-:mod:`.layers` (which layers and keys it acts on, and the authors' settings per task), :mod:`.method`
-(:class:`ADDrop`, its part in the hook), :mod:`.strategy` (cross-tuning and :class:`ADDropStrategy`),
-:mod:`.config` (:class:`ADDropConfig`). The names below are its public API.
+:mod:`.layers` (which layers and keys of a model it acts on), :mod:`.settings` (the options' values and
+the authors' settings per task), :mod:`.method` (:class:`ADDrop`, its part in the hook),
+:mod:`.strategy` (cross-tuning and :class:`ADDropStrategy`), :mod:`.config` (:class:`ADDropConfig`).
+The names below are its public API; those that need torch are imported on first use.
 """
 
-from .attribution import (
+from typing import TYPE_CHECKING
+
+from ...lazy import lazy_names
+from ..registry import register_method
+from .config import ADDropConfig
+from .settings import (
+    ALL_LAYER_TASKS,
     ATTRIBUTIONS,
+    AUTHORS_DEFAULTS,
+    CROSS_TUNING,
     DROPPINGS,
+    ENCODER_LAYERS,
     IG_FORMS,
     RD_SAMPLINGS,
     ROUNDINGS,
-    Attribution,
-    attribute,
-    candidate_count,
-    candidate_region,
-    modes_restored,
-    random_drops,
-    sample_drops,
-)
-from .config import ADDropConfig
-from .layers import (
-    ALL_LAYER_TASKS,
-    AUTHORS_DEFAULTS,
-    ENCODER_LAYERS,
+    STARTS,
     TASK_LAYERS,
     TASK_SETTINGS,
     task_layers,
     task_settings,
 )
-from .method import ADDrop
-from .strategy import CROSS_TUNING, STARTS, ADDropStrategy, addrop_active
+
+register_method(
+    "addrop",
+    ADDropConfig,
+    "attendout.methods.addrop.method:addrop",
+    "attendout.methods.addrop.strategy:ADDropStrategy",
+)
+
+if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
+    from .attribution import (
+        Attribution,
+        attribute,
+        candidate_count,
+        candidate_region,
+        modes_restored,
+        random_drops,
+        sample_drops,
+    )
+    from .method import ADDrop
+    from .strategy import ADDropStrategy, addrop_active
+
+__getattr__ = lazy_names(
+    __name__,
+    {
+        **dict.fromkeys(
+            (
+                "Attribution",
+                "attribute",
+                "candidate_count",
+                "candidate_region",
+                "modes_restored",
+                "random_drops",
+                "sample_drops",
+            ),
+            ".attribution",
+        ),
+        "ADDrop": ".method",
+        "ADDropStrategy": ".strategy",
+        "addrop_active": ".strategy",
+    },
+)
 
 __all__ = [
     "ALL_LAYER_TASKS",

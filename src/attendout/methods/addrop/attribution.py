@@ -26,24 +26,9 @@ from ...attention import (
 from ...attention.masks import bernoulli_drop
 from ...contract import ForwardEdits
 from ..nexttoken import generation_kind, predicted_token_target
-
-ATTRIBUTIONS = ("ga", "iga", "aa", "rd")
-ROUNDINGS = ("ceil", "round")
-IG_FORMS = ("authors", "textbook")
-#: which keys of a row are the candidates: those of highest attribution (the method) or of lowest (the
-#: authors' ``--dropping_method low`` ablation)
-DROPPINGS = ("high", "low")
-#: how the random control draws its drops: ``authors`` (each key dropped with probability p times q,
-#: their ``generate_mask_random``) or ``exact`` (ceil(p n) random candidates per row, each dropped with
-#: probability q: attendout's form before issue 50)
-RD_SAMPLINGS = ("authors", "exact")
+from .settings import ATTRIBUTIONS, IG_FORMS, ROUNDINGS
 
 __all__ = [
-    "ATTRIBUTIONS",
-    "DROPPINGS",
-    "IG_FORMS",
-    "RD_SAMPLINGS",
-    "ROUNDINGS",
     "Attribution",
     "attribute",
     "candidate_count",

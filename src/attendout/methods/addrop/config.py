@@ -7,29 +7,26 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base import MethodConfig, check_probability, register_method
-from .attribution import (
+from ..config import MethodConfig, check_probability
+from .settings import (
     ATTRIBUTIONS,
+    CROSS_TUNING,
     DROPPINGS,
+    ENCODER_LAYERS,
     IG_FORMS,
     RD_SAMPLINGS,
     ROUNDINGS,
-)
-from .layers import (
-    ENCODER_LAYERS,
+    STARTS,
     TASK_LAYERS,
     task_layers,
     task_settings,
 )
-from .method import ADDrop
-from .strategy import CROSS_TUNING, STARTS, ADDropStrategy
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ADDropConfig"]
 
 
-@register_method
 @dataclass
 class ADDropConfig(MethodConfig):
     name = "addrop"
@@ -168,20 +165,3 @@ class ADDropConfig(MethodConfig):
         if not changes:
             return self
         return dataclasses.replace(self, **changes)
-
-    def build(self) -> ADDrop:
-        return ADDrop(
-            self.layers,
-            self.attribution,
-            self.p,
-            self.q,
-            self.ig_steps,
-            self.attribution_dropout,
-            rounding=self.rounding,
-            ig_form=self.ig_form,
-            dropping=self.dropping,
-            rd_sampling=self.rd_sampling,
-        )
-
-    def training_strategy(self) -> ADDropStrategy:
-        return ADDropStrategy(self)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -19,15 +20,11 @@ from .attribution import (
     random_drops,
     sample_drops,
 )
-from .layers import (
-    AUTHORS_DEFAULTS,
-    ENCODER_LAYERS,
-    TASK_LAYERS,
-    _key_valid,
-    _stacks,
-    task_layers,
-    task_settings,
-)
+from .layers import _key_valid, _stacks
+from .settings import AUTHORS_DEFAULTS, ENCODER_LAYERS, TASK_LAYERS, task_layers, task_settings
+
+if TYPE_CHECKING:
+    from .config import ADDropConfig
 
 logger = logging.getLogger(__name__)
 
@@ -229,3 +226,19 @@ class ADDrop(AttentionMethod):
 
     def stats(self) -> dict[str, float]:
         return self.meter.pop()
+
+
+def addrop(config: ADDropConfig) -> ADDrop:
+    """AD-DROP's part in the hook, made from its options."""
+    return ADDrop(
+        config.layers,
+        config.attribution,
+        config.p,
+        config.q,
+        config.ig_steps,
+        config.attribution_dropout,
+        rounding=config.rounding,
+        ig_form=config.ig_form,
+        dropping=config.dropping,
+        rd_sampling=config.rd_sampling,
+    )

@@ -18,10 +18,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-CROSS_TUNING = ("epoch", "step", "off")
-STARTS = ("finetune", "addrop")
-
-__all__ = ["CROSS_TUNING", "STARTS", "ADDropStrategy", "addrop_active"]
+__all__ = ["ADDropStrategy", "addrop_active"]
 
 
 def addrop_active(step: int, steps_per_epoch: int, cross_tuning: str, period: int, start: str) -> bool:

@@ -8,22 +8,60 @@ Generator when the Attacker does better (REINFORCE, eq. 5) and re-initialises bo
 * :mod:`.config`    -- :class:`AttendOutConfig`, the options and their defaults (registered as ``attendout``)
 * :mod:`.generator` -- :class:`Generator`, Gumbel masks, the REINFORCE loss and baseline, the hook slot
 * :mod:`.policy`    -- :class:`GeneratorPolicy`, how G learns from games: rate exploration, eq. 5, the control
-* :mod:`.strategy`  -- :class:`AttendOutStrategy`, the training loop's part: the game
+* :mod:`.game`      -- the game's rules as pure functions: scores, rewards, the gap, the winner
+* :mod:`.strategy`  -- :class:`AttendOutStrategy`, the training loop's part: models, cache, statistics
 * :mod:`.runlog`    -- :func:`read_drop_pattern`, a run's logged drop probabilities (plots, §7.2 fit)
 """
 
+from typing import TYPE_CHECKING
+
+from ...lazy import lazy_names
+from ..registry import register_method
 from .config import AttendOutConfig
-from .generator import (
-    Generator,
-    GeneratorSample,
-    MaskSlot,
-    MovingAverageBaseline,
-    gumbel_drop,
-    reinforce_loss,
+
+register_method(
+    "attendout",
+    AttendOutConfig,
+    "attendout.methods.attendout.generator:mask_slot",
+    "attendout.methods.attendout.strategy:AttendOutStrategy",
 )
-from .policy import GeneratorPolicy, RunningStats, rate_log_prob
-from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY, DropPattern, read_drop_pattern
-from .strategy import AttendOutStrategy, CachedAction, copy_optimizer_state, score_gap
+
+if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
+    from .game import score_gap
+    from .generator import (
+        Generator,
+        GeneratorSample,
+        MaskSlot,
+        MovingAverageBaseline,
+        gumbel_drop,
+        reinforce_loss,
+    )
+    from .policy import GeneratorPolicy, RunningStats, rate_log_prob
+    from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY, DropPattern, read_drop_pattern
+    from .strategy import AttendOutStrategy, CachedAction, copy_optimizer_state
+
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "score_gap": ".game",
+        **dict.fromkeys(
+            (
+                "Generator",
+                "GeneratorSample",
+                "MaskSlot",
+                "MovingAverageBaseline",
+                "gumbel_drop",
+                "reinforce_loss",
+            ),
+            ".generator",
+        ),
+        **dict.fromkeys(("GeneratorPolicy", "RunningStats", "rate_log_prob"), ".policy"),
+        **dict.fromkeys(
+            ("DROP_PROB_KEY", "EXPLORED_PROB_KEY", "DropPattern", "read_drop_pattern"), ".runlog"
+        ),
+        **dict.fromkeys(("AttendOutStrategy", "CachedAction", "copy_optimizer_state"), ".strategy"),
+    },
+)
 
 __all__ = [
     "DROP_PROB_KEY",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..base import MethodConfig, check_probability, layers_field, register_method
-from .generator import MaskSlot
-from .strategy import CARVED as CARVED
-from .strategy import AttendOutStrategy
+from ..config import MethodConfig, check_probability, layers_field
+
+#: ``validation_source`` of the games: the validation split carved from train
+CARVED = "validation"
 
 REWARDS = ("logprob", "correct", "metric")
 PAIRINGS = ("mean", "sample")
@@ -15,7 +15,6 @@ REWARD_CONTROLS = ("none", "noise")
 GENERATOR_EMBEDDINGS = ("attacker", "own")
 
 
-@register_method
 @dataclass
 class AttendOutConfig(MethodConfig):
     """AttendOut (paper 001 §4, Algorithm 1): a Generator learns per-sample scores masks for an Attacker.
@@ -222,16 +221,3 @@ class AttendOutConfig(MethodConfig):
     def scores_reported_split(self) -> bool:
         """True when the games score an evaluation split (the paper's choice: dev informs the Generator)."""
         return self.validation_source != CARVED
-
-    def build(self) -> MaskSlot:
-        """The Attacker's guard alone, for :func:`attendout.apply`: a training forward must bring its masks.
-
-        AttendOut itself (Defender, Attacker, Generator, the game) runs through its training strategy:
-        ``attendout.prepare(model, "attendout")`` in any loop, ``attendout.hf.Trainer``, or
-        ``attendout finetune --method attendout``. A model given ``apply(model, "attendout")`` and
-        trained by a loop that knows nothing of AttendOut raises at its first training forward.
-        """
-        return MaskSlot(self.layers)
-
-    def training_strategy(self) -> AttendOutStrategy:
-        return AttendOutStrategy(self)

@@ -32,11 +32,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from ...attention import AttentionCall, AttentionEdit, AttentionMethod
+
+if TYPE_CHECKING:
+    from .config import AttendOutConfig
 
 __all__ = [
     "Generator",
@@ -272,3 +276,15 @@ class MaskSlot(AttentionMethod):
                 "model(**batch, **attendout.ForwardEdits({layer: AttentionEdit(drop_scores=mask)}).kwargs()))"
             )
         return None
+
+
+def mask_slot(config: AttendOutConfig) -> MaskSlot:
+    """AttendOut's part in :func:`attendout.apply`: the Attacker's guard alone, so a training forward must
+    bring its masks.
+
+    AttendOut itself (Defender, Attacker, Generator, the game) runs through its training strategy:
+    ``attendout.prepare(model, "attendout")`` in any loop, ``attendout.hf.Trainer``, or
+    ``attendout finetune --method attendout``. A model given ``apply(model, "attendout")`` and trained by
+    a loop that knows nothing of AttendOut raises at its first training forward.
+    """
+    return MaskSlot(config.layers)

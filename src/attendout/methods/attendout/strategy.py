@@ -18,6 +18,9 @@ cached masks recomputed from the cached inputs (the first game only sets the bas
 ``sigmoid(z / reinit_temperature)``, ``z`` the score gap in standard errors, and its weights,
 optimizer state and schedule position are copied over the other; the cache is released.
 
+The game's rules (scores, rewards, the gap, the winner) are pure functions in :mod:`.game`; this
+module runs the models, the optimizers, the cache and the statistics around them.
+
 **What G reads, and why the embedding output.** The masks of every layer are sampled in one pass
 before A's forward, so A runs unchanged through the hook; G's decisions for layer i do not depend
 on A's own (masked) computation of the layers below; and eq. 5 can recompute the log-probabilities
@@ -55,26 +58,33 @@ from ...attention import AttentionEdit, UnsupportedModelError, install
 from ...attention.families import stack_sizes
 from ...contract import ForwardEdits, LoopContext, StepInfo
 from ...optim import concat_batches, rows_of, update
-from ...tasks import compute_metrics
 from ...tasks.core import task_of
-from ...tasks.metrics import sequences_array
 from ..base import TrainingStrategy
 from ..nexttoken import LM, SEQ2SEQ, generation_kind, label_log_likelihood
-from .generator import Generator, MaskSlot
+from .config import CARVED
+from .game import (
+    GameOutcome,
+    GameScores,
+    attacker_leads,
+    batch_scores,
+    collect_scores,
+    perplexity,
+    pick_winner,
+    sample_rewards,
+    score_gap,
+)
+from .generator import Generator, GeneratorSample, MaskSlot
 from .policy import GeneratorPolicy
 from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY
 
-if TYPE_CHECKING:  # config.py imports this module to make its strategy
+if TYPE_CHECKING:
     from .config import AttendOutConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AttendOutStrategy", "CachedAction", "GameScores", "copy_optimizer_state", "score_gap"]
+__all__ = ["AttendOutStrategy", "CachedAction", "copy_optimizer_state"]
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-#: The validation source that is the split carved from train; any other value names an evaluation split
-#: (AttendOutConfig.validation_source, whose default it is).
-CARVED = "validation"
 
 
 @dataclass
@@ -83,53 +93,6 @@ class CachedAction:
 
     inputs: dict[str, torch.Tensor]
     masks: dict[int, torch.Tensor]  # layer -> (B, L, L) bool, True = dropped
-
-
-@dataclass
-class GameScores:
-    """One model's results on a game's samples."""
-
-    per_sample: torch.Tensor  # (E,) the reward kind's score of each sample
-    metric: float  # the task's main metric on the samples
-    predictions: np.ndarray | None = None  # (E,) for the metric's standard error
-    labels: np.ndarray | None = None  # (E,)
-
-    def game_score(self, reward: str) -> float:
-        """The number D and A are compared by: the main metric for reward 'metric', else the mean score."""
-        return self.metric if reward == "metric" else self.per_sample.mean().item()
-
-
-def score_gap(
-    defender: GameScores, attacker: GameScores, reward: str, task: Any, rng: torch.Generator, draws: int = 200
-) -> tuple[float, float]:
-    """A's score minus D's on one game's samples, and the gap's standard error over those samples.
-
-    Both models score the same samples, so the error is that of the paired per-sample differences
-    (std / sqrt(E)); for reward 'metric' (one number, not a mean) it is the standard deviation of the
-    metric gap over ``draws`` paired bootstrap resamples of the samples.
-    """
-    gap = attacker.game_score(reward) - defender.game_score(reward)
-    if reward != "metric":
-        differences = attacker.per_sample - defender.per_sample  # (E,)
-        count = len(differences)
-        return gap, (differences.std().item() / count**0.5) if count > 1 else 0.0
-    if defender.predictions is None or attacker.predictions is None:
-        raise ValueError("score_gap: reward 'metric' needs the models' predictions on the game's samples")
-    labels, count = defender.labels, len(defender.labels)
-    metric = task.metrics[0]
-    gaps = []
-    for _ in range(draws):
-        rows = torch.randint(0, count, (count,), generator=rng).numpy()
-        a = compute_metrics(task, _rows(attacker.predictions, rows), _rows(labels, rows))[metric]
-        d = compute_metrics(task, _rows(defender.predictions, rows), _rows(labels, rows))[metric]
-        gaps.append(float(np.nan_to_num(a)) - float(np.nan_to_num(d)))
-    return gap, float(np.std(gaps))
-
-
-def _rows(values: np.ndarray, rows: np.ndarray) -> Any:
-    """``values[rows]``; per-sample lists (token tags) as a list, as the metrics take them."""
-    picked = values[rows]
-    return list(picked) if picked.dtype == object else picked
 
 
 def copy_optimizer_state(source: torch.optim.Optimizer, target: torch.optim.Optimizer) -> None:
@@ -211,29 +174,7 @@ class AttendOutStrategy(TrainingStrategy):
         self.optimizer, self.scheduler = loop.make_optimizer(self.attacker)
         self.scaler = torch.amp.GradScaler(loop.device.type, enabled=loop.autocast_dtype == torch.float16)
 
-        self.embeddings = _embeddings(self.attacker)
-        self._embedding_args = set(inspect.signature(self.embeddings.forward).parameters)
-        own = config.generator_embeddings == "own"  # G's own copy of the embedding block, trained with G
-        self.generator = Generator(
-            input_dim=self.attacker.get_input_embeddings().embedding_dim,
-            num_layers=controller.num_layers,
-            width=config.generator_width,
-            init_drop=config.init_drop,
-            temperature=config.temperature,
-            embeddings=copy.deepcopy(self.embeddings).float() if own else None,
-        ).to(loop.device)
-        size = sum(p.numel() for p in self.generator.parameters())
-        model_size = sum(p.numel() for p in self.defender.parameters())
-        self.generator_share = size / max(model_size, 1)
-        logger.info(
-            "attendout: the Generator has %d parameters, %.2g%% of the model's %d (%s embeddings, width %d; "
-            "paper 001: 1/3 of RoBERTa-base)",
-            size,
-            100 * self.generator_share,
-            model_size,
-            "its own" if own else "the Attacker's",
-            config.generator_width,
-        )
+        self.generator = self._make_generator(controller.num_layers, loop.device)
         self.policy = GeneratorPolicy(
             self.generator, config, self.layers, seed=loop.seed + 2, distributed=loop.distributed
         )
@@ -260,6 +201,35 @@ class AttendOutStrategy(TrainingStrategy):
         self._drop_sums: dict[str, torch.Tensor] = {}
         self._drop_steps = 0
         self._window: dict[str, list[float]] = defaultdict(list)
+
+    def _make_generator(self, num_layers: int, device: torch.device) -> Generator:
+        """G, reading the Attacker's embedding output (or, with ``generator_embeddings="own"``, its own
+        copy of the embedding block, trained with G); logs G's size against the model's."""
+        config = self.config
+        self.embeddings = _embeddings(self.attacker)
+        self._embedding_args = set(inspect.signature(self.embeddings.forward).parameters)
+        own = config.generator_embeddings == "own"
+        generator = Generator(
+            input_dim=self.attacker.get_input_embeddings().embedding_dim,
+            num_layers=num_layers,
+            width=config.generator_width,
+            init_drop=config.init_drop,
+            temperature=config.temperature,
+            embeddings=copy.deepcopy(self.embeddings).float() if own else None,
+        ).to(device)
+        size = sum(p.numel() for p in generator.parameters())
+        model_size = sum(p.numel() for p in self.defender.parameters())
+        self.generator_share = size / max(model_size, 1)
+        logger.info(
+            "attendout: the Generator has %d parameters, %.2g%% of the model's %d (%s embeddings, width %d; "
+            "paper 001: 1/3 of RoBERTa-base)",
+            size,
+            100 * self.generator_share,
+            model_size,
+            "its own" if own else "the Attacker's",
+            config.generator_width,
+        )
+        return generator
 
     def _layers(self, controller: Any) -> list[int]:
         """The layers G masks: the config's, or every layer; in a seq2seq model, the encoder's only.
@@ -341,6 +311,12 @@ class AttendOutStrategy(TrainingStrategy):
         )
 
         self.cache.append(CachedAction(inputs, sample.masks))
+        self._record_step(sample, attacker_loss)
+        if self.steps_since_game >= self.config.dropout_steps:
+            self.play()
+
+    def _record_step(self, sample: GeneratorSample, attacker_loss: float) -> None:
+        """Count one step of A and add its drop probabilities and loss to the statistics of :meth:`stats`."""
         for key, probs in ((DROP_PROB_KEY, sample.policy_prob), (EXPLORED_PROB_KEY, sample.drop_prob)):
             for layer, p in probs.items():
                 name = key.format(layer=layer)
@@ -349,8 +325,6 @@ class AttendOutStrategy(TrainingStrategy):
         self._window["loss_attacker"].append(attacker_loss)
         self.steps_done += 1
         self.steps_since_game += 1
-        if self.steps_since_game >= self.config.dropout_steps:
-            self.play()
 
     @torch.no_grad()
     def generator_input(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
@@ -371,96 +345,53 @@ class AttendOutStrategy(TrainingStrategy):
     # the game ---------------------------------------------------------------------------------
     def play(self) -> None:
         """Score D and A, update G by eq. 5, re-initialise from the sampled winner, release the cache."""
-        config = self.config
+        reward = self.config.reward
         order = torch.randperm(len(self.source), generator=self.rng)
-        indices = order[: config.eval_samples].tolist()
+        indices = order[: self.config.eval_samples].tolist()
         defender = self.score(self.defender, self.source, indices)
         attacker = self.score(self.attacker, self.source, indices)
-        if config.reward == "metric":
-            rewards = torch.full((len(indices),), attacker.metric - defender.metric)
-        else:
-            rewards = attacker.per_sample - defender.per_sample  # (E,)
         actions = (
             (self.generator_input(a.inputs), a.inputs["attention_mask"].bool(), a.masks) for a in self.cache
         )
-        for key, value in self.policy.learn(actions, len(self.cache), rewards).items():
-            self._window[key].append(value)
-
-        gap, error = score_gap(defender, attacker, config.reward, self.task, self.rng)
-        self.games += 1
-        self.attacker_wins += int(gap > 0)
+        learned = self.policy.learn(actions, len(self.cache), sample_rewards(defender, attacker, reward))
+        gap, error = score_gap(defender, attacker, reward, self.task, self.rng)
         keep_attacker, p_keep_better = self.pick_attacker(gap, error)
-        self.reinitialise(keep_attacker)
+        outcome = GameOutcome(
+            defender.game_score(reward), attacker.game_score(reward), gap, error, keep_attacker, p_keep_better
+        )
+        self.games += 1
+        self.attacker_wins += int(outcome.attacker_won)
+        self.reinitialise(outcome.keep_attacker)
         self.cache.clear()
         self.steps_since_game = 0
-        for key, value in (
-            ("score_defender", defender.game_score(config.reward)),
-            ("score_attacker", attacker.game_score(config.reward)),
-            ("score_gap_z", gap / error if error > 0 else 0.0),
-            ("p_keep_better", p_keep_better),
-            ("kept_attacker", float(keep_attacker)),
-        ):
+        for key, value in (*learned.items(), *outcome.statistics().items()):
             self._window[key].append(value)
 
     @torch.no_grad()
     def score(self, model: nn.Module, data: Any, indices: list[int]) -> GameScores:
         """``model``'s per-sample score (reward kind) and main metric on ``data[indices]``, in eval mode.
 
-        Per-sample scores by task kind: classification and multiple choice, the gold label's (option's)
-        log-probability (or 0/1 correctness, reward 'correct'); regression, minus the squared error;
-        token classification, the mean log-probability of the gold tags of the sample's words (each on
-        its first word piece; 'correct': the share of words tagged right); generation (``lm``,
+        Per-sample scores by task kind: see :func:`~.game.batch_scores`; generation (``lm``,
         ``seq2seq``), the mean log-likelihood of the sample's gold next tokens ('correct': the share
         predicted right), with ``metric`` the per-token perplexity of the samples.
         """
         if self.generation is not None:
             return self._score_generation(model, data, indices)
         model.eval()
+        loop = self.loop
         per_sample: list[torch.Tensor] = []
         predictions: list[Any] = []
         golds: list[Any] = []
-        kind = self.task.kind
-        loop = self.loop
-        size = loop.eval_batch_size
-        for start in range(0, len(indices), size):
-            batch = data.batch(indices[start : start + size])
+        for start in range(0, len(indices), loop.eval_batch_size):
+            batch = data.batch(indices[start : start + loop.eval_batch_size])
             labels = batch.pop("labels").to(loop.device)
             with loop.autocast():
                 logits = model(**{k: v.to(loop.device) for k, v in batch.items()}).logits.float()
-            if kind == "regression":
-                values = logits.squeeze(-1)  # (b,)
-                per_sample.append(-((values - labels) ** 2))
-                predictions.append(values.cpu())
-                golds.append(labels.cpu())
-            elif logits.dim() == 3:  # token classification: (b, L, T), labels (b, L) with -100 off words
-                log_p = torch.log_softmax(logits, dim=-1)
-                words = labels >= 0
-                predicted = log_p.argmax(-1)
-                if self.config.reward == "correct":
-                    hits = (predicted == labels) & words
-                else:
-                    hits = log_p.gather(-1, labels.clamp(min=0)[..., None]).squeeze(-1) * words
-                per_sample.append(hits.float().sum(1) / words.sum(1).clamp(min=1))
-                for row in range(len(labels)):
-                    predictions.append(predicted[row][words[row]].tolist())
-                    golds.append(labels[row][words[row]].tolist())
-            else:  # classification (b, C) or multiple choice (b, options)
-                log_p = torch.log_softmax(logits, dim=-1)
-                predicted = log_p.argmax(-1)
-                if self.config.reward == "correct":
-                    per_sample.append((predicted == labels).float())
-                else:
-                    per_sample.append(log_p.gather(1, labels[:, None]).squeeze(1))
-                predictions.append(predicted.cpu())
-                golds.append(labels.cpu())
-        if kind == "token_classification":
-            preds, gold = sequences_array(predictions), sequences_array(golds)
-        else:
-            preds, gold = torch.cat(predictions).numpy(), torch.cat(golds).numpy()
-        metric = compute_metrics(self.task, list(preds) if kind == "token_classification" else preds, gold)
-        return GameScores(
-            torch.cat(per_sample).cpu(), float(np.nan_to_num(metric[self.task.metrics[0]])), preds, gold
-        )
+            scores, predicted, gold = batch_scores(logits, labels, self.task.kind, self.config.reward)
+            per_sample.append(scores)
+            predictions += predicted
+            golds += gold
+        return collect_scores(per_sample, predictions, golds, self.task)
 
     def _score_generation(self, model: nn.Module, data: Any, indices: list[int]) -> GameScores:
         model.eval()
@@ -473,24 +404,15 @@ class AttendOutStrategy(TrainingStrategy):
                 logits = model(**batch).logits
             likelihood, hits, count = label_log_likelihood(logits, batch, self.generation)
             per_sample.append(hits if self.config.reward == "correct" else likelihood)
-            likelihoods.append(likelihood * count)
+            likelihoods.append(likelihood)
             counts.append(count)
-        tokens = torch.cat(counts).sum().clamp(min=1)
-        perplexity = torch.exp(-torch.cat(likelihoods).sum() / tokens).item()
-        return GameScores(torch.cat(per_sample).cpu(), perplexity)
+        return GameScores(torch.cat(per_sample).cpu(), perplexity(likelihoods, counts))
 
     def pick_attacker(self, gap: float, error: float) -> tuple[bool, float]:
-        """Sample the winner: P(A) = sigmoid(z / reinit_temperature), z = gap / error (A minus D, in
-        standard errors); temperature 0, or no error to measure, keeps the better. Returns the choice
-        and the probability with which the better of the two was kept."""
-        temperature = self.config.reinit_temperature
-        if temperature == 0 or error <= 0:
-            p_attacker = float(gap > 0)  # a tie keeps D
-        else:
-            p_attacker = torch.sigmoid(torch.tensor(gap / error / temperature)).item()
-        keep_attacker = bool(torch.rand(1, generator=self.rng).item() < p_attacker)
-        p_keep_better = p_attacker if gap > 0 else 1 - p_attacker
-        return keep_attacker, p_keep_better
+        """Sample the winner by :func:`~.game.pick_winner` with a draw of the games' generator: whether A
+        is kept, and the probability with which the better of the two was kept."""
+        draw = torch.rand(1, generator=self.rng).item()
+        return pick_winner(gap, error, self.config.reinit_temperature, draw)
 
     def reinitialise(self, keep_attacker: bool) -> None:
         """Copy the kept model's weights, optimizer state and schedule position over the other."""
@@ -574,6 +496,6 @@ class AttendOutStrategy(TrainingStrategy):
                 reward = self.config.reward
                 d = self.score(self.defender, data, self.judge_indices).game_score(reward)
                 a = self.score(self.attacker, data, self.judge_indices).game_score(reward)
-                self._chosen = self.attacker if a > d else self.defender
+                self._chosen = self.attacker if attacker_leads(d, a) else self.defender
             self._chosen_at = step
         return self._chosen

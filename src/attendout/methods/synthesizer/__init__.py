@@ -13,19 +13,57 @@ training from scratch, see ``experiments/synthesizer_from_scratch.py``.
 >>> model = attendout.load_synthesized("out/")  # transformers' from_pretrained refuses this folder
 """
 
-from .checkpoint import (
-    MODEL_TYPE,
-    WEIGHTS_NAME,
-    is_synthesized_checkpoint,
-    load_model,
-    load_synthesized,
-    load_synthesized_weights,
-    save_synthesized,
-)
+from typing import TYPE_CHECKING
+
+from ...lazy import lazy_names
+from ..registry import register_method
 from .config import SynthesizerConfig
-from .layer import VARIANTS, SynthesizerLayer
-from .method import SequenceTooLongError, Synthesizer, get_synthesizer, synthesize
-from .training import SynthesizerStrategy
+from .variants import VARIANTS
+
+register_method(
+    "synthesizer",
+    SynthesizerConfig,
+    "attendout.methods.synthesizer.method:Synthesizer",
+    "attendout.methods.synthesizer.training:SynthesizerStrategy",
+)
+
+if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
+    from .checkpoint import is_synthesized_checkpoint, load_model, load_synthesized, load_synthesized_weights
+    from .layer import SynthesizerLayer
+    from .method import (
+        MODEL_TYPE,
+        WEIGHTS_NAME,
+        SequenceTooLongError,
+        Synthesizer,
+        get_synthesizer,
+        save_synthesized,
+        synthesize,
+    )
+    from .training import SynthesizerStrategy
+
+__getattr__ = lazy_names(
+    __name__,
+    {
+        **dict.fromkeys(
+            ("is_synthesized_checkpoint", "load_model", "load_synthesized", "load_synthesized_weights"),
+            ".checkpoint",
+        ),
+        "SynthesizerLayer": ".layer",
+        **dict.fromkeys(
+            (
+                "MODEL_TYPE",
+                "WEIGHTS_NAME",
+                "SequenceTooLongError",
+                "Synthesizer",
+                "get_synthesizer",
+                "save_synthesized",
+                "synthesize",
+            ),
+            ".method",
+        ),
+        "SynthesizerStrategy": ".training",
+    },
+)
 
 __all__ = [
     "MODEL_TYPE",

@@ -36,7 +36,7 @@ from safetensors.torch import load_model as load_safetensors_model
 from torch import nn
 from transformers.utils import CONFIG_NAME
 
-from ..base import get_method_config
+from ..registry import get_method_config
 from .method import (
     FORMAT_VERSION,
     MODEL_TYPE,

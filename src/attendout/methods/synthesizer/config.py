@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...attention import AttentionMethod
 from ...limits import LimitError
-from ..base import MethodConfig, TrainingStrategy, layers_field, register_method
-from .layer import (
+from ..config import MethodConfig, layers_field
+from .variants import (
+    CROSS_ATTENTION_REFUSED,
     MIXINGS,
     OFFICIAL_RANK,
     RANDOM_INITS,
@@ -17,17 +17,13 @@ from .layer import (
     base_variant,
     is_mixture,
 )
-from .method import CROSS_ATTENTION_CAVEAT as CROSS_ATTENTION_CAVEAT
-from .method import CROSS_ATTENTION_REFUSED, Synthesizer
-from .training import SynthesizerStrategy
 
-__all__ = ["CROSS_ATTENTION_CAVEAT", "CROSS_ATTENTION_REFUSED", "INITS", "SynthesizerConfig"]
+__all__ = ["INITS", "SynthesizerConfig"]
 
 INITS = ("exact", "paper")
 FACTORIZED_VARIANTS = ("factorized-dense", "factorized-random")
 
 
-@register_method
 @dataclass
 class SynthesizerConfig(MethodConfig):
     """Synthesizer attention (Tay et al., "Synthesizer: Rethinking Self-Attention in Transformer Models").
@@ -183,9 +179,3 @@ class SynthesizerConfig(MethodConfig):
                 f"has no row for a token beyond position {self.l_max}; set l_max to {max_length} or more, or "
                 f"{setting} to {self.l_max} or less"
             )
-
-    def build(self) -> AttentionMethod:
-        return Synthesizer(self)
-
-    def training_strategy(self) -> TrainingStrategy:
-        return SynthesizerStrategy(self)

@@ -62,42 +62,23 @@ import math
 import torch
 from torch import nn
 
+from .variants import (
+    BASE_VARIANTS,
+    MIXINGS,
+    OFFICIAL_RANK,
+    VARIANTS,
+    base_variant,
+    is_mixture,
+)
+
 __all__ = [
-    "BASE_VARIANTS",
     "DenseLogits",
     "FactorizedDenseLogits",
     "FactorizedRandomLogits",
-    "MIXINGS",
-    "OFFICIAL_RANK",
-    "RANDOM_INITS",
     "RandomLogits",
     "SynthesizerLayer",
-    "VARIANTS",
-    "base_variant",
     "glorot_limit",
-    "is_mixture",
 ]
-
-BASE_VARIANTS = ("dense", "factorized-dense", "random", "factorized-random")
-#: the forms of a mixture's weight (see the module docstring)
-MIXINGS = ("layer", "head", "sum")
-#: the initialisers of the random variants' matrices
-RANDOM_INITS = ("glorot", "normal")
-#: k of the factorized random synthesizer in the official code (``factorized_dim=16``, line 172)
-OFFICIAL_RANK = 16
-#: Every variant: the four synthesizers and each one mixed with dot-product attention ("+dot").
-VARIANTS = BASE_VARIANTS + tuple(f"{v}+dot" for v in BASE_VARIANTS)
-RANDOM_VARIANTS = ("random", "factorized-random")
-MIX_SUFFIX = "+dot"
-
-
-def base_variant(variant: str) -> str:
-    """'random+dot' -> 'random'."""
-    return variant.removesuffix(MIX_SUFFIX)
-
-
-def is_mixture(variant: str) -> bool:
-    return variant.endswith(MIX_SUFFIX)
 
 
 def glorot_limit(shape: tuple[int, ...]) -> float:

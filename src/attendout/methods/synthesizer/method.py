@@ -34,15 +34,15 @@ from torch import nn
 
 from ...attention import AttentionCall, AttentionMethod, Controller, get_controller
 from ...version import __version__
-from ..base import apply, get_method_config
-from .layer import SynthesizerLayer, is_mixture
+from ..base import apply
+from ..registry import get_method_config
+from .layer import SynthesizerLayer
+from .variants import CROSS_ATTENTION_CAVEAT, is_mixture
 
 if TYPE_CHECKING:
     from .config import SynthesizerConfig
 
 __all__ = [
-    "CROSS_ATTENTION_CAVEAT",
-    "CROSS_ATTENTION_REFUSED",
     "FORMAT_VERSION",
     "MODEL_TYPE",
     "MODULE_NAME",
@@ -56,17 +56,6 @@ __all__ = [
 
 #: The attribute of the model that holds the synthesizer parameters.
 MODULE_NAME = "attendout_synthesizer"
-
-#: Why Synthesizer never replaces cross-attention (the ``cross_attention`` option, or layers past the
-#: self-attention layers of an encoder-decoder).
-CROSS_ATTENTION_CAVEAT = (
-    "Synthesizer replaces self-attention only. Paper 003's caveat: its findings hold for self-attention, not for attention across sequences (synthesized "
-    "attention did worse where self-attention played the part of cross-sentence attention), and a "
-    "synthesized alignment has no query-key product through which a decoder could read its source. "
-    "In an encoder-decoder, the encoder's and the decoder's self-attention are synthesized and the "
-    "cross-attention stays dot-product"
-)
-CROSS_ATTENTION_REFUSED = f"synthesizer: cross_attention=True is refused. {CROSS_ATTENTION_CAVEAT}"
 
 
 class SequenceTooLongError(ValueError):

@@ -1,34 +1,12 @@
-"""Layer-level regularisers of paper 001 §7.1.
-
-* ``layerdrop`` (Fan et al., 2019, "Reducing Transformer Depth on Demand with Structured Dropout"):
-  in training, each block (an encoder or decoder layer) is skipped with probability p (the block
-  returns its input). The attention hook cannot skip a feed-forward sub-layer, so this is the one
-  method that wraps a module:
-  it sets an instance ``forward`` on each block that either calls the block's own forward or returns
-  the hidden states unchanged. Parameters and state-dict keys are untouched; ``remove()`` deletes the
-  instance attribute. The decision is per batch, as in LayerDrop.
-* ``attn-layerdrop`` (001 §7.1, "attention LayerDrop"): each layer's attention is skipped with
-  probability p through eq. 4: the layer attends uniformly to its non-padding keys, so W_Q, W_K and
-  their dot product drop out of the computation. The decision is per batch by default
-  (``per_sample=True`` decides per example). Both keep the model's own dropout.
-
-In an encoder-decoder (T5) both act on the blocks (self-attentions) of the encoder and of the
-decoder, numbered through the encoder first. ``attn-layerdrop`` replaces a self-attention only: the
-cross-attention stays stock. ``layerdrop`` skips a whole block, and a decoder block holds its
-cross-attention and feed-forward too: those are skipped with it (the block returns its input), which
-is what LayerDrop is; a run that wants the decoder's cross-attention kept gives ``layers`` of the
-encoder only.
-"""
+"""The block and attention skips that act on a model (see :mod:`attendout.methods.layerdrop`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
-from ..attention import AttentionCall, AttentionEdit, AttentionMethod, Controller, RateMeter
-from ..attention.masks import bernoulli_drop
-from .base import MethodConfig, check_probability, layers_field, register_method
+from ...attention import AttentionCall, AttentionEdit, AttentionMethod, Controller, RateMeter
+from ...attention.masks import bernoulli_drop
+from .config import AttnLayerDropConfig, LayerDropConfig
 
 
 class BlockDrop(AttentionMethod):
@@ -122,38 +100,9 @@ class AttentionSkip(AttentionMethod):
         return self.meter.pop()
 
 
-@register_method
-@dataclass
-class LayerDropConfig(MethodConfig):
-    name = "layerdrop"
-    summary = "skip whole blocks (layers) with probability p in training (LayerDrop, Fan et al. 2019)"
-    unused_parameters = "a skipped block's weights get no gradient in that step"
-
-    p: float = field(default=0.2, metadata={"help": "probability of skipping each block, per batch"})
-    layers: list[int] | None = layers_field()
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_probability(self.name, "p", self.p, allow_one=True)
-
-    def build(self) -> AttentionMethod:
-        return BlockDrop(self.p, self.layers)
+def block_drop(config: LayerDropConfig) -> BlockDrop:
+    return BlockDrop(config.p, config.layers)
 
 
-@register_method
-@dataclass
-class AttnLayerDropConfig(MethodConfig):
-    name = "attn-layerdrop"
-    summary = "skip a layer's attention with probability p: uniform attention by eq. 4 (001 §7.1)"
-    unused_parameters = "a skipped layer's query and key projections get no gradient in that step"
-
-    p: float = field(default=0.2, metadata={"help": "probability of skipping each layer's attention"})
-    per_sample: bool = field(default=False, metadata={"help": "decide per example instead of per batch"})
-    layers: list[int] | None = layers_field()
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_probability(self.name, "p", self.p, allow_one=True)
-
-    def build(self) -> AttentionMethod:
-        return AttentionSkip(self.p, self.per_sample, self.layers)
+def attention_skip(config: AttnLayerDropConfig) -> AttentionSkip:
+    return AttentionSkip(config.p, config.per_sample, config.layers)

@@ -1,0 +1,119 @@
+"""What every method config is: options as data, checked when made (:class:`MethodConfig`).
+
+Imports neither torch nor transformers, so that listing the methods and their options
+(``attendout methods``, ``--help``) and reading a config file cost no model code. The parts that act
+on a model are bound to a config by :func:`attendout.methods.registry.register_method`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..limits import LimitError
+from ..typecheck import check_fields
+
+__all__ = ["MethodConfig", "check_probability", "layers_field", "parse_layers"]
+
+
+def parse_layers(value: Any) -> list[int] | None:
+    """``None``/"all" -> None; "0,2,5" or [0, 2, 5] -> [0, 2, 5]."""
+    if value is None or value == "all":
+        return None
+    if isinstance(value, str):
+        try:
+            value = [int(v) for v in value.split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"layers must be 'all' or comma-separated integers, got {value!r}") from None
+    layers = [int(v) for v in value]
+    if not layers:
+        raise ValueError("layers is empty; use 'all' or a list of layer indices")
+    return layers
+
+
+def check_probability(owner: str, name: str, value: float, *, allow_one: bool = False) -> None:
+    upper_ok = value <= 1 if allow_one else value < 1
+    if not (0 <= value and upper_ok):
+        bound = "[0, 1]" if allow_one else "[0, 1)"
+        raise ValueError(f"{owner}: {name} must be in {bound}, got {value!r}")
+
+
+def layers_field() -> Any:
+    return field(
+        default=None,
+        metadata={
+            "help": "layers to act on: 'all' or comma-separated indices from 0 (default: all)",
+            "from_text": True,
+        },
+    )
+
+
+@dataclass
+class MethodConfig:
+    """Base of every method config: the method's options as plain data.
+
+    A subclass is a ``@dataclass`` whose fields are the options, each with ``metadata={"help": ...}``
+    (the CLI makes them ``--flags``); its ``__post_init__`` checks them and raises ``ValueError`` naming
+    the field and value. It builds nothing: :func:`~attendout.methods.registry.register_method` binds it
+    to the method and training strategy that act on a model.
+    """
+
+    name: ClassVar[str] = ""
+    #: One line for `attendout methods` and `--help`.
+    summary: ClassVar[str] = ""
+    #: How the method relates to the model's own attention dropout: "keeps" or "replaces".
+    model_dropout: ClassVar[str] = "keeps"
+    #: Why a training forward may leave some parameters without a gradient (a skipped block, unused
+    #: query/key projections), or "" if it never does. DDP must then look for unused parameters
+    #: (``find_unused_parameters=True``), which attendout's loop sets, saying why.
+    unused_parameters: ClassVar[str] = ""
+    #: An architectural change (Synthesizer) rather than a regulariser: it may carry a regulariser on
+    #: top (see :func:`apply`), and counts as none for the rule that refuses two stacked regularisers.
+    architectural: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        self.check_types()
+        if hasattr(self, "layers"):
+            self.layers = parse_layers(self.layers)
+
+    def check_types(self) -> None:
+        """Every option against the type its field declares (:mod:`attendout.typecheck`): a bool is no
+        number, an int is a float; raises :class:`~attendout.typecheck.OptionTypeError` naming the option."""
+        check_fields(self, self.name)
+
+    def check_limits(self, max_length: int, model_config: Any, *, setting: str = "--max-length") -> None:
+        """Raise a ValueError (:class:`attendout.limits.LimitError`) if this method cannot act on inputs
+        of ``max_length`` tokens of the model ``model_config`` describes. Default: its ``layers`` must
+        exist. Called before training (:func:`attendout.limits.check_length`)."""
+        from ..attention.families import stack_sizes  # torch: only where a model is at hand
+
+        layers = getattr(self, "layers", None)
+        count = getattr(model_config, "num_hidden_layers", None)
+        stacks = ""
+        sizes = stack_sizes(model_config)
+        if sizes is not None:
+            # T5, BART: num_hidden_layers counts the encoder only; the hook numbers the decoder's after it
+            encoder, decoder = sizes
+            count = encoder + decoder
+            stacks = (
+                f" self-attention layers: 0..{encoder - 1} in the encoder, {encoder}..{count - 1} in the "
+                "decoder; cross-attention layers are not numbered: no method acts on them"
+            )
+        if isinstance(layers, list | tuple) and layers and isinstance(count, int) and max(layers) >= count:
+            missing = [layer for layer in layers if layer >= count]
+            raise LimitError(
+                f"{self.name}: layers {missing} do not exist; the model has {count} layers "
+                f"(0..{count - 1}){stacks and ':' + stacks}"
+            )
+
+    def for_task(self, task: str | None) -> MethodConfig:
+        """This config with its task-dependent defaults settled for the task named ``task``.
+
+        Default: the config itself (no option depends on the task). AD-DROP's ``layers="task"`` becomes
+        the layers its authors use on that task.
+        """
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **dataclasses.asdict(self)}

@@ -1,0 +1,15 @@
+"""The options of ``none``: there are none."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import MethodConfig
+
+__all__ = ["NoneConfig"]
+
+
+@dataclass
+class NoneConfig(MethodConfig):
+    name = "none"
+    summary = "plain fine-tuning: the model's own dropout only (stock attention)"
