@@ -851,10 +851,21 @@ def test_advise_help_and_a_bad_flag(capsys, tmp_path):
 
 @pytest.mark.parametrize("url", ["nonsense", "postgresql://user@localhost/study"])
 def test_a_storage_that_cannot_open_is_a_sentence(url):
-    with pytest.raises(ValueError, match=f"--storage {url}") as error:
+    with pytest.raises(ValueError, match=f"--storage {url}"):
         search_mod.open_storage(url)
-    if url.startswith("postgresql") and "driver is not installed" in str(error.value):
-        assert "pip install psycopg2-binary" in str(error.value)  # the missing driver is named
+
+
+def test_a_plain_postgresql_url_takes_psycopg_3_without_psycopg2_and_a_missing_driver_is_named(monkeypatch):
+    from attendout.advise.storage import with_driver
+
+    monkeypatch.setitem(sys.modules, "psycopg2", None)  # not installed: find_spec None, import fails
+    assert with_driver("postgresql://u@/db?host=/tmp") == "postgresql+psycopg://u@/db?host=/tmp"
+    assert with_driver("postgresql+psycopg2://u@h/db") == "postgresql+psycopg2://u@h/db"  # named: kept
+    assert with_driver("sqlite:///x.db") == "sqlite:///x.db"
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # neither driver
+    assert with_driver("postgresql://u@h/db") == "postgresql://u@h/db"
+    with pytest.raises(ValueError, match=r"driver is not installed .*pip install 'psycopg\[binary\]'"):
+        search_mod.open_storage("postgresql://user@localhost/study")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

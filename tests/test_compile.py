@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 import attendout
-from attendout.attention import AttentionCall, _attention_probs, _masked_sdpa
+from attendout.attention import AttentionCall
+from attendout.attention.paths import _attention_probs, _masked_sdpa
 from conftest import make_batch, tiny_model
 
 PACKAGE = Path(attendout.__file__).resolve().parent

@@ -1,9 +1,10 @@
 """Stage 2 of ``advise``: each method's setting searched with Optuna on the validation split only.
 
 One Optuna study per method (named after it) in one storage: an SQLite file in the output folder by
-default, or any storage URL (``postgresql://...``) that several processes or machines share. A trial
-trains the method at the chosen budget, validating once per epoch on the split carved from train; the
-evaluation splits are never encoded nor scored (``TrainConfig.evaluate`` off).
+default, or any storage URL (``postgresql://...``) that several processes or machines share (opened by
+:mod:`attendout.advise.storage`). A trial trains the method at the chosen budget, validating once per
+epoch on the split carved from train; the evaluation splits are never encoded nor scored
+(``TrainConfig.evaluate`` off).
 
 Each trial is trained at ``repeats`` search seeds and scored by the ``objective``, by default against
 plain fine-tuning trained once at each of those seeds (``OUTPUT/search/none/seed-S``): see
@@ -35,6 +36,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,7 @@ from .objective import (
     validations,
 )
 from .spaces import grid_of, grid_size, shown, suggest
+from .storage import open_storage, redacted
 
 __all__ = ["MethodSearch", "SearchPlan", "open_storage", "run_search", "search_results"]
 
@@ -68,6 +71,8 @@ logger = logging.getLogger(__name__)
 PRUNE_AFTER = 0.5
 #: random trials before TPE models the scores (at most half the trials)
 TPE_STARTUP = 4
+#: seconds a trial just asked, whose process has not yet written who it is, counts as running
+ASK_GRACE = 60.0
 
 
 @dataclass
@@ -130,36 +135,6 @@ class MethodSearch:
         return sum(1 for t in self.trials if t["state"] in ("COMPLETE", "PRUNED") or t.get("error"))
 
 
-def open_storage(url: str) -> Any:
-    """An Optuna RDB storage for ``url`` (an SQLite file's folder is made first)."""
-    import optuna
-
-    if url.startswith("sqlite:///"):
-        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        return _rdb_storage(optuna, url)
-    except ImportError as error:  # the database's driver (psycopg2 for postgresql://, pymysql, ...)
-        hint = DRIVERS.get(url.split(":", 1)[0].split("+", 1)[0], "install the driver the URL names")
-        raise ValueError(f"--storage {url}: its database driver is not installed ({error}); {hint}") from None
-    except Exception as error:  # SQLAlchemy's: a malformed URL, a server that refuses, ...
-        if type(error).__module__.startswith(("sqlalchemy", "optuna")):
-            raise ValueError(f"--storage {url}: {type(error).__name__}: {error}") from None
-        raise
-
-
-#: URL scheme -> the pip line of SQLAlchemy's default driver for it
-DRIVERS = {
-    "postgresql": "pip install psycopg2-binary (or postgresql+psycopg://)",
-    "mysql": "pip install pymysql",
-}
-
-
-def _rdb_storage(optuna: Any, url: str) -> Any:
-    return optuna.storages.RDBStorage(
-        url, engine_kwargs={"connect_args": {"timeout": 60}} if "sqlite" in url else None
-    )
-
-
 def _sampler(plan: SearchPlan, method: str, trial_number: int) -> Any:
     """The method's sampler, seeded by the search seed, the recipe (task, data, model), the method and the
     number of the trial it samples.
@@ -213,7 +188,7 @@ def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
         study.set_user_attr("identity", identity)
     elif known != identity:
         raise ValueError(
-            f"the study {method!r} in {plan.storage} was searched with {known}, not {identity}: use another "
+            f"the study {method!r} in {redacted(plan.storage)} was searched with {known}, not {identity}: use another "
             "--output-dir (or --storage) for another budget, seed, objective, recipe or metric"
         )
     return study
@@ -243,8 +218,16 @@ def _queue_grid(study: Any, method: str, limit: int) -> None:
             room -= 1
 
 
-def _alive(attrs: dict[str, Any], stale_after: float) -> bool:
-    """Whether the process running a trial is still there (same host: its pid; else: its heartbeat)."""
+def _alive(trial: Any, stale_after: float) -> bool:
+    """Whether the process running a trial is still there (same host: its pid; else: its heartbeat).
+
+    A trial just asked has no owner yet (its process writes host, pid, start time, then the heartbeat,
+    right after asking): it is alive for ``ASK_GRACE`` seconds from its start, or another worker looking
+    in between would take it over, and the process that asked it would fail on a finished trial."""
+    attrs = trial.user_attrs
+    if "heartbeat" not in attrs:
+        started = trial.datetime_start  # Optuna's datetime.now() when it was asked
+        return started is None or (datetime.now() - started).total_seconds() < min(ASK_GRACE, stale_after)
     if attrs.get("host") == this_host() and isinstance(attrs.get("pid"), int):
         pid = attrs["pid"]
         return pid_alive(pid) and process_start_time(pid) == attrs.get("pid_start")
@@ -257,7 +240,7 @@ def reclaim_stale(study: Any, storage: Any, stale_after: float, echo: Callable[[
 
     count = 0
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if _alive(trial.user_attrs, stale_after):
+        if _alive(trial, stale_after):
             continue
         storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
         storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
@@ -287,7 +270,7 @@ def _counted(study: Any, stale_after: float, *, running: bool = True) -> int:
             count += 1
         elif t.state == TrialState.FAIL and "error" in t.user_attrs:
             count += 1
-        elif running and t.state == TrialState.RUNNING and _alive(t.user_attrs, stale_after):
+        elif running and t.state == TrialState.RUNNING and _alive(t, stale_after):
             count += 1
     return count
 
@@ -300,7 +283,7 @@ def _running(studies: dict[str, Any], stale_after: float) -> str:
         f"{method} trial {t.number}"
         for method, study in studies.items()
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if _alive(t.user_attrs, stale_after)
+        if _alive(t, stale_after)
     ]
     return ", ".join(names)
 
@@ -319,7 +302,7 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
     """Run the trials still missing (see the module docstring); return each method's best setting."""
     from tqdm.auto import tqdm
 
-    storage = open_storage(plan.storage)
+    storage = open_storage(plan.storage, plan.echo)  # (says so if postgresql:// goes through psycopg 3)
     studies = {m: _study(plan, storage, m) for m in plan.methods}
     total = sum(plan.trials_of(m) for m in plan.methods)
     done = sum(min(_counted(s, plan.stale_after), plan.trials_of(m)) for m, s in studies.items())

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,9 @@ from typing import Any
 
 from ..config import TrainConfig, split_for_training
 from ..experiments.spec import config_fingerprint
+from ..interrupt import check as raise_if_stopped
 from ..rundir import LOG_FILE, RunDir, write_json_atomic
+from ..runlock import RunBusyError, RunLock
 from ..train import finetune
 from .answer import advice_figure, advice_markdown, default_detect, seeds_needed, verdict, write_setting
 from .confirm import (
@@ -117,7 +120,7 @@ class AdviseConfig:
                     f"{method}: option {sorted(searched)[0]!r} is searched; it cannot also be fixed"
                 )
             if self.fixed_options.get(method):  # a typo or a bad value: now, not after the probe
-                from ..methods.base import get_method_config
+                from ..methods.registry import get_method_config
 
                 try:
                     get_method_config(method, **self.fixed_options[method])
@@ -260,17 +263,13 @@ PROBE_POLL = 30.0  # seconds between looks at a probe another process is trainin
 def _wait_for_probe(config: AdviseConfig, run: Path) -> None:
     """A second worker started while another trains the probe waits for it (as for trials), rather than
     failing on the folder's lock; if that process dies, this one resumes the probe from its checkpoint."""
-    import time
-
-    from ..interrupt import check as raise_if_stopped
-    from ..runlock import RunLock
-
     lock = RunLock(run)
     waited = False
     while not RunDir(run).finished:
-        holder = lock.holder()
-        if holder is None:
-            return
+        try:  # taken, not looked at: two workers started at once would both see it free, and one fail
+            return lock.acquire()  # this one trains it (its finetune takes the lock over: one per process)
+        except RunBusyError:
+            holder = lock.holder() or "a process"
         if not waited:
             config.echo(f"advise: regime: waiting for the probe another process is training ({holder})")
             waited = True

@@ -53,8 +53,6 @@ from .families import is_causal as is_causal
 from .families import register_route as register_route
 from .hook import HOOK_NAME, attendout_attention, install, uninstall
 from .paths import BLOCK_BYTES as BLOCK_BYTES
-from .paths import _attention_probs as _attention_probs
-from .paths import _masked_sdpa as _masked_sdpa
 from .paths import allowed_keys as allowed_keys
 from .paths import empty_rows as empty_rows
 from .paths import no_key_rows_zero as no_key_rows_zero

@@ -135,7 +135,8 @@ def advise_parser() -> argparse.ArgumentParser:
     search.add_argument(
         "--storage",
         default=None,
-        help="Optuna storage URL shared by processes or machines (default: sqlite:///OUTPUT_DIR/search.db)",
+        help="Optuna storage URL shared by processes or machines (default: sqlite:///OUTPUT_DIR/search.db); "
+        "postgresql://... needs psycopg ('pip install attendout[postgres]') or psycopg2",
     )
     search.add_argument("--search-seed", type=int, default=0, help="the first search seed (default: 0)")
     search.add_argument(
