@@ -28,6 +28,7 @@ from attendout.configfile import load_config, load_config_file, save_config
 from attendout.methods import get_method_config
 from attendout.report.regime import EpochCurves
 from attendout.report.stats import detectable_difference
+from attendout.runlock import process_start_time, this_host
 from conftest import toy_cli_args, toy_train_config
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -371,7 +372,7 @@ def test_a_trial_left_running_by_a_dead_process_is_queued_again(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     for key, value in {
-        "host": search_mod.this_host(),
+        "host": this_host(),
         "pid": dead.pid,
         "pid_start": "0",
         "heartbeat": 0.0,
@@ -379,9 +380,9 @@ def test_a_trial_left_running_by_a_dead_process_is_queued_again(tmp_path):
     }.items():
         trial.set_user_attr(key, value)
     alive = study.ask()  # a trial of this very process: left alone
-    for key, value in {"host": search_mod.this_host(), "pid": os.getpid(), "heartbeat": 0.0}.items():
+    for key, value in {"host": this_host(), "pid": os.getpid(), "heartbeat": 0.0}.items():
         alive.set_user_attr(key, value)
-    alive.set_user_attr("pid_start", search_mod.process_start_time(os.getpid()))
+    alive.set_user_attr("pid_start", process_start_time(os.getpid()))
     assert reclaim_stale(study, storage, 900.0, lambda line: None) == 1
     states = {t.number: t.state.name for t in study.get_trials()}
     assert states[trial.number] == "FAIL" and states[alive.number] == "RUNNING"
@@ -397,9 +398,9 @@ def _running_elsewhere(plan, tmp_path):
     trial, options = search_mod._ask(plan, study, plan.methods[0])
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     for key, value in {
-        "host": search_mod.this_host(),
+        "host": this_host(),
         "pid": other.pid,
-        "pid_start": search_mod.process_start_time(other.pid),
+        "pid_start": process_start_time(other.pid),
         "heartbeat": 0.0,
         "run_dir": str(tmp_path / "elsewhere"),
     }.items():

@@ -19,7 +19,8 @@ import pytest
 
 from attendout.cli import main
 from attendout.experiments import Budget, ExperimentError, ResultsStore, load_experiment
-from attendout.experiments.store import default_results_root, process_start_time
+from attendout.experiments.store import default_results_root
+from attendout.runlock import process_start_time
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = """

@@ -690,3 +690,25 @@ def test_bench_adopts_only_a_complete_checkpoint(tmp_path):
     ours = store.work_root / f"{cell.flat_key}--host-2-ours"
     assert store.adopt_work(cell, ours) == 4 and checkpoint_step(ours) == 4
     assert sorted(p.name for p in store.work_root.iterdir()) == [ours.name]
+
+
+def test_one_liveness_rule_for_every_owner_on_this_host_and_on_others(monkeypatch):
+    """runlock.Owner.alive, which grid claims and advise trials share: on this host the process itself
+    (and the same process: a reused pid has another start time); elsewhere the heartbeat's age."""
+    import subprocess
+    import sys
+    import time
+
+    me = runlock.Owner.this_process()
+    assert me.alive(None, stale_after=1.0)  # no heartbeat needed for a process this host can see
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = runlock.Owner(me.host, int(gone.stdout), None)
+    assert not dead.alive(time.time(), stale_after=900.0)  # a fresh heartbeat does not revive a dead pid
+    if me.pid_start is not None:  # Linux: a pid reused by another process
+        assert not runlock.Owner(me.host, me.pid, "1").alive(time.time(), stale_after=900.0)
+    elsewhere = runlock.Owner(me.host + "-other", me.pid, me.pid_start)
+    assert elsewhere.alive(time.time() - 10, stale_after=60.0)
+    assert not elsewhere.alive(time.time() - 120, stale_after=60.0)
+    assert not elsewhere.alive(None, stale_after=60.0)

@@ -115,25 +115,24 @@ def test_data_seed_fixes_the_split_independently_of_the_model_seed(tiny_run):
     assert a != c
 
 
-@register_method
 @dataclasses.dataclass
 class _NanAfter(MethodConfig):
     """Test-only method: attention weights become NaN from the 3rd training forward on."""
 
-    name = "test-nan-after"
 
-    def build(self):
-        class Poison(AttentionMethod):
-            calls = 0
+class _Poison(AttentionMethod):
+    def __init__(self, config: _NanAfter) -> None:
+        self.calls = 0  # training forwards of this model
 
-            def edit(self, call):
-                if call.layer == 0:
-                    Poison.calls += 1
-                if Poison.calls >= 3:
-                    return AttentionEdit(scale_weights=torch.tensor(float("nan")))
-                return None
+    def edit(self, call):
+        if call.layer == 0:
+            self.calls += 1
+        if self.calls >= 3:
+            return AttentionEdit(scale_weights=torch.tensor(float("nan")))
+        return None
 
-        return Poison()
+
+register_method("test-nan-after", _NanAfter, _Poison)
 
 
 def test_nan_loss_stops_with_a_clear_error_and_keeps_the_best_checkpoint(tiny_run):

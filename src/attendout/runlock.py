@@ -1,6 +1,14 @@
-"""One writer per run directory: ``RUN_DIR/.attendout.lock``, held with ``flock`` (:class:`RunLock`).
+"""Who owns a piece of work, and whether that owner is still alive: one mechanism for runs, grid cells
+and advise trials.
 
-Importable from :mod:`attendout.rundir` too, which names every other file of a run directory.
+* :class:`Owner`: a process (host, pid, start time) and :meth:`Owner.alive`, the one liveness rule: on
+  this host its process still runs (the same process: its start time, where known); from another host,
+  its heartbeat is younger than a limit. A grid cell's claim file (:mod:`attendout.experiments.store`,
+  the file's mtime is the heartbeat) and an advise trial (its user attributes) record an owner and are
+  taken over when it is not alive.
+* :class:`RunLock`: one writer per run directory, ``RUN_DIR/.attendout.lock`` held with ``flock``, which
+  the kernel drops when its owner dies (the file names the owner, for messages).
+* :func:`exclusive`: a ``flock`` around a piece of work others would repeat.
 """
 
 from __future__ import annotations
@@ -9,13 +17,74 @@ import contextlib
 import os
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LOCK_FILE", "RunBusyError", "RunLock", "exclusive"]
+__all__ = [
+    "LOCK_FILE",
+    "Owner",
+    "RunBusyError",
+    "RunLock",
+    "exclusive",
+    "pid_alive",
+    "process_start_time",
+    "this_host",
+]
 
 LOCK_FILE = ".attendout.lock"
 _HELD: dict[str, int] = {}  # lock files this process holds: real path -> open descriptor
+
+
+def this_host() -> str:
+    return socket.gethostname()
+
+
+def process_start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (Linux /proc; None elsewhere or if it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22 (starttime) counts from after the command name, which is in parentheses.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process doing a piece of work: its host, pid and start time (None where unknown)."""
+
+    host: str
+    pid: int
+    pid_start: str | None = None
+
+    @classmethod
+    def this_process(cls) -> Owner:
+        return cls(this_host(), os.getpid(), process_start_time(os.getpid()))
+
+    def alive(self, heartbeat: float | None, stale_after: float) -> bool:
+        """Whether the owner still does its work. On this host: its pid runs, and is the same process
+        (a pid reused by another process has another start time). From another host, where its process
+        cannot be seen: its last ``heartbeat`` (a time.time()) is younger than ``stale_after`` seconds."""
+        if self.host == this_host():
+            if not pid_alive(self.pid):
+                return False
+            return self.pid_start is None or process_start_time(self.pid) in (None, self.pid_start)
+        return heartbeat is not None and time.time() - heartbeat < stale_after
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on {self.host}"
 
 
 class RunBusyError(FileExistsError):
@@ -65,7 +134,7 @@ class RunLock:
             os.close(fd)
         os.ftruncate(fd, 0)
         started = time.strftime("%Y-%m-%d %H:%M:%S")
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {started}\n".encode())
+        os.write(fd, f"{Owner.this_process().describe()} since {started}\n".encode())
         _HELD[key] = fd
 
     def holder(self) -> str | None:

@@ -31,7 +31,6 @@ import dataclasses
 import hashlib
 import logging
 import math
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -41,11 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import TrainConfig
-from ..experiments.store import has_checkpoint, pid_alive, process_start_time, this_host
+from ..experiments.store import has_checkpoint
 from ..interrupt import check as raise_if_stopped
 from ..optim import TrainingError
 from ..rundir import CHECKPOINT_DIR, RunDir
-from ..runlock import exclusive
+from ..runlock import Owner, exclusive
 from ..train import finetune
 from .objective import (
     OBJECTIVES,
@@ -228,10 +227,10 @@ def _alive(trial: Any, stale_after: float) -> bool:
     if "heartbeat" not in attrs:
         started = trial.datetime_start  # Optuna's datetime.now() when it was asked
         return started is None or (datetime.now() - started).total_seconds() < min(ASK_GRACE, stale_after)
-    if attrs.get("host") == this_host() and isinstance(attrs.get("pid"), int):
-        pid = attrs["pid"]
-        return pid_alive(pid) and process_start_time(pid) == attrs.get("pid_start")
-    return time.time() - float(attrs.get("heartbeat", 0.0)) < stale_after
+    heartbeat = float(attrs.get("heartbeat", 0.0))
+    if not isinstance(attrs.get("pid"), int):
+        return time.time() - heartbeat < stale_after
+    return Owner(str(attrs.get("host")), attrs["pid"], attrs.get("pid_start")).alive(heartbeat, stale_after)
 
 
 def reclaim_stale(study: Any, storage: Any, stale_after: float, echo: Callable[[str], None]) -> int:
@@ -407,10 +406,11 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
     trial, options = _ask(plan, study, method)
     resume_dir = trial.user_attrs.get("resume_dir")
     trial_dir = Path(resume_dir) if resume_dir else plan.out / "search" / method / f"trial-{trial.number:03d}"
+    owner = Owner.this_process()
     attrs = {
-        "host": this_host(),
-        "pid": os.getpid(),
-        "pid_start": process_start_time(os.getpid()),
+        "host": owner.host,
+        "pid": owner.pid,
+        "pid_start": owner.pid_start,
         "heartbeat": time.time(),
         "run_dir": str(trial_dir),
         "options": options,  # what the trial runs with (the sampled params, rounded)

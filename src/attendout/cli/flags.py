@@ -21,6 +21,7 @@ __all__ = [
     "add_dataclass_options",
     "add_file_options",
     "add_threads",
+    "dataclass_from_args",
     "parse_eval_files",
     "quiet_transformers",
     "set_threads",
@@ -98,6 +99,14 @@ def add_dataclass_options(
                 metavar=f.name.upper(),
                 help=_with_default(help_text, default),
             )
+
+
+def dataclass_from_args(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
+    """An instance of the dataclass ``cls`` from the flags :func:`add_dataclass_options` made for it: each
+    field whose flag was parsed (``values``: ``vars(args)``; destinations with ``prefix``) takes its value,
+    the others their defaults."""
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    return cls(**{name: values[prefix + name] for name in names if prefix + name in values})
 
 
 def add_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

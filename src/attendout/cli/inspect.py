@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .flags import add_dataclass_options
+from .flags import add_dataclass_options, dataclass_from_args
 
 
 def main(argv: list[str]) -> int:
@@ -43,14 +43,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.head != "mean" and not args.head.isdigit():
         raise ValueError(f"--head must be a head index or 'mean', got {args.head!r}")
-    options = ADDropConfig(
-        attribution=args.attribution,
-        p=args.p,
-        q=args.q,
-        ig_steps=args.ig_steps,
-        ig_form=args.ig_form,
-        rounding=args.rounding,
-    ).for_task(None)  # p, q and attribution left unset: the authors' defaults (0.3, 0.2, ga)
+    options = dataclass_from_args(ADDropConfig, vars(args)).for_task(None)  # unset: the authors' defaults
     model, tokenizer, description = load_for_inspection(args.model, args.num_labels, args.seed)
     inspection = inspect_text(
         model,

@@ -39,7 +39,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rundir import RunDir, checkpoint_status, write_json_atomic
+from ..runlock import Owner, pid_alive, process_start_time, this_host
 from .spec import Budget, Cell, Experiment, ExperimentError
 
 __all__ = [
@@ -71,31 +71,6 @@ def default_results_root(experiment: Experiment, budget: Budget | None = None) -
     experiment's name), suffixed by the budget overrides."""
     suffix = budget.suffix() if budget is not None else ""
     return Path("results") / f"{experiment.results_name}{suffix}"
-
-
-def this_host() -> str:
-    return socket.gethostname()
-
-
-def process_start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` (Linux /proc; None elsewhere or if it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 22 (starttime) counts from after the command name, which is in parentheses.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass(frozen=True)
@@ -260,15 +235,15 @@ class ResultsStore:
 
     # claims -----------------------------------------------------------------------------------
     def claim_is_stale(self, info: ClaimInfo, path: Path) -> bool:
-        if info.host == self.host:
-            if not pid_alive(info.pid):
-                return True
-            return info.pid_start is not None and process_start_time(info.pid) not in (None, info.pid_start)
-        try:
-            age = time.time() - path.stat().st_mtime
-        except FileNotFoundError:
-            return False
-        return age > self.stale_after
+        """Whether the claim's owner is gone (:meth:`attendout.runlock.Owner.alive`; the claim file's mtime
+        is its heartbeat)."""
+        heartbeat = None
+        if info.host != self.host:
+            try:
+                heartbeat = path.stat().st_mtime
+            except FileNotFoundError:
+                return False
+        return not Owner(info.host, info.pid, info.pid_start).alive(heartbeat, self.stale_after)
 
     def try_claim(self, cell: Cell) -> Claim | None:
         """Claim ``cell`` for this process, taking over a stale claim; None if a live job holds it."""
