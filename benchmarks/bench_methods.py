@@ -71,8 +71,9 @@ def child(args: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
 
     torch.set_num_threads(args.threads)
+    from attendout.config import TrainConfig
     from attendout.models import resolve_model
-    from attendout.train import TrainConfig, Trainer
+    from attendout.train import Trainer
 
     path, _ = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -125,7 +125,8 @@ def method_of(variant: str, lr: float, rank: int) -> tuple[str, dict]:
 
 
 def run_one(args: argparse.Namespace, base: Path, data: dict, variant: str, seed: int) -> dict:
-    from attendout.train import TrainConfig, Trainer
+    from attendout.config import TrainConfig
+    from attendout.train import Trainer
 
     method, options = method_of(variant, args.learning_rate, args.rank)
     config = TrainConfig(

@@ -261,7 +261,7 @@ def tiny_run(tmp_path):
 
 def toy_train_config(tiny_run, **overrides):
     """A TrainConfig of the toy task and tiny model of `tiny_run`; ``overrides`` replace any field."""
-    from attendout.train import TrainConfig
+    from attendout.config import TrainConfig
 
     base = dict(
         task="file",

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from attendout.train import TrainConfig, Trainer
+from attendout.config import TrainConfig
+from attendout.train import Trainer
 
 
 class Interrupted(Exception):

@@ -16,6 +16,7 @@ from torch import nn
 import attendout
 from attendout.attention import AttentionEdit, AttentionMethod, get_controller, install, layer_key_valid
 from attendout.cli import main
+from attendout.config import TrainConfig
 from attendout.experiments import load_experiment
 from attendout.methods import settle_for_task
 from attendout.methods.addrop import (
@@ -30,7 +31,7 @@ from attendout.methods.addrop import (
     task_settings,
 )
 from attendout.tasks import get_task
-from attendout.train import TrainConfig, Trainer
+from attendout.train import Trainer
 from conftest import FAMILIES, make_batch, no_dropout, panels, tiny_model, toy_cli_args, toy_train_config
 
 PADDED = {1: 7, 3: 4}  # rows 1 and 3 are padded from positions 7 and 4

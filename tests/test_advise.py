@@ -23,6 +23,7 @@ from attendout.advise.confirm import Confirmation, ConfirmRow
 from attendout.advise.regime import PLATEAU, undertraining
 from attendout.advise.search import SearchPlan, reclaim_stale, run_search, search_results
 from attendout.advise.spaces import SEARCH_SPACES, Choice, describe, grid_of, suggest
+from attendout.advise.storage import open_storage
 from attendout.cli import main
 from attendout.configfile import load_config, load_config_file, save_config
 from attendout.methods import get_method_config
@@ -365,7 +366,7 @@ def test_a_killed_search_resumes_without_rerunning_a_finished_trial(tmp_path, mo
 
 def test_a_trial_left_running_by_a_dead_process_is_queued_again(tmp_path):
     plan = plan_for(tmp_path, methods=("scores-dropout",))
-    storage = search_mod.open_storage(plan.storage)
+    storage = open_storage(plan.storage)
     study = search_mod._study(plan, storage, "scores-dropout")
     trial = study.ask()
     trial.suggest_float("p", 0.02, 0.5, log=True)
@@ -393,7 +394,7 @@ def test_a_trial_left_running_by_a_dead_process_is_queued_again(tmp_path):
 
 def _running_elsewhere(plan, tmp_path):
     """A trial of ``plan``'s one method left RUNNING by another live process (a child that sleeps)."""
-    storage = search_mod.open_storage(plan.storage)
+    storage = open_storage(plan.storage)
     study = search_mod._study(plan, storage, plan.methods[0])
     trial, options = search_mod._ask(plan, study, plan.methods[0])
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -463,7 +464,7 @@ def test_a_waiting_process_takes_over_the_trial_of_one_that_dies(tmp_path, monke
 
 def test_two_processes_on_one_study_draw_different_settings(tmp_path):
     plan = plan_for(tmp_path, methods=("addrop",))
-    storage = search_mod.open_storage(plan.storage)
+    storage = open_storage(plan.storage)
     first = search_mod._study(plan, storage, "addrop")  # as two processes started at once open it
     second = search_mod._study(plan, storage, "addrop")
     drawn = [search_mod._ask(plan, study, "addrop")[1] for study in (first, second, first, second)]
@@ -853,7 +854,7 @@ def test_advise_help_and_a_bad_flag(capsys, tmp_path):
 @pytest.mark.parametrize("url", ["nonsense", "postgresql://user@localhost/study"])
 def test_a_storage_that_cannot_open_is_a_sentence(url):
     with pytest.raises(ValueError, match=f"--storage {url}"):
-        search_mod.open_storage(url)
+        open_storage(url)
 
 
 def test_a_plain_postgresql_url_takes_psycopg_3_without_psycopg2_and_a_missing_driver_is_named(monkeypatch):
@@ -866,7 +867,7 @@ def test_a_plain_postgresql_url_takes_psycopg_3_without_psycopg2_and_a_missing_d
     monkeypatch.setitem(sys.modules, "psycopg", None)  # neither driver
     assert with_driver("postgresql://u@h/db") == "postgresql://u@h/db"
     with pytest.raises(ValueError, match=r"driver is not installed .*pip install 'psycopg\[binary\]'"):
-        search_mod.open_storage("postgresql://user@localhost/study")
+        open_storage("postgresql://user@localhost/study")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -133,7 +133,7 @@ def simulated_search(rng, truth, seeds, sd):
 
 
 def plan(tmp_path, seeds: int) -> SearchPlan:
-    from attendout.train import TrainConfig
+    from attendout.config import TrainConfig
 
     return SearchPlan(
         base=TrainConfig(task="file", train_file="unused.csv", progress=False),

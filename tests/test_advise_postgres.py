@@ -230,7 +230,10 @@ def test_a_worker_takes_the_probe_folder_before_it_trains_the_probe(tmp_path):
 def test_a_storage_error_never_shows_the_password_of_the_url():
     from attendout.advise.storage import open_storage
 
-    for url in ("postgresql+nodriver://ada:s3cret@localhost/study", "mysql+nodriver://ada:s3cret@db:3306/study"):
+    for url in (
+        "postgresql+nodriver://ada:s3cret@localhost/study",
+        "mysql+nodriver://ada:s3cret@db:3306/study",
+    ):
         with pytest.raises(ValueError) as error:
             open_storage(url)
         assert "s3cret" not in str(error.value) and "ada:***@" in str(error.value)

@@ -162,7 +162,7 @@ def test_grid_order_keys_and_budget_overrides(tiny_run):
 
 #: What the fingerprints of the published cells (results/) were computed from. Adding a TrainConfig
 #: field changes every fingerprint, and every finished cell turns stale, unless the field goes into
-#: attendout.train.NEUTRAL_OPTIONS (not part of the recipe) or FINGERPRINT_NEUTRAL (with its old
+#: attendout.config.NEUTRAL_OPTIONS (not part of the recipe) or FINGERPRINT_NEUTRAL (with its old
 #: behaviour).
 FINGERPRINTED = {
     "batch_size", "data_seed", "epochs", "eval_files", "eval_steps", "hub", "label_column", "learning_rate",
@@ -173,8 +173,8 @@ FINGERPRINTED = {
 
 
 def test_every_training_option_is_fingerprinted_excluded_or_neutral(tiny_run, monkeypatch):
+    from attendout.config import TrainConfig
     from attendout.experiments import spec
-    from attendout.train import TrainConfig
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     new = fields - spec.FINGERPRINT_EXCLUDE - set(spec.FINGERPRINT_NEUTRAL) - FINGERPRINTED
@@ -609,7 +609,7 @@ def test_two_shards_at_the_same_time_complete_the_grid_exactly_once(tiny_run):
 
 def test_a_failing_cell_is_recorded_the_grid_goes_on_and_a_rerun_retries_it(tiny_run):
     from attendout.experiments import prepare_cells, run_cells
-    from attendout.train import TrainingError
+    from attendout.optim import TrainingError
 
     experiment = load_experiment(write_experiment(tiny_run))
     plan = prepare_cells(experiment, Budget(), check_data=False)

@@ -13,10 +13,12 @@ import pytest
 import torch
 
 from attendout.cli import main
+from attendout.config import TrainConfig
 from attendout.generate import GenerationPredictor
-from attendout.predict import PredictError, Predictor
+from attendout.predict import Predictor
+from attendout.predictbase import PredictError
 from attendout.tasks import DataError
-from attendout.train import TrainConfig, Trainer
+from attendout.train import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -17,7 +17,8 @@ from attendout.advise import verdict
 from attendout.advise.confirm import Confirmation, ConfirmRow
 from attendout.advise.objective import study_direction
 from attendout.advise.regime import read_regime
-from attendout.advise.search import SearchPlan, _study, open_storage, search_results
+from attendout.advise.search import SearchPlan, _study, search_results
+from attendout.advise.storage import open_storage
 from attendout.config import TrainConfig
 from attendout.experiments import Budget, ResultsStore, load_experiment
 from attendout.report.comparison import build_table

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from attendout.cli import main
-from attendout.predict import PredictError, Predictor, write_predictions
+from attendout.predict import Predictor, write_predictions
+from attendout.predictbase import PredictError
 from attendout.tasks import DataError, Examples
 from attendout.train import finetune
 from conftest import toy_train_config

@@ -25,16 +25,18 @@ import attendout.rundir as rundir
 import attendout.runlock as runlock
 import attendout.train as train_module
 from attendout.cli import main
+from attendout.config import TrainConfig
 from attendout.rundir import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
     CHECKPOINT_SUMMARY,
     MANIFEST,
+    StorageError,
     checkpoint_status,
     verify_folder,
     write_checkpoint,
 )
-from attendout.train import StorageError, TrainConfig, Trainer, finetune
+from attendout.train import Trainer, finetune
 from conftest import save_tiny_model_dir, snapshot, toy_train_config, write_sentiment_csv
 
 # --------------------------------------------------------------------------------------------------

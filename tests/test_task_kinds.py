@@ -14,6 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForMultipleChoice, AutoModelForTokenClassification
 
+from attendout.config import TrainConfig
 from attendout.encoding import ChoiceEncoded, Encoded, TokenEncoded, Windows, encode, head_tail_sizes
 from attendout.methods import list_methods
 from attendout.methods.addrop import attribute
@@ -28,7 +29,7 @@ from attendout.tasks import (
     TokenExamples,
     register_task,
 )
-from attendout.train import TrainConfig, Trainer, finetune
+from attendout.train import Trainer, finetune
 from conftest import WORDS, make_batch, no_dropout, save_tiny_model_dir, tiny_config
 from test_addrop import Perturb, inputs
 

@@ -12,8 +12,11 @@ import torch
 
 import attendout
 from attendout.attention import AttentionEdit, AttentionMethod
+from attendout.checkpoints import RunExistsError
+from attendout.config import TrainConfig
 from attendout.methods import MethodConfig, register_method
-from attendout.train import RunExistsError, TrainConfig, Trainer, TrainingError, finetune
+from attendout.optim import TrainingError
+from attendout.train import Trainer, finetune
 from conftest import toy_train_config
 
 

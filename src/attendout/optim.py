@@ -16,12 +16,10 @@ import torch
 from torch import nn
 
 from .contract import LoopContext
-from .devices import autocast_dtype  # its home is devices; importable from here as before
 
 __all__ = [
     "TrainingError",
     "adamw",
-    "autocast_dtype",
     "concat_batches",
     "linear_schedule",
     "micro_batches",

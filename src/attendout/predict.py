@@ -38,7 +38,6 @@ from .predictbase import (
     run_settings,
     run_split,
     task_from_settings,
-    write_rows,
     write_rows_atomic,
 )
 from .rundir import RunDir
@@ -57,7 +56,12 @@ from .tasks import (
 from .tasks.core import task_of
 from .tasks.readers import read_file, to_examples
 
-__all__ = ["PredictError", "Predictions", "Predictor", "read_inputs", "write_predictions", "write_rows"]
+__all__ = [
+    "Predictions",
+    "Predictor",
+    "read_inputs",
+    "write_predictions",
+]
 
 
 @dataclass(frozen=True)

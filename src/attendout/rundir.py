@@ -35,7 +35,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from .devices import rng_state, set_rng_state  # the checkpoint's random state; their home is devices
 from .optim import TrainingError
 from .runlock import LOCK_FILE
 from .version import __version__
@@ -66,9 +65,7 @@ __all__ = [
     "load_checkpoint",
     "read_checkpoint",
     "recover_folder",
-    "rng_state",
     "save_model_atomic",
-    "set_rng_state",
     "verify_folder",
     "write_checkpoint",
     "write_folder_atomic",

@@ -32,7 +32,6 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .checkpoints import (
-    RunExistsError,
     TrainState,
     check_run_dir,
     checkpoint_config,
@@ -43,7 +42,7 @@ from .checkpoints import (
     single_class,
     write_split_predictions,
 )
-from .config import NEUTRAL_OPTIONS, RESUME_MUST_MATCH, TrainConfig, split_for_training
+from .config import TrainConfig, split_for_training
 from .contract import LoopContext, StepInfo
 from .devices import (
     check_batches_fit_processes,
@@ -65,7 +64,6 @@ from .optim import TrainingError, adamw, linear_schedule, micro_batches, update
 from .rundir import (
     CHECKPOINT_DIR,
     CHECKPOINT_FORMAT,
-    CheckpointError,
     RunDir,
     StorageError,
     describe_os_error,
@@ -80,14 +78,7 @@ from .tasks import CLASSIFICATION, LM, Examples, Task, better, compute_metrics
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "NEUTRAL_OPTIONS",
-    "RESUME_MUST_MATCH",
-    "CheckpointError",
-    "RunExistsError",
-    "StorageError",
-    "TrainConfig",
     "Trainer",
-    "TrainingError",
     "finetune",
 ]
 

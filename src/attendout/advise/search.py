@@ -62,7 +62,7 @@ from .objective import (
 from .spaces import grid_of, grid_size, shown, suggest
 from .storage import open_storage, redacted
 
-__all__ = ["MethodSearch", "SearchPlan", "open_storage", "run_search", "search_results"]
+__all__ = ["MethodSearch", "SearchPlan", "run_search", "search_results"]
 
 logger = logging.getLogger(__name__)
 

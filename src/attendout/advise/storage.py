@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import random
 import re
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -75,7 +74,9 @@ def open_storage(url: str, echo: Callable[[str], None] | None = None) -> Any:
         ) from None
     except Exception as error:  # SQLAlchemy's: a malformed URL, a server that refuses, ...
         if type(error).__module__.startswith(("sqlalchemy", "optuna")):
-            raise ValueError(f"--storage {redacted(url)}: {type(error).__name__}: {redacted(str(error))}") from None
+            raise ValueError(
+                f"--storage {redacted(url)}: {type(error).__name__}: {redacted(str(error))}"
+            ) from None
         raise
 
 

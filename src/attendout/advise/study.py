@@ -318,7 +318,7 @@ def advise(config: AdviseConfig) -> Advice:
 
     _check_identity(config)
     if config.until != "regime":  # the storage opens (a bad URL, a missing driver) before anything trains
-        from .search import open_storage
+        from .storage import open_storage
 
         open_storage(config.storage_url)
     steps_per_epoch, metric = _steps_per_epoch(_search_recipe(config.recipe))

@@ -11,7 +11,8 @@ from .flags import add_threads, set_threads
 
 def main(argv: list[str]) -> int:
     """Label a file, or score a split of the run's own data, with a fine-tuned model."""
-    from ..predict import Predictor, prediction_rows, write_predictions, write_rows
+    from ..predict import Predictor, prediction_rows, write_predictions
+    from ..predictbase import write_rows
 
     parser = argparse.ArgumentParser(
         prog="attendout predict",

@@ -38,7 +38,7 @@ models x tasks x methods x seeds; :meth:`Experiment.cells` lists it seed-major (
 so an interrupted grid has complete rows of the first seeds. A structural error in the file (unknown
 key, wrong type, duplicate id) raises :class:`ExperimentError` naming the file, the key and the value;
 a cell whose method or task is not registered, or whose configuration
-:class:`~attendout.train.TrainConfig` rejects (a bad method option), is listed as invalid: the dry run
+:class:`~attendout.config.TrainConfig` rejects (a bad method option), is listed as invalid: the dry run
 reports it and no cell of the grid runs until it is fixed.
 
 This module holds the grid the file describes (its parts, :class:`Cell`, :func:`config_fingerprint`,

@@ -29,14 +29,10 @@ from . import glue as glue
 from . import rotten_tomatoes as rotten_tomatoes
 from . import textmetrics as textmetrics
 from . import tokens as tokens
+from .base import CLASSIFICATION, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
 from .checks import check_training_splits
 from .core import (
-    CLASSIFICATION,
-    MULTIPLE_CHOICE,
-    REGRESSION,
-    TOKEN_CLASSIFICATION,
     ChoiceExamples,
-    DataError,
     Examples,
     LoadOptions,
     Task,

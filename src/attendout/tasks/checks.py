@@ -19,7 +19,8 @@ import logging
 from collections.abc import Hashable, Iterable, Sequence
 from numbers import Integral
 
-from .core import ChoiceExamples, DataError, Examples, TaskData, TokenExamples
+from .base import DataError
+from .core import ChoiceExamples, Examples, TaskData, TokenExamples
 
 __all__ = ["check_training_splits", "input_key", "overlap_counts"]
 

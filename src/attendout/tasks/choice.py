@@ -49,7 +49,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .core import MULTIPLE_CHOICE, ChoiceExamples, DataError, LoadOptions, Task, TaskData, register_task
+from .base import MULTIPLE_CHOICE, DataError
+from .core import ChoiceExamples, LoadOptions, Task, TaskData, register_task
 from .readers import _check_exists, _open_text
 
 __all__ = [

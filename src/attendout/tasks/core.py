@@ -25,13 +25,8 @@ from .base import CLASSIFICATION, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICAT
 from .metrics import METRICS, metric_fits
 
 __all__ = [
-    "CLASSIFICATION",
-    "MULTIPLE_CHOICE",
-    "REGRESSION",
-    "TOKEN_CLASSIFICATION",
     "ChoiceExamples",
     "TokenExamples",
-    "DataError",
     "Examples",
     "LoadOptions",
     "Task",

@@ -27,7 +27,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .core import CLASSIFICATION, DataError, Examples, LoadOptions, Task, TaskData, register_task
+from .base import CLASSIFICATION, DataError
+from .core import Examples, LoadOptions, Task, TaskData, register_task
 from .readers import ARCHIVE_ERRORS
 from .tokens import find_nltk_zip
 

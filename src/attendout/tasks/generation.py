@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import textmetrics as textmetrics  # registers perplexity, bleu... before the tasks below
+from . import textmetrics  # noqa: F401  registers perplexity, bleu... before the tasks below
 from .base import DataError
 from .core import (
     Examples,

@@ -25,10 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .base import CLASSIFICATION, REGRESSION, DataError
 from .core import (
-    CLASSIFICATION,
-    REGRESSION,
-    DataError,
     Examples,
     LoadOptions,
     Task,

@@ -38,11 +38,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from .base import CLASSIFICATION, REGRESSION, TOKEN_CLASSIFICATION, DataError
 from .core import (
-    CLASSIFICATION,
-    REGRESSION,
-    TOKEN_CLASSIFICATION,
-    DataError,
     Examples,
     LoadOptions,
     Task,

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .core import CLASSIFICATION, REGRESSION, DataError, Examples
+from .base import CLASSIFICATION, REGRESSION, DataError
+from .core import Examples
 
 __all__ = [
     "ARCHIVE_ERRORS",

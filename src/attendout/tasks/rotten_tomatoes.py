@@ -31,9 +31,8 @@ import importlib.util
 import logging
 from pathlib import Path
 
+from .base import CLASSIFICATION, DataError
 from .core import (
-    CLASSIFICATION,
-    DataError,
     Examples,
     LoadOptions,
     Task,

@@ -56,9 +56,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .base import TOKEN_CLASSIFICATION, DataError
 from .core import (
-    TOKEN_CLASSIFICATION,
-    DataError,
     LoadOptions,
     Task,
     TaskData,

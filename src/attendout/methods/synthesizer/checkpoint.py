@@ -42,7 +42,6 @@ from .method import (
     MODEL_TYPE,
     WEIGHTS_NAME,
     get_synthesizer,
-    save_synthesized,
     synthesize,
 )
 
@@ -50,14 +49,10 @@ if TYPE_CHECKING:
     from .config import SynthesizerConfig
 
 __all__ = [
-    "FORMAT_VERSION",
-    "MODEL_TYPE",
-    "WEIGHTS_NAME",
     "is_synthesized_checkpoint",
     "load_model",
     "load_synthesized",
     "load_synthesized_weights",
-    "save_synthesized",
 ]
 
 
