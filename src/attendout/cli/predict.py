@@ -9,11 +9,7 @@ import sys
 from .flags import add_threads, set_threads
 
 
-def main(argv: list[str]) -> int:
-    """Label a file, or score a split of the run's own data, with a fine-tuned model."""
-    from ..predict import Predictor, prediction_rows, write_predictions
-    from ..predictbase import write_rows
-
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attendout predict",
         description="Predict with a fine-tuned model: a run directory of `attendout finetune` (it knows its "
@@ -79,7 +75,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=True, help="a progress bar on stderr"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Label a file, or score a split of the run's own data, with a fine-tuned model."""
+    from ..predict import Predictor, prediction_rows, write_predictions
+    from ..predictbase import write_rows
+
+    args = build_parser().parse_args(argv)
     set_threads(args.threads)
     if args.split is not None and (args.text_columns or args.label_column or args.file_format):
         raise ValueError(
