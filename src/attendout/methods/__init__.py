@@ -3,7 +3,8 @@ act on a model (:mod:`.registry`, the peft way).
 
 Every method is a package of the same layout: ``config.py`` (the options; no torch), ``method.py`` (its
 part in the attention hook) and, where the training loop must do more than a plain step, ``strategy.py``
-(AD-DROP, AttendOut; Synthesizer's is ``training.py``); its ``__init__`` registers the three.
+(AD-DROP, AttendOut, Synthesizer); its ``__init__`` registers the three. Other modules hold what one
+method needs beyond them (AD-DROP's attribution, AttendOut's Generator and game).
 Importing this package imports the configs only: :func:`apply`, :func:`prepare` and the handles (which
 need torch) are imported on first use.
 """

@@ -6,7 +6,8 @@ on the same batches, and every ``dropout_steps`` steps a game on validation samp
 Generator when the Attacker does better (REINFORCE, eq. 5) and re-initialises both from the winner.
 
 * :mod:`.config`    -- :class:`AttendOutConfig`, the options and their defaults (registered as ``attendout``)
-* :mod:`.generator` -- :class:`Generator`, Gumbel masks, the REINFORCE loss and baseline, the hook slot
+* :mod:`.generator` -- :class:`Generator`, Gumbel masks, the REINFORCE loss and baseline
+* :mod:`.method`    -- :class:`MaskSlot`, its part in the hook: a training forward must bring its masks
 * :mod:`.policy`    -- :class:`GeneratorPolicy`, how G learns from games: rate exploration, eq. 5, the control
 * :mod:`.game`      -- the game's rules as pure functions: scores, rewards, the gap, the winner
 * :mod:`.strategy`  -- :class:`AttendOutStrategy`, the training loop's part: models, cache, statistics
@@ -22,7 +23,7 @@ from .config import AttendOutConfig
 register_method(
     "attendout",
     AttendOutConfig,
-    "attendout.methods.attendout.generator:mask_slot",
+    "attendout.methods.attendout.method:mask_slot",
     "attendout.methods.attendout.strategy:AttendOutStrategy",
 )
 
@@ -31,11 +32,11 @@ if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
     from .generator import (
         Generator,
         GeneratorSample,
-        MaskSlot,
         MovingAverageBaseline,
         gumbel_drop,
         reinforce_loss,
     )
+    from .method import MaskSlot
     from .policy import GeneratorPolicy, RunningStats, rate_log_prob
     from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY, DropPattern, read_drop_pattern
     from .strategy import AttendOutStrategy, CachedAction, copy_optimizer_state
@@ -44,11 +45,11 @@ __getattr__ = lazy_names(
     __name__,
     {
         "score_gap": ".game",
+        "MaskSlot": ".method",
         **dict.fromkeys(
             (
                 "Generator",
                 "GeneratorSample",
-                "MaskSlot",
                 "MovingAverageBaseline",
                 "gumbel_drop",
                 "reinforce_loss",

@@ -73,7 +73,8 @@ from .game import (
     sample_rewards,
     score_gap,
 )
-from .generator import Generator, GeneratorSample, MaskSlot
+from .generator import Generator, GeneratorSample
+from .method import MaskSlot
 from .policy import GeneratorPolicy
 from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY
 

@@ -24,7 +24,7 @@ register_method(
     "synthesizer",
     SynthesizerConfig,
     "attendout.methods.synthesizer.method:Synthesizer",
-    "attendout.methods.synthesizer.training:SynthesizerStrategy",
+    "attendout.methods.synthesizer.strategy:SynthesizerStrategy",
 )
 
 if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
         save_synthesized,
         synthesize,
     )
-    from .training import SynthesizerStrategy
+    from .strategy import SynthesizerStrategy
 
 __getattr__ = lazy_names(
     __name__,
@@ -61,7 +61,7 @@ __getattr__ = lazy_names(
             ),
             ".method",
         ),
-        "SynthesizerStrategy": ".training",
+        "SynthesizerStrategy": ".strategy",
     },
 )
 
