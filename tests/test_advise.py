@@ -230,7 +230,7 @@ def fake_finetune(score, calls: list, *, interrupt_at=None):
 
 
 def plan_for(tmp_path, **overrides) -> SearchPlan:
-    from attendout.train import TrainConfig
+    from attendout.config import TrainConfig
 
     values = dict(
         base=TrainConfig(task="file", train_file="unused.csv", progress=False),

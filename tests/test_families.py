@@ -13,9 +13,10 @@ from transformers import AutoModelForSequenceClassification, DataCollatorWithPad
 import attendout
 from attendout.attention import AttentionEdit, get_controller
 from attendout.cli import main
+from attendout.config import TrainConfig
 from attendout.contract import ForwardEdits
 from attendout.hf import Trainer as MethodTrainer
-from attendout.train import TrainConfig, Trainer
+from attendout.train import Trainer
 from conftest import (
     FAMILIES,
     make_batch,

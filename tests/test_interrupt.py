@@ -27,7 +27,8 @@ from attendout.cli import main
 from attendout.interrupt import Stopped
 from attendout.methods.addrop import ADDrop
 from attendout.methods.attendout.strategy import AttendOutStrategy
-from attendout.train import CHECKPOINT_DIR, Trainer, finetune
+from attendout.rundir import CHECKPOINT_DIR
+from attendout.train import Trainer, finetune
 from conftest import toy_cli_args
 from test_resume import read_log, run_config
 

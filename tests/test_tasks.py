@@ -652,7 +652,7 @@ def test_split_checks_refuse_an_evaluation_class_that_train_never_has(tmp_path: 
     """A task with a fixed label set loads a train file lacking a class; the run is refused when it
     splits its data, before any model is built (the file readers refuse it already when train's
     labels make the label set)."""
-    from attendout.train import split_for_training
+    from attendout.config import split_for_training
 
     write_glue_file(
         tmp_path, "mnli", "train.tsv", [(f"A{i}.", "B.", ["entailment", "neutral"][i % 2]) for i in range(20)]
