@@ -211,3 +211,23 @@ def test_register_method_binds_a_name_once_and_unregister_frees_it(keyed_dropout
     assert attendout.get_method_config(NAME, p=0.3) == again(p=0.3)
     attendout.unregister_method(NAME)
     attendout.register_method(NAME, config, method)  # as the fixture left it
+
+
+def test_attendout_methods_imports_the_modules_the_environment_names(tmp_path):
+    import subprocess
+
+    (tmp_path / "keyed_dropout.py").write_text(example_code())
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path), "ATTENDOUT_METHODS": "keyed_dropout"}
+    run = [sys.executable, "-m", "attendout.cli", "methods"]
+    listed = subprocess.run(run, capture_output=True, text=True, env=env, timeout=300)
+    assert listed.returncode == 0, listed.stderr
+    assert any(line.startswith("keyed-dropout ") and "p=0.1" in line for line in listed.stdout.splitlines())
+    plain = subprocess.run(
+        run, capture_output=True, text=True, env={**env, "ATTENDOUT_METHODS": ""}, timeout=300
+    )
+    assert "keyed-dropout" not in plain.stdout  # only what the variable names joins
+    missing = subprocess.run(
+        run, capture_output=True, text=True, env={**env, "ATTENDOUT_METHODS": "keyed_dropout, no_such_module"}
+    )
+    assert missing.returncode == 2
+    assert "ATTENDOUT_METHODS names module 'no_such_module', which cannot be imported" in missing.stderr

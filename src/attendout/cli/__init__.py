@@ -7,13 +7,15 @@ package whose ``main(argv)`` parses its flags and calls an engine that knows not
 :mod:`attendout.cli.flags`.
 
 Method options come from the method's config dataclass: ``attendout finetune --method scheduled
---help`` lists them. Errors in user input print one line (``attendout: error: ...``) and exit 2.
+--help`` lists them. Methods of your own join every command through ``ATTENDOUT_METHODS``, the
+comma-separated modules that register them (:func:`import_user_methods`). Errors in user input print one line (``attendout: error: ...``) and exit 2.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import os
 import shlex
 import sys
 from typing import Any, NamedTuple
@@ -61,6 +63,26 @@ COMMANDS = {
         "table", "aggregate a grid: mean ± std, paired tests against the baseline, Markdown, CSV, PNG"
     ),
 }
+
+
+#: The environment variable naming the modules (comma-separated) that register methods of your own.
+USER_METHODS_VARIABLE = "ATTENDOUT_METHODS"
+
+
+def import_user_methods() -> list[str]:
+    """Import the modules ``$ATTENDOUT_METHODS`` names (``keyed_dropout,mylab.methods``), whose
+    :func:`~attendout.register_method` calls make their methods known to every command; torchrun's
+    processes inherit the variable. A module that cannot be imported is a ValueError naming it."""
+    names = [n.strip() for n in os.environ.get(USER_METHODS_VARIABLE, "").split(",") if n.strip()]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise ValueError(
+                f"{USER_METHODS_VARIABLE} names module {name!r}, which cannot be imported ({error}); "
+                "give modules importable from here (on PYTHONPATH), comma-separated"
+            ) from None
+    return names
 
 
 def _usage() -> str:
@@ -126,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..interrupt import Stopped, handling
 
     try:
+        import_user_methods()
         with handling():  # Ctrl-C, SIGTERM: a run stops at its next whole step with a checkpoint
             return COMMANDS[command].run(rest)
     except KeyboardInterrupt as error:
