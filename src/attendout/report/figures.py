@@ -127,6 +127,10 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
     return out
 
 
+#: Characters per line of a method's label beside a panel of :func:`delta_chart` (longer ones wrap).
+LABEL_WIDTH = 36
+
+
 def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
     """Write a PNG of every method's difference from the baseline, one panel per model, task and split.
 
@@ -155,8 +159,13 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
         raise ValueError(f"delta_chart: no method of {e.name} has finished cells paired with {e.baseline!r}")
     columns = min(len(panels), 3)
     rows = math.ceil(len(panels) / columns)
-    height = 0.32 * len(others) + 1.4
-    fig = Figure(figsize=(4.3 * columns, height * rows + 0.7), layout="constrained")
+    # long method labels are wrapped, and each panel leaves room for its own labels beside the axis
+    wrapped = [textwrap.wrap(m.label, LABEL_WIDTH) or [""] for _, m in others]
+    label_lines = max(len(lines) for lines in wrapped)
+    label_chars = max(len(line) for lines in wrapped for line in lines)
+    width = 3.0 + 0.065 * label_chars
+    height = (0.18 + 0.14 * label_lines) * len(others) + 1.4
+    fig = Figure(figsize=(width * columns, height * rows + 0.7), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False)
     for ax, (model, task, split, found) in zip(axes.flat, panels, strict=False):
         labels = []
@@ -172,7 +181,8 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
                 b = c.bootstrap
                 ax.plot([k * b.low, k * b.high], [y - 0.22, y - 0.22], color=colour, linewidth=1.2)
             ax.plot([mean], [y], "o", color=colour, markersize=5)
-            labels.append(f"{method.label} {c.mark}".strip() + ("" if n >= 2 else " (1 seed)"))
+            label = f"{method.label} {c.mark}".strip() + ("" if n >= 2 else " (1 seed)")
+            labels.append(textwrap.fill(label, LABEL_WIDTH))
         ax.axvline(0.0, color="0.3", linestyle="--", linewidth=0.8)
         ax.set_yticks(range(len(found)), labels, fontsize=8)
         ax.set_ylim(len(found) - 0.5, -0.7)  # first method on top
@@ -187,7 +197,7 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
         "thick bar: 95% t-interval over seeds; thin bar: 95% bootstrap interval over the split's examples; "
         "* / **: Holm-corrected paired t-test p < 0.05 / 0.01"
     )
-    fig.suptitle(textwrap.fill(caption, width=int(14 * 4.3 * columns)), fontsize=9)
+    fig.suptitle(textwrap.fill(caption, width=int(14 * width * columns)), fontsize=9)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=130)
