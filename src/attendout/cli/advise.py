@@ -14,6 +14,7 @@ from .flags import (
     add_dataclass_options,
     add_file_options,
     add_threads,
+    dataclass_from_args,
     set_threads,
     task_defaults_unset,
     train_config,
@@ -254,33 +255,10 @@ def config_from_args(argv: list[str]) -> AdviseConfig:
         taken = set(search_seeds(args.search_seed, args.search_repeats))
         seeds = [s for s in range(1, count + len(taken) + 1) if s not in taken][:count]
     set_threads(args.threads)
-    return AdviseConfig(
-        recipe=recipe,
-        output_dir=args.output_dir,
-        methods=methods,
-        fixed_options=fixed,
-        regime_epochs=args.regime_epochs,
-        regime_run=args.regime_run,
-        epochs=args.epochs,
-        probe=args.probe,
-        trials=args.trials,
-        hours=args.hours,
-        sampler=args.sampler,
-        pruning=args.pruning,
-        storage=args.storage,
-        search_seed=args.search_seed,
-        search_repeats=args.search_repeats,
-        objective=args.objective,
-        seeds=seeds,
-        detect=args.detect,
-        confirm_hours=args.confirm_hours,
-        max_seeds=args.max_seeds,
-        reuse_runs=args.reuse_runs,
-        alpha=args.alpha,
-        until=args.until,
-        stale_after=args.stale_after,
-        progress=recipe.progress,
-        echo=lambda line: print(line, flush=True),
+    given = {"recipe": recipe, "methods": methods, "fixed_options": fixed, "seeds": seeds}
+    return dataclass_from_args(
+        AdviseConfig,  # every other field from the flag of its name
+        {**vars(args), **given, "echo": lambda line: print(line, flush=True)},
         command="attendout advise " + shlex.join(argv),
     )
 

@@ -11,6 +11,7 @@ from .flags import (
     add_dataclass_options,
     add_file_options,
     add_threads,
+    parse_eval_files,
     set_threads,
     task_defaults_unset,
     train_config,
@@ -116,7 +117,7 @@ def main(argv: list[str]) -> int:
         values,
         # options that depend on the task (AD-DROP's layers) are settled now, so config.json records them
         method_options=settle_for_task(method, method_options, values.get("task")),
-        eval_files=_eval_files(values, from_file),
+        eval_files=parse_eval_files(values.get("eval_file")) or from_file.get("eval_files"),
     )
     results = finetune(config)
     if os.environ.get("RANK", "0") != "0":  # torchrun / accelerate launch: the main process reports
@@ -131,10 +132,3 @@ def main(argv: list[str]) -> int:
         print(cut)
     print(f"run directory: {config.output_dir}")
     return 0
-
-
-def _eval_files(values: dict[str, Any], from_file: dict[str, Any]) -> dict[str, str] | None:
-    """``--eval-file`` values, else the config file's ``eval_files``."""
-    from .flags import parse_eval_files
-
-    return parse_eval_files(values.get("eval_file")) or from_file.get("eval_files")

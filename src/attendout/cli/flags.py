@@ -101,12 +101,12 @@ def add_dataclass_options(
             )
 
 
-def dataclass_from_args(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
-    """An instance of the dataclass ``cls`` from the flags :func:`add_dataclass_options` made for it: each
-    field whose flag was parsed (``values``: ``vars(args)``; destinations with ``prefix``) takes its value,
-    the others their defaults."""
+def dataclass_from_args(cls: type, values: dict[str, Any], prefix: str = "", **given: Any) -> Any:
+    """An instance of the dataclass ``cls`` from parsed flags: each field takes ``given``'s value, else
+    the flag of its name (``values``: ``vars(args)``; destinations with ``prefix``), else its default."""
     names = {f.name for f in dataclasses.fields(cls) if f.init}
-    return cls(**{name: values[prefix + name] for name in names if prefix + name in values})
+    taken = {name: values[prefix + name] for name in names if prefix + name in values}
+    return cls(**{**taken, **given})
 
 
 def add_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

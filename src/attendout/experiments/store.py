@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rundir import RunDir, checkpoint_status, write_json_atomic
-from ..runlock import Owner, pid_alive, process_start_time, this_host
+from ..runlock import Owner, process_start_time, this_host
 from .spec import Budget, Cell, Experiment, ExperimentError
 
 __all__ = [
@@ -375,7 +375,9 @@ class ResultsStore:
             owner = folder.name.rsplit("--", 1)[-1]
             host, _, rest = owner.rpartition("-")  # HOST-PID-TOKEN -> (HOST-PID, TOKEN)
             host, _, pid = host.rpartition("-")
-            if folder.name in claimed or host != self.host or not pid.isdigit() or pid_alive(int(pid)):
+            if folder.name in claimed or host != self.host or not pid.isdigit():
+                continue
+            if Owner(host, int(pid)).alive(None, self.stale_after):  # the folder's name has no start time
                 continue
             cell_key = folder.name.rsplit("--", 1)[0].replace("--", "/")
             if has_checkpoint(folder) and not RunDir(self.root / cell_key).finished:
