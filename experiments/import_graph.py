@@ -67,19 +67,20 @@ def graph(src: Path, lazy: bool) -> dict[str, set[str]]:
     return dict(edges)
 
 
-def loops(edges: dict[str, set[str]]) -> list[set[str]]:
-    """The strongly connected components of more than one room (Tarjan)."""
+def loops(edges: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm); nodes without an
+    entry of their own are leaves. ``tests/test_layout.py`` finds the package's import circles with it."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
-    found: list[set[str]] = []
+    found: list[frozenset[str]] = []
 
     def visit(node: str) -> None:
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for other in edges.get(node, ()):
+        for other in sorted(edges.get(node, ())):
             if other not in index:
                 visit(other)
                 low[node] = min(low[node], low[other])
@@ -94,7 +95,7 @@ def loops(edges: dict[str, set[str]]) -> list[set[str]]:
                 if member == node:
                     break
             if len(component) > 1:
-                found.append(component)
+                found.append(frozenset(component))
 
     for node in sorted(edges):
         if node not in index:

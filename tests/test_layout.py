@@ -4,6 +4,7 @@ into the package's ``__init__`` (issue 40). Read from the source with ``ast``; n
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 PACKAGE = "attendout"
@@ -76,36 +77,17 @@ def import_graph(top_level_only: bool) -> dict[str, set[str]]:
     return graph
 
 
-def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[frozenset[str]] = []
+def _import_graph_tool():
+    """experiments/import_graph.py, the script that draws the package's floors, loaded as a module."""
+    path = SRC.parent / "experiments" / "import_graph.py"
+    spec = importlib.util.spec_from_file_location("import_graph_tool", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def connect(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for target in sorted(graph[node]):
-            if target not in index:
-                connect(target)
-                low[node] = min(low[node], low[target])
-            elif target in stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(frozenset(component))
 
-    for node in sorted(graph):
-        if node not in index:
-            connect(node)
-    return found
+#: The strongly connected components of more than one module (Tarjan's algorithm): the script's.
+circles = _import_graph_tool().loops
 
 
 def describe(circle: frozenset[str], graph: dict[str, set[str]]) -> str:
