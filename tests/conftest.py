@@ -16,6 +16,7 @@ from transformers import (
     ElectraConfig,
     EuroBertConfig,
     ModernBertConfig,
+    MPNetConfig,
     RobertaConfig,
     XLMRobertaConfig,
 )
@@ -112,6 +113,9 @@ def tiny_config(family: str, **overrides):
             norm_rel_ebd="layer_norm",
             share_att_key=True,
         )
+    elif family == "mpnet":
+        # relative position buckets added to the scores in MPNet's own attention code; pad id 1 (fixed)
+        config = MPNetConfig(**COMMON, pad_token_id=1, relative_attention_num_buckets=32)
     else:
         raise KeyError(family)
     for key, value in overrides.items():
@@ -167,6 +171,7 @@ FAMILIES = [
     "modernbert",
     "eurobert",
     "deberta-v2",
+    "mpnet",
 ]
 #: families whose attention scores are reachable (AttentionInterface); DeBERTa's stay inside its forward
 SCORE_FAMILIES = [f for f in FAMILIES if f != "deberta-v2"]

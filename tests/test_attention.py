@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import MPNetConfig, MPNetForSequenceClassification
+from transformers import DebertaConfig, DebertaForSequenceClassification
 
 import attendout
 from attendout.attention import get_controller
@@ -488,11 +488,11 @@ def test_albert_layerdrop_keeps_layer_indices_in_step():
 
 
 def test_unsupported_model_names_its_class():
-    config = MPNetConfig(
+    config = DebertaConfig(
         vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
     )
-    model = MPNetForSequenceClassification(config)
-    with pytest.raises(attendout.UnsupportedModelError, match="MPNetForSequenceClassification.*'mpnet'"):
+    model = DebertaForSequenceClassification(config)  # DeBERTa v1: its own disentangled attention code
+    with pytest.raises(attendout.UnsupportedModelError, match="DebertaForSequenceClassification.*'deberta'"):
         attendout.apply(model, "none")
 
 

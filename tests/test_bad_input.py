@@ -323,21 +323,21 @@ def test_a_model_folder_without_weights(shared, tmp_path, capsys):
 
 
 def test_a_model_of_an_unsupported_family(shared, tmp_path, capsys):
-    from transformers import MPNetConfig, MPNetForSequenceClassification
+    from transformers import DebertaConfig, DebertaForSequenceClassification
 
-    folder = tmp_path / "mpnet"
+    folder = tmp_path / "deberta"
     torch.manual_seed(0)
-    config = MPNetConfig(
+    config = DebertaConfig(
         vocab_size=99, max_position_embeddings=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=37,
     )  # fmt: skip
-    MPNetForSequenceClassification(config).save_pretrained(folder)
+    DebertaForSequenceClassification(config).save_pretrained(folder)  # DeBERTa v1: not hooked
     for f in Path(shared["model"]).iterdir():
         if "token" in f.name or f.name == "vocab.txt":
             (folder / f.name).write_bytes(f.read_bytes())
     out = tmp_path / "out"
     refused(
-        capsys, finetune_args(shared, out, model=folder), out, "model_type 'mpnet'", "supported model types"
+        capsys, finetune_args(shared, out, model=folder), out, "model_type 'deberta'", "supported model types"
     )
 
 

@@ -1,5 +1,6 @@
-"""The encoders people fine-tune today: ModernBERT and EuroBERT (RoPE; through AttentionInterface) and
-DeBERTa-v2/v3 (disentangled attention; through module hooks, attendout/attention/deberta.py)."""
+"""The encoders people fine-tune today: ModernBERT and EuroBERT (RoPE; through AttentionInterface),
+DeBERTa-v2/v3 (disentangled attention; through module hooks, attendout/attention/deberta.py) and MPNet
+(a relative position bias in its own attention code; attendout/attention/mpnet.py, tests/test_mpnet.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from conftest import (
 from test_hf_trainer import features, hf_args
 
 PADDED = {1: 7, 3: 4}
-NEW = ["modernbert", "eurobert", "deberta-v2"]
+NEW = ["modernbert", "eurobert", "deberta-v2", "mpnet"]
 
 
 def implementations():
@@ -229,7 +230,7 @@ def test_finetune_on_a_saved_model_of_every_new_family(toy, family, method, caps
         assert type(saved).__name__.lower().startswith(family.replace("-", "")[:6])
 
 
-@pytest.mark.parametrize("family", ["modernbert", "deberta-v2"])
+@pytest.mark.parametrize("family", ["modernbert", "deberta-v2", "mpnet"])
 def test_transformers_trainer_runs_addrop_on_a_new_family(toy, family, tmp_path):
     config = dict(
         task="file", train_file=toy["train"], eval_files={"dev": toy["dev"]}, text_columns=["text"],

@@ -46,7 +46,7 @@ DEFAULT_RATES = {
 }
 
 
-@pytest.mark.parametrize("family", ["bert", "modernbert", "eurobert", "deberta-v2"])
+@pytest.mark.parametrize("family", ["bert", "modernbert", "eurobert", "deberta-v2", "mpnet"])
 @pytest.mark.parametrize("method", DEFAULT_RATES)
 def test_default_options_drop_at_the_documented_rate_in_every_layer(method, family):
     rate, forwards = DEFAULT_RATES[method]

@@ -160,19 +160,19 @@ def test_a_finished_run_is_not_overwritten(tiny_run):
 
 
 def test_unsupported_model_fails_before_writing_anything(tiny_run, tmp_path):
-    from transformers import MPNetConfig, MPNetForSequenceClassification
+    from transformers import DebertaConfig, DebertaForSequenceClassification
 
-    mpnet = tmp_path / "mpnet"
-    MPNetForSequenceClassification(
-        MPNetConfig(
+    deberta = tmp_path / "deberta"  # DeBERTa v1: its own disentangled attention, not hooked
+    DebertaForSequenceClassification(
+        DebertaConfig(
             vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
         )
-    ).save_pretrained(mpnet)
+    ).save_pretrained(deberta)
     for source in (tmp_path / "model").iterdir():
         if source.name.startswith(("tokenizer", "vocab", "special")):
-            (mpnet / source.name).write_bytes(source.read_bytes())
-    with pytest.raises(attendout.UnsupportedModelError, match="MPNetForSequenceClassification"):
-        finetune(config(tiny_run, model=str(mpnet)))
+            (deberta / source.name).write_bytes(source.read_bytes())
+    with pytest.raises(attendout.UnsupportedModelError, match="DebertaForSequenceClassification"):
+        finetune(config(tiny_run, model=str(deberta)))
     assert not (tmp_path / "run").exists()
 
 

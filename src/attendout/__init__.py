@@ -3,8 +3,8 @@
 ``import attendout`` is cheap: the names that need torch and transformers (every name of ``__all__``
 but ``__version__``, ``Stopped``, ``LimitError`` and ``check_length``) are imported on first use
 (PEP 562), so ``attendout --help`` starts in well under a second. ``attendout.apply`` and
-``from attendout import X`` work as before. The first of them imports :mod:`attendout.attention.deberta` too,
-which registers DeBERTa's attention route with the hook.
+``from attendout import X`` work as before. The first of them imports :mod:`attendout.attention.deberta` and
+:mod:`attendout.attention.mpnet` too, which register DeBERTa's and MPNet's attention routes with the hook.
 """
 
 from __future__ import annotations
@@ -106,14 +106,22 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from .predict import Predictions, Predictor
 
 
+#: the modules of the attention routes other than the registered attention function (DeBERTa's, MPNet's)
+_ROUTES = (".attention.deberta", ".attention.mpnet")
+
+
+def _register_routes() -> None:
+    """Import the route modules: each registers its attention route with the hook."""
+    for route in _ROUTES:
+        importlib.import_module(route, __name__)
+
+
 def __getattr__(name: str) -> Any:
     """Import a public name's module on first use (PEP 562) and keep the name here."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    importlib.import_module(
-        ".attention.deberta", __name__
-    )  # registers DeBERTa's attention route with the hook
+    _register_routes()
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
@@ -127,7 +135,7 @@ def remove(model) -> None:
     """Remove every attendout method and the hook from ``model`` (it is stock again)."""
     from .attention import uninstall
 
-    importlib.import_module(".attention.deberta", __name__)
+    _register_routes()
     uninstall(model)
 
 

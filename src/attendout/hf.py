@@ -68,6 +68,7 @@ from torch import nn
 from transformers import TrainerCallback
 
 from .attention.deberta import install_hooks as _deberta  # noqa: F401  (importing it registers DeBERTa's route)
+from .attention.mpnet import install_hooks as _mpnet  # noqa: F401  (importing it registers MPNet's route)
 from .contract import Distributed, LoopContext, StepInfo
 from .interrupt import Stopped, agreed, deferred, requested
 from .limits import check_length

@@ -6,7 +6,9 @@ The longest input a model can take depends on how its family encodes positions (
   DistilBERT, GPT-2; DeBERTa-v2 when ``position_biased_input``). A longer input has no row: the
   forward fails with an index error. A hard limit.
 * ``offset``: the same table, but positions start after the padding index (RoBERTa, XLM-R): the
-  limit is ``max_position_embeddings - pad_token_id - 1`` (514 rows give 512 positions).
+  limit is ``max_position_embeddings - pad_token_id - 1`` (514 rows give 512 positions). MPNet's
+  padding index is 1 whatever its config says (its embeddings fix it): always 2 rows fewer
+  (``offset-2``).
 * ``rotary`` and ``relative``: positions computed, not looked up (Llama, Mistral, Qwen2, ModernBERT,
   EuroBERT; T5's buckets; DeBERTa-v2/v3's relative attention). Nothing fails beyond
   ``max_position_embeddings``, but the model never saw such lengths: a warning, not an error.
@@ -37,6 +39,7 @@ POSITIONS: dict[str, str] = {
     "gpt2": "absolute",
     "roberta": "offset",
     "xlm-roberta": "offset",
+    "mpnet": "offset-2",  # positions start at 2: its padding index is fixed at 1, not read from the config
     "deberta-v2": "absolute-if-biased",
     "modernbert": "rotary",
     "eurobert": "rotary",
@@ -72,6 +75,8 @@ def position_limit(config: Any) -> tuple[int | None, bool]:
         return None, False
     if kind == "offset":
         return rows - int(getattr(config, "pad_token_id", 0) or 0) - 1, True
+    if kind == "offset-2":
+        return rows - 2, True
     if kind == "absolute-if-biased":
         return rows, bool(getattr(config, "position_biased_input", True))
     return rows, kind == "absolute"

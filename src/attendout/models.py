@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .offline_models import model_folder, not_set_up, offline_model
+
 logger = logging.getLogger(__name__)
 
 #: Names that mean "the packaged offline model".
@@ -64,6 +66,12 @@ def resolve_model(name: str) -> tuple[str, str]:
     """(path or hub id to load, human description) for a model name given by a user."""
     if name in DEFAULT_MODEL_ALIASES:
         return str(packaged_model_path()), DEFAULT_MODEL_DESCRIPTION
+    offline = offline_model(name)
+    if offline is not None:  # mpnet-base, opus-mt-en-fr, smollm2-135m: set up by `make models`
+        folder = model_folder(name)
+        if folder is None:
+            raise ModelNotFoundError(not_set_up(name))
+        return str(folder), offline.description
     if os.path.isdir(name):
         from transformers.utils import CONFIG_NAME
 

@@ -1,25 +1,35 @@
 """The hook's state for one model (:class:`Controller`), and what it says about a model's layers.
 
 :func:`~attendout.attention.hook.install` makes the controller and keeps it on the model
-(:func:`get_controller`); every attention call of the model reaches it through its module's slot.
+(:func:`get_controller`); every attention call of the model reaches it through its module's slot, and
+asks :func:`acting_on` what acts on it, whichever route it takes. :func:`hold_forward_edits` carries a
+forward's own edits for the routes whose model does not pass them down.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from ..contract import ForwardEdits
-from .call import AttentionMethod, rewrites_scores
+from ..contract import EDITS_KWARG, ForwardEdits
+from .call import AttentionEdit, AttentionMethod, own_edit, rewrites_scores
 from .families import Family, UnsupportedModelError, _distance, is_causal
 
 if TYPE_CHECKING:
     from .recording import AttentionRecorder
 
-__all__ = ["Controller", "get_controller", "layer_key_valid"]
+__all__ = [
+    "Acting",
+    "Controller",
+    "acting_on",
+    "get_controller",
+    "hold_forward_edits",
+    "layer_key_valid",
+    "release_hooks",
+]
 
 
 @dataclass
@@ -93,6 +103,64 @@ class Controller:
         return self.next_block() if position is None else position
 
 
+@dataclass
+class Acting:
+    """What acts on one attention call: its layer, the acting methods and recorders, the forward's own edit."""
+
+    layer: int
+    methods: list[AttentionMethod]
+    recorders: list[AttentionRecorder]
+    own: AttentionEdit | None
+
+
+def acting_on(
+    module: nn.Module, edits: ForwardEdits | None, shape: tuple[int, int, int, int]
+) -> Acting | None:
+    """What acts on this call of the attention ``module`` ((B, H, Lq, Lk) = ``shape``); None when
+    nothing does, or the hook is not on it: the call then runs stock attention, bit for bit.
+
+    Every route asks this once per attention call (a shared module's layer, ALBERT's, is counted here).
+    """
+    slot: _Slot | None = module.__dict__.get("_attendout_slot")
+    if slot is None:
+        return None
+    controller = slot.controller
+    layer = controller.next_layer() if slot.layer is None else slot.layer
+    training = module.training
+    methods = [m for m in controller.methods if m.acts_on(layer, training)]
+    recorders = [r for r in controller.recorders if r.wants(layer)]
+    own = own_edit(edits, layer, training, shape)
+    if not methods and not recorders and own is None:
+        return None
+    return Acting(layer, methods, recorders, own)
+
+
+def hold_forward_edits(controller: Controller) -> None:
+    """For a route whose model passes no extra keyword argument down to its attention (DeBERTa, MPNet):
+    a pre-hook on the model takes a forward's own edits (``model(..., attendout_edits=...)``) off its
+    keyword arguments and holds them in ``controller.forward_edits`` for that forward; a hook after it
+    (also when it raises) lets them go. Their handles join ``controller._handles``."""
+
+    def take(model: nn.Module, args: tuple, kwargs: dict[str, Any]):
+        controller.forward_edits = kwargs.pop(EDITS_KWARG, None)
+        return args, kwargs
+
+    def drop(model: nn.Module, args: tuple, output: Any) -> None:
+        controller.forward_edits = None
+
+    model = controller.model
+    controller._handles.append(model.register_forward_pre_hook(take, with_kwargs=True))
+    controller._handles.append(model.register_forward_hook(drop, always_call=True))
+
+
+def release_hooks(controller: Controller) -> None:
+    """Remove every module hook a route put in ``controller._handles``, and any edits still held."""
+    for handle in controller._handles:
+        handle.remove()
+    controller._handles.clear()
+    controller.forward_edits = None
+
+
 def get_controller(model: nn.Module) -> Controller | None:
     """The controller of a model on which the hook is installed, else None."""
     return model.__dict__.get("_attendout_controller")
@@ -110,7 +178,7 @@ def layer_key_valid(model: nn.Module, layer: int, key_valid: torch.Tensor) -> to
     """
     controller = get_controller(model)
     modules = controller.attention_modules if controller is not None else []
-    # DeBERTa's own attention has no is_causal (and is never causal); AttentionInterface modules have it
+    # a family on its own route (DeBERTa, MPNet: encoders) is never causal; AttentionInterface modules say
     causal = (
         bool(modules)
         and controller.family.route == "interface"

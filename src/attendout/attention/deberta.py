@@ -38,9 +38,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..contract import EDITS_KWARG
-from .call import AttentionCall, combine_edits, own_edit
-from .controller import Controller
+from .call import AttentionCall, combine_edits
+from .controller import Controller, acting_on, hold_forward_edits, release_hooks
 from .families import register_route
 from .paths import allowed_keys, no_key_rows_zero, uniform_weights
 from .recording import AttentionRecorder
@@ -61,38 +60,17 @@ class _Pending:
 
 def install_hooks(controller: Controller) -> None:
     """Hook every attention module of a DeBERTa-v2 model and its top-level forward."""
-    model = controller.model
-    handles = controller._handles
-    handles.append(model.register_forward_pre_hook(_take_edits(controller), with_kwargs=True))
-    handles.append(model.register_forward_hook(_drop_edits(controller), always_call=True))
+    hold_forward_edits(controller)
     for module in controller.attention_modules:
-        handles.append(module.register_forward_pre_hook(_before_attention, with_kwargs=True))
+        controller._handles.append(module.register_forward_pre_hook(_before_attention, with_kwargs=True))
         module.dropout.forward = _probabilities_step(module)
 
 
 def remove_hooks(controller: Controller) -> None:
-    for handle in controller._handles:
-        handle.remove()
-    controller._handles.clear()
-    controller.forward_edits = None
+    release_hooks(controller)
     for module in controller.attention_modules:
         module.dropout.__dict__.pop("forward", None)
         module.__dict__.pop("_attendout_pending", None)
-
-
-def _take_edits(controller: Controller):
-    def hook(model: nn.Module, args: tuple, kwargs: dict[str, Any]):
-        controller.forward_edits = kwargs.pop(EDITS_KWARG, None)
-        return args, kwargs
-
-    return hook
-
-
-def _drop_edits(controller: Controller):
-    def hook(model: nn.Module, args: tuple, output: Any) -> None:
-        controller.forward_edits = None
-
-    return hook
 
 
 def _before_attention(module: nn.Module, args: tuple, kwargs: dict[str, Any]):
@@ -101,24 +79,20 @@ def _before_attention(module: nn.Module, args: tuple, kwargs: dict[str, Any]):
     slot = module.__dict__.get("_attendout_slot")
     if slot is None:
         return None
-    controller: Controller = slot.controller
-    layer = slot.layer
-    training = module.training
-    methods = [m for m in controller.methods if m.acts_on(layer, training)]
-    recorders = [r for r in controller.recorders if r.wants(layer)]
     hidden, mask = args[0], args[1] if len(args) > 1 else kwargs["attention_mask"]
-    edits = controller.forward_edits
+    edits = slot.controller.forward_edits
     b, length = hidden.shape[0], hidden.shape[1]
     h, d = module.num_attention_heads, module.attention_head_size
-    own = own_edit(edits, layer, training, (b, h, length, length))
-    if not methods and not recorders and own is None:
+    acting = acting_on(module, edits, (b, h, length, length))
+    if acting is None:
         return None
+    layer, training = acting.layer, module.training
     valid = mask.bool()
     if valid.dim() == 3:  # (B, Lq, Lk), as DeBERTa's encoder accepts too
         valid = valid.unsqueeze(1)
     placeholder = hidden.new_zeros(()).expand(b, h, length, d)  # shapes only: see the module docstring
     call = AttentionCall(layer, module, placeholder, placeholder, placeholder, valid, training, edits)
-    combined = combine_edits(call, methods, own, module.dropout.p)
+    combined = combine_edits(call, acting.methods, acting.own, module.dropout.p)
     scale, skip, dropout = combined.scale, combined.skip, combined.dropout
     drop = None if skip else combined.drops(call)
     uniform_rows = None
@@ -132,7 +106,7 @@ def _before_attention(module: nn.Module, args: tuple, kwargs: dict[str, Any]):
         if "attention_mask" in kwargs:
             kwargs = {**kwargs, "attention_mask": allowed}
     own_dropout = None if dropout == module.dropout.p else dropout
-    module._attendout_pending = _Pending(call, recorders, uniform_rows, scale, own_dropout)
+    module._attendout_pending = _Pending(call, acting.recorders, uniform_rows, scale, own_dropout)
     return args, kwargs
 
 

@@ -6,7 +6,8 @@ returns, and how the edits reach its attention (its ``route``). The ``"interface
 attention function registered with transformers (:mod:`attendout.attention.hook`); any other route
 is a pair of functions that put module hooks in place and take them away, which the module
 implementing it registers here with :func:`register_route` (:mod:`attendout.attention.deberta` registers
-``"deberta"`` when ``import attendout`` imports it), so that the hook imports no family's own code.
+``"deberta"``, :mod:`attendout.attention.mpnet` ``"mpnet"``, when ``import attendout`` imports them), so
+that the hook imports no family's own code.
 
 Also here: what makes a layer causal (:func:`is_causal`, :func:`causal_mask`), which every path
 keeps.
@@ -56,10 +57,12 @@ class Family:
     #: how the edits reach the attention: "interface" = the registered attention function (every family
     #: whose attention goes through transformers' AttentionInterface); any other name = a route
     #: registered with :func:`register_route`: "deberta" = module hooks around DeBERTa's own
-    #: disentangled attention (:mod:`attendout.attention.deberta`)
+    #: disentangled attention (:mod:`attendout.attention.deberta`); "mpnet" = an instance forward on
+    #: MPNet's attention that sends its projections to the hook's paths (:mod:`attendout.attention.mpnet`)
     route: str = "interface"
     #: what a block returns: the hidden states ("tensor"), a (hidden states, attention weights) pair
-    #: ("pair", DeBERTa), or T5's (hidden states, self-attention bias, cross-attention bias) ("t5")
+    #: ("pair", DeBERTa), a tuple of the hidden states and, with ``output_attentions``, the attention
+    #: weights ("tuple", MPNet), or T5's (hidden states, self-attention bias, cross-attention bias) ("t5")
     block_output: str = "tensor"
     #: encoder-decoders (T5): the attention regex matches both stacks; layers are numbered through the
     #: encoder first, then the decoder (a 6+6 T5 has layers 0-5 in its encoder and 6-11 in its decoder)
@@ -98,6 +101,14 @@ FAMILIES: dict[str, Family] = {
         block=r"(^|\.)encoder\.layer\.(?P<n>\d+)$",
         route="deberta",
         block_output="pair",
+    ),
+    # MPNet (sentence-transformers' all-mpnet-base-v2): its attention adds a relative position bias in
+    # its own code; the route hands its projections and that bias to the hook's paths
+    "mpnet": Family(
+        attention=r"(^|\.)encoder\.layer\.(?P<n>\d+)\.attention\.attn$",
+        block=r"(^|\.)encoder\.layer\.(?P<n>\d+)$",
+        route="mpnet",
+        block_output="tuple",
     ),
     # Decoders. Their attention modules are causal (``is_causal``): the hook keeps every edit causal.
     "gpt2": Family(attention=r"(^|\.)h\.(?P<n>\d+)\.attn$", block=r"(^|\.)h\.(?P<n>\d+)$"),
@@ -139,7 +150,6 @@ def stack_sizes(config) -> tuple[int, int] | None:
 
 # Families whose attention does not go through AttentionInterface in transformers 5.x.
 _WHY_NOT = {
-    "mpnet": "MPNet adds a relative position bias inside its own attention code, outside AttentionInterface",
     "deberta": "DeBERTa (v1) computes disentangled attention in its own code, outside AttentionInterface "
     "(DeBERTa-v2 and v3, model_type deberta-v2, are supported)",
 }
@@ -174,7 +184,8 @@ def route_of(family: Family) -> Route | None:
     if route is None:
         raise UnsupportedModelError(
             f"attendout: the {family.route!r} attention route is not registered (the module that "
-            "implements it registers it when imported: import attendout.attention.deberta, or attendout.methods)"
+            "implements it registers it when imported: import attendout.attention.deberta or "
+            "attendout.attention.mpnet, or attendout.methods)"
         )
     return route
 

@@ -5,8 +5,8 @@
 and switches its attention implementation to ``"attendout"``, the name under which
 :func:`attendout_attention` is registered with ``transformers.AttentionInterface`` (families on another
 route get their registered module hooks instead). :func:`attendout_attention` combines the edits of
-one call and sends it down one of the paths of :mod:`~attendout.attention.paths`, or straight to
-stock SDPA when nothing acts.
+one call (:func:`edited_attention`, which a route of its own calls too) and sends it down one of the
+paths of :mod:`~attendout.attention.paths`, or straight to stock SDPA when nothing acts.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ..contract import EDITS_KWARG, ForwardEdits
 from . import paths  # looked up there on every call, so that a test can stand in for a path
-from .call import AttentionCall, combine_edits, own_edit, rewrites_scores
-from .controller import Controller, _Slot, get_controller
+from .call import AttentionCall, combine_edits, rewrites_scores
+from .controller import Acting, Controller, _Slot, acting_on, get_controller
 from .families import Family, UnsupportedModelError, _family_of, causal_mask, is_causal, route_of, stack_sizes
 
-__all__ = ["HOOK_NAME", "attendout_attention", "install", "uninstall"]
+__all__ = ["HOOK_NAME", "attendout_attention", "edited_attention", "install", "uninstall"]
 
 HOOK_NAME = "attendout"
 
@@ -133,22 +133,41 @@ def attendout_attention(
     :class:`~attendout.contract.ForwardEdits`) and act in training mode, with the methods' edits.
     """
     edits: ForwardEdits | None = kwargs.pop(EDITS_KWARG, None)
-    slot: _Slot | None = module.__dict__.get("_attendout_slot")
-    if slot is None:
+    shape = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+    acting = acting_on(module, edits, shape)
+    if acting is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
-    controller = slot.controller
-    layer = controller.next_layer() if slot.layer is None else slot.layer
-    training = module.training
-    methods = [m for m in controller.methods if m.acts_on(layer, training)]
-    recorders = [r for r in controller.recorders if r.wants(layer)]
-    own = own_edit(edits, layer, training, (query.shape[0], query.shape[1], query.shape[2], key.shape[2]))
-    if not methods and not recorders and own is None:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
-        )
+    return edited_attention(
+        module, query, key, value, attention_mask, acting, edits, scaling=scaling, dropout=dropout, **kwargs
+    )
 
+
+def edited_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    acting: Acting,
+    edits: ForwardEdits | None,
+    *,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    need_weights: bool = False,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One attention call that something acts on (``acting``, from :func:`acting_on`), down the path
+    that fits it: (B, L, H, d) and the weights (None from the fused paths).
+
+    ``attention_mask`` is boolean (True = attend) or None; ``kwargs`` go on to transformers' SDPA
+    attention (``position_bias``: a relative position bias added to the scores on every path;
+    ``is_causal``). ``need_weights`` takes the explicit path, which returns the weights, as a recorder
+    does (a route whose model asked for them: MPNet's ``output_attentions``).
+    """
+    methods, recorders, layer = acting.methods, acting.recorders, acting.layer
+    training = module.training
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         raise TypeError(f"attendout expects a boolean attention mask, got {attention_mask.dtype}")
     valid = attention_mask
@@ -158,15 +177,16 @@ def attendout_attention(
         b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
         valid = causal_mask(lq, lk, query.device).expand(b, 1, lq, lk)
     call = AttentionCall(layer, module, query, key, value, valid, training, edits)
-    combined = combine_edits(call, methods, own, dropout)
+    combined = combine_edits(call, methods, acting.own, dropout)
     scale, dropout = combined.scale, combined.dropout
     transforms = any(rewrites_scores(m) for m in methods)
-    if not combined.drops_any and scale is None and not recorders and not transforms:
+    explicit = bool(recorders) or transforms or need_weights
+    if not combined.drops_any and scale is None and not explicit:
         # Only the dropout probability changed: stock SDPA can still do the work.
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
-    if not recorders and not transforms and (scale is None or paths._per_head(scale)):
+    if not explicit and (scale is None or paths._per_head(scale)):
         if combined.drops_any and paths._fills_in_place(call, dropout):
             return paths._filled_softmax(call, combined, scaling, kwargs.get("position_bias"))
         # Dropped scores and per-head scales fit SDPA too: the drops join the padding mask, a scale
@@ -175,7 +195,7 @@ def attendout_attention(
             call, attention_mask, combined.drops(call), scale, scaling, dropout, **kwargs
         )
 
-    bias = kwargs.get("position_bias")  # T5's relative position bias, (1|B, H, Lq, Lk)
+    bias = kwargs.get("position_bias")  # a relative position bias (T5, MPNet), (1|B, H, Lq, Lk)
     probs = paths._attention_probs(call, methods, scaling, combined.drops(call), bias)  # (B, H, Lq, Lk)
     for recorder in recorders:
         recorder.record(layer, probs)

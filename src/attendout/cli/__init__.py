@@ -47,6 +47,9 @@ COMMANDS = {
     "finetune": Command("finetune", "fine-tune a pretrained encoder on a task with one attention method"),
     "methods": Command("methods", "list the attention methods and their options"),
     "tasks": Command("tasks", "list the built-in tasks and where their data comes from"),
+    "models": Command(
+        "models", "list the offline pretrained models, or set them up (`attendout models setup`)"
+    ),
     "inspect": Command(
         "inspect", "draw a layer's attention, AD-DROP attribution and dropped positions as PNG"
     ),

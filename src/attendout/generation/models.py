@@ -205,6 +205,7 @@ ENCODER_TYPES = frozenset(
         "modernbert",
         "deberta-v2",
         "eurobert",
+        "mpnet",
     }
 )
 

@@ -30,6 +30,7 @@ from torch import nn
 
 from ..attention import AttentionMethod, Controller, install
 from ..attention.deberta import install_hooks as _deberta  # noqa: F401  (registers DeBERTa's attention route)
+from ..attention.mpnet import install_hooks as _mpnet  # noqa: F401  (registers MPNet's attention route)
 from ..contract import LoopContext, StepInfo
 from .config import MethodConfig
 from .registry import build_method, build_strategy, get_method_config

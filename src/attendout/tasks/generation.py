@@ -28,6 +28,7 @@ Tasks:
 * ``multi30k``: Multi30k task 1, EN->DE (29,000 / 1,014 / 1,000 caption pairs), from a folder holding
   ``train.{en,de}``, ``val.{en,de}`` and ``test_2016_flickr.{en,de}`` (``data_dir``, or
   ``$ATTENDOUT_DATA/multi30k``). Evaluation splits ``val`` and ``test_2016_flickr``.
+* ``multi30k-en-fr``: the same, EN->FR (``train.fr``, ``val.fr``, ``test_2016_flickr.fr``).
 * ``wmt16-en-ro``: WMT16 EN->RO from the hub (``--hub``); evaluation splits ``dev`` (the hub's
   ``validation``: that name is the run's own split, carved from train) and ``test``.
 """
@@ -61,6 +62,7 @@ __all__ = [
     "LM_FILE_TASK",
     "MOVIE_REVIEWS_LM",
     "MULTI30K",
+    "MULTI30K_EN_FR",
     "SEQ2SEQ",
     "SEQ2SEQ_FILE_TASK",
     "Seq2SeqExamples",
@@ -158,6 +160,12 @@ MULTI30K = Task(
     metrics=TRANSLATION_METRICS,
     eval_split_names=("val", "test_2016_flickr"),
     description="Multi30k task 1, English to German image captions (29,000 train pairs); a local folder",
+)
+MULTI30K_EN_FR = replace(
+    MULTI30K,
+    name="multi30k-en-fr",
+    text_fields=("en", "fr"),
+    description="Multi30k task 1, English to French image captions (29,000 train pairs); a local folder",
 )
 WMT16_EN_RO = Task(
     name="wmt16-en-ro",
@@ -405,4 +413,5 @@ register_task(SEQ2SEQ_FILE_TASK, load_seq2seq_files, replace=True)
 register_task(MOVIE_REVIEWS_LM, load_movie_reviews_lm, replace=True)
 register_task(WIKITEXT2, load_wikitext2, replace=True)
 register_task(MULTI30K, load_multi30k, replace=True)
+register_task(MULTI30K_EN_FR, load_multi30k, replace=True)
 register_task(WMT16_EN_RO, load_wmt16_en_ro, replace=True)

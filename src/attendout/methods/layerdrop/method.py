@@ -59,6 +59,8 @@ def _skipped(output: str, block: torch.nn.Module, hidden_states: torch.Tensor, a
     """What a skipped block returns: its input, in the form the family's blocks return."""
     if output == "pair":  # DeBERTa: (hidden states, attention weights)
         return hidden_states, None
+    if output == "tuple":  # MPNet: (hidden states,), and the attention weights when they were asked for
+        return (hidden_states, None) if kwargs.get("output_attentions") else (hidden_states,)
     if output == "t5":  # (hidden states, self-attention bias, cross-attention bias), shared down the stack
         bias = args[1] if len(args) > 1 else kwargs.get("position_bias")
         attention = block.layer[0].SelfAttention

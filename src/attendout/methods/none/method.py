@@ -11,3 +11,7 @@ class PlainFineTuning(AttentionMethod):
 
     def __init__(self, config: NoneConfig | None = None) -> None:
         self.config = config
+
+    def acts_on(self, layer: int, training: bool) -> bool:
+        """Never: every call runs stock attention, also on a route of its own (DeBERTa's, MPNet's)."""
+        return False
