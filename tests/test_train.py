@@ -188,3 +188,23 @@ def test_unsupported_model_fails_before_writing_anything(tiny_run, tmp_path):
 def test_bad_train_config_is_a_clear_error(tiny_run, field, value, match):
     with pytest.raises(ValueError, match=match):
         config(tiny_run, **{field: value, "method_options": {}})
+
+
+def test_max_steps_0_evaluates_the_model_as_it_is_and_refuses_a_method(tiny_run, tmp_path):
+    """A zero-shot floor: no step is taken, the saved and evaluated model is the one loaded."""
+    from transformers import AutoModelForSequenceClassification
+
+    config = toy_train_config(tiny_run, max_steps=0, output_dir=str(tmp_path / "zero"))
+    results = finetune(config)
+    assert results["total_steps"] == 0 and results["best_step"] == 0 and "dev" in results["eval"]
+    before = AutoModelForSequenceClassification.from_pretrained(tiny_run["model"])
+    after = AutoModelForSequenceClassification.from_pretrained(tmp_path / "zero" / "model")
+    base = {k: v for k, v in before.state_dict().items() if not k.startswith("classifier")}
+    for name, value in base.items():
+        assert torch.equal(after.state_dict()[name], value), name  # untouched: no optimizer step
+    with pytest.raises(
+        ValueError, match="max_steps 0 evaluates the model as it is, .* method 'addrop' cannot act"
+    ):
+        dataclasses.replace(config, method="addrop")
+    with pytest.raises(ValueError, match="max_steps must be at least 0"):
+        dataclasses.replace(config, max_steps=-1)

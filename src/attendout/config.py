@@ -193,7 +193,12 @@ class TrainConfig:
     )
     # optimisation
     epochs: float = field(default=3.0, metadata={"help": "training epochs (ignored when max_steps is set)"})
-    max_steps: int | None = field(default=None, metadata={"help": "training steps (overrides epochs)"})
+    max_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "training steps (overrides epochs); 0 evaluates the model as it is, untrained (a zero-shot floor)"
+        },
+    )
     batch_size: int = field(
         default=32, metadata={"help": "training batch size (some tasks set their own: `attendout tasks`)"}
     )
@@ -296,7 +301,7 @@ class TrainConfig:
             (self.eval_batch_size >= 1, "eval_batch_size", self.eval_batch_size, "at least 1"),
             (self.learning_rate > 0, "learning_rate", self.learning_rate, "positive"),
             (self.epochs > 0, "epochs", self.epochs, "positive"),
-            (self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "at least 1"),
+            (self.max_steps is None or self.max_steps >= 0, "max_steps", self.max_steps, "at least 0"),
             (0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "in [0, 1)"),
             (0 < self.validation_split < 1, "validation_split", self.validation_split, "in (0, 1)"),
             (self.max_length >= 8, "max_length", self.max_length, "at least 8"),
@@ -332,6 +337,11 @@ class TrainConfig:
         for ok, name, value, rule in checks:
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {value!r}")
+        if self.max_steps == 0 and self.method != "none":
+            raise ValueError(
+                f"max_steps 0 evaluates the model as it is, untrained, where method {self.method!r} cannot act: "
+                "use method 'none' for a zero-shot floor"
+            )
         checks = [
             (self.block_size is None or self.block_size >= 2, "block_size", self.block_size, "at least 2"),
             (

