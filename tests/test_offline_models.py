@@ -283,8 +283,9 @@ def real(name: str) -> Path:
 
 
 def test_the_idle_hook_is_exact_on_the_real_mpnet_base_in_eval_and_train_mode():
-    import attendout
     from transformers import AutoTokenizer
+
+    import attendout
 
     folder = real("mpnet-base")
     tokenizer = AutoTokenizer.from_pretrained(folder)
