@@ -144,6 +144,17 @@ def test_multi30k_reads_the_shared_folder():
     assert task.text_fields == ("en", "de") and all(data.train.targets[:5])
 
 
+@pytest.mark.skipif(not (DATA / "multi30k").is_dir(), reason=f"no {DATA}/multi30k (set ATTENDOUT_DATA)")
+def test_multi30k_en_fr_reads_the_french_side_aligned_with_the_english():
+    task, data = load_task_data("multi30k-en-fr", data_dir=str(DATA / "multi30k"))
+    _, german = load_task_data("multi30k", data_dir=str(DATA / "multi30k"))
+    assert data.sizes() == {"train": 29000, "val": 1014, "test_2016_flickr": 1000}
+    assert task.text_fields == ("en", "fr") and task.eval_split_names == ("val", "test_2016_flickr")
+    assert list(data.train.text_a[:50]) == list(german.train.text_a[:50])  # the same English sources
+    assert data.train.targets[:50] != german.train.targets[:50]
+    assert (DATA / "multi30k" / "train.fr").read_text(encoding="utf-8").splitlines()[0] == data.train.targets[0]
+
+
 # --------------------------------------------------------------------------------------------------
 # Metrics
 
