@@ -152,7 +152,9 @@ def test_multi30k_en_fr_reads_the_french_side_aligned_with_the_english():
     assert task.text_fields == ("en", "fr") and task.eval_split_names == ("val", "test_2016_flickr")
     assert list(data.train.text_a[:50]) == list(german.train.text_a[:50])  # the same English sources
     assert data.train.targets[:50] != german.train.targets[:50]
-    assert (DATA / "multi30k" / "train.fr").read_text(encoding="utf-8").splitlines()[0] == data.train.targets[0]
+    assert (DATA / "multi30k" / "train.fr").read_text(encoding="utf-8").splitlines()[0] == data.train.targets[
+        0
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -404,3 +406,38 @@ def test_a_bart_from_scratch_translates_with_a_method(mt_files, tmp_path):
         "bleu",
         "chrf",
     }
+
+
+def test_a_tokenizer_that_needs_sentencepiece_is_one_line_naming_the_package(tmp_path, monkeypatch, capsys):
+    """A Marian folder (source.spm, no tokenizer.json) where sentencepiece is missing: one line, before loading."""
+    import importlib.util
+
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    from attendout.cli import main
+
+    folder = tmp_path / "marian"
+    config = AutoConfig.for_model(
+        "marian", vocab_size=99, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64,
+        pad_token_id=0, eos_token_id=2, decoder_start_token_id=0,
+    )  # fmt: skip
+    AutoModelForSeq2SeqLM.from_config(config).save_pretrained(folder)
+    for name in ("source.spm", "target.spm"):
+        (folder / name).write_bytes(b"not read: the check comes first")
+    (folder / "vocab.json").write_text("{}")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "sentencepiece" else real(name, *a)
+    )
+    train = tmp_path / "train.tsv"
+    train.write_text("source\ttarget\n" + "".join(f"a b {i}\tc d {i}\n" for i in range(20)))
+    capsys.readouterr()  # save_pretrained's progress bar
+    code = main([
+        "finetune", "--task", "seq2seq", "--train-file", str(train), "--model", str(folder),
+        "--max-steps", "1", "--output-dir", str(tmp_path / "run"), "--no-progress",
+    ])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "needs the sentencepiece package" in err[0] and "pip install sentencepiece" in err[0]
+    assert "Unrecognized configuration class" not in err[0]

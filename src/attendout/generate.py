@@ -183,10 +183,9 @@ class GenerationPredictor:
         Unset options are the run's own: ``max_length`` (lm: its ``block_size`` if it set one),
         ``num_beams`` and ``max_new_tokens``; a model folder's defaults are greedy and its context length.
         """
-        from transformers import AutoTokenizer
         from transformers.utils import CONFIG_NAME
 
-        from .models import ModelFileError, check_model_folder
+        from .models import ModelFileError, check_model_folder, load_tokenizer
 
         path = Path(path)
         if not path.is_dir():
@@ -222,7 +221,7 @@ class GenerationPredictor:
         try:
             check_model_folder(model_dir)
             model = _load_model(model_dir, found)
-            tokenizer = AutoTokenizer.from_pretrained(model_dir)
+            tokenizer = load_tokenizer(model_dir)
         except ModelFileError as error:
             raise PredictError(str(error)) from None
         except (OSError, ValueError, KeyError) as error:

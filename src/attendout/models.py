@@ -352,14 +352,45 @@ def _choose_head(name: str, config, task, ignore_mismatched_head: bool) -> _Head
     return _HeadChoice(plan, order, theirs, ours, other_head=plan == "new" and _has_a_head(config))
 
 
-def _load_tokenizer(path: str, task):
-    """The checkpoint's tokenizer; for a token task, one that reads pre-split words (a space before each)."""
+#: Files of a tokenizer that only the ``sentencepiece`` package reads (Marian's ``source.spm`` and
+#: ``target.spm``, T5's ``spiece.model``, XLM-R's and mBART's ``sentencepiece.bpe.model``, a slow Llama
+#: ``tokenizer.model``), when the folder has no ``tokenizer.json`` that the ``tokenizers`` library reads.
+SENTENCEPIECE_FILES = ("source.spm", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
+
+
+class TokenizerPackageError(ModelNotFoundError):
+    """A model's tokenizer needs a Python package that is not installed."""
+
+
+def check_tokenizer_packages(path: str | os.PathLike) -> None:
+    """Refuse, in one line, a local model folder whose tokenizer needs ``sentencepiece`` where it is not
+    installed (transformers would end in "Unrecognized configuration class ... to build an AutoTokenizer"
+    and a list of some 300 classes). A hub id is left to transformers."""
+    folder = Path(path)
+    if not folder.is_dir() or (folder / "tokenizer.json").is_file():
+        return
+    needs = [name for name in SENTENCEPIECE_FILES if (folder / name).is_file()]
+    if needs and importlib.util.find_spec("sentencepiece") is None:
+        raise TokenizerPackageError(
+            f"the tokenizer of model {str(path)!r} ({needs[0]}) needs the sentencepiece package, which is not "
+            "installed: pip install sentencepiece"
+        )
+
+
+def load_tokenizer(path: str | os.PathLike, **kwargs):
+    """``AutoTokenizer.from_pretrained(path)``, after :func:`check_tokenizer_packages`."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    check_tokenizer_packages(path)
+    return AutoTokenizer.from_pretrained(str(path), **kwargs)
+
+
+def _load_tokenizer(path: str, task):
+    """The checkpoint's tokenizer; for a token task, one that reads pre-split words (a space before each)."""
+    tokenizer = load_tokenizer(path)
     if task.kind == "token_classification" and getattr(tokenizer, "add_prefix_space", None) is False:
         # Byte-level BPE (RoBERTa, GPT-2) reads pre-split words only with a space before each.
-        tokenizer = AutoTokenizer.from_pretrained(path, add_prefix_space=True)
+        tokenizer = load_tokenizer(path, add_prefix_space=True)
     return tokenizer
 
 

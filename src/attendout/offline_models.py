@@ -192,7 +192,7 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
                 "tokenizer_config.json",
                 "vocab.json",
             ),
-            needs=("sentencepiece",),
+            needs=("sentencepiece",),  # a dependency of attendout: missing only in a broken install
             facts={"parameters": "75M", "layers": "6+6", "hidden": "512", "kind": "encoder-decoder"},
         ),
         OfflineModel(

@@ -204,7 +204,6 @@ class Predictor:
         loads as a :class:`~attendout.generate.GenerationPredictor`, which takes ``num_beams`` and
         ``max_new_tokens`` too.
         """
-        from transformers import AutoTokenizer
         from transformers.utils import CONFIG_NAME  # a model folder's config.json
 
         from .methods.synthesizer.checkpoint import load_model
@@ -234,7 +233,7 @@ class Predictor:
             raise PredictError(
                 f"{path} has no {CONFIG_NAME}: it is neither a run directory nor a model folder"
             )
-        from .models import ModelFileError, check_model_folder
+        from .models import ModelFileError, check_model_folder, load_tokenizer
 
         try:
             check_model_folder(model_dir)  # its manifest, if attendout saved it; safetensors headers
@@ -242,7 +241,7 @@ class Predictor:
             raise PredictError(str(error)) from None
         try:
             model = load_model(model_dir)
-            tokenizer = AutoTokenizer.from_pretrained(model_dir)
+            tokenizer = load_tokenizer(model_dir)
         except (OSError, ValueError, KeyError) as error:
             raise PredictError(
                 f"cannot load the model in {model_dir} ({type(error).__name__}: {str(error).splitlines()[0]})"

@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import nn
 
-from ..models import ModelNotFoundError, check_finite, check_model_folder, resolve_model
+from ..models import ModelNotFoundError, check_finite, check_model_folder, load_tokenizer, resolve_model
 from ..tasks import LM, SEQ2SEQ, Examples, Task
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
@@ -147,7 +147,7 @@ def _texts(examples: Examples, kind: str) -> list[str]:
 
 
 def _scratch(name: str, task: Task, size: ScratchSize, positions: int, train: Examples):
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
     from transformers.utils import CONFIG_NAME
 
     auto = _auto_class(task)
@@ -161,7 +161,7 @@ def _scratch(name: str, task: Task, size: ScratchSize, positions: int, train: Ex
                 f"--model-init scratch: {file} is not a transformers config ({error})"
             ) from None
         if any((file.parent / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-            tokenizer = AutoTokenizer.from_pretrained(str(file.parent))
+            tokenizer = load_tokenizer(file.parent)
         _refuse_bidirectional(config, str(file), task)
         described = f"{config.model_type} from scratch, config {file}"
     elif os.path.exists(name):
@@ -220,7 +220,7 @@ def _refuse_bidirectional(config: Any, name: str, task: Task) -> None:
 
 
 def _pretrained(name: str, task: Task, **kwargs: Any):
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
     path, description = resolve_model(name)
     local = os.path.isdir(path)
@@ -241,7 +241,7 @@ def _pretrained(name: str, task: Task, **kwargs: Any):
                 f"model {name!r} is {has} ({config.model_type}); task {task.name!r} ({task.kind}) needs {wants}"
             )
         _refuse_bidirectional(config, name, task)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = load_tokenizer(path)
         model = auto.from_pretrained(path, **kwargs)
     except OSError as error:
         hint = "" if local else "; offline, start from a config with --model-init scratch"

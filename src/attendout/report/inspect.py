@@ -208,10 +208,10 @@ def load_for_inspection(name: str, num_labels: int = 2, seed: int = 0) -> tuple[
     head of ``num_labels`` labels, initialised from ``seed``: its "predicted label" is arbitrary, but the
     attribution still shows which positions that label's logit depends on.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForSequenceClassification
     from transformers.utils import CONFIG_NAME
 
-    from ..models import head_class, resolve_model
+    from ..models import head_class, load_tokenizer, resolve_model
 
     if (RunDir(name).model_dir / CONFIG_NAME).is_file():
         name = str(RunDir(name).model_dir)  # a run directory of `attendout finetune`
@@ -230,4 +230,4 @@ def load_for_inspection(name: str, num_labels: int = 2, seed: int = 0) -> tuple[
     else:
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels)
         description += f", untrained {num_labels}-label head (seed {seed})"
-    return model, AutoTokenizer.from_pretrained(path), description
+    return model, load_tokenizer(path), description
