@@ -282,19 +282,37 @@ def real(name: str) -> Path:
     return folder
 
 
-def test_the_idle_hook_is_exact_on_the_real_mpnet_base_in_eval_and_train_mode():
-    from transformers import AutoTokenizer
+#: how each real model is loaded for the idle-hook test, with every dropout of its own off
+IDLE = {
+    "mpnet-base": (
+        "AutoModelForSequenceClassification",
+        {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "num_labels": 2},
+    ),
+    "opus-mt-en-fr": (
+        "AutoModelForSeq2SeqLM",
+        {"dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0},
+    ),
+    "smollm2-135m": ("AutoModelForCausalLM", {"attention_dropout": 0.0}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IDLE))
+def test_the_idle_hook_is_exact_on_each_real_model_in_eval_and_train_mode(name):
+    import transformers
 
     import attendout
 
-    folder = real("mpnet-base")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    folder = real(name)
+    loader, no_dropout = IDLE[name]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        folder, num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
-    )
+    model = getattr(transformers, loader).from_pretrained(folder, **no_dropout)
     texts = ["A short one.", "A somewhat longer sentence, so the first is padded."]
-    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    batch = dict(tokenizer(texts, padding=True, return_tensors="pt"))
+    if loader == "AutoModelForSeq2SeqLM":
+        batch["labels"] = tokenizer(
+            text_target=["Un court.", "Une phrase un peu plus longue."], padding=True, return_tensors="pt"
+        )["input_ids"]
     with torch.no_grad():
         model.eval()
         stock_eval = model(**batch).logits
@@ -305,8 +323,8 @@ def test_the_idle_hook_is_exact_on_the_real_mpnet_base_in_eval_and_train_mode():
         model.eval()
         hooked_eval = model(**batch).logits
         handle.remove()
-    assert torch.equal(hooked_eval, stock_eval)  # eval: the regulariser is idle, stock MPNet runs
-    torch.testing.assert_close(hooked_train, stock_train)  # train, p = 0: the hook's own path
+    assert torch.equal(hooked_eval, stock_eval)  # eval: the regulariser is idle, stock attention runs
+    torch.testing.assert_close(hooked_train, stock_train)  # train, p = 0: through the hook's own path
 
 
 REAL_RUNS = {
