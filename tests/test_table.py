@@ -157,7 +157,7 @@ def write_cell(
     evals = {}
     for split, y in labels.items():
         pred = np.where(rng.random(len(y)) < ACCURACY[cell.method.id], y, 1 - y)
-        evals[split] = {"mcc": mcc(pred, y)}
+        evals[split] = {"mcc": mcc(pred, y), "accuracy": float((pred == y).mean())}
         lines = [
             json.dumps({"index": i, "prediction": int(p), "label": int(t)})
             for i, (p, t) in enumerate(zip(pred, y, strict=True))
@@ -237,6 +237,20 @@ def test_table_statistics_of_a_synthetic_grid(grid):
     assert len(rows) == 8  # 2 splits x 4 methods
     first = next(r for r in rows if r["method"] == "scores-dropout" and r["split"] == "dev")
     assert float(first["p"]) == pytest.approx(row.comparison.test.p, rel=1e-5)
+
+
+def test_the_table_compares_another_stored_metric_when_asked(grid):
+    """`attendout table --metric accuracy`: the same runs, their stored accuracy, the bootstrap re-scoring
+    accuracy from the stored predictions (a translation grid's chrF beside its BLEU, in the same way)."""
+    table = build_table(grid["experiment"], grid["root"], n_resamples=200, metric="accuracy")
+    row = table.row("m", "cola", "dev", "scores-dropout")
+    assert row.metric == "accuracy"
+    runs = [r for r in table.runs.values() if r.cell.method.id == "scores-dropout"]
+    assert sorted(row.values.values()) == sorted(r.results["eval"]["dev"]["accuracy"] for r in runs)
+    assert row.comparison.bootstrap.low < row.comparison.test.mean < row.comparison.bootstrap.high
+    assert "| method | CoLA dev (accuracy) | CoLA dev_ood (accuracy) |" in to_markdown(table)
+    default = build_table(grid["experiment"], grid["root"], n_resamples=10)
+    assert default.row("m", "cola", "dev", "none").metric == "mcc"
 
 
 class StoredLabels:

@@ -44,6 +44,11 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
     parser.add_argument(
+        "--metric",
+        default=None,
+        help="the stored metric to compare, e.g. chrf beside a translation grid's bleu (default: each task's main metric)",
+    )
+    parser.add_argument(
         "--experiments-dir", default="experiments", help="where experiment names are looked up"
     )
     args = parser.parse_args(argv)
@@ -55,7 +60,13 @@ def main(argv: list[str]) -> int:
             f"results root {root} does not exist; run attendout bench {args.experiment} first (or pass --results)"
         )
     table = build_table(
-        experiment, root, alpha=args.alpha, power=args.power, n_resamples=args.bootstrap, seed=args.seed
+        experiment,
+        root,
+        alpha=args.alpha,
+        power=args.power,
+        n_resamples=args.bootstrap,
+        seed=args.seed,
+        metric=args.metric,
     )
     if not table.runs:
         raise ValueError(f"no finished cell of {experiment.name} in {root}")

@@ -267,10 +267,12 @@ def build_table(
     power: float = 0.8,
     n_resamples: int = 2000,
     seed: int = 0,
+    metric: str | None = None,
 ) -> ComparisonTable:
     """Read the results root of ``experiment`` and compute every statistic of the table.
 
-    The budget overrides the grid was run with are read from the root's experiment.json.
+    The budget overrides the grid was run with are read from the root's experiment.json. ``metric``: the
+    stored metric to compare (chrF beside a translation grid's BLEU); None: each task's main metric.
     """
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise ValueError(f"alpha and power must be in (0, 1), got alpha={alpha!r}, power={power!r}")
@@ -278,7 +280,7 @@ def build_table(
     budget = Budget.from_dict(store.manifest().get("budget"))
     runs, status, invalid = collect_runs(experiment, store, budget)
     baseline = experiment.method(experiment.baseline)
-    rows, floors = _score_rows(experiment, runs, invalid)
+    rows, floors = _score_rows(experiment, runs, invalid, metric)
     for row in rows:
         if row.method.id != baseline.id and row.values:
             row.comparison = _compare(row, rows, runs, baseline, n_resamples=n_resamples, seed=seed)
@@ -303,10 +305,11 @@ def build_table(
 
 
 def _score_rows(
-    experiment: Experiment, runs: dict[str, RunRecord], invalid: dict[str, str]
+    experiment: Experiment, runs: dict[str, RunRecord], invalid: dict[str, str], chosen: str | None = None
 ) -> tuple[list[Row], dict[tuple[str, str, str], float]]:
     """A row of scores over seeds for every model, task, split and method of the grid (in that order),
-    and the majority floor of every (model, task, split) whose labels are stored."""
+    and the majority floor of every (model, task, split) whose labels are stored; the metric is
+    ``chosen``, else each task's main metric."""
     rows: list[Row] = []
     floors: dict[tuple[str, str, str], float] = {}
     for model in experiment.models:
@@ -314,7 +317,7 @@ def _score_rows(
             task_runs = [
                 r for r in runs.values() if r.cell.model.id == model.id and r.cell.task.id == task.id
             ]
-            metric = _main_metric(task_runs, task)
+            metric = chosen or _main_metric(task_runs, task)
             for split in _task_splits(task, task_runs):
                 floor = None if metric is None else majority_floor(task_runs, split, metric)
                 if floor is not None:
