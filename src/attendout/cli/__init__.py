@@ -1,4 +1,4 @@
-"""Command line: ``attendout advise | finetune | methods | tasks | inspect | plot | predict | bench | table``.
+"""Command line: ``attendout advise | finetune | methods | tasks | models | inspect | plot | predict | bench | table``.
 
 ``attendout --help`` lists them with one line each (:data:`COMMANDS`). Each command is a module of this
 package whose ``main(argv)`` parses its flags and calls an engine that knows nothing of argparse
