@@ -61,7 +61,7 @@ TRAIN_OUT_OF_RANGE: dict[str, tuple[Any, dict[str, Any]]] = {
     "num_beams": (0, {}),
     "max_new_tokens": (0, {}),
     "epochs": (0, {}),
-    "max_steps": (0, {}),
+    "max_steps": (-1, {}),  # 0 is a zero-shot evaluation
     "batch_size": (0, {}),
     "micro_batch_size": (0, {}),
     "eval_batch_size": (0, {}),

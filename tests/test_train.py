@@ -208,3 +208,33 @@ def test_max_steps_0_evaluates_the_model_as_it_is_and_refuses_a_method(tiny_run,
         dataclasses.replace(config, method="addrop")
     with pytest.raises(ValueError, match="max_steps must be at least 0"):
         dataclasses.replace(config, max_steps=-1)
+
+
+def test_model_selection_last_keeps_the_final_model_and_best_keeps_the_best(tiny_run, tmp_path):
+    """'last' evaluates the model at the end of the budget (validated every epoch all the same); 'best'
+    the one of the best validation. The same seed and data: only the kept model differs."""
+    runs = {}
+    for selection in ("best", "last"):
+        config = toy_train_config(
+            tiny_run, max_steps=None, epochs=4, eval_steps=1, model_selection=selection,
+            learning_rate=5e-3, output_dir=str(tmp_path / selection),
+        )  # fmt: skip
+        results = finetune(config)
+        validations = [
+            r for r in (tmp_path / selection / "log.jsonl").read_text().splitlines() if '"validation"' in r
+        ]
+        runs[selection] = (results, [json.loads(v) for v in validations])
+    last, curve = runs["last"]
+    assert last["best_step"] == last["total_steps"] == curve[-1]["step"]
+    assert last["validation"] == curve[-1]["validation"]
+    best, best_curve = runs["best"]
+    assert [r["validation"] for r in best_curve] == [r["validation"] for r in curve]  # the same training
+    scores = [r["validation"]["accuracy"] for r in best_curve]
+    assert best["validation"]["accuracy"] == max(scores)
+    assert best_curve[scores.index(max(scores))]["step"] == best["best_step"]
+    assert best["best_step"] < last["best_step"]  # this toy peaks early: the two keep different models
+    assert best["eval"] != last["eval"]
+    with pytest.raises(ValueError, match="model_selection must be 'best' or 'last'"):
+        dataclasses.replace(toy_train_config(tiny_run), model_selection="first")
+    with pytest.raises(ValueError, match="early_stopping_patience stops at the best validation"):
+        dataclasses.replace(toy_train_config(tiny_run), model_selection="last", early_stopping_patience=2)

@@ -231,6 +231,14 @@ class TrainConfig:
             "(the learning-rate schedule still spans the whole budget; default: train the whole budget)"
         },
     )
+    model_selection: str = field(
+        default="best",
+        metadata={
+            "help": "which validated model the run keeps and evaluates: 'best' (the best validation score) or "
+            "'last' (the model at the end of the budget, as scripts that report their final epoch do; still "
+            "validated, for the curves)"
+        },
+    )
     log_steps: int = field(default=10, metadata={"help": "write a log line every N steps"})
     output_dir: str = field(default="runs/latest", metadata={"help": "run directory"})
     checkpoint_steps: int | None = field(
@@ -337,6 +345,13 @@ class TrainConfig:
         for ok, name, value, rule in checks:
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {value!r}")
+        if self.model_selection not in ("best", "last"):
+            raise ValueError(f"model_selection must be 'best' or 'last', got {self.model_selection!r}")
+        if self.model_selection == "last" and self.early_stopping_patience is not None:
+            raise ValueError(
+                "early_stopping_patience stops at the best validation, which model_selection 'last' does not keep: "
+                "use one or the other"
+            )
         if self.max_steps == 0 and self.method != "none":
             raise ValueError(
                 f"max_steps 0 evaluates the model as it is, untrained, where method {self.method!r} cannot act: "

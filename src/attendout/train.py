@@ -483,7 +483,10 @@ class Trainer:
         main = self.task.metrics[0]
         value = metrics[main]  # better in its own direction (perplexity: lower)
         first = self.state.best_step is None
-        improved = not math.isnan(value) if first else better(main, value, self.state.best_score)
+        if first or self.config.model_selection == "last":  # "last": the latest model is the one kept
+            improved = not math.isnan(value)
+        else:
+            improved = better(main, value, self.state.best_score)
         self.state.evals_since_best = 0 if improved else self.state.evals_since_best + 1
         if improved:
             self.state.best_score = metrics[main]

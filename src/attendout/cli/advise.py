@@ -37,6 +37,7 @@ _SET_BY_ADVISE = {
     "checkpoint_steps",
     "eval_steps",
     "early_stopping_patience",
+    "model_selection",
     "progress",
 }
 

@@ -98,6 +98,7 @@ FINGERPRINT_EXCLUDE = frozenset(NEUTRAL_OPTIONS)
 #: lists the fingerprinted fields to make sure of it.
 FINGERPRINT_NEUTRAL: dict[str, Any] = {
     "early_stopping_patience": None,
+    "model_selection": "best",
     "label_kind": None,
     "token_column": None,
     "tag_column": None,
