@@ -197,8 +197,11 @@ def test_a_changed_byte_after_setup_is_refused_when_the_model_loads(registered):
     data = bytearray(weights.read_bytes())
     data[-5] ^= 0x01
     weights.write_bytes(bytes(data))
-    with pytest.raises(ModelFileError, match="model.safetensors has other bytes"):
+    with pytest.raises(ModelFileError, match="model.safetensors has other bytes") as refused:
         check_model_folder(folder)
+    assert str(refused.value).endswith(
+        f"delete {folder} and set it up again: attendout models setup tiny-bert"
+    )
 
 
 def test_members_are_read_from_a_run_of_parts_out_of_the_middle_of_a_zip(tmp_path, bert_files):

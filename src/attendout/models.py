@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .offline_models import model_folder, not_set_up, offline_model
+from .offline_models import model_folder, not_set_up, offline_model, repair_hint
 
 logger = logging.getLogger(__name__)
 
@@ -264,9 +264,12 @@ def check_model_folder(folder: str | os.PathLike) -> None:
     if (folder / MANIFEST).is_file():
         problem = verify_folder(folder)
         if problem is not None:
+            repair = (
+                repair_hint(folder) or f"{REPAIR} (if you changed its files on purpose, delete {MANIFEST})"
+            )
             raise ModelFileError(
                 f"model folder {folder} does not match the {MANIFEST} attendout wrote when it saved it: "
-                f"{problem}; {REPAIR} (if you changed its files on purpose, delete {MANIFEST})"
+                f"{problem}; {repair}"
             )
     for weights in sorted(folder.glob("*.safetensors")):
         try:

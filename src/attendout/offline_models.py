@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import struct
@@ -43,6 +44,7 @@ __all__ = [
     "model_folder",
     "models_home",
     "not_set_up",
+    "repair_hint",
     "offline_model",
     "setup_model",
 ]
@@ -241,6 +243,15 @@ def model_folder(name: str, home: Path | None = None) -> Path | None:
     """The finished folder of an offline model, or None when it is not set up (yet)."""
     folder = (home or models_home()) / name
     return folder if (folder / _DONE).is_file() else None
+
+
+def repair_hint(folder: Path) -> str | None:
+    """How to repair ``folder`` if it is an offline model's (delete it, set it up again); None otherwise."""
+    try:
+        name = json.loads((folder / _DONE).read_text(encoding="utf-8"))["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return f"delete {folder} and set it up again: attendout models setup {name}"
 
 
 def not_set_up(name: str) -> str:
