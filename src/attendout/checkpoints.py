@@ -30,7 +30,6 @@ import contextlib
 import json
 import logging
 import math
-import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -54,7 +53,6 @@ from .rundir import (
     CheckpointStatus,
     RunDir,
     check_output_dir,
-    checkpoint_status,
     output_dir_failure,
     read_checkpoint,
     recover_folder,
@@ -120,12 +118,9 @@ def setting_up(out: Path) -> Iterator[None]:
 
 def find_checkpoint(out: Path) -> tuple[Path, CheckpointStatus]:
     """The checkpoint folder of the run directory ``out`` (``.checkpoint.old`` while a kill between two
-    renames left it there) and what it holds, by sizes (cheap; :func:`~attendout.rundir.read_checkpoint` reads every byte)."""
-    folder = RunDir(out).checkpoint_dir
-    old = folder.with_name(f".{folder.name}.old")
-    if not os.path.lexists(folder) and old.is_dir():
-        folder = old
-    return folder, checkpoint_status(folder)
+    renames left it there) and what it holds, by sizes (cheap; :func:`~attendout.rundir.read_checkpoint`
+    reads every byte): :meth:`attendout.rundir.RunDir.find_checkpoint`, which the run's state reads too."""
+    return RunDir(out).find_checkpoint()
 
 
 def check_run_dir(out: Path, overwrite: bool, resume: bool, busy: bool = True) -> None:
@@ -135,7 +130,7 @@ def check_run_dir(out: Path, overwrite: bool, resume: bool, busy: bool = True) -
     check_output_dir(out)
     if busy:
         RunLock(out).check_free()
-    if RunDir(out).results.exists() and not overwrite:
+    if RunDir(out).finished and not overwrite:
         raise RunExistsError(
             f"{out} holds a finished run ({RESULTS_FILE}); choose another --output-dir or pass --overwrite"
         )

@@ -35,8 +35,16 @@ from torch import nn
 
 from .devices import autocast_dtype, pick_device
 from .generation.encoding import GenerationOptions, LMEncoded, Seq2SeqEncoded
-from .predictbase import PredictError, run_settings, run_split, task_from_settings, write_rows_atomic
+from .predictbase import (
+    PredictError,
+    check_finished,
+    run_settings,
+    run_split,
+    task_from_settings,
+    write_rows_atomic,
+)
 from .rundir import RunDir
+from .runstate import RunState
 from .tasks import LM, SEQ2SEQ, DataError, Examples, Task, compute_metrics
 from .tasks.generation import (
     LM_FILE_TASK,
@@ -93,26 +101,31 @@ def _load_model(model_dir: Path, kind: str) -> nn.Module:
 class Generations:
     """Generated texts in input order: ``inputs`` (sources or prompts), ``outputs`` (decoded, without the
     prompt), ``references`` (seq2seq targets, when known), ``loss`` (mean per target token, with references),
-    ``token_ids`` (lm: the generated tokens, padding after an end-of-sequence token included)."""
+    ``token_ids`` (lm: the generated tokens, padding after an end-of-sequence token included),
+    ``run_state`` (where the run stood, when its model is of a run that is not finished; else None)."""
 
     inputs: list[str]
     outputs: list[str]
     references: list[str] | None = None
     loss: float | None = None
     token_ids: list[list[int]] | None = None  # lm: each continuation's token ids (special tokens too)
+    run_state: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.outputs)
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per input, as ``attendout predict`` writes them: ``text_a`` (the source or prompt),
-        ``label`` (the reference, when known) and ``prediction`` (the generated text)."""
+        ``label`` (the reference, when known) and ``prediction`` (the generated text); ``run_state`` last,
+        for a run that is not finished."""
         rows = []
         for i, output in enumerate(self.outputs):
             row: dict[str, Any] = {"text_a": self.inputs[i]}
             if self.references is not None:
                 row["label"] = self.references[i]
             rows.append({**row, "prediction": output})
+            if self.run_state is not None:
+                rows[-1]["run_state"] = self.run_state
         return rows
 
     def write(self, path: str | os.PathLike) -> Path:
@@ -124,7 +137,8 @@ class GenerationPredictor:
     """A causal LM or an encoder-decoder with its tokenizer and its task (see the module docstring).
 
     ``max_length``: tokens per source (seq2seq) or per scored block (lm); ``num_beams`` 1 is greedy;
-    ``max_new_tokens``: the most tokens generated per input.
+    ``max_new_tokens``: the most tokens generated per input; ``run_state``: where the run stands, when the
+    model is of a run that is not finished (loaded with ``allow_unfinished``): its outputs record it.
     """
 
     def __init__(
@@ -142,6 +156,7 @@ class GenerationPredictor:
         settings: dict[str, Any] | None = None,
         source: str = "",
         progress: bool = False,
+        run_state: RunState | None = None,
     ):
         if not is_generation(task.kind):
             raise PredictError(f"task {task.name!r} is {task.kind}, not a generation task (lm, seq2seq)")
@@ -164,6 +179,7 @@ class GenerationPredictor:
         self.source = source
         self.progress = progress
         self.cut_prompts = 0  # prompts of the last generate() that kept only their last tokens
+        self.run_state = run_state
 
     @classmethod
     def load(
@@ -177,11 +193,14 @@ class GenerationPredictor:
         device: str = "auto",
         precision: str = "fp32",
         progress: bool = False,
+        allow_unfinished: bool = False,
     ) -> GenerationPredictor:
         """Load a run directory of a generation task or a model folder (a causal LM, an encoder-decoder).
 
         Unset options are the run's own: ``max_length`` (lm: its ``block_size`` if it set one),
         ``num_beams`` and ``max_new_tokens``; a model folder's defaults are greedy and its context length.
+        A run directory that is not finished is refused, unless ``allow_unfinished``
+        (:func:`~attendout.predictbase.check_finished`).
         """
         from transformers.utils import CONFIG_NAME
 
@@ -192,6 +211,7 @@ class GenerationPredictor:
             raise PredictError(f"{path} is not a folder (expected a run directory or a model folder)")
         settings = run_settings(path)
         model_dir = RunDir(path).model_dir if settings is not None else path
+        run_state = check_finished(path, allow_unfinished) if settings is not None else None
         if not (model_dir / CONFIG_NAME).is_file():
             raise PredictError(f"{path} has no model ({model_dir}/{CONFIG_NAME}): nothing to predict with")
         found = generation_kind(model_dir)
@@ -236,7 +256,7 @@ class GenerationPredictor:
         return cls(
             model, tokenizer, task, max_length=max_length, num_beams=num_beams or 1,
             max_new_tokens=max_new_tokens or min(max_length // (2 if found == LM else 1), 128), batch_size=batch_size, device=device,
-            precision=precision, settings=settings, source=str(path), progress=progress,
+            precision=precision, settings=settings, source=str(path), progress=progress, run_state=run_state,
         )  # fmt: skip
 
     # data -------------------------------------------------------------------------------------------
@@ -315,7 +335,11 @@ class GenerationPredictor:
             self.model, self.batch_size, self.device, self.autocast_dtype, self.progress
         )
         references = getattr(examples, "targets", None)
-        return Generations(list(examples.text_a), outputs, references, loss), data
+        return Generations(list(examples.text_a), outputs, references, loss, run_state=self._state()), data
+
+    def _state(self) -> dict[str, Any] | None:
+        """What the outputs record of a run that is not finished (None: a finished run, a model folder)."""
+        return None if self.run_state is None else self.run_state.to_dict()
 
     @torch.no_grad()
     def _continue(self, prompts: list[str]) -> Generations:
@@ -354,7 +378,7 @@ class GenerationPredictor:
             texts = tokenizer.batch_decode(generated[:, width:], skip_special_tokens=True)
             outputs.extend(t.strip() for t in texts)
             token_ids.extend(generated[:, width:].tolist())
-        return Generations(prompts, outputs, token_ids=token_ids)
+        return Generations(prompts, outputs, token_ids=token_ids, run_state=self._state())
 
 
 def _context(model: nn.Module) -> int | None:
@@ -464,6 +488,8 @@ def predict_main(predictor: GenerationPredictor, args: Any) -> int:
     if kind == LM and args.prompt is None and not args.generate:  # score the documents
         metrics, _ = predictor.evaluate(examples)
         rows = [{"input": what, **metrics}]
+        if predictor.run_state is not None:
+            rows[0]["run_state"] = predictor.run_state.to_dict()
         count = "a score"
     else:
         if kind == SEQ2SEQ and getattr(examples, "targets", None) is not None:

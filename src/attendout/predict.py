@@ -11,6 +11,11 @@ Two kinds of folder load with :meth:`Predictor.load`:
   texts are read from a ``text`` column unless told otherwise (two columns: pairs), and scored by
   accuracy (regression: Pearson).
 
+A run directory that is not finished (stopped by Ctrl-C at step 10 of 5,000, or killed) is refused with
+its state, which step its model is of and the command that finishes it
+(:func:`~attendout.predictbase.check_finished`); ``allow_unfinished=True`` predicts with that model,
+warns, and records the run's state in every output (``Predictions.run_state``, a ``run_state`` column).
+
 >>> predictor = Predictor.load("runs/cola")
 >>> predictor.predict(["The cat sat on the mat.", "Mat the on sat cat."]).labels
 ['acceptable', 'unacceptable']
@@ -35,12 +40,14 @@ from .generate import GenerationPredictor, generation_kind
 from .limits import LimitError, check_length, position_limit
 from .predictbase import (
     PredictError,
+    check_finished,
     run_settings,
     run_split,
     task_from_settings,
     write_rows_atomic,
 )
 from .rundir import RunDir
+from .runstate import RunState
 from .tasks import (
     CLASSIFICATION,
     MULTIPLE_CHOICE,
@@ -73,7 +80,8 @@ class Predictions:
     class probabilities [n, classes] (regression: the values again; token classification: each word's
     tag probability; multiple choice: the options' probabilities [n, options]); ``label_names``: the
     class or tag names (None for regression and multiple choice); ``loss``: the mean loss when the
-    examples had labels; ``kind``: the task kind.
+    examples had labels; ``kind``: the task kind; ``run_state``: where the run stood, when its model is
+    of a run that is not finished (:meth:`attendout.rundir.RunState.to_dict`; else None).
     """
 
     predictions: Any
@@ -81,6 +89,7 @@ class Predictions:
     label_names: tuple[str, ...] | None
     loss: float | None = None
     kind: str = CLASSIFICATION
+    run_state: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.predictions)
@@ -148,7 +157,9 @@ class Predictor:
     """A fine-tuned sequence classifier (or regressor) with its tokenizer, ready to label text.
 
     ``max_length``: inputs are truncated to this many tokens (a run directory's own max length by
-    default). ``precision`` "bf16"/"fp16" runs under autocast (GPU).
+    default). ``precision`` "bf16"/"fp16" runs under autocast (GPU). ``run_state``: where the run stands,
+    when the model is of a run that is not finished (loaded with ``allow_unfinished``); its predictions
+    record it.
     """
 
     def __init__(
@@ -164,6 +175,7 @@ class Predictor:
         settings: dict[str, Any] | None = None,
         source: str = "",
         progress: bool = False,
+        run_state: RunState | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -176,6 +188,7 @@ class Predictor:
         self.settings = settings  # the run's config.json, when loaded from a run directory
         self.source = source
         self.progress = progress  # a bar over the batches of each prediction
+        self.run_state = run_state
         try:
             check_length(
                 max_length, model.config, tokenizer=tokenizer, method=_synthesizer_config(model),
@@ -197,12 +210,15 @@ class Predictor:
         progress: bool = False,
         num_beams: int | None = None,
         max_new_tokens: int | None = None,
+        allow_unfinished: bool = False,
     ) -> Predictor | GenerationPredictor:
         """Load a run directory or a model folder (see the module's docstring).
 
         A run of a generation task (``lm``, ``seq2seq``) or a folder of a causal LM or an encoder-decoder
         loads as a :class:`~attendout.generate.GenerationPredictor`, which takes ``num_beams`` and
-        ``max_new_tokens`` too.
+        ``max_new_tokens`` too. A run directory that is not finished is a
+        :class:`~attendout.predictbase.UnfinishedRunError` (its state, its model's step, the command that
+        finishes it), unless ``allow_unfinished``: then a warning, and the predictions record its state.
         """
         from transformers.utils import CONFIG_NAME  # a model folder's config.json
 
@@ -218,12 +234,14 @@ class Predictor:
             return GenerationPredictor.load(
                 path, max_length=max_length, num_beams=num_beams, max_new_tokens=max_new_tokens,
                 batch_size=batch_size, device=device, precision=precision, progress=progress,
+                allow_unfinished=allow_unfinished,
             )  # fmt: skip
         if num_beams is not None or max_new_tokens is not None:
             kind = settings["task"].get("kind") if settings is not None else "a classifier"
             raise PredictError(
                 f"{path} is {kind}, not a generation model: num_beams and max_new_tokens are for lm and seq2seq"
             )
+        run_state = check_finished(path, allow_unfinished) if settings is not None else None
         if settings is not None and not (model_dir / CONFIG_NAME).is_file():
             raise PredictError(
                 f"run {path} kept no model (no {model_dir}/{CONFIG_NAME}): it ran with save_model off, "
@@ -268,6 +286,7 @@ class Predictor:
             settings=settings,
             source=str(path),
             progress=progress,
+            run_state=run_state,
         )
 
     # predicting -----------------------------------------------------------------------------------
@@ -321,7 +340,8 @@ class Predictor:
         preds, scores, loss = predict_batches(
             self.model, data, self.batch_size, self.device, self.autocast_dtype, progress=self.progress
         )
-        return Predictions(preds, scores, self.task.label_names, loss, kind)
+        state = None if self.run_state is None else self.run_state.to_dict()
+        return Predictions(preds, scores, self.task.label_names, loss, kind, run_state=state)
 
     def predict_words(self, sentences: Sequence[Sequence[str]]) -> Predictions:
         """Tag sentences given as lists of words (token classification): one tag per word."""
@@ -511,7 +531,8 @@ def write_predictions(
 def prediction_rows(
     predictions: Predictions, examples: Examples, *, label_names: Sequence[str] | None = None
 ) -> list[dict[str, Any]]:
-    """The rows :func:`write_predictions` writes: texts, gold label (when known), prediction, probabilities."""
+    """The rows :func:`write_predictions` writes: texts, gold label (when known), prediction, probabilities;
+    with the predictions of a run that is not finished, its state (``run_state``) last."""
     if len(predictions) != len(examples):
         raise ValueError(f"{len(predictions)} predictions for {len(examples)} examples")
     rows = []
@@ -529,4 +550,6 @@ def prediction_rows(
             else:
                 row["label"] = label_names[int(gold)] if label_names is not None else gold
         rows.append({**row, **record})
+        if predictions.run_state is not None:
+            rows[-1]["run_state"] = predictions.run_state
     return rows

@@ -1,24 +1,32 @@
-"""What both predictors share: the error, a run directory's settings and splits, and writing rows.
+"""What both predictors share: the error, a run directory's settings, state and splits, and writing rows.
 
 :mod:`attendout.predict` (classifiers, taggers, multiple choice) and :mod:`attendout.generate` (the
 generation kinds, ``lm`` and ``seq2seq``) read run directories and write prediction files the same way.
+Both refuse a run directory that is not finished (:func:`check_finished`), unless asked to predict with
+its model as it is; the outputs then record the run's state (``run_state``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from .config import TrainConfig, split_for_training
 from .rundir import RunDir
+from .runstate import RunState
 from .tasks import Examples, Task
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "OUTPUT_FORMATS",
     "PredictError",
+    "UnfinishedRunError",
+    "check_finished",
     "check_output_path",
     "run_settings",
     "run_split",
@@ -33,6 +41,44 @@ OUTPUT_FORMATS = (".jsonl", ".csv", ".tsv")
 
 class PredictError(ValueError):
     """A folder that cannot be predicted with, or inputs that do not fit the model."""
+
+
+class UnfinishedRunError(PredictError):
+    """A run directory that is not finished (stopped, or unfinished): ``state`` says where it stands."""
+
+    def __init__(self, message: str, state: RunState) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+def check_finished(path: Path, allow_unfinished: bool = False) -> RunState | None:
+    """None if the run directory ``path`` finished; else refuse it, or with ``allow_unfinished`` warn.
+
+    The refusal (:class:`UnfinishedRunError`) is one line: the run's state (:meth:`RunDir.state`),
+    which step its kept model is of, and the command that finishes it. Allowed, a warning on stderr
+    says the run is not finished and which step's weights predict, and the state comes back for the
+    outputs to record (``run_state``).
+    """
+    from .cli.finetune import how_to_finish  # the words of a stopped finetune's line, and its flags
+
+    state = RunDir(path).state()
+    if state.finished:
+        return None
+    if not allow_unfinished:
+        raise UnfinishedRunError(
+            f"run {path} is not finished: {state.describe()}; {state.weights()}; {how_to_finish(state)}; or pass "
+            "--allow-unfinished (Python: allow_unfinished=True) to predict with that model as it is",
+            state,
+        )
+    step = "a step its files do not say" if state.best_step is None else f"step {state.best_step}"
+    logger.warning(
+        "run %s is not finished (%s): predicting with the weights of %s; %s",
+        path,
+        state.describe(),
+        step,
+        how_to_finish(state),
+    )
+    return state
 
 
 def run_settings(path: Path) -> dict[str, Any] | None:
@@ -79,7 +125,8 @@ def write_rows(handle: Any, rows: list[dict[str, Any]], fmt: str) -> None:
         return
     writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter="\t" if fmt == "tsv" else ",")
     writer.writeheader()
-    writer.writerows(rows)
+    for row in rows:  # a value of several fields (run_state) is a cell of JSON
+        writer.writerow({k: json.dumps(v) if isinstance(v, dict) else v for k, v in row.items()})
 
 
 def check_output_path(path: str | os.PathLike) -> Path:

@@ -12,7 +12,7 @@ renamed into place: a folder is complete if and only if its manifest agrees with
 (:func:`verify_folder`), and a resume trusts nothing else (:func:`checkpoint_status`,
 :func:`read_checkpoint`). A write that fails (disk full, permissions) leaves no temporary file behind.
 The checkpoint holds plain data only and loads with ``weights_only=True``. One run writes a folder at a
-time (:class:`attendout.runlock.RunLock`).
+time (:class:`attendout.runlock.RunLock`). Where a run stands has one reader: :meth:`RunDir.state`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from torch import nn
 
 from .optim import TrainingError
 from .runlock import LOCK_FILE
+from .runstate import RunState, read_state
 from .version import __version__
 
 __all__ = [
@@ -265,8 +266,19 @@ class RunDir:
 
     @property
     def finished(self) -> bool:
-        """Whether the run finished: its results file, written last, is there."""
-        return self.results.is_file()
+        """Whether the run finished: its results file, written last, is there (:meth:`state`)."""
+        return self.state().finished
+
+    def find_checkpoint(self) -> tuple[Path, CheckpointStatus]:
+        """The checkpoint folder a resume reads (``.checkpoint.old`` after a kill between renames), its status."""
+        folder, old = self.checkpoint_dir, self.path / f".{CHECKPOINT_DIR}.old"
+        folder = old if not os.path.lexists(folder) and old.is_dir() else folder
+        return folder, checkpoint_status(folder)
+
+    def state(self) -> RunState:
+        """Where the run stands: the one reader of it (:func:`~attendout.runstate.read_state`)."""
+        folder, checkpoint = self.find_checkpoint()
+        return read_state(self, checkpoint, folder / CHECKPOINT_SUMMARY)
 
     def read_results(self) -> dict[str, Any]:
         return json.loads(self.results.read_text())

@@ -98,9 +98,10 @@ def _go_on(command: str, argv: list[str], stop: Any) -> str:
     """What to run after ``stop`` (an :class:`attendout.interrupt.Stopped`) to go on from where it was."""
     again = ["attendout", command, *argv]
     if command == "finetune":
-        if stop.checkpoint is None:
-            return f" Nothing was saved to resume from; to start again: {shlex.join(again)}"
-        return " To go on: " + shlex.join(again if "--resume" in argv else [*again, "--resume"])
+        from .finetune import go_on
+
+        said = go_on(argv, resumable=stop.checkpoint is not None)
+        return f" {said[0].upper()}{said[1:]}"
     kept = {
         "bench": "Finished cells are kept, and a stopped cell goes on from its checkpoint.",
         "advise": "Finished trials and runs are kept, and a stopped run goes on from its checkpoint.",

@@ -1,11 +1,18 @@
 """``attendout finetune``: its flags, a config file's values under them, and the call to
-:func:`attendout.train.finetune`."""
+:func:`attendout.train.finetune`; back the other way, the command line of a run's recorded options
+(:func:`finetune_argv`) and what to run to go on with a stopped run (:func:`go_on`; from a run
+directory's state: :func:`how_to_finish`)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import io
 import os
-from typing import Any
+import shlex
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .flags import (
     add_dataclass_options,
@@ -16,6 +23,9 @@ from .flags import (
     task_defaults_unset,
     train_config,
 )
+
+if TYPE_CHECKING:
+    from ..runstate import RunState
 
 
 def parser_for(method: str | None) -> argparse.ArgumentParser:
@@ -99,10 +109,9 @@ def _method_and_file(argv: list[str]) -> tuple[str, dict[str, Any]]:
     return method, from_file
 
 
-def main(argv: list[str]) -> int:
+def config_from_args(argv: list[str]) -> tuple[Any, int | None]:
+    """(the :class:`~attendout.config.TrainConfig` of ``attendout finetune ARGV``, its ``--threads``)."""
     from ..methods import settle_for_task
-    from ..report.results import format_results, format_truncation
-    from ..train import finetune
 
     argv = _expand_attention(argv)
     method, from_file = _method_and_file(argv)
@@ -110,7 +119,6 @@ def main(argv: list[str]) -> int:
     task_defaults_unset(parser)
     parser.set_defaults(**from_file, method=method)
     args = parser.parse_args(argv)
-    set_threads(args.threads)
     values = vars(args)
     method_options = {k[len("method__") :]: v for k, v in values.items() if k.startswith("method__")}
     config = train_config(
@@ -119,6 +127,148 @@ def main(argv: list[str]) -> int:
         method_options=settle_for_task(method, method_options, values.get("task")),
         eval_files=parse_eval_files(values.get("eval_file")) or from_file.get("eval_files"),
     )
+    return config, args.threads
+
+
+#: TrainConfig fields :func:`finetune_argv` writes first or last, or leaves to its caller (how a run starts).
+_OWN_PLACE = {"task", "model", "method", "method_options", "eval_files", "text_columns"}
+_STARTS = {"output_dir", "overwrite", "resume"}
+
+
+def _flags(name: str, value: Any, default: Any) -> list[str] | None:
+    """The flags that give option ``name`` the ``value`` (none for its default); None: no flag can."""
+    if value == default:
+        return []
+    option = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return [option if value else f"--no-{option[2:]}"]
+    if value is None:  # a default that is not None: only a method's layers say "all" as text
+        return [option, "all"] if name == "layers" else None
+    if isinstance(value, list | tuple):
+        return [option, ",".join(str(v) for v in value)]
+    return [option, repr(value) if isinstance(value, float) else str(value)]
+
+
+def finetune_argv(values: Mapping[str, Any], output_dir: str | os.PathLike) -> list[str] | None:
+    """The arguments of ``attendout finetune`` that give the options ``values`` (a run's config.json
+    ``config``: :meth:`attendout.config.TrainConfig.to_dict`), writing to ``output_dir``: the task, the
+    model and the method, then every option that differs from its default (the task's own, for the
+    options some tasks give one). They are parsed back (:func:`config_from_args`) to check that they give
+    the same options, which is what ``--resume`` checks against its checkpoint; None where they do not
+    (a value set in Python that no flag gives, such as AD-DROP's ``layers="task"`` left unsettled; a
+    method or option unknown here)."""
+    from ..checkpoints import checkpoint_config
+    from ..config import TrainConfig
+
+    argv = _finetune_flags(values, output_dir)
+    if argv is None:
+        return None
+    try:
+        wanted = checkpoint_config(TrainConfig.from_dict(dict(values)))
+        # argparse prints, then exits, on what it cannot parse
+        with contextlib.redirect_stderr(io.StringIO()):
+            given = checkpoint_config(config_from_args(argv)[0])
+    except (ValueError, TypeError, KeyError, SystemExit):
+        return None
+    return argv if given == wanted else None
+
+
+def _finetune_flags(values: Mapping[str, Any], output_dir: str | os.PathLike) -> list[str] | None:
+    """The arguments :func:`finetune_argv` gives, unchecked."""
+    from ..config import TrainConfig
+    from ..methods import get_method_config
+    from ..tasks.defaults import task_defaults
+
+    fields = [f for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING]
+    defaults = {f.name: f.default for f in fields}
+    defaults.update(task_defaults(values.get("task")))
+    method = str(values.get("method") or "none")
+    argv = [
+        "--task",
+        str(values.get("task", defaults["task"])),
+        "--model",
+        str(values.get("model", defaults["model"])),
+    ]
+    argv += ["--method", method]
+    for f in fields:
+        if f.name in _OWN_PLACE or f.name in _STARTS or f.name not in values:
+            continue
+        flags = _flags(f.name, values[f.name], defaults[f.name])
+        if flags is None:
+            return None
+        argv += flags
+    try:
+        own = get_method_config(method).to_dict()
+    except (ValueError, TypeError):
+        return None
+    for name, value in (values.get("method_options") or {}).items():
+        flags = [] if name == "name" else _flags(name, value, own.get(name))
+        if flags is None:
+            return None
+        argv += flags
+    for split, path in (values.get("eval_files") or {}).items():
+        argv += ["--eval-file", f"{split}={path}"]
+    if values.get("text_columns"):
+        argv += ["--text-columns", ",".join(values["text_columns"])]
+    return [*argv, "--output-dir", str(output_dir)]
+
+
+def finishing_command(state: RunState) -> list[str] | None:
+    """The ``attendout finetune`` command (argv) that finishes the run whose state is ``state`` (a
+    :class:`~attendout.runstate.RunState`): its own options (:func:`finetune_argv`) and ``--resume`` when
+    it is stopped; unfinished, the command that starts it again (with ``--overwrite`` when its checkpoint
+    cannot be used, which ``--resume`` refuses). None: finished, or no command line gives its options."""
+    if state.finished or state.settings is None:
+        return None
+    argv = finetune_argv(state.settings, state.path)
+    if argv is None:
+        return None
+    if state.resumable:
+        argv.append("--resume")
+    elif state.broken:
+        argv.append("--overwrite")
+    return ["attendout", "finetune", *argv]
+
+
+def how_to_finish(state: RunState) -> str:
+    """What to run to finish the run whose state is ``state``, in the words a stopped ``finetune``
+    prints (:func:`go_on`), for a refusal to use a run that is not finished (``attendout predict``)."""
+    if state.finished:
+        return "nothing: it finished"
+    if state.writer() is not None:
+        return "wait for it to end"
+    command = finishing_command(state)
+    if command is not None:
+        return go_on(command[2:], resumable=state.resumable)
+    from ..rundir import RunDir
+
+    why = (
+        f"{RunDir(state.path).config} cannot be read"
+        if state.settings is None
+        else "no command line gives its options (a run started from Python)"
+    )
+    if state.resumable:
+        return f"to go on: run what started it again with --resume (Python: resume=True); {why}"
+    return f"nothing was saved to resume from; to start again: run what started it again; {why}"
+
+
+def go_on(argv: list[str], resumable: bool) -> str:
+    """What to run to go on with the run of ``attendout finetune ARGV``: with a checkpoint to resume from
+    (``resumable``) the same command with ``--resume``, else the same command again. The one wording of
+    it: a stopped ``finetune`` prints it (:mod:`attendout.cli`), and so does ``predict`` refusing a run
+    that is not finished (:func:`how_to_finish`)."""
+    again = ["attendout", "finetune", *argv]
+    if not resumable:
+        return f"nothing was saved to resume from; to start again: {shlex.join(again)}"
+    return "to go on: " + shlex.join(again if "--resume" in argv else [*again, "--resume"])
+
+
+def main(argv: list[str]) -> int:
+    from ..report.results import format_results, format_truncation
+    from ..train import finetune
+
+    config, threads = config_from_args(argv)
+    set_threads(threads)
     results = finetune(config)
     if os.environ.get("RANK", "0") != "0":  # torchrun / accelerate launch: the main process reports
         return 0

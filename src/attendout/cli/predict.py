@@ -18,6 +18,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(--split dev). With labels (--label-column, or a split) the task's metrics are printed too.",
     )
     parser.add_argument("model", help="run directory or model folder")
+    parser.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="predict with the model of a run that is not finished (stopped, or killed), as it is: a "
+        "warning names the step of its weights and the output records the run's state (run_state); "
+        "without it such a run is refused, with the command that finishes it",
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--input", help="CSV/TSV/JSON-lines file of texts to predict")
     source.add_argument(
@@ -99,6 +106,7 @@ def main(argv: list[str]) -> int:
         progress=args.progress,
         num_beams=args.num_beams,
         max_new_tokens=args.max_new_tokens,
+        allow_unfinished=args.allow_unfinished,
     )
     if not isinstance(predictor, Predictor):  # a generation run (lm, seq2seq)
         from ..generate import predict_main

@@ -54,7 +54,7 @@ def reuse_runs(cells: Sequence[Cell], store: ResultsStore, source: Path) -> list
                 by_fingerprint.setdefault(run.read_cell()["fingerprint"], run.path)
     for results in sorted(source.rglob(RESULTS_FILE)):
         run = RunDir(results.parent)
-        if not run.cell.exists() and run.config.is_file():
+        if run.finished and not run.cell.exists() and run.config.is_file():
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                 values = run.read_config()["config"]
                 values["method_options"] = {k: v for k, v in values["method_options"].items() if k != "name"}

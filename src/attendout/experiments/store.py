@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..rundir import RunDir, checkpoint_status, write_json_atomic
+from ..rundir import RunDir, write_json_atomic
 from ..runlock import Owner, process_start_time, this_host
 from .spec import Budget, Cell, Experiment, ExperimentError
 
@@ -459,17 +459,18 @@ def read_predictions(folder: Path, split: str) -> list[dict[str, Any]] | None:
 def has_checkpoint(work: Path) -> bool:
     """Whether the work folder ``work`` holds a training checkpoint to resume from.
 
-    The rule of ``finetune --resume`` (:func:`attendout.rundir.checkpoint_status`): a checkpoint whose
-    manifest lists every file at its size (or one written before manifests, with its state.pt). An
-    incomplete one is not a checkpoint: the cell trains afresh. The bytes themselves are checked by the
-    resume, which refuses a corrupt checkpoint (the runner then trains the cell afresh).
+    The rule of ``finetune --resume``, as the run's state reads it (:meth:`attendout.rundir.RunDir.state`,
+    its ``checkpoint``: :func:`attendout.rundir.checkpoint_status`): a checkpoint whose manifest lists
+    every file at its size (or one written before manifests, with its state.pt). An incomplete one is
+    not a checkpoint: the cell trains afresh. The bytes themselves are checked by the resume, which
+    refuses a corrupt checkpoint (the runner then trains the cell afresh).
     """
-    return checkpoint_status(RunDir(work).checkpoint_dir).resumable
+    return RunDir(work).state().checkpoint.resumable
 
 
 def checkpoint_step(work: Path) -> int | None:
     """The training step of the checkpoint in ``work`` (None if it has none, or does not say)."""
-    return checkpoint_status(RunDir(work).checkpoint_dir).step
+    return RunDir(work).state().checkpoint.step
 
 
 def _create_exclusive(path: Path, content: str) -> bool:
