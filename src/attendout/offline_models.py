@@ -21,7 +21,6 @@ that the next run clears. The folders live under :func:`models_home` (``$ATTENDO
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -266,15 +265,9 @@ def not_set_up(name: str) -> str:
 # Setting a model up
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _check(path: Path, expected: str, what: str) -> None:
+    from .rundir import sha256_of
+
     actual = sha256_of(path)
     if actual != expected:
         raise OfflineModelError(

@@ -60,6 +60,7 @@ __all__ = [
     "StorageError",
     "check_output_dir",
     "checkpoint_status",
+    "sha256_of",
     "describe_os_error",
     "os_error_remedy",
     "output_dir_failure",
@@ -307,7 +308,7 @@ class RunDir:
 # Folders written whole: a temporary folder, its manifest last, two renames
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         while chunk := file.read(1 << 20):
@@ -322,7 +323,7 @@ def write_manifest(folder: Path, **extra: Any) -> None:
         if path.is_file() and path.name != MANIFEST:
             files[path.relative_to(folder).as_posix()] = {
                 "bytes": path.stat().st_size,
-                "sha256": _sha256(path),
+                "sha256": sha256_of(path),
             }
     write_json_atomic(folder / MANIFEST, {**extra, "written_by": f"attendout {__version__}", "files": files})
 
@@ -367,7 +368,7 @@ def verify_folder(folder: Path, hashes: bool = True, unchecked_ok: bool = False)
         if size != expected["bytes"]:
             cut = " (truncated)" if size < expected["bytes"] else ""
             return f"{name} has {size} bytes, {MANIFEST} says {expected['bytes']}{cut}"
-        if hashes and _sha256(path) != expected["sha256"]:
+        if hashes and sha256_of(path) != expected["sha256"]:
             return f"{name} has other bytes than when it was written (its sha256 differs from {MANIFEST})"
     return None
 
