@@ -20,7 +20,7 @@ from attendout.advise import objective as objective_mod
 from attendout.advise import search as search_mod
 from attendout.advise.answer import seeds_needed
 from attendout.advise.confirm import Confirmation, ConfirmRow
-from attendout.advise.regime import PLATEAU, undertraining
+from attendout.advise.regime import FLAT, LEARNING, PLATEAU, UNKNOWN, read_trend
 from attendout.advise.search import SearchPlan, reclaim_stale, run_search, search_results
 from attendout.advise.spaces import SEARCH_SPACES, Choice, describe, grid_of, suggest
 from attendout.advise.storage import open_storage
@@ -607,9 +607,9 @@ def test_a_study_whose_plain_run_learns_nothing_answers_chance_not_a_method(tiny
     assert "Search objective" in (out / "advice.md").read_text()  # the objective's noise is stated
 
 
-def test_a_budget_the_probe_shows_too_short_answers_undertrain_not_a_method(tiny_run):
+def test_a_budget_the_probe_shows_too_short_says_so_in_the_answers_first_sentence(tiny_run):
     """--epochs below where the regime probe (--regime-run) still climbed: advice.md's first sentence says
-    "undertrain", and advice.toml stays plain."""
+    plain fine-tuning is still learning there ("undertrain"), and that the answer is for that budget."""
     probe = tiny_run["tmp"] / "probe"
     probe.mkdir()
     (probe / "config.json").write_text(json.dumps({"task": {"name": "file", "metrics": ["accuracy"]}}))
@@ -625,9 +625,13 @@ def test_a_budget_the_probe_shows_too_short_answers_undertrain_not_a_method(tiny
     advice = advise(tiny_study(tiny_run, out, epochs=3, regime_run=str(probe)))
     assert advice.regime is not None and advice.regime.budget == 3  # the probe was read, the budget kept
     first = (out / "advice.md").read_text().split("**")[1].split(". ")[0]
-    assert first.startswith("Cannot answer") and "undertrain" in first, first
-    assert "0.800 at epoch 3" in advice.sentence and "0.900 at epoch 5" in advice.sentence
-    assert not advice.answered and load_config_file(out / "advice.toml")[0].name == "none"
+    assert "still learning, so it undertrains" in advice.sentence, advice.sentence
+    assert "over epochs 1-4 of the 5-epoch regime probe" in advice.sentence, advice.sentence
+    if advice.answered:  # a recommendation (of a method, or of none) says so in its first sentence
+        assert first.startswith("At this budget (3 epochs) plain fine-tuning is still learning"), first
+        assert "this answer is for 3-epoch training" in first, first
+    budget = json.loads((out / "advice.json").read_text())["budget"]
+    assert budget["state"] == LEARNING and budget["epochs"] == [1, 2, 3, 4]
 
 
 def test_seeds_auto_takes_the_count_that_detects_the_gain_within_the_time_given(tiny_run, tmp_path):
@@ -759,35 +763,44 @@ def test_a_baseline_at_chance_is_a_plain_cannot_answer_with_chance_in_its_first_
     assert verdict(confirmation(learned, floor=0.5)).winner is not None
 
 
-def test_an_undertrained_budget_is_a_plain_cannot_answer_even_with_a_significant_gain():
-    reason = undertraining({1: 0.70, 2: 0.78, 3: 0.82, 4: 0.83}, 2, "accuracy", "the 4-epoch regime probe")
-    assert reason is not None and "best 0.780 at epoch 2 within it" in reason and "0.830 at epoch 4" in reason
-    v = verdict(confirmation([row("scores-dropout", 0.012, 0.03)]), undertrained=reason)
-    assert not v.answered and v.winner is None
+def test_a_recommendation_at_a_budget_still_learning_says_so_first():
+    trend = read_trend({1: 0.70, 2: 0.78, 3: 0.82, 4: 0.83}, 2, "accuracy", "the 4-epoch regime probe")
+    assert trend.learning and "over epochs 1-4 of the 4-epoch regime probe" in trend.evidence
+    v = verdict(confirmation([row("scores-dropout", 0.012, 0.03)]), trend=trend)
+    assert v.answered and v.winner.method == "scores-dropout" and v.budget == LEARNING
     first = v.sentence.split(". ")[0]
-    assert "undertrain" in first and first.startswith("Cannot answer")
-    assert "--epochs" in v.sentence
+    assert first.startswith(
+        "At this budget (2 epochs) plain fine-tuning is still learning, so it undertrains"
+    )
+    assert "not for a model trained until it stops improving: use scores-dropout at p = 0.2" in first
+    # no answer (a design that cannot see the gain asked for): it still starts "Cannot answer"
+    blind = verdict(
+        confirmation([row("scores-dropout", 0.012, 0.06, sd=0.02)], detectable=0.045), trend=trend
+    )
+    assert (
+        blind.sentence.startswith("Cannot answer") and "still learning, so it undertrains" in blind.sentence
+    )
 
 
 @pytest.mark.parametrize(
-    "curve, budget, rising",
+    "curve, budget, state",
     [
-        ({1: 0.70, 2: 0.78, 3: 0.82}, 3, True),  # still climbing at the budget's last epoch
-        ({1: 0.70, 2: 0.78, 3: 0.781}, 3, False),  # flat within the plateau margin
-        ({1: 0.70, 2: 0.78, 3: 0.76, 4: 0.75}, 2, False),  # the probe peaks at the budget
-        ({1: 0.70, 2: 0.78, 3: 0.782}, 2, False),  # a later gain within the margin
-        ({1: 0.70}, 1, None),  # one validation: no trend to read
+        ({1: 0.60, 2: 0.70, 3: 0.80, 4: 0.86, 5: 0.90}, 3, LEARNING),  # the probe climbs past the budget
+        ({e: 0.800 + 0.004 * (e - 1) for e in range(1, 8)}, 7, LEARNING),  # issue 57: 0.800 -> 0.824, steady
+        ({1: 0.70, 2: 0.78, 3: 0.76, 4: 0.75}, 2, FLAT),  # the probe peaks at the budget
+        ({1: 0.70, 2: 0.80, 3: 0.75, 4: 0.79}, 4, FLAT),  # the last epoch recovers, but not past epoch 2
         # CoLA-500's probe: the peak at epoch 4 is inside the budget of 7; epoch 8's bump is not a rise
-        ({1: 0.0, 2: 0.0, 3: 0.078, 4: 0.134, 5: 0.111, 6: 0.08, 7: 0.097, 8: 0.104, 9: 0.096}, 7, False),
-        ({1: 0.70, 2: 0.80, 3: 0.75, 4: 0.79}, 4, False),  # the last epoch recovers, but not past epoch 2
+        ({1: 0.0, 2: 0.0, 3: 0.078, 4: 0.134, 5: 0.111, 6: 0.08, 7: 0.097, 8: 0.104, 9: 0.096}, 7, FLAT),
+        ({1: 0.70, 2: 0.78, 3: 0.82}, 3, UNKNOWN),  # three validations: no noise to set a slope against
+        ({1: 0.70}, 1, UNKNOWN),  # one validation: "cannot tell", not "no"
+        ({1: 0.70, 2: 0.75, 3: 0.8, 4: 0.81}, 6, UNKNOWN),  # the curve stops before the budget does
     ],
 )
-def test_undertraining_reads_the_curve_around_the_budget(curve, budget, rising):
-    reason = undertraining(curve, budget, "accuracy", "a test curve")
-    assert (reason is not None) == bool(rising)
+def test_the_trend_at_the_budget_is_read_from_the_slope_against_the_curves_noise(curve, budget, state):
+    assert read_trend(curve, budget, "accuracy", "a test curve").state == state
     # perplexity falls as it improves: the same curves mirrored
     mirrored = {e: 50 * (2 - v) for e, v in curve.items()}
-    assert (undertraining(mirrored, budget, "perplexity", "a test curve") is not None) == bool(rising)
+    assert read_trend(mirrored, budget, "perplexity", "a test curve").state == state
 
 
 def test_seeds_needed_is_the_fewest_that_detect_the_difference():

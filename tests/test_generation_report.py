@@ -221,11 +221,12 @@ def test_a_confirmed_fall_in_perplexity_is_a_gain_and_a_rise_is_not():
     assert v.winner.method == "drophead"
     # only a significant rise: no winner; the closest is the one that rose least
     rows = [_row("attn-dropout", 1.0, 0.5), _row("drophead", 6.0, 0.001)]
-    v = verdict(_confirmation(rows), detect=5.0)  # a user who cares about 5 perplexity: 2.5 is fine grain
+    # a user who cares about a 5% fall: 2.5 at 150 is fine grain
+    v = verdict(_confirmation(rows), detect=0.05)
     assert v.winner is None and "The closest, attn-dropout" in v.sentence
     assert "a true fall of 2.5 in perplexity or more would have been detected" in v.sentence
-    # one who cares about 2 (the default): this design could not have seen it, and the answer says so
-    v = verdict(_confirmation(rows))
+    # perplexity's --detect is a share: one who cares about a 1% fall (1.5 at 150) could not have seen it
+    v = verdict(_confirmation(rows), detect=0.01)
     assert v.sentence.startswith("Cannot answer: this design cannot detect") and not v.answered
 
 

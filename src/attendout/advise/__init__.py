@@ -5,7 +5,7 @@ See :mod:`attendout.advise.study` for the stages and the output folder.
 
 from .answer import Verdict, verdict
 from .confirm import Confirmation, ConfirmRow
-from .regime import RegimeReading, choose_budget, read_regime
+from .regime import RegimeReading, Trend, choose_budget, read_regime, read_trend
 from .search import MethodSearch
 from .spaces import DEFAULT_METHODS, SEARCH_SPACES, Range, search_space
 from .study import STAGES, Advice, AdviseConfig, advise
@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_METHODS",
     "SEARCH_SPACES",
     "STAGES",
+    "Trend",
     "Advice",
     "AdviseConfig",
     "ConfirmRow",
@@ -25,6 +26,7 @@ __all__ = [
     "advise",
     "choose_budget",
     "read_regime",
+    "read_trend",
     "search_space",
     "verdict",
 ]

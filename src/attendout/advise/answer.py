@@ -1,71 +1,68 @@
-"""Stage 4 of ``advise``: the answer in one sentence, its evidence, a figure and a config file.
+"""Stage 4 of ``advise``: the answer in one sentence (its files: :mod:`.files`).
 
 First, whether an answer is possible at all. The answer says plainly that it cannot answer, what stands
 in the way and what to do, instead of recommending, when (in this order; the sentence's own word in
 quotes, for users and checks that look for it):
 
-* plain fine-tuning is at "chance" level on the evaluation split: its mean score is within
-  :data:`CHANCE_MARGIN` of always predicting the majority class (MCC 0): it learned nothing at this
-  budget, and no regulariser can be judged on it;
-* the budget "undertrain"s: plain fine-tuning's validation score is still rising where the budget stops
-  (:func:`attendout.advise.regime.undertraining`);
-* no method won and the design could not have detected a gain of ``detect`` (2 points by default): it
-  then says how many seeds would detect +1 and +2 points at the noise it measured (:func:`seeds_needed`).
+* plain training is at "chance" level on the evaluation split: its mean score is within the chance
+  margin (1 point, or 1% for perplexity and the loss: :mod:`.scales`) of the split's chance floor, the
+  best score any constant prediction reaches there (:func:`attendout.report.stats.chance_floor`: the
+  majority class for accuracy, MCC 0, for F1 the better of always the majority and always the positive
+  class, 0 for a correlation). It learned nothing at this budget, and no regulariser can be judged on it.
+  Where the floor is unknown (generation metrics: BLEU, chrF, perplexity) this check is not made;
+* no method won and the design could not have detected a gain of ``detect`` (2 points by default, or 2%
+  for perplexity and the loss: :mod:`.scales`): it then says how many seeds would detect 1 and 2 points
+  at the noise it measured (:func:`seeds_needed`).
 
-Otherwise the verdict follows the confirmation only: a method is recommended when its confirmed difference from
-plain fine-tuning on the evaluation split is a gain (positive; negative for a metric where lower is
-better, perplexity) with a Holm-adjusted p below ``alpha`` (the largest such gain if several are); otherwise the answer is plain fine-tuning, with the smallest true
-gain the confirmation would have detected (80% power at Holm's strictest level), so "none of them"
-says how large a gain could have hidden. The search's validation scores are shown too, but never
-decide: they are the scores the settings were chosen on.
+Otherwise the verdict follows the confirmation only: a method is recommended when its confirmed difference
+from plain training on the evaluation split is a gain (positive; negative for a metric where lower is
+better) with a Holm-adjusted p below ``alpha`` (the largest such gain if several are); otherwise the
+answer is plain training, with the smallest true gain the confirmation would have detected (80% power at
+Holm's strictest level), so "none of them" says how large a gain could have hidden. A method
+significantly worse than plain training (a loss with p_Holm below ``alpha``) is said to hurt; "the
+closest" is only ever one that did not. The search's validation scores never decide: they are the scores
+the settings were chosen on.
+
+The budget (:func:`attendout.advise.regime.read_trend`): where plain training is still learning when the
+budget stops (it "undertrain"s), the first sentence says so, and that the answer is one for training at
+that budget, not for a model trained until it stops improving; where that cannot be told (fewer than four
+validations), a sentence after the answer says so.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from matplotlib.figure import Figure
-
-from ..configfile import save_config
-from ..methods.registry import get_method_config
 from ..report.comparison import metric_scale
-from ..report.figures import method_colour
 from ..tasks.metrics import higher_is_better
 from .confirm import Confirmation, ConfirmRow
-from .objective import SearchNoise
-from .regime import RegimeReading
-from .search import MethodSearch
-from .spaces import Choice, describe, search_space
+from .regime import UNKNOWN, Trend
+from .scales import chance_margin, default_detect, describe_amount, in_metric_units, is_relative, points
 
 __all__ = [
-    "CHANCE_MARGIN",
     "Verdict",
-    "advice_figure",
-    "advice_markdown",
-    "default_detect",
+    "format_p",
+    "format_points",
+    "gain",
+    "hurting",
     "paired_sd",
     "seeds_needed",
     "verdict",
 ]
 
-#: plain fine-tuning within this much of the majority class's score (metric units) is at chance level
-CHANCE_MARGIN = 0.01
-
 
 @dataclass(frozen=True)
 class Verdict:
-    """The recommendation: a method's confirmed row, or None for plain fine-tuning."""
+    """The recommendation: a method's confirmed row, or None for plain training."""
 
     winner: ConfirmRow | None
     sentence: str
-    answered: bool = True  # False: the sentence says why no answer is possible (chance, undertrain, ...)
+    answered: bool = True  # False: the sentence says why no answer is possible (chance, ...)
+    budget: str = "not read"  # plain training at the budget: "still learning", "not rising", "cannot tell"
 
 
-def _pts(value: float | None, signed: bool = True, metric: str = "") -> str:
+def format_points(value: float | None, signed: bool = True, metric: str = "") -> str:
     """A score or difference for display: ×100 for a fraction, as it is for perplexity, BLEU, ..."""
     if value is None or not math.isfinite(value):
         return "–"
@@ -73,18 +70,13 @@ def _pts(value: float | None, signed: bool = True, metric: str = "") -> str:
     return f"{shown:+.1f}" if signed else f"{shown:.1f}"
 
 
-def gain(metric: str, delta: float) -> float:
-    """A paired difference (method minus plain) in the metric's direction: positive is better."""
-    return delta if higher_is_better(metric) else -delta
-
-
-def _p(value: float) -> str:
+def format_p(value: float) -> str:
     return "–" if not math.isfinite(value) else ("< 0.001" if value < 0.001 else f"{value:.3f}")
 
 
-def default_detect(metric: str) -> float:
-    """The smallest gain a user cares about unless told: 2 points (0.02 of a fraction; 2 BLEU, 2 perplexity)."""
-    return 2.0 / metric_scale(metric)
+def gain(metric: str, delta: float) -> float:
+    """A paired difference (method minus plain) in the metric's direction: positive is better."""
+    return delta if higher_is_better(metric) else -delta
 
 
 def seeds_needed(
@@ -119,46 +111,149 @@ def paired_sd(confirmation: Confirmation) -> float:
     return pooled_sd([r.sd for r in confirmation.rows], [r.seeds for r in confirmation.rows])
 
 
-def _chance(confirmation: Confirmation) -> str | None:
-    """The 'chance' sentence, if plain fine-tuning scored within CHANCE_MARGIN of the majority class."""
-    floor = confirmation.floor
-    rows = confirmation.rows
-    if floor is None or not rows or not higher_is_better(confirmation.metric):
-        return None
-    base = rows[0].baseline_mean
-    if not math.isfinite(base) or base > floor + CHANCE_MARGIN:
-        return None
+def hurting(confirmation: Confirmation, alpha: float = 0.05) -> list[ConfirmRow]:
+    """The methods significantly worse than plain training: a loss with p_Holm below ``alpha``."""
+    m = confirmation.metric
+    return [
+        r for r in confirmation.rows if gain(m, r.delta) < 0 and math.isfinite(r.p_holm) and r.p_holm < alpha
+    ]
+
+
+def _difference(confirmation: Confirmation, delta: float) -> str:
+    """A method's difference from plain training for a sentence: "+1.2 accuracy points", "perplexity -4.0"."""
     m = confirmation.metric
     return (
-        f"Cannot answer: plain fine-tuning is at chance level on {confirmation.split} ({m} {base:.4f}; always "
-        f"predicting the majority class scores {floor:.4f}), so it learned nothing at this budget and no "
-        "method can be judged against it. Give it more epochs (or a learning rate it learns with), check the "
-        "labels, then rerun advise in a new --output-dir."
+        f"{format_points(delta, True, m)} {m} points"
+        if higher_is_better(m)
+        else f"{m} {format_points(delta, True, m)}"
+    )
+
+
+def _share(confirmation: Confirmation, amount: float) -> str:
+    """For a relative metric, ``amount`` as a share of plain training's score ("1.7% of plain fine-tuning's
+    150"); empty for any other metric, or without a score."""
+    base = confirmation.rows[0].baseline_mean if confirmation.rows else float("nan")
+    if not is_relative(confirmation.metric) or not math.isfinite(base) or base == 0:
+        return ""
+    return f"{100 * amount / abs(base):.2g}% of {confirmation.plain}'s {base:.4g}"
+
+
+def _size(confirmation: Confirmation, amount: float) -> str:
+    """A size in the metric's values for a sentence: "4.3 mcc points", "2.5 perplexity (1.7% of ...)"."""
+    m = confirmation.metric
+    if not is_relative(m):
+        return f"{format_points(amount, False, m)} {m} points"
+    share = _share(confirmation, amount)
+    return f"{amount:.3g} {m}" + (f" ({share})" if share else "")
+
+
+def _chance(confirmation: Confirmation) -> str | None:
+    """The 'chance' sentence, if plain training scored within the chance margin of the chance floor."""
+    floor, rows, m = confirmation.floor, confirmation.rows, confirmation.metric
+    if floor is None or not rows:
+        return None
+    base = rows[0].baseline_mean
+    if not math.isfinite(base) or gain(m, base - floor) > chance_margin(m, floor):
+        return None
+    plain = confirmation.plain
+    return (
+        f"Cannot answer: {plain} is at chance level on {confirmation.split} ({m} {base:.4f}; "
+        f"{confirmation.floor_constant} scores {floor:.4f}, the best any constant prediction does), so it learned "
+        "nothing at this budget and no method can be judged against it. Give it more epochs (or a learning rate "
+        "it learns with), check the labels, then rerun advise in a new --output-dir."
     )
 
 
 def _undetectable(confirmation: Confirmation, alpha: float, detect: float) -> str | None:
-    """The sentence when no method won and the design could not detect a gain of ``detect``."""
-    d = confirmation.detectable
-    m = confirmation.metric
-    if not math.isfinite(d) or d <= detect:
+    """The sentence when no method won and the design could not detect a gain of ``detect`` (on the
+    metric's scale: :mod:`.scales`)."""
+    c, m = confirmation, confirmation.metric
+    d = c.detectable
+    base = c.rows[0].baseline_mean if c.rows else float("nan")
+    if not math.isfinite(d) or not math.isfinite(base) or d <= in_metric_units(m, detect, base):
         return None
-    sd = paired_sd(confirmation)
-    k = metric_scale(m)
-    family = len(confirmation.rows)
+    sd = paired_sd(c)
+    family = len(c.rows)
     needs = []
-    for points in (1, 2):
-        n = seeds_needed(sd, points / k, alpha, family)
-        needs.append(
-            f"{'more than 200' if n is None else n} seeds would detect {points:+d} point{'s' * (points > 1)}"
+    for count in (1, 2):
+        n = seeds_needed(sd, in_metric_units(m, points(m, count), base), alpha, family)
+        wanted = (
+            f"a {describe_amount(m, points(m, count))} fall"
+            if is_relative(m)
+            else f"+{describe_amount(m, points(m, count))}"
         )
+        needs.append(f"{'more than 200' if n is None else n} seeds would detect {wanted}")
+    noise = f"{sd:.3g} {m}" if is_relative(m) else f"{format_points(sd, False, m)} points"
     return (
-        f"Cannot answer: this design cannot detect a gain you would care about: with {len(confirmation.seeds)} "
-        f"seeds only a true difference of {_pts(d, False, m)} {m} points or more would have been detected (80% "
-        f"power, Holm over {family}), and the smallest gain asked for is {_pts(detect, False, m)} points "
-        f"(--detect). At the noise measured here ({_pts(sd, False, m)} points a seed), {needs[0]} and {needs[1]} "
-        "(--seeds N, or --seeds auto); a larger evaluation split narrows the noise too."
+        f"Cannot answer: this design cannot detect a gain you would care about: with {len(c.seeds)} seeds only "
+        f"a true difference of {_size(c, d)} or more would have been detected (80% power, Holm over {family}), "
+        f"and the smallest gain asked for is {describe_amount(m, detect)} (--detect). At the noise measured here "
+        f"({noise} a seed), {needs[0]} and {needs[1]} (--seeds N, or --seeds auto); a larger evaluation split "
+        "narrows the noise too."
     )
+
+
+def _recommendation(w: ConfirmRow, confirmation: Confirmation, detect: float) -> str:
+    """'Use X at its setting: the gain, its interval, p_Holm, the cost' (and whether it is below --detect)."""
+    c, m = confirmation, confirmation.metric
+    half = (w.t_high - w.t_low) / 2
+    amount = f"{format_points(w.delta, True, m)} ± {format_points(half, False, m)}"
+    if higher_is_better(m):
+        what = f"{amount} {m} points over {c.plain}"
+    else:
+        share = f"{100 * w.delta / abs(w.baseline_mean):+.2g}%, " if w.baseline_mean else ""
+        what = f"{m} {amount} against {c.plain} ({share}lower is better)"
+    cost = f", {w.cost:.2f}x the time of a plain run" if w.cost is not None else ""
+    small = (
+        f"; below the {describe_amount(m, detect)} asked for with --detect"
+        if gain(m, w.delta) < in_metric_units(m, detect, w.baseline_mean)
+        else ""
+    )
+    return (
+        f"Use {w.method} at {w.setting}: {what} on {c.split} (95% interval over {w.seeds} fresh seeds, "
+        f"p_Holm {format_p(w.p_holm)}{cost}{small})."
+    )
+
+
+def _closest(confirmation: Confirmation, alpha: float) -> str:
+    """' The closest, X at its setting, gave ...' among the methods that did not hurt (empty if none)."""
+    m = confirmation.metric
+    hurt = {r.method for r in hurting(confirmation, alpha)}
+    rest = [r for r in confirmation.rows if r.method not in hurt]
+    best = max(rest, key=lambda r: gain(m, r.delta), default=None)
+    if best is None:
+        return ""
+    shown = format_points(best.delta, True, m) + ("" if higher_is_better(m) else f" {m}")
+    return f" The closest, {best.method} at {best.setting}, gave {shown} (p_Holm {format_p(best.p_holm)})."
+
+
+def _hurts(confirmation: Confirmation, alpha: float) -> str:
+    """' It hurts, significantly worse than plain training: X at its setting gave ...' (every such method)."""
+    hurt = hurting(confirmation, alpha)
+    if not hurt:
+        return ""
+    each = "; ".join(
+        f"{r.method} at {r.setting} gave {_difference(confirmation, r.delta)} (p_Holm {format_p(r.p_holm)})"
+        for r in hurt
+    )
+    verb = "It hurts" if len(hurt) == 1 else "They hurt"
+    return f" {verb}, significantly worse than {confirmation.plain}: {each}."
+
+
+def _none_of_them(confirmation: Confirmation) -> str:
+    """'None of them: ...' with the gain the design would have detected."""
+    c, d, m = confirmation, confirmation.detectable, confirmation.metric
+    if not (math.isfinite(d) and d > 0):
+        power = "the seeds' differences had no spread, so no detectable gain can be estimated"
+    elif higher_is_better(m):
+        power = f"a true gain of {format_points(d, False, m)} {m} points or more would have been detected"
+    else:
+        power = f"a true fall of {format_points(d, False, m)} in {m} or more would have been detected"
+    if math.isfinite(d) and d > 0:
+        share = _share(c, d)
+        power += " with 80% power" + (f" ({share})" if share else "")
+    seeds = len(c.seeds)
+    return f"None of them: no method's tuned setting beat {c.plain} on {c.split} over {seeds} fresh seeds; {power}."
 
 
 def verdict(
@@ -166,265 +261,55 @@ def verdict(
     alpha: float = 0.05,
     *,
     detect: float | None = None,
-    undertrained: str | None = None,
+    trend: Trend | None = None,
 ) -> Verdict:
     """The plain answer of a (complete or partial) confirmation; see the module docstring.
 
-    ``undertrained``: why the budget undertrains (:func:`attendout.advise.regime.undertraining`), or None;
-    ``detect``: the smallest gain a user cares about (default: :func:`default_detect`).
+    ``detect``: the smallest gain a user cares about, on the metric's scale (default:
+    :func:`.scales.default_detect`); ``trend``: plain training's validation trend at the budget
+    (:func:`attendout.advise.regime.read_trend`), or None where it was not read.
     """
-    metric, split = confirmation.metric, confirmation.split
-    up = higher_is_better(metric)
-    partial = (
-        "" if confirmation.complete else " (the confirmation is not complete yet: rerun advise to finish it)"
-    )
-    chance = _chance(confirmation)
-    if chance is not None:
-        return Verdict(None, chance + partial, answered=False)
-    if undertrained is not None:
-        return Verdict(
-            None,
-            f"Cannot answer: the budget undertrains: {undertrained}. A method judged here is judged on a model "
-            "that has not finished learning; rerun advise with more --epochs (or without --epochs, so that the "
-            f"probe chooses the budget) in a new --output-dir.{partial}",
-            answered=False,
-        )
-    good = [
-        r
-        for r in confirmation.rows
-        if gain(metric, r.delta) > 0 and math.isfinite(r.p_holm) and r.p_holm < alpha
-    ]
-    best = max(confirmation.rows, key=lambda r: gain(metric, r.delta), default=None)
-    closest = (
-        f" The closest, {best.method} at {best.setting}, gave {_pts(best.delta, True, metric)}"
-        f"{'' if up else ' ' + metric} (p_Holm {_p(best.p_holm)})."
-        if best is not None
-        else ""
-    )
-    if good:
-        w = max(good, key=lambda r: gain(metric, r.delta))
-        half = (w.t_high - w.t_low) / 2
-        cost = f", {w.cost:.2f}x the time of a plain run" if w.cost is not None else ""
-        amount = f"{_pts(w.delta, True, metric)} ± {_pts(half, False, metric)}"
-        what = (
-            f"{amount} {metric} points over plain fine-tuning"
-            if up
-            else f"{metric} {amount} against plain fine-tuning (lower is better)"
-        )
-        return Verdict(
-            w,
-            f"Use {w.method} at {w.setting}: {what} on {split} (95% interval over {w.seeds} fresh seeds, "
-            f"p_Holm {_p(w.p_holm)}{cost}).{partial}",
-        )
-    blind = _undetectable(confirmation, alpha, default_detect(metric) if detect is None else detect)
-    if blind is not None:
-        return Verdict(None, f"{blind}{closest}{partial}", answered=False)
-    d = confirmation.detectable
-    size = (
-        f"a true gain of {_pts(d, False, metric)} {metric} points or more"
-        if up
-        else f"a true fall of {_pts(d, False, metric)} in {metric} or more"
-    )
-    power = (
-        f"{size} would have been detected with 80% power"
-        if math.isfinite(d) and d > 0
-        else "the seeds' differences had no spread, so no detectable gain can be estimated"
-    )
-    return Verdict(
-        None,
-        f"None of them: no method's tuned setting beat plain fine-tuning on {split} over "
-        f"{len(confirmation.seeds)} fresh seeds; {power}.{closest} Fine-tune plainly.{partial}",
-    )
-
-
-def advice_markdown(
-    *,
-    title: str,
-    verdict: Verdict,
-    regime: RegimeReading | None,
-    searches: dict[str, MethodSearch],
-    confirmation: Confirmation,
-    provenance: Sequence[str],
-    noise: SearchNoise | None = None,
-    files: dict[str, str],
-    commands: Sequence[str],
-) -> str:
-    """``advice.md``: the sentence, the confirmation table, the search, the regime, how it was made."""
     c = confirmation
-    m = c.metric
-    lines = [f"# {title}", "", f"**{verdict.sentence}**", ""]
-    lines += [f"- {line}" for line in provenance]
-    lines += [
-        "",
-        f"## Confirmed on {c.split} ({c.metric}{' ×100' if metric_scale(m) != 1 else ''}, "
-        f"{'higher' if higher_is_better(m) else 'lower'} is better; fresh seeds {', '.join(map(str, c.seeds))})",
-        "",
-    ]
-    lines += [
-        "| method | setting | seeds | score | none | Δ | 95% interval (seeds) | p | p_Holm | bootstrap 95% (examples) | time / none |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in sorted(c.rows, key=lambda r: -gain(m, r.delta)):
-        boot = (
-            f"[{_pts(r.boot_low, True, m)}, {_pts(r.boot_high, True, m)}]" if r.boot_low is not None else "–"
-        )
-        cost = f"{r.cost:.2f}x" if r.cost is not None else "–"
-        lines.append(
-            f"| {r.method} | {r.setting} | {r.seeds} | {_pts(r.mean, False, m)} | {_pts(r.baseline_mean, False, m)} | "
-            f"{_pts(r.delta, True, m)} | [{_pts(r.t_low, True, m)}, {_pts(r.t_high, True, m)}] | {_p(r.p)} | "
-            f"{_p(r.p_holm)} | {boot} | {cost} |"
-        )
-    lines += [
-        "",
-        f"Δ: mean paired difference against none (method minus none, same seed"
-        f"{'' if higher_is_better(m) else '; lower is better, so a gain is negative'}). p: paired t-test over "
-        f"seeds; p_Holm: Holm over the {len(c.rows)} methods. Smallest true Δ (either way) detected with 80% power: "
-        f"{_pts(c.detectable, False, m)} at Holm's strictest level, {_pts(c.detectable_alpha, False, m)} for a "
-        "single comparison. Time: a method's "
-        "mean wall time per run over none's (same steps, same machine), of the runs trained for this "
-        "confirmation: runs copied in by --reuse-runs were timed elsewhere, so a method (or none) whose runs "
-        "were all copied has no ratio (–).",
-        "",
-        "## Search (validation split carved from train; the settings were chosen on these scores)",
-        "",
-        *([noise.sentence(metric_scale(m)), ""] if noise is not None else []),
-        "| method | searched | trials (complete / pruned / failed) | best setting | its score |",
-        "|---|---|---|---|---|",
-    ]
-    for method, s in searches.items():
-        counts = {
-            state: sum(1 for t in s.trials if t["state"] == state) for state in ("COMPLETE", "PRUNED", "FAIL")
-        }
-        ranges = ", ".join(f"{k} {r.describe()}" for k, r in search_space(method).items())
-        best = "–" if s.options is None else describe(method, s.options)
-        value = "–" if s.value is None else f"{s.value:.4f}"
-        lines.append(
-            f"| {method} | {ranges} | {counts['COMPLETE']} / {counts['PRUNED']} / {counts['FAIL']} | {best} | {value} |"
-        )
-    reading = (
-        regime.sentence
-        if regime is not None
-        else "Not probed: the budget was given (--epochs); --probe reads plain fine-tuning's curves first."
-    )
-    lines += ["", "## Regime (plain fine-tuning's curves)", "", reading, ""]
-    lines += ["## Files", ""] + [f"- `{name}`: {what}" for name, what in files.items()]
-    lines += ["", "## Commands", "", "```", *commands, "```", ""]
-    return "\n".join(lines)
+    detect = default_detect(c.metric) if detect is None else detect
+    partial = "" if c.complete else " (the confirmation is not complete yet: rerun advise to finish it)"
+    chance = _chance(c)
+    if chance is not None:
+        return Verdict(None, chance + partial, answered=False, budget=_state(trend))
+    good = [r for r in c.rows if gain(c.metric, r.delta) > 0 and r.p_holm < alpha]  # NaN p_Holm: never
+    hurts = _hurts(c, alpha)
+    if good:
+        w = max(good, key=lambda r: gain(c.metric, r.delta))
+        core = Verdict(w, _recommendation(w, c, detect) + hurts + partial)
+    else:
+        blind = _undetectable(c, alpha, detect)
+        if blind is not None:
+            core = Verdict(None, f"{blind}{_closest(c, alpha)}{hurts}{partial}", answered=False)
+        else:
+            plainly = "Train plainly." if c.plain == "plain training" else "Fine-tune plainly."
+            core = Verdict(None, f"{_none_of_them(c)}{_closest(c, alpha)}{hurts} {plainly}{partial}")
+    return _at_the_budget(core, c, trend)
 
 
-def advice_figure(
-    out: Path,
-    confirmation: Confirmation,
-    searches: dict[str, MethodSearch],
-    methods: Sequence[str],
-    title: str,
-    objective: str = "score",
-    se: float | None = None,
-) -> Path:
-    """Left: Δ per method with its intervals (confirmation). Right: the search's validation score by rate."""
-    fig = Figure(figsize=(11, 0.45 * max(3, len(methods)) + 2.2), layout="constrained")
-    left, right = fig.subplots(1, 2)
-    rows = {r.method: r for r in confirmation.rows}
-    m = confirmation.metric
-    k = metric_scale(m)
-    labels = []
-    for y, method in enumerate(methods):
-        colour = method_colour(y + 1, False)
-        r = rows.get(method)
-        labels.append(method if r is None else f"{method}\n{r.setting}")
-        if r is None:
-            continue
-        if math.isfinite(r.t_low):
-            left.plot([k * r.t_low, k * r.t_high], [y, y], color=colour, linewidth=5, alpha=0.5)
-        if r.boot_low is not None:
-            left.plot([k * r.boot_low, k * r.boot_high], [y - 0.18] * 2, color=colour, linewidth=1.2)
-        left.plot([k * r.delta], [y], "o", color=colour)
-        left.annotate(
-            f"p_Holm {_p(r.p_holm)}",
-            (k * r.delta, y),
-            xytext=(0, 7),
-            textcoords="offset points",
-            ha="center",
-            fontsize=7,
+def _state(trend: Trend | None) -> str:
+    return "not read" if trend is None else trend.state
+
+
+def _at_the_budget(core: Verdict, confirmation: Confirmation, trend: Trend | None) -> Verdict:
+    """The answer with what the budget's trend adds: a recommendation made while plain training is still
+    learning says so first; a budget whose trend cannot be read says so after."""
+    sentence = core.sentence
+    if trend is not None and trend.learning:
+        where = (
+            f"At this budget ({trend.budget} epochs) {confirmation.plain} is still learning, so it undertrains "
+            f"({trend.evidence})"
         )
-    left.axvline(0, color="0.3", linewidth=1)
-    left.set_yticks(range(len(methods)), labels, fontsize=8)
-    left.set_ylim(len(methods) - 0.5, -0.5)  # top to bottom, one row a method, however few
-    unit = " (×100)" if k != 1 else ""
-    way = "" if higher_is_better(m) else "; lower is better: left of 0 is a gain"
-    left.set_xlabel(f"Δ {m} vs none on {confirmation.split}{unit}{way}")
-    left.set_title(
-        f"confirmed on {len(confirmation.seeds)} fresh seeds\nthick: 95% over seeds; thin: bootstrap over examples",
-        fontsize=9,
-    )
-    left.grid(axis="x", alpha=0.3)
-    any_log = False
-    up = objective != "delta-loss" and higher_is_better(m)
-    rates = any(not isinstance(next(iter(search_space(m).values())), Choice) for m in methods)
-    for i, method in enumerate(methods):
-        s = searches.get(method)
-        if s is None or not s.trials:
-            continue
-        option, rng = next(iter(search_space(method).items()))
-        if isinstance(rng, Choice) and rates:
-            continue  # a choice (synthesizer's variant) has no place on a rate axis; its table row has it
-        any_log |= rng.log
-        colour = method_colour(i + 1, False)
-        done = [
-            t
-            for t in s.trials
-            if t["state"] == "COMPLETE" and t["value"] is not None and option in t["params"]
-        ]
-        pruned = [t for t in s.trials if t["state"] == "PRUNED" and t["by_epoch"] and option in t["params"]]
-        if se is not None and math.isfinite(se) and done:  # the objective's standard error, measured
-            right.errorbar(
-                [t["params"][option] for t in done],
-                [t["value"] for t in done],
-                yerr=se,
-                fmt="none",
-                ecolor=colour,
-                alpha=0.5,
-                capsize=3,
+        if core.answered:
+            sentence = (
+                f"{where} and this answer is for {trend.budget}-epoch training, not for a model trained until it "
+                f"stops improving: {sentence[0].lower()}{sentence[1:]}"
             )
-        right.plot(
-            [t["params"][option] for t in done],
-            [t["value"] for t in done],
-            "o",
-            color=colour,
-            label=f"{method} ({option})",
-        )
-        right.plot(
-            [t["params"][option] for t in pruned],
-            [(max if up else min)(t["by_epoch"].values()) for t in pruned],
-            "o",
-            mfc="none",
-            color=colour,
-        )
-        if s.options is not None and s.value is not None:
-            right.plot([s.options[option]], [s.value], "*", markersize=13, color=colour, mec="black")
-    if any_log:
-        from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
-
-        right.set_xscale("log")
-        right.xaxis.set_major_locator(FixedLocator([0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.9]))
-        right.xaxis.set_major_formatter(ScalarFormatter())
-        right.xaxis.set_minor_formatter(NullFormatter())
-    right.set_xlabel("searched rate (the method's first option; AD-DROP: p)" if rates else "searched choice")
-    right.set_ylabel("search objective (mean over the search seeds)")
-    right.set_title(
-        "search: filled = complete, hollow = pruned (best so far), star = chosen"
-        + ("\nbars: ± the objective's standard error" if se is not None and math.isfinite(se) else ""),
-        fontsize=9,
-    )
-    right.grid(alpha=0.3)
-    if right.lines:
-        right.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    return out
-
-
-def write_setting(path: Path, method: str, options: dict[str, Any], epochs: int, header: str) -> Path:
-    """The setting as a config file (``finetune --config``, ``load_config``) with the budget in [training]."""
-    return save_config(path, get_method_config(method, **options), {"epochs": epochs}, header)
+        else:
+            sentence = f"{sentence} {where}."
+    elif trend is not None and trend.state == UNKNOWN:
+        sentence = f"{sentence} {trend.sentence[0].upper()}{trend.sentence[1:]}."
+    return Verdict(core.winner, sentence, core.answered, _state(trend))

@@ -31,10 +31,23 @@ from ..experiments.spec import RESERVED_TRAINING_KEYS, Budget, Experiment
 from ..experiments.store import ResultsStore
 from ..interrupt import check as raise_if_stopped
 from ..report.comparison import ComparisonTable, build_table
-from ..report.stats import detectable_difference, holm, pooled_sd
+from ..report.stats import ChanceFloor, PairedTest, chance_floor, detectable_difference, holm, pooled_sd
 from .spaces import describe
 
-__all__ = ["ConfirmRow", "Confirmation", "confirm_experiment", "read_confirmation", "run_confirmation"]
+__all__ = [
+    "ConfirmRow",
+    "Confirmation",
+    "confirm_experiment",
+    "plain_name",
+    "read_confirmation",
+    "run_confirmation",
+    "split_floor",
+]
+
+
+def plain_name(model_init: str | None) -> str:
+    """What the baseline is called: "plain training" from scratch, else "plain fine-tuning"."""
+    return "plain training" if model_init == "scratch" else "plain fine-tuning"
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,39 @@ class ConfirmRow:
     boot_high: float | None
     cost: float | None  # wall time per cell / none's (runs trained here only; None if either has none)
 
+    @classmethod
+    def of_test(
+        cls,
+        method: str,
+        options: dict[str, Any],
+        test: PairedTest,
+        *,
+        mean: float,
+        baseline_mean: float,
+        boot: Any = None,
+        cost: float | None = None,
+    ) -> ConfirmRow:
+        """The row of a paired test (method minus none over the seeds); ``p_holm`` is set by
+        :meth:`Confirmation.of_rows`, ``boot`` is a bootstrap interval (``.low``, ``.high``) or None."""
+        half = test.half_interval()
+        return cls(
+            method=method,
+            options=options,
+            setting=describe(method, options),
+            seeds=test.n,
+            mean=mean,
+            baseline_mean=baseline_mean,
+            delta=test.mean,
+            sd=test.sd,
+            p=test.p,
+            p_holm=float("nan"),
+            t_low=test.mean - half,
+            t_high=test.mean + half,
+            boot_low=None if boot is None else boot.low,
+            boot_high=None if boot is None else boot.high,
+            cost=cost,
+        )
+
 
 @dataclass
 class Confirmation:
@@ -69,12 +115,49 @@ class Confirmation:
     baseline_seeds: int
     detectable: float  # smallest true difference detected with 80% power at Holm's strictest level
     detectable_alpha: float  # the same at alpha alone (one comparison)
-    table: ComparisonTable
-    floor: float | None = None  # the split's majority-class score (None: unknown, or not a classification)
+    table: ComparisonTable | None
+    floor: float | None = None  # the best score of a constant prediction on the split (None: unknown)
+    floor_constant: str = "a constant prediction"  # which constant scores it ("always 1")
+    plain: str = "plain fine-tuning"  # what the baseline is called (:func:`plain_name`)
 
     @property
     def complete(self) -> bool:
         return self.baseline_seeds == len(self.seeds) and all(r.seeds == len(self.seeds) for r in self.rows)
+
+    @classmethod
+    def of_rows(
+        cls,
+        rows: Sequence[ConfirmRow],
+        *,
+        split: str,
+        metric: str,
+        seeds: Sequence[int],
+        baseline_seeds: int,
+        alpha: float = 0.05,
+        table: ComparisonTable | None = None,
+        floor: ChanceFloor | None = None,
+        plain: str = "plain fine-tuning",
+    ) -> Confirmation:
+        """The confirmation of ``rows`` (their raw p-values): Holm over them, the answer's family (the
+        methods on the main split), and the detectable difference at Holm's strictest level, alpha / m, from
+        the paired differences' standard deviation pooled over the methods."""
+        adjusted = holm([r.p for r in rows])
+        rows = [dataclasses.replace(r, p_holm=float(a)) for r, a in zip(rows, adjusted, strict=True)]
+        sd = pooled_sd([r.sd for r in rows], [r.seeds for r in rows])
+        n = len(seeds)
+        return cls(
+            split=split,
+            metric=metric,
+            seeds=tuple(seeds),
+            rows=rows,
+            baseline_seeds=baseline_seeds,
+            detectable=detectable_difference(sd, n, alpha / max(len(rows), 1)),
+            detectable_alpha=detectable_difference(sd, n, alpha),
+            table=table,
+            floor=None if floor is None else floor.score,
+            floor_constant="a constant prediction" if floor is None else floor.constant,
+            plain=plain,
+        )
 
 
 def _id(text: str) -> str:
@@ -104,7 +187,8 @@ def confirm_experiment(
     training["checkpoint_steps"] = steps_per_epoch  # each cell resumes from its last epoch
     if base.data_dir:
         training["data_dir"] = base.data_dir
-    methods = [{"id": "none", "name": "none", "label": "none (plain fine-tuning)"}]
+    plain = plain_name(base.model_init)
+    methods = [{"id": "none", "name": "none", "label": f"none ({plain})"}]
     for method, options in tuned.items():
         methods.append(
             {
@@ -117,12 +201,12 @@ def confirm_experiment(
     return {
         "experiment": {
             "name": "advise-confirm",
-            "description": f"attendout advise: each method's searched setting against plain fine-tuning on fresh "
+            "description": f"attendout advise: each method's searched setting against {plain} on fresh "
             f"seeds ({base.task}, {base.model})",
             "seeds": list(seeds),
             "data_seed": base.data_seed,
             "baseline": "none",
-            "recipe": "the recipe given to attendout advise; the budget read off plain fine-tuning's curves",
+            "recipe": f"the recipe given to attendout advise; the budget read off {plain}'s curves",
             "tuning": tuning,
         },
         "training": training,
@@ -228,16 +312,15 @@ def _wait_for_others(
 def read_confirmation(
     experiment: Experiment, root: Path, tuned: dict[str, dict[str, Any]], alpha: float = 0.05
 ) -> Confirmation:
-    """The confirmation's statistics on the main (first) evaluation split: paired tests over seeds, Holm
-    over the methods (the answer's family: the main split only), the detectable difference at Holm's
-    strictest level (alpha / methods) from the paired differences' pooled standard deviation."""
+    """The confirmation's statistics on the main (first) evaluation split (:meth:`Confirmation.of_rows`:
+    paired tests over seeds, Holm over the methods, the detectable difference at alpha / methods), with the
+    split's chance floor (:func:`split_floor`)."""
 
     table = build_table(experiment, root, alpha=alpha)
     if not table.runs:
         raise ValueError(f"the confirmation in {root} has no finished run yet")
     model, task = experiment.models[0], experiment.tasks[0]
-    splits = table.splits(model, task)
-    split = splits[0]
+    split = table.splits(model, task)[0]
     base = table.row(model.id, task.id, split, "none")
     walls = _walls(table)
     rows = []
@@ -246,44 +329,41 @@ def read_confirmation(
         if row is None or row.comparison is None or base is None:
             continue
         c = row.comparison
-        n, half = c.test.n, c.test.half_interval()
         seeds = sorted(set(row.values) & set(base.values))
-        boot = c.bootstrap
         rows.append(
-            ConfirmRow(
-                method=method,
-                options=options,
-                setting=describe(method, options),
-                seeds=n,
-                mean=float(sum(row.values[s] for s in seeds) / n),
-                baseline_mean=float(sum(base.values[s] for s in seeds) / n),
-                delta=c.test.mean,
-                sd=c.test.sd,
-                p=c.test.p,
-                p_holm=c.p_holm,
-                t_low=c.test.mean - half,
-                t_high=c.test.mean + half,
-                boot_low=None if boot is None else boot.low,
-                boot_high=None if boot is None else boot.high,
+            ConfirmRow.of_test(
+                method,
+                options,
+                c.test,
+                mean=float(sum(row.values[s] for s in seeds) / c.test.n),
+                baseline_mean=float(sum(base.values[s] for s in seeds) / c.test.n),
+                boot=c.bootstrap,
                 cost=walls[method] / walls["none"] if method in walls and walls.get("none") else None,
             )
         )
-    # the answer's family is the methods on the main split (the table's Holm runs over every split too)
-    adjusted = holm([r.p for r in rows])
-    rows = [dataclasses.replace(r, p_holm=float(a)) for r, a in zip(rows, adjusted, strict=True)]
-    sd = pooled_sd([r.sd for r in rows], [r.seeds for r in rows])
-    n_seeds = len(experiment.seeds)
-    return Confirmation(
+    metric = base.metric if base is not None else "?"
+    return Confirmation.of_rows(
+        rows,
         split=split,
-        metric=base.metric if base is not None else "?",
-        seeds=tuple(experiment.seeds),
-        rows=rows,
+        metric=metric,
+        seeds=experiment.seeds,
         baseline_seeds=0 if base is None else base.n,
-        detectable=detectable_difference(sd, n_seeds, alpha / max(len(rows), 1)),
-        detectable_alpha=detectable_difference(sd, n_seeds, alpha),
+        alpha=alpha,
         table=table,
-        floor=table.floor(model.id, task.id, split),
+        floor=split_floor(list(table.runs.values()), split, metric),
+        plain=plain_name(experiment.training.get("model_init")),
     )
+
+
+def split_floor(runs: Sequence[Any], split: str, metric: str) -> ChanceFloor | None:
+    """The chance floor of ``split`` (:func:`attendout.report.stats.chance_floor`), from the labels any
+    run stored with its predictions (every cell of the grid sees the same split); None if none did, or
+    the metric has no floor computed (generation metrics)."""
+    for run in runs:
+        stored = run.predictions(split)
+        if stored is not None:
+            return chance_floor(metric, stored[1])
+    return None
 
 
 def _walls(table: ComparisonTable) -> dict[str, float]:
@@ -304,6 +384,9 @@ def _json(confirmation: Confirmation) -> dict[str, Any]:
         "metric": confirmation.metric,
         "seeds": list(confirmation.seeds),
         "detectable": confirmation.detectable,
+        "floor": confirmation.floor,
+        "floor_constant": confirmation.floor_constant if confirmation.floor is not None else None,
+        "plain": confirmation.plain,
         "rows": [dataclasses.asdict(r) for r in confirmation.rows],
     }
 

@@ -18,6 +18,10 @@ count makes AD-DROP's cross-tuning (plain, AD-DROP, plain, ... by epoch) end on 
 28 chose 7 epochs for CoLA-500 and SST-2-500 by hand from these curves; the rule gives 7 for both.)
 If the plain model does not overfit, the reading says so plainly: the regularisers have little room,
 and the budget is every epoch that was run.
+
+Whether a budget stops while plain training still learns (it undertrains) is read off the slope of its
+validation curve where the budget stops, against the curve's own noise (:func:`read_trend`): "still
+learning", "not rising", or, with fewer than four validations to read, "cannot tell".
 """
 
 from __future__ import annotations
@@ -31,7 +35,16 @@ import numpy as np
 from ..report.regime import EpochCurves
 from ..tasks.metrics import higher_is_better
 
-__all__ = ["RegimeReading", "choose_budget", "read_regime", "undertraining"]
+__all__ = [
+    "FLAT",
+    "LEARNING",
+    "UNKNOWN",
+    "RegimeReading",
+    "Trend",
+    "choose_budget",
+    "read_regime",
+    "read_trend",
+]
 
 #: the validation loss must climb this much above its low to count as rising (curves are noisy)
 LOSS_RISE = 0.02
@@ -56,6 +69,7 @@ class RegimeReading:
     train_loss_last: float
     overfits: bool
     budget: int
+    plain: str = "plain fine-tuning"  # "plain training" for a model trained from scratch
 
     @property
     def sentence(self) -> str:
@@ -66,7 +80,7 @@ class RegimeReading:
             else ""
         )
         peak = (
-            f"plain fine-tuning's validation {self.metric} is best at epoch {self.best_epoch} of "
+            f"{self.plain}'s validation {self.metric} is best at epoch {self.best_epoch} of "
             f"{self.epochs_run}{within} ({self.best_score:.3f}, {self.last_score:.3f} at the last)"
         )
         loss = (
@@ -156,41 +170,117 @@ def read_regime(curves: EpochCurves) -> RegimeReading:
     )
 
 
-def undertraining(curve: dict[int, float], budget: int, metric: str, source: str) -> str | None:
-    """Why ``budget`` undertrains, read off plain fine-tuning's validation ``curve`` (epoch -> score), or
-    None where it does not (or where the curve cannot tell: a single validation).
+#: a trend is read from at least this many validations (a slope, and the noise from 2 second differences)
+TREND_VALIDATIONS = 4
+#: one-sided level of the test that the validation score still rises where the budget stops
+TREND_ALPHA = 0.025
+LEARNING, FLAT, UNKNOWN = "still learning", "not rising", "cannot tell"
 
-    Model selection keeps the best validation, so what a budget gives is the best score up to it. It
-    undertrains when that is still improving where the budget stops: where the curve goes on past the
-    budget (the regime probe), when a later epoch beats the best up to the budget by more than the
-    plateau margin (:func:`plateau`; a wiggle after an earlier peak is not a rise); where it ends at the
-    budget, when its last epoch beats every earlier one by more than that margin. ``source`` names the
-    curve in the sentence ("the regime probe", ...).
+
+@dataclass(frozen=True)
+class Trend:
+    """Plain training's validation trend where the budget stops, read by :func:`read_trend`."""
+
+    state: str  # LEARNING, FLAT or UNKNOWN
+    metric: str
+    budget: int
+    source: str  # which curve: "the 12-epoch regime probe", ...
+    epochs: tuple[int, ...] = ()  # the window the slope is fit on
+    slope: float = float("nan")  # per epoch, in the metric's values (perplexity: negative as it falls)
+    se: float = float("nan")
+    plain: str = "plain fine-tuning"
+    validations: int = 0
+
+    @property
+    def learning(self) -> bool:
+        return self.state == LEARNING
+
+    @property
+    def evidence(self) -> str:
+        """The slope and where it was read: "validation accuracy +0.40 ± 0.05 points an epoch over epochs
+        4-7 of the 7-epoch regime probe" (empty when it cannot be told)."""
+        if self.state == UNKNOWN:
+            return ""
+        from ..report.comparison import metric_scale
+
+        k = metric_scale(self.metric)
+        unit = " points" if k != 1 else ""
+        return (
+            f"validation {self.metric} {k * self.slope:+.2g} ± {k * self.se:.2g}{unit} an epoch over epochs "
+            f"{self.epochs[0]}-{self.epochs[-1]} of {self.source}"
+        )
+
+    @property
+    def sentence(self) -> str:
+        """What the curve says, in one clause."""
+        if self.state == UNKNOWN:
+            why = (
+                f"{self.validations} validation(s) to read ({self.source}), and a trend needs {TREND_VALIDATIONS}"
+                if self.validations < TREND_VALIDATIONS
+                else f"{self.source} has no validation at epoch {self.budget}, or no three consecutive ones"
+            )
+            epochs = f"{self.budget} epoch{'s' * (self.budget != 1)}"
+            return f"whether {self.plain} is still learning at {epochs} cannot be told: {why}"
+        if self.learning:
+            return f"{self.plain} is still learning where the budget stops ({self.evidence})"
+        return f"{self.plain} no longer improves significantly where the budget stops ({self.evidence})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "sentence": self.sentence}
+
+
+def read_trend(
+    curve: dict[int, float], budget: int, metric: str, source: str, plain: str = "plain fine-tuning"
+) -> Trend:
+    """Whether plain training still learns where ``budget`` stops, read off its validation ``curve``
+    (epoch -> score; ``source`` names it in the sentence).
+
+    The slope: least squares over the validations within half a budget of the budget's end (epochs
+    budget/2 to 1.5 x budget; widened to the :data:`TREND_VALIDATIONS` nearest the end where fewer).
+    Its standard error: the curve's own epoch-to-epoch noise, from its second differences over the whole
+    curve (independent noise of sd s gives second differences of variance 6 s²; a bend adds to them, so
+    the reading errs towards "not rising"), with as many degrees of freedom as second differences.
+    Still learning: the slope is positive in the metric's direction with one-sided p below
+    :data:`TREND_ALPHA`, and half a budget more at that rate would gain more than the plateau margin
+    (:func:`plateau`). Fewer than :data:`TREND_VALIDATIONS` validations: "cannot tell", not "no".
     """
     epochs = sorted(e for e in curve if e >= 1)
-    if budget not in curve or len(epochs) < 2:
-        return None
+    if budget not in curve or len(epochs) < TREND_VALIDATIONS:
+        return Trend(UNKNOWN, metric, budget, source, plain=plain, validations=len(epochs))
+    noise, df = _epoch_noise(curve, epochs)
+    if not math.isfinite(noise):  # no three consecutive epochs: no noise to set the slope against
+        return Trend(UNKNOWN, metric, budget, source, plain=plain, validations=len(epochs))
+    from scipy.stats import t as student_t
+
+    window = _window(epochs, budget)
     sign = 1.0 if higher_is_better(metric) else -1.0
-    within = [e for e in epochs if e <= budget]
-    best_in = max(within, key=lambda e: sign * float(curve[e]))
-    kept = float(curve[best_in])
-    later = [e for e in epochs if e > budget]
-    if later:
-        best = max(later, key=lambda e: sign * float(curve[e]))
-        if sign * (float(curve[best]) - kept) > plateau(metric, float(curve[best])):
-            return (
-                f"plain fine-tuning's validation {metric} is still improving where the budget stops (best "
-                f"{kept:.3f} at epoch {best_in} within it, {float(curve[best]):.3f} at epoch {best} of {source})"
-            )
-        return None
-    before = [e for e in within if e < budget]
-    if not before:
-        return None
-    previous = max(before, key=lambda e: sign * float(curve[e]))
-    at = float(curve[budget])
-    if sign * (at - float(curve[previous])) > plateau(metric, at):
-        return (
-            f"plain fine-tuning's validation {metric} is still improving at the budget's last epoch "
-            f"({float(curve[previous]):.3f} at epoch {previous}, {at:.3f} at epoch {budget}, {source})"
-        )
-    return None
+    x = np.array(window, dtype=np.float64)
+    y = sign * np.array([curve[e] for e in window], dtype=np.float64)
+    sxx = float(np.sum((x - x.mean()) ** 2))
+    slope = float(np.sum((x - x.mean()) * (y - y.mean())) / sxx)
+    se = noise / math.sqrt(sxx)
+    rises = slope > 0 if se == 0 else slope / se > float(student_t.ppf(1 - TREND_ALPHA, df))
+    worth = slope * budget / 2 > plateau(metric, float(curve[budget]))
+    state = LEARNING if rises and worth else FLAT
+    return Trend(state, metric, budget, source, tuple(window), sign * slope, se, plain, len(epochs))
+
+
+def _window(epochs: list[int], budget: int) -> list[int]:
+    """The validated epochs within half a budget of its end, or the TREND_VALIDATIONS nearest to it."""
+    near = [e for e in epochs if abs(e - budget) <= budget / 2]
+    if len(near) < TREND_VALIDATIONS:
+        near = sorted(epochs, key=lambda e: (abs(e - budget), e))[:TREND_VALIDATIONS]
+    return sorted(near)
+
+
+def _epoch_noise(curve: dict[int, float], epochs: list[int]) -> tuple[float, int]:
+    """The sd of one validation about the curve's trend, from the second differences of consecutive
+    epochs (sqrt(mean(d²) / 6)), and their count (the degrees of freedom)."""
+    seconds = [
+        float(curve[e + 1]) - 2 * float(curve[e]) + float(curve[e - 1])
+        for e in epochs
+        if e - 1 in curve and e + 1 in curve
+    ]
+    if not seconds:
+        return float("nan"), 0
+    return math.sqrt(float(np.mean(np.square(seconds))) / 6), len(seconds)

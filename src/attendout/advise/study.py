@@ -17,8 +17,9 @@ Every stage is resumable by running the same thing again (a kill loses at most a
    evaluation split; paired tests with Holm, bootstrap intervals, the detectable difference, the cost.
 4. answer (:mod:`.answer`): ``advice.md``, ``advice.png``, ``advice.toml`` (the winner, or ``none``) and
    ``tuned/METHOD.toml`` for every method, each taken by ``attendout finetune --config``. Where no
-   answer is possible (plain fine-tuning at chance, a budget that undertrains, a design that cannot
-   detect a gain of ``detect``) the answer says so first, and what to do, instead of recommending.
+   answer is possible (plain training at chance, a design that cannot detect a gain of ``detect``) the
+   answer says so first, and what to do, instead of recommending; where plain training is still learning
+   when the budget stops, the answer's first sentence says so (:func:`.regime.read_trend`).
 
 The output folder:
 
@@ -46,19 +47,23 @@ from ..interrupt import check as raise_if_stopped
 from ..rundir import LOG_FILE, RunDir, write_json_atomic
 from ..runlock import RunBusyError, RunLock
 from ..train import finetune
-from .answer import advice_figure, advice_markdown, default_detect, seeds_needed, verdict, write_setting
+from .answer import seeds_needed, verdict
 from .confirm import (
     Confirmation,
     confirm_experiment,
     dumps,
+    plain_name,
     read_confirmation,
     run_confirmation,
     write_experiment,
 )
-from .objective import OBJECTIVES, SearchNoise, measured, reference_dir, search_noise, search_seeds
-from .regime import RegimeReading, read_regime, undertraining
+from .files import advice_figure, advice_markdown, write_setting
+from .objective import OBJECTIVES, SearchNoise, search_noise, search_seeds
+from .regime import RegimeReading, read_regime
+from .scales import default_detect, in_metric_units, is_relative
 from .search import MethodSearch, SearchPlan, epoch_run, run_search
 from .spaces import DEFAULT_METHODS, search_space
+from .trend import plain_trend
 
 __all__ = ["STAGES", "AdviseConfig", "Advice", "advise"]
 
@@ -88,7 +93,8 @@ class AdviseConfig:
     objective: str = "delta"  # attendout.advise.search.OBJECTIVES
     #: confirmation seeds, never a search seed; "auto": as many as detect ``detect`` at the search's noise
     seeds: Sequence[int] | str = (1, 2, 3, 4, 5)
-    #: the smallest gain a user cares about, in the metric's units (0.02: 2 points of accuracy; BLEU: 1.0)
+    #: the smallest gain a user cares about, on the metric's scale (:mod:`.scales`): 0.02 is 2 points of
+    #: accuracy, 2.0 is 2 BLEU, 0.02 is a 2% fall of perplexity; default 2 points (or 2%)
     detect: float | None = None
     confirm_hours: float | None = None  # with seeds="auto": at most this much confirmation training
     max_seeds: int = 20  # with seeds="auto"
@@ -294,11 +300,12 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
             progress=config.progress,
         )
         resumed = " (resumed)" if plain.resume else ""
-        config.echo(f"advise: regime: plain fine-tuning for {config.regime_epochs} epochs{resumed}")
+        name = plain_name(config.recipe.model_init)
+        config.echo(f"advise: regime: {name} for {config.regime_epochs} epochs{resumed}")
         finetune(plain)
     if not RunDir(run).log.is_file():
         raise ValueError(f"--regime-run {run} is not a run directory (it has no {LOG_FILE})")
-    reading = read_regime(epoch_curves(run))
+    reading = dataclasses.replace(read_regime(epoch_curves(run)), plain=plain_name(config.recipe.model_init))
     if config.epochs is not None:
         reading = dataclasses.replace(reading, budget=config.epochs)
     write_json_atomic(config.out / "regime.json", {"run": str(run), **reading.to_dict()})
@@ -306,7 +313,7 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
         [run],
         config.out / "regime.png",
         {run_task_id(run): reading.budget},
-        "advise: plain fine-tuning by epoch",
+        f"advise: {plain_name(config.recipe.model_init)} by epoch",
     )
     config.echo(f"advise: regime: {reading.sentence}")
     return reading
@@ -410,11 +417,14 @@ def _confirmation_seeds(
     path = config.out / "seeds.json"
     if path.is_file():
         return tuple(json.loads(path.read_text())["seeds"])
-    detect = config.detect if config.detect is not None else default_detect(metric)
+    detect = _detect_in_units(config, metric, noise)
     why: str
     if plan.objective != "delta" or not math.isfinite(noise.sd):
         n = 5
         why = "the search did not measure the noise of a paired difference (objective delta, 2 or more search seeds); 5 seeds"
+    elif not math.isfinite(detect):
+        n = 5
+        why = f"a {metric} gain is relative to plain training's score, and no plain run of the search has one; 5 seeds"
     else:
         needed = seeds_needed(noise.sd, detect, config.alpha, methods)
         n = config.max_seeds if needed is None else max(3, min(needed, config.max_seeds))
@@ -440,6 +450,16 @@ def _confirmation_seeds(
     return tuple(seeds)
 
 
+def _detect_in_units(config: AdviseConfig, metric: str, noise: SearchNoise) -> float:
+    """``--detect`` (or its default) as a difference of the metric's values: for a relative metric, its share of
+    plain training's mean validation score at the search seeds (NaN where there is none)."""
+    detect = config.detect if config.detect is not None else default_detect(metric)
+    if not is_relative(metric):
+        return detect
+    scores = list(noise.reference.values())
+    return in_metric_units(metric, detect, sum(scores) / len(scores)) if scores else float("nan")
+
+
 def _seconds_per_run(searches: dict[str, MethodSearch], repeats: int) -> float | None:
     times = [
         t["seconds"] / repeats
@@ -448,36 +468,6 @@ def _seconds_per_run(searches: dict[str, MethodSearch], repeats: int) -> float |
         if t["state"] == "COMPLETE" and t.get("seconds")
     ]
     return sum(times) / len(times) if times else None
-
-
-def _reference_curve(plan: SearchPlan) -> dict[int, float]:
-    """Plain fine-tuning's validation score by epoch, averaged over the search seeds' reference runs."""
-    sums: dict[int, list[float]] = {}
-    for seed in plan.seeds:
-        run = reference_dir(plan, seed)
-        if RunDir(run).finished:
-            for epoch, validation in measured(run, plan.metric).by_epoch.items():
-                sums.setdefault(epoch, []).append(float(validation[plan.metric]))
-    return {e: sum(v) / len(v) for e, v in sums.items()}
-
-
-def _undertrained(config: AdviseConfig, plan: SearchPlan, regime: RegimeReading | None) -> str | None:
-    """Why the budget undertrains (the probe's curve if it ran, else the search's plain runs), or None."""
-    from ..report.regime import epoch_curves
-
-    if regime is not None:
-        run = Path(config.regime_run) if config.regime_run else config.out / "regime"
-        curves = epoch_curves(run)
-        curve = {
-            int(round(float(e))): float(v) for e, v in zip(curves.epochs, curves.validation, strict=True)
-        }
-        return undertraining(curve, plan.epochs, plan.metric, f"the {regime.epochs_run}-epoch regime probe")
-    if not plan.paired:
-        return None
-    seeds = ", ".join(map(str, plan.seeds))
-    return undertraining(
-        _reference_curve(plan), plan.epochs, plan.metric, f"the search's plain runs, seeds {seeds}"
-    )
 
 
 def _answer(
@@ -493,9 +483,8 @@ def _answer(
 
     out = config.out
     budget, steps_per_epoch = plan.epochs, plan.steps_per_epoch
-    v = verdict(
-        confirmation, config.alpha, detect=config.detect, undertrained=_undertrained(config, plan, regime)
-    )
+    trend = plain_trend(config, plan, regime)
+    v = verdict(confirmation, config.alpha, detect=config.detect, trend=trend)
     recipe = config.recipe
     header = f"attendout advise {__version__}: {recipe.task} with {recipe.model}\n{v.sentence}"
     files: dict[str, Path] = {}
@@ -532,8 +521,8 @@ def _answer(
         "tuned/METHOD.toml": "each method at its searched setting, in the same form",
         "advice.png": "left: Δ per method with intervals; right: the search's scores by setting",
         "confirm.toml": f"the confirmation grid: `attendout table {out / 'confirm.toml'} --results {out / 'confirm'}`",
-        "search.db": "the Optuna studies (one per method); search/none/: plain fine-tuning at the search seeds"
-        + ("; regime.png: plain fine-tuning's curves" if regime is not None else ""),
+        "search.db": f"the Optuna studies (one per method); search/none/: {confirmation.plain} at the search seeds"
+        + (f"; regime.png: {confirmation.plain}'s curves" if regime is not None else ""),
     }
     md = advice_markdown(
         title=title,
@@ -545,6 +534,7 @@ def _answer(
         files=described,
         commands=[config.command or "attendout.advise.advise(AdviseConfig(...)) from Python"],
         noise=noise,
+        trend=trend,
     )
     from ..rundir import write_text_atomic
 
@@ -557,6 +547,7 @@ def _answer(
             "answered": v.answered,
             "winner": None if winner is None else {"method": winner.method, "options": winner.options},
             "regime": None if regime is None else regime.to_dict(),
+            "budget": None if trend is None else trend.to_dict(),
             "search": {m: dataclasses.asdict(s) for m, s in searches.items()},
             "search_noise": {**dataclasses.asdict(noise), "se": noise.se},
             "confirmation": json.loads(dumps(confirmation)),

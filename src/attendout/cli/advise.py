@@ -56,8 +56,8 @@ def advise_parser() -> argparse.ArgumentParser:
             "each method's best setting against plain fine-tuning on fresh seeds (never the search's), scored "
             "on your evaluation split: paired t-tests with Holm, bootstrap intervals, the detectable "
             "difference, the cost; (4) answer: advice.md (one sentence first: a recommendation, or why none is "
-            "possible: plain fine-tuning at chance, a budget that undertrains, a design that cannot detect "
-            "--detect), advice.png, and advice.toml, which `attendout finetune --config` and "
+            "possible: plain fine-tuning at its chance floor, a design that cannot detect --detect; an answer at "
+            "a budget where plain fine-tuning still learns says so first), advice.png, and advice.toml, which `attendout finetune --config` and "
             "attendout.load_config take as it is."
         ),
         epilog=(
@@ -171,8 +171,9 @@ def advise_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="GAIN",
-        help="the smallest gain you care about, in the metric's units (default: 2 points: 0.02 of accuracy "
-        "or MCC, 2 BLEU); the answer says when the design could not detect it",
+        help="the smallest gain you care about: in the metric's units for scores (default 2 points: 0.02 of "
+        "accuracy or MCC, 2 BLEU), a share for perplexity and the loss (default 0.02: a 2%% fall); the answer "
+        "says when the design could not detect it",
     )
     confirm.add_argument(
         "--confirm-hours",

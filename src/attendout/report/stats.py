@@ -18,6 +18,9 @@ All functions are plain numpy/scipy on arrays; :mod:`attendout.report.comparison
   differences ``sd`` (exact, from the noncentral t distribution); :func:`detectable_from_examples`, the
   same from the bootstrap's standard errors (the noise of the evaluation examples alone).
 * :func:`majority_score`: the score of always predicting the most frequent label (a table's floor).
+* :func:`chance_floor`: the best score any constant prediction reaches (``advise``'s chance floor): the
+  majority class for accuracy, MCC 0, for F1 the better of always the majority and always the positive
+  class, 0 for a correlation, the targets' variance for a mean squared error.
 """
 
 from __future__ import annotations
@@ -31,13 +34,23 @@ from typing import Any
 import numpy as np
 from scipy import optimize, stats
 
-from ..tasks.metrics import METRICS, SEQUENCE_METRICS, from_counts, sequence_counts, sequences_array
+from ..tasks.metrics import (
+    METRIC_KINDS,
+    METRICS,
+    SEQUENCE_METRICS,
+    from_counts,
+    higher_is_better,
+    sequence_counts,
+    sequences_array,
+)
 
 __all__ = [
     "TEXT_METRICS",
     "BootstrapInterval",
+    "ChanceFloor",
     "PairedTest",
     "bootstrap_difference",
+    "chance_floor",
     "detectable_difference",
     "detectable_from_examples",
     "holm",
@@ -463,6 +476,57 @@ def majority_score(metric: str, labels: np.ndarray) -> float | None:
     values, counts = np.unique(labels, return_counts=True)
     score = float(scorer(np.full_like(labels, values[np.argmax(counts)]), labels))
     return score if math.isfinite(score) else None
+
+
+#: at most this many of the commonest tags are tried as a constant tag sequence
+FLOOR_TAGS = 20
+
+
+@dataclass(frozen=True)
+class ChanceFloor:
+    """The best score of a constant prediction on a split, and which constant gives it."""
+
+    score: float
+    constant: str  # "always predicting 1", "always predicting the labels' mean, 2.31"
+
+
+def chance_floor(metric: str, labels: np.ndarray) -> ChanceFloor | None:
+    """The best ``metric`` a constant prediction reaches on ``labels``, in the metric's direction.
+
+    The constants tried: every class of the labels (accuracy: the majority share; MCC: 0; F1: the better of
+    always the majority class and always the positive class, 0.4615 at 30% positives); every one of the
+    :data:`FLOOR_TAGS` commonest tags for tag lists; the labels' mean and median for real-valued labels
+    (Pearson and Spearman: 0; R²: 0; mean squared error: the labels' variance). None for a generation metric
+    (perplexity, BLEU, chrF, ROUGE: a constant output's score is not computed from what a run stores), a
+    metric not registered, or no finite score.
+    """
+    scorer = METRICS.get(metric)
+    if scorer is None or metric in METRIC_KINDS or not len(labels):
+        return None
+    sign = 1.0 if higher_is_better(metric) else -1.0
+    best: ChanceFloor | None = None
+    for constant, prediction in _constant_predictions(labels):
+        score = float(scorer(prediction, labels))
+        if math.isfinite(score) and (best is None or sign * score > sign * best.score):
+            best = ChanceFloor(score, constant)
+    return best
+
+
+def _constant_predictions(labels: np.ndarray):
+    """(name, constant prediction) pairs for :func:`chance_floor`."""
+    if labels.dtype == object:  # tags per word: one tag everywhere
+        tags, counts = np.unique([t for row in labels for t in row], return_counts=True)
+        for tag in tags[np.argsort(-counts, kind="stable")][:FLOOR_TAGS]:
+            constant = np.empty(len(labels), dtype=object)
+            for i, row in enumerate(labels):
+                constant[i] = [tag] * len(row)
+            yield f"always predicting {tag}", constant
+    elif labels.dtype.kind == "f":  # real-valued targets
+        for name, value in (("mean", np.mean(labels)), ("median", np.median(labels))):
+            yield f"always predicting the labels' {name}, {value:.4g}", np.full_like(labels, value)
+    else:
+        for value in np.unique(labels):
+            yield f"always predicting {value}", np.full_like(labels, value)
 
 
 def pooled_sd(sds: Sequence[float], ns: Sequence[int]) -> float:

@@ -1,0 +1,270 @@
+"""The answer's files: ``advice.md`` (the sentence and its evidence), ``advice.png`` and the settings as
+config files (``advice.toml``, ``tuned/METHOD.toml``); the sentence itself is :func:`.answer.verdict`'s."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from ..configfile import save_config
+from ..methods.registry import get_method_config
+from ..report.comparison import metric_scale
+from ..report.figures import method_colour
+from ..tasks.metrics import higher_is_better
+from .answer import Verdict, format_p, format_points, gain
+from .confirm import Confirmation, ConfirmRow
+from .objective import SearchNoise
+from .regime import RegimeReading, Trend
+from .scales import CHANCE_POINTS, describe_amount, points
+from .search import MethodSearch
+from .spaces import Choice, describe, search_space
+
+__all__ = ["advice_figure", "advice_markdown", "markdown_cell", "write_setting"]
+
+
+def markdown_cell(text: str) -> str:
+    """``text`` for a Markdown table's cell: its pipes escaped, so that they do not split the cell."""
+    return text.replace("|", "\\|")
+
+
+def advice_markdown(
+    *,
+    title: str,
+    verdict: Verdict,
+    regime: RegimeReading | None,
+    searches: dict[str, MethodSearch],
+    confirmation: Confirmation,
+    provenance: Sequence[str],
+    noise: SearchNoise | None = None,
+    files: dict[str, str],
+    commands: Sequence[str],
+    trend: Trend | None = None,
+) -> str:
+    """``advice.md``: the sentence, the confirmation table, the search, the regime and the budget's trend,
+    how it was made."""
+    lines = [f"# {title}", "", f"**{verdict.sentence}**", ""]
+    lines += [f"- {line}" for line in provenance]
+    lines += _confirmation_section(confirmation)
+    lines += _search_section(searches, noise, confirmation.metric)
+    lines += _regime_section(regime, trend, confirmation.plain)
+    lines += ["## Files", ""] + [f"- `{name}`: {what}" for name, what in files.items()]
+    lines += ["", "## Commands", "", "```", *commands, "```", ""]
+    return "\n".join(lines)
+
+
+def _row_cells(r: ConfirmRow, m: str) -> list[str]:
+    """One method's cells of the confirmation table."""
+
+    def pts(value: float | None, signed: bool = True) -> str:
+        return format_points(value, signed, m)
+
+    boot = f"[{pts(r.boot_low)}, {pts(r.boot_high)}]" if r.boot_low is not None else "–"
+    return [
+        r.method,
+        markdown_cell(r.setting),
+        str(r.seeds),
+        pts(r.mean, False),
+        pts(r.baseline_mean, False),
+        pts(r.delta),
+        f"[{pts(r.t_low)}, {pts(r.t_high)}]",
+        format_p(r.p),
+        format_p(r.p_holm),
+        boot,
+        f"{r.cost:.2f}x" if r.cost is not None else "–",
+    ]
+
+
+def _floor_sentence(c: Confirmation) -> str:
+    """What the chance floor is on the confirmation's split, or that it is unknown."""
+    m = c.metric
+    if c.floor is None:
+        return (
+            f"Chance floor: not known for {m} (the score of a constant output is not computed for a generation "
+            f"metric, nor without stored labels), so whether {c.plain} learned more than a constant output "
+            "would is not checked."
+        )
+    return (
+        f"Chance floor: {format_points(c.floor, False, m)}, the best score of any constant prediction on {c.split} "
+        f"({c.floor_constant}); {c.plain} within {describe_amount(m, points(m, CHANCE_POINTS))} of it is at chance."
+    )
+
+
+def _confirmation_section(c: Confirmation) -> list[str]:
+    m = c.metric
+    lines = [
+        "",
+        f"## Confirmed on {c.split} ({m}{' ×100' if metric_scale(m) != 1 else ''}, "
+        f"{'higher' if higher_is_better(m) else 'lower'} is better; fresh seeds {', '.join(map(str, c.seeds))})",
+        "",
+        "| method | setting | seeds | score | none | Δ | 95% interval (seeds) | p | p_Holm | bootstrap 95% (examples) "
+        "| time / none |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(c.rows, key=lambda r: -gain(m, r.delta)):
+        lines.append("| " + " | ".join(_row_cells(r, m)) + " |")
+    return lines + [
+        "",
+        f"Δ: mean paired difference against none (method minus none, same seed"
+        f"{'' if higher_is_better(m) else '; lower is better, so a gain is negative'}). p: paired t-test over "
+        f"seeds; p_Holm: Holm over the {len(c.rows)} methods. Smallest true Δ (either way) detected with 80% "
+        f"power: {format_points(c.detectable, False, m)} at Holm's strictest level, "
+        f"{format_points(c.detectable_alpha, False, m)} for a single comparison. Time: a method's mean wall time "
+        "per run over none's (same steps, same machine), of the runs trained for this confirmation: runs copied "
+        "in by --reuse-runs were timed elsewhere, so a method (or none) whose runs were all copied has no ratio "
+        "(–).",
+        "",
+        _floor_sentence(c),
+        "",
+    ]
+
+
+def _search_section(searches: dict[str, MethodSearch], noise: SearchNoise | None, m: str) -> list[str]:
+    lines = [
+        "## Search (validation split carved from train; the settings were chosen on these scores)",
+        "",
+        *([noise.sentence(metric_scale(m)), ""] if noise is not None else []),
+        "| method | searched | trials (complete / pruned / failed) | best setting | its score |",
+        "|---|---|---|---|---|",
+    ]
+    for method, s in searches.items():
+        counts = [sum(1 for t in s.trials if t["state"] == state) for state in ("COMPLETE", "PRUNED", "FAIL")]
+        ranges = ", ".join(f"{k} {r.describe()}" for k, r in search_space(method).items())
+        best = "–" if s.options is None else describe(method, s.options)
+        value = "–" if s.value is None else f"{s.value:.4f}"
+        cells = [method, ranges, " / ".join(map(str, counts)), best, value]
+        lines.append("| " + " | ".join(markdown_cell(cell) for cell in cells) + " |")
+    return lines
+
+
+def _regime_section(regime: RegimeReading | None, trend: Trend | None, plain: str) -> list[str]:
+    reading = (
+        regime.sentence
+        if regime is not None
+        else f"Not probed: the budget was given (--epochs); --probe reads {plain}'s curves first."
+    )
+    lines = ["", f"## Regime ({plain}'s curves)", "", reading, ""]
+    if trend is not None:
+        lines += [f"At the budget: {trend.sentence} (read: {trend.state}).", ""]
+    return lines
+
+
+def advice_figure(
+    out: Path,
+    confirmation: Confirmation,
+    searches: dict[str, MethodSearch],
+    methods: Sequence[str],
+    title: str,
+    objective: str = "score",
+    se: float | None = None,
+) -> Path:
+    """Left: Δ per method with its intervals (confirmation). Right: the search's validation score by rate."""
+    fig = Figure(figsize=(11, 0.45 * max(3, len(methods)) + 2.2), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    rows = {r.method: r for r in confirmation.rows}
+    m = confirmation.metric
+    k = metric_scale(m)
+    labels = []
+    for y, method in enumerate(methods):
+        colour = method_colour(y + 1, False)
+        r = rows.get(method)
+        labels.append(method if r is None else f"{method}\n{r.setting}")
+        if r is None:
+            continue
+        if math.isfinite(r.t_low):
+            left.plot([k * r.t_low, k * r.t_high], [y, y], color=colour, linewidth=5, alpha=0.5)
+        if r.boot_low is not None:
+            left.plot([k * r.boot_low, k * r.boot_high], [y - 0.18] * 2, color=colour, linewidth=1.2)
+        left.plot([k * r.delta], [y], "o", color=colour)
+        left.annotate(
+            f"p_Holm {format_p(r.p_holm)}",
+            (k * r.delta, y),
+            xytext=(0, 7),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7,
+        )
+    left.axvline(0, color="0.3", linewidth=1)
+    left.set_yticks(range(len(methods)), labels, fontsize=8)
+    left.set_ylim(len(methods) - 0.5, -0.5)  # top to bottom, one row a method, however few
+    unit = " (×100)" if k != 1 else ""
+    way = "" if higher_is_better(m) else "; lower is better: left of 0 is a gain"
+    left.set_xlabel(f"Δ {m} vs none on {confirmation.split}{unit}{way}")
+    left.set_title(
+        f"confirmed on {len(confirmation.seeds)} fresh seeds\nthick: 95% over seeds; thin: bootstrap over examples",
+        fontsize=9,
+    )
+    left.grid(axis="x", alpha=0.3)
+    any_log = False
+    up = objective != "delta-loss" and higher_is_better(m)
+    rates = any(not isinstance(next(iter(search_space(m).values())), Choice) for m in methods)
+    for i, method in enumerate(methods):
+        s = searches.get(method)
+        if s is None or not s.trials:
+            continue
+        option, rng = next(iter(search_space(method).items()))
+        if isinstance(rng, Choice) and rates:
+            continue  # a choice (synthesizer's variant) has no place on a rate axis; its table row has it
+        any_log |= rng.log
+        colour = method_colour(i + 1, False)
+        done = [
+            t
+            for t in s.trials
+            if t["state"] == "COMPLETE" and t["value"] is not None and option in t["params"]
+        ]
+        pruned = [t for t in s.trials if t["state"] == "PRUNED" and t["by_epoch"] and option in t["params"]]
+        if se is not None and math.isfinite(se) and done:  # the objective's standard error, measured
+            right.errorbar(
+                [t["params"][option] for t in done],
+                [t["value"] for t in done],
+                yerr=se,
+                fmt="none",
+                ecolor=colour,
+                alpha=0.5,
+                capsize=3,
+            )
+        right.plot(
+            [t["params"][option] for t in done],
+            [t["value"] for t in done],
+            "o",
+            color=colour,
+            label=f"{method} ({option})",
+        )
+        right.plot(
+            [t["params"][option] for t in pruned],
+            [(max if up else min)(t["by_epoch"].values()) for t in pruned],
+            "o",
+            mfc="none",
+            color=colour,
+        )
+        if s.options is not None and s.value is not None:
+            right.plot([s.options[option]], [s.value], "*", markersize=13, color=colour, mec="black")
+    if any_log:
+        from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+
+        right.set_xscale("log")
+        right.xaxis.set_major_locator(FixedLocator([0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.9]))
+        right.xaxis.set_major_formatter(ScalarFormatter())
+        right.xaxis.set_minor_formatter(NullFormatter())
+    right.set_xlabel("searched rate (the method's first option; AD-DROP: p)" if rates else "searched choice")
+    right.set_ylabel("search objective (mean over the search seeds)")
+    right.set_title(
+        "search: filled = complete, hollow = pruned (best so far), star = chosen"
+        + ("\nbars: ± the objective's standard error" if se is not None and math.isfinite(se) else ""),
+        fontsize=9,
+    )
+    right.grid(alpha=0.3)
+    if right.lines:
+        right.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    return out
+
+
+def write_setting(path: Path, method: str, options: dict[str, Any], epochs: int, header: str) -> Path:
+    """The setting as a config file (``finetune --config``, ``load_config``) with the budget in [training]."""
+    return save_config(path, get_method_config(method, **options), {"epochs": epochs}, header)
