@@ -634,6 +634,20 @@ def test_a_budget_the_probe_shows_too_short_says_so_in_the_answers_first_sentenc
     assert budget["state"] == LEARNING and budget["epochs"] == [1, 2, 3, 4]
 
 
+def test_a_regime_run_that_is_not_finished_is_refused_naming_its_state(tiny_run):
+    """--regime-run of a run stopped (or killed) before its end: its curve stops where the run did, so it is
+    refused through the one reader of a run's state (issue 61), before anything trains."""
+    probe = tiny_run["tmp"] / "stopped-probe"
+    probe.mkdir()
+    (probe / "config.json").write_text(json.dumps({"task": {"name": "file", "metrics": ["accuracy"]}}))
+    records = [{"step": 10, "epoch": 1.0, "validation": {"accuracy": 0.6, "loss": 0.6}}]
+    (probe / "log.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")  # no results.json
+    out = tiny_run["tmp"] / "from-a-stopped-probe"
+    with pytest.raises(ValueError, match=r"--regime-run .*stopped-probe is not finished: it is unfinished"):
+        advise(tiny_study(tiny_run, out, epochs=3, regime_run=str(probe)))
+    assert not (out / "advice.md").exists()
+
+
 def test_seeds_auto_takes_the_count_that_detects_the_gain_within_the_time_given(tiny_run, tmp_path):
     from attendout.advise.objective import SearchNoise
     from attendout.advise.study import _confirmation_seeds

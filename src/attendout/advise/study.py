@@ -305,6 +305,11 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
         finetune(plain)
     if not RunDir(run).log.is_file():
         raise ValueError(f"--regime-run {run} is not a run directory (it has no {LOG_FILE})")
+    state = RunDir(run).state()
+    if not state.finished:  # its curve stops where the run did: not the budget it claims to show
+        raise ValueError(
+            f"--regime-run {run} is not finished: it is {state.describe()}; finish it with --resume"
+        )
     reading = dataclasses.replace(read_regime(epoch_curves(run)), plain=plain_name(config.recipe.model_init))
     if config.epochs is not None:
         reading = dataclasses.replace(reading, budget=config.epochs)
