@@ -15,8 +15,10 @@ import argparse
 import json
 from pathlib import Path
 
-from attendout.advise.answer import default_detect, paired_sd, seeds_needed, verdict
+from attendout.advise.answer import verdict
 from attendout.advise.confirm import read_confirmation
+from attendout.advise.power import seeds_range
+from attendout.advise.scales import default_detect, describe_amount, in_metric_units
 from attendout.experiments.parse import load_experiment
 
 
@@ -37,9 +39,16 @@ def main() -> None:
     )
     detect = args.detect if args.detect is not None else default_detect(confirmation.metric)
     v = verdict(confirmation, args.alpha, detect=detect)
-    sd = paired_sd(confirmation)
+    noise, metric = confirmation.noise, confirmation.metric
     family = len(confirmation.rows)
-    needs = {p: seeds_needed(sd, p * detect / 2, args.alpha, family) for p in (1, 2)}
+    base = confirmation.rows[0].baseline_mean
+    needs = {}
+    for p in (
+        1,
+        2,
+    ):  # half of --detect and --detect, as differences of the metric's values (relative: a share)
+        low, high = seeds_range(noise, in_metric_units(metric, p * detect / 2, base), args.alpha, family)
+        needs[p] = f"{low or 'more than 200'} to {high or 'more than 200'}"
     lines = [
         f"# {out}: the answer of today's advise stage on this study's confirmation",
         "",
@@ -47,10 +56,13 @@ def main() -> None:
         "",
         f"- Then (v0.4): {advice['sentence']}",
         f"- Plain fine-tuning on {confirmation.split}: {confirmation.rows[0].baseline_mean:.4f} "
-        f"{confirmation.metric}; the majority class: {confirmation.floor}",
-        f"- One seed's paired difference, pooled over the {family} methods: sd {sd:.4f}; detectable at "
-        f"{len(confirmation.seeds)} seeds (80% power, Holm over {family}): {confirmation.detectable:.4f}",
-        f"- Seeds that would detect {detect / 2:g} and {detect:g}: {needs[1]} and {needs[2]}",
+        f"{confirmation.metric}; the chance floor ({confirmation.floor_constant}): {confirmation.floor}",
+        f"- One seed's paired difference, pooled over the {family} methods: sd {noise.sd:.4f} ({noise.df:.3g} "
+        f"degrees of freedom; {100 * confirmation.confidence:.0f}% upper bound {noise.upper(confirmation.confidence):.4f}); "
+        f"detectable at {len(confirmation.seeds)} seeds (80% power at the bound, Holm over {family}): "
+        f"{confirmation.detectable:.4f}",
+        f"- Seeds that would detect {describe_amount(metric, detect / 2)} and {describe_amount(metric, detect)} "
+        f"(over the noise's 80% interval): {needs[1]} and {needs[2]}",
         "",
         f"`python experiments/reanswer_advise.py {out}{' --detect ' + str(args.detect) if args.detect else ''}`",
         "",

@@ -18,8 +18,8 @@ import pytest
 from attendout.advise import AdviseConfig, advise, choose_budget, read_regime, search_space, verdict
 from attendout.advise import objective as objective_mod
 from attendout.advise import search as search_mod
-from attendout.advise.answer import seeds_needed
 from attendout.advise.confirm import Confirmation, ConfirmRow
+from attendout.advise.power import Noise, pooled_df, seeds_needed
 from attendout.advise.regime import FLAT, LEARNING, PLATEAU, UNKNOWN, read_trend
 from attendout.advise.search import SearchPlan, reclaim_stale, run_search, search_results
 from attendout.advise.spaces import SEARCH_SPACES, Choice, describe, grid_of, suggest
@@ -28,7 +28,7 @@ from attendout.cli import main
 from attendout.configfile import load_config, load_config_file, save_config
 from attendout.methods import get_method_config
 from attendout.report.regime import EpochCurves
-from attendout.report.stats import detectable_difference
+from attendout.report.stats import detectable_difference, pooled_sd
 from attendout.runlock import process_start_time, this_host
 from conftest import toy_cli_args, toy_train_config
 
@@ -296,12 +296,14 @@ def test_the_paired_objective_cancels_what_a_seed_shares_and_measures_its_own_no
     noise = objective_mod.search_noise(plan, {"scores-dropout": s})
     assert noise.sd == pytest.approx(0.0, abs=1e-12) and noise.trials == 4
     assert noise.reference == pytest.approx({0: 0.85, 1000: 0.77, 2000: 0.90})
-    # the raw score keeps the seed's share: its measured noise is the seeds' spread
+    # the raw score keeps the seed's share: one trial's seeds spread by it, but every trial shares it at a
+    # seed, so it cancels between trials: the noise that separates two trials (their own) is none here
     raw_plan = plan_for(tmp_path / "raw", trials=4, methods=("scores-dropout",), repeats=3, pruning=False)
     raw = run_search(raw_plan)["scores-dropout"]
     raw_noise = objective_mod.search_noise(raw_plan, {"scores-dropout": raw})
     assert raw_noise.sd == pytest.approx(np.std([0.0, -0.08, 0.05], ddof=1))
-    assert raw_noise.se == pytest.approx(raw_noise.sd / math.sqrt(3))
+    assert raw_noise.comparable and raw_noise.own_df == 3 * 2
+    assert raw_noise.se == pytest.approx(0.0, abs=1e-9)
     assert "standard error" in raw_noise.sentence(100.0) and "4 complete trials" in raw_noise.sentence(100.0)
     # one seed per trial: no noise to measure, and the sentence says so
     one = objective_mod.SearchNoise("score", "accuracy", (0,), float("nan"), 0, {})
@@ -648,27 +650,73 @@ def test_a_regime_run_that_is_not_finished_is_refused_naming_its_state(tiny_run)
     assert not (out / "advice.md").exists()
 
 
-def test_seeds_auto_takes_the_count_that_detects_the_gain_within_the_time_given(tiny_run, tmp_path):
-    from attendout.advise.objective import SearchNoise
-    from attendout.advise.study import _confirmation_seeds
+def pilot_confirmation(seeds, sd: float, methods: int = 3, baseline: float = 0.8) -> Confirmation:
+    """A confirmation over ``seeds`` whose methods' paired differences have standard deviation ``sd``."""
+    from attendout.report.stats import paired_t_test
 
-    noise = SearchNoise("delta", "accuracy", (0, 1000), 0.02, 6, {})
+    plain = np.full(len(seeds), baseline)
+    noise = np.random.default_rng(0).normal(0.0, 1.0, len(seeds))
+    if len(seeds) > 1:
+        noise = (noise - noise.mean()) / noise.std(ddof=1) * sd
+    rows = [
+        ConfirmRow.of_test(
+            method, {}, paired_t_test(plain + noise, plain), mean=baseline, baseline_mean=baseline
+        )
+        for method in ("scores-dropout", "attn-dropout", "drophead")[:methods]
+    ]
+    return Confirmation.of_rows(rows, split="test", metric="accuracy", seeds=seeds, baseline_seeds=len(seeds))
+
+
+def test_seeds_auto_runs_a_pilot_and_takes_the_count_that_detects_the_gain_at_its_noise_bound(tmp_path):
+    from attendout.advise.power import Noise, pooled_df
+    from attendout.advise.seeds import PILOT, choose
+
     trial = {"state": "COMPLETE", "seconds": 600.0}  # two seeds: 300 s a run
     searches = {"scores-dropout": search_mod.MethodSearch("scores-dropout", {"p": 0.1}, 0.01, 0, [trial])}
-    plan = plan_for(tmp_path, repeats=2, objective="delta")
-    config = tiny_study(tiny_run, tmp_path / "a", seeds="auto", detect=0.02)
-    seeds = _confirmation_seeds(config, plan, noise, searches, 3, "accuracy")
-    assert len(seeds) == seeds_needed(0.02, 0.02, 0.05, 3) == 14
-    assert 0 not in seeds and 1000 not in seeds and seeds[0] == 1
-    assert json.loads((tmp_path / "a" / "seeds.json").read_text())["seeds"] == list(seeds)  # kept on resuming
-    # one hour at 300 s a run for 4 cells a seed fits 3 seeds
-    config = tiny_study(tiny_run, tmp_path / "b", seeds="auto", detect=0.02, confirm_hours=1.0)
-    assert len(_confirmation_seeds(config, plan, noise, searches, 3, "accuracy")) == 3
-    # without a measured noise: 5, and why
-    unknown = SearchNoise("delta", "accuracy", (0,), float("nan"), 0, {})
-    config = tiny_study(tiny_run, tmp_path / "c", seeds="auto")
-    assert len(_confirmation_seeds(config, plan, unknown, searches, 3, "accuracy")) == 5
-    assert "did not measure" in json.loads((tmp_path / "c" / "seeds.json").read_text())["why"]
+    plan = plan_for(tmp_path, repeats=2, objective="delta", search_seed=3)  # search seeds 3 and 1003
+    piloted: list[tuple[int, ...]] = []
+
+    def pilot(seeds):
+        piloted.append(tuple(seeds))
+        return pilot_confirmation(seeds, 0.02)
+
+    def chosen(out, **overrides):
+        values = dict(
+            seeds="auto",
+            out=out,
+            plan=plan,
+            searches=searches,
+            methods=3,
+            detect=0.02,
+            alpha=0.05,
+            max_seeds=60,
+            confirm_hours=None,
+            pilot=pilot,
+            echo=lambda line: None,
+        )
+        values.update(overrides)
+        return choose(**values)
+
+    seeds = chosen(tmp_path / "a")
+    assert piloted == [(1, 2, 4, 5, 6)]  # the pilot's PILOT fresh seeds, never a search seed
+    bound = Noise(0.02, pooled_df([PILOT] * 3)).upper()
+    assert bound > 0.02  # the count is sized at the bound, not at the noise observed
+    assert len(seeds) == seeds_needed(bound, 0.02, 0.05, 3) > seeds_needed(0.02, 0.02, 0.05, 3)
+    assert seeds[:PILOT] == piloted[0] and 3 not in seeds and 1003 not in seeds  # the pilot's runs come first
+    record = json.loads((tmp_path / "a" / "seeds.json").read_text())
+    assert record["seeds"] == list(seeds) and record["pilot"]["seeds"] == list(piloted[0])
+    assert "upper bound" in record["why"]
+    assert chosen(tmp_path / "a") == seeds and len(piloted) == 1  # kept on resuming: no second pilot
+    # one hour at 300 s a run for 4 cells a seed fits 3 seeds: the pilot's 5 are kept
+    assert len(chosen(tmp_path / "b", confirm_hours=1.0)) == PILOT
+    assert "1 h at 300 s a run" in json.loads((tmp_path / "b" / "seeds.json").read_text())["why"]
+    # at most --max-seeds
+    assert len(chosen(tmp_path / "c", max_seeds=8)) == 8
+    # a pilot whose differences have no spread measured (one seed each) keeps the pilot's seeds, and says why
+    one = chosen(tmp_path / "d", pilot=lambda seeds: pilot_confirmation(seeds[:1], 0.02))
+    assert len(one) == PILOT
+    assert "no noise" in json.loads((tmp_path / "d" / "seeds.json").read_text())["why"]
+    assert chosen(tmp_path / "e", seeds=(7, 8)) == (7, 8)  # given seeds are kept as given
 
 
 def test_the_confirmation_reuses_finished_runs_of_the_same_configuration(tiny_run):
@@ -684,6 +732,13 @@ def test_the_confirmation_reuses_finished_runs_of_the_same_configuration(tiny_ru
     # a copied run was timed elsewhere: no time ratio against it (the first study timed its own runs)
     assert all(r.cost is not None and r.cost > 0 for r in mine.confirmation.rows)
     assert theirs.confirmation.rows and all(r.cost is None for r in theirs.confirmation.rows)
+    # runs copied in are not fresh to the second study: its table and its answer say so (issue 57)
+    assert mine.confirmation.fresh and not theirs.confirmation.fresh
+    assert {k.split("/")[-2:][0] for k in theirs.confirmation.reused} >= {"none"}
+    answer = advise(tiny_study(tiny_run, second, reuse_runs=str(first / "confirm")))
+    text = (second / "advice.md").read_text()
+    assert "**Runs not fresh to this study:**" in text and f"{len(theirs.confirmation.reused)} of its" in text
+    assert "fresh seeds" not in text.split("## Search")[0] and "not fresh to this study" in answer.sentence
 
 
 def test_a_rerun_with_another_recipe_is_refused(tiny_run):
@@ -731,6 +786,9 @@ def confirmation(rows, detectable=0.03, floor=None) -> Confirmation:
         detectable_alpha=detectable * 0.8,
         table=None,
         floor=floor,
+        noise=Noise(
+            pooled_sd([r.sd for r in rows], [r.seeds for r in rows]), pooled_df([r.seeds for r in rows])
+        ),
     )
 
 
@@ -755,13 +813,18 @@ def test_a_design_that_cannot_see_the_gain_asked_for_says_so_and_how_many_seeds_
     assert not v.answered and v.winner is None
     assert v.sentence.startswith("Cannot answer: this design cannot detect a gain you would care about")
     assert "Fine-tune plainly" not in v.sentence
-    # the seeds it names detect +1 and +2 points at Holm's strictest level over the 2 methods
+    # the seeds it names detect +1 and +2 points at Holm's strictest level over the 2 methods, at the low and
+    # the high end of the measured noise's 80% interval (sd 0.02 over 2 x 4 shared degrees of freedom)
+    low_sd, high_sd = Noise(0.02, pooled_df([5, 5])).interval(0.8)
+    assert low_sd < 0.02 < high_sd
     for points in (1, 2):
-        n = seeds_needed(0.02, points / 100, 0.05, 2)
-        assert f"{n} seeds would detect +{points} point" in v.sentence
-        assert (
-            detectable_difference(0.02, n, 0.025) <= points / 100 < detectable_difference(0.02, n - 1, 0.025)
-        )
+        low, high = (seeds_needed(sd, points / 100, 0.05, 2) for sd in (low_sd, high_sd))
+        assert low < high and f"{low} to {high} seeds would detect +{points} point" in v.sentence
+        for sd, n in ((low_sd, low), (high_sd, high)):
+            assert (
+                detectable_difference(sd, n, 0.025) <= points / 100 < detectable_difference(sd, n - 1, 0.025)
+            )
+    assert "80% interval" in v.sentence and "degrees of freedom" in v.sentence
 
 
 def test_a_baseline_at_chance_is_a_plain_cannot_answer_with_chance_in_its_first_sentence():

@@ -137,8 +137,9 @@ def test_detect_and_the_chance_margin_are_relative_for_perplexity_and_points_for
     tiny = confirmation("perplexity", [confirmed("attn-dropout", 3000.0, -2.4, 0.5)])
     v = verdict(tiny)
     assert v.winner is not None and "-0.08%" in v.sentence and "below the 2% asked for" in v.sentence
-    # a design that detects a 1.4% fall sees the 2% asked for: "none of them", not "cannot answer"
-    seen = confirmation("perplexity", [confirmed("attn-dropout", 3000.0, 10.0, 30.0)])
+    # a design that detects a 1.6% fall (at the 90% bound of its noise) sees the 2% asked for: "none of
+    # them", not "cannot answer"
+    seen = confirmation("perplexity", [confirmed("attn-dropout", 3000.0, 10.0, 15.0)])
     assert 0.01 * 3000 < seen.detectable < 0.02 * 3000
     assert (
         verdict(seen).sentence.startswith("None of them")

@@ -12,13 +12,14 @@ quotes, for users and checks that look for it):
   Where the floor is unknown (generation metrics: BLEU, chrF, perplexity) this check is not made;
 * no method won and the design could not have detected a gain of ``detect`` (2 points by default, or 2%
   for perplexity and the loss: :mod:`.scales`): it then says how many seeds would detect 1 and 2 points
-  at the noise it measured (:func:`seeds_needed`).
+  at the noise it measured, as a range over that noise's 80% interval (:func:`.power.seeds_range`).
 
 Otherwise the verdict follows the confirmation only: a method is recommended when its confirmed difference
 from plain training on the evaluation split is a gain (positive; negative for a metric where lower is
 better) with a Holm-adjusted p below ``alpha`` (the largest such gain if several are); otherwise the
 answer is plain training, with the smallest true gain the confirmation would have detected (80% power at
-Holm's strictest level), so "none of them" says how large a gain could have hidden. A method
+Holm's strictest level, at the 90% upper bound of the measured noise: :mod:`.power`), so "none of them"
+says how large a gain could have hidden. A method
 significantly worse than plain training (a loss with p_Holm below ``alpha``) is said to hurt; "the
 closest" is only ever one that did not. The search's validation scores never decide: they are the scores
 the settings were chosen on.
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from ..report.comparison import metric_scale
 from ..tasks.metrics import higher_is_better
 from .confirm import Confirmation, ConfirmRow
+from .power import seeds_range
 from .regime import UNKNOWN, Trend
 from .scales import chance_margin, default_detect, describe_amount, in_metric_units, is_relative, points
 
@@ -47,7 +49,6 @@ __all__ = [
     "gain",
     "hurting",
     "paired_sd",
-    "seeds_needed",
     "verdict",
 ]
 
@@ -79,36 +80,9 @@ def gain(metric: str, delta: float) -> float:
     return delta if higher_is_better(metric) else -delta
 
 
-def seeds_needed(
-    sd: float, delta: float, alpha: float = 0.05, comparisons: int = 1, power: float = 0.8, most: int = 200
-) -> int | None:
-    """The fewest seeds whose paired t-test, at Holm's strictest level (``alpha / comparisons``), detects a
-    true difference ``delta`` with ``power``, for paired differences of standard deviation ``sd``; None if
-    more than ``most`` would be needed or ``sd`` is unknown."""
-    from ..report.stats import detectable_difference
-
-    if not math.isfinite(sd) or delta <= 0:
-        return None
-    if sd == 0:
-        return 2
-    level = alpha / max(comparisons, 1)
-    low, high = 2, most
-    if detectable_difference(sd, high, level, power) > delta:
-        return None
-    while low < high:  # the detectable difference falls as n grows: bisect
-        mid = (low + high) // 2
-        if detectable_difference(sd, mid, level, power) <= delta:
-            high = mid
-        else:
-            low = mid + 1
-    return low
-
-
 def paired_sd(confirmation: Confirmation) -> float:
-    """The standard deviation of one seed's paired difference, pooled over the methods."""
-    from ..report.stats import pooled_sd
-
-    return pooled_sd([r.sd for r in confirmation.rows], [r.seeds for r in confirmation.rows])
+    """The standard deviation of one seed's paired difference, pooled over the methods (as measured)."""
+    return confirmation.noise.sd
 
 
 def hurting(confirmation: Confirmation, alpha: float = 0.05) -> list[ConfirmRow]:
@@ -176,20 +150,38 @@ def _undetectable(confirmation: Confirmation, alpha: float, detect: float) -> st
     family = len(c.rows)
     needs = []
     for count in (1, 2):
-        n = seeds_needed(sd, in_metric_units(m, points(m, count), base), alpha, family)
+        low, high = seeds_range(c.noise, in_metric_units(m, points(m, count), base), alpha, family)
         wanted = (
             f"a {describe_amount(m, points(m, count))} fall"
             if is_relative(m)
             else f"+{describe_amount(m, points(m, count))}"
         )
-        needs.append(f"{'more than 200' if n is None else n} seeds would detect {wanted}")
+        needs.append(f"{_count_range(low, high)} seeds would detect {wanted}")
     noise = f"{sd:.3g} {m}" if is_relative(m) else f"{format_points(sd, False, m)} points"
     return (
         f"Cannot answer: this design cannot detect a gain you would care about: with {len(c.seeds)} seeds only "
-        f"a true difference of {_size(c, d)} or more would have been detected (80% power, Holm over {family}), "
-        f"and the smallest gain asked for is {describe_amount(m, detect)} (--detect). At the noise measured here "
-        f"({noise} a seed), {needs[0]} and {needs[1]} (--seeds N, or --seeds auto); a larger evaluation split "
+        f"a true difference of {_size(c, d)} or more would surely have been detected (80% power, Holm over "
+        f"{family}, {_bound(c)}), and the smallest gain asked for is {describe_amount(m, detect)} (--detect). At "
+        f"the noise measured here ({noise} a seed, {c.noise.df:.3g} degrees of freedom), {needs[0]} and "
+        f"{needs[1]} (over the noise's 80% interval; --seeds N, or --seeds auto); a larger evaluation split "
         "narrows the noise too."
+    )
+
+
+def _count_range(low: int | None, high: int | None) -> str:
+    """'12 to 40', 'more than 200', '12 to more than 200', or one count where both ends agree."""
+    if low is None:
+        return "more than 200"
+    if high is None:
+        return f"{low} to more than 200"
+    return str(low) if low == high else f"{low} to {high}"
+
+
+def _bound(confirmation: Confirmation) -> str:
+    """How the detectable difference was computed, for a sentence."""
+    return (
+        f"at the {100 * confirmation.confidence:.0f}% upper bound of the seeds' noise, so this holds in "
+        f"{100 * confirmation.confidence:.0f}% of studies"
     )
 
 
@@ -210,7 +202,8 @@ def _recommendation(w: ConfirmRow, confirmation: Confirmation, detect: float) ->
         else ""
     )
     return (
-        f"Use {w.method} at {w.setting}: {what} on {c.split} (95% interval over {w.seeds} fresh seeds, "
+        f"Use {w.method} at {w.setting}: {what} on {c.split} (95% interval over {w.seeds} "
+        f"{'fresh seeds' if c.fresh else 'seeds, runs not fresh to this study'}, "
         f"p_Holm {format_p(w.p_holm)}{cost}{small})."
     )
 
@@ -251,9 +244,12 @@ def _none_of_them(confirmation: Confirmation) -> str:
         power = f"a true fall of {format_points(d, False, m)} in {m} or more would have been detected"
     if math.isfinite(d) and d > 0:
         share = _share(c, d)
-        power += " with 80% power" + (f" ({share})" if share else "")
+        power += f" with 80% power ({_bound(c)}" + (f"; {share})" if share else ")")
     seeds = len(c.seeds)
-    return f"None of them: no method's tuned setting beat {c.plain} on {c.split} over {seeds} fresh seeds; {power}."
+    fresh = "fresh seeds" if c.fresh else "seeds (runs not fresh to this study)"
+    return (
+        f"None of them: no method's tuned setting beat {c.plain} on {c.split} over {seeds} {fresh}; {power}."
+    )
 
 
 def verdict(
@@ -287,6 +283,12 @@ def verdict(
         else:
             plainly = "Train plainly." if c.plain == "plain training" else "Fine-tune plainly."
             core = Verdict(None, f"{_none_of_them(c)}{_closest(c, alpha)}{hurts} {plainly}{partial}")
+    if not c.fresh and "not fresh" not in core.sentence:
+        core = Verdict(
+            core.winner,
+            f"{core.sentence} Runs not fresh to this study: {len(c.reused)} were copied in by --reuse-runs.",
+            core.answered,
+        )
     return _at_the_budget(core, c, trend)
 
 

@@ -32,6 +32,7 @@ from ..experiments.store import ResultsStore
 from ..interrupt import check as raise_if_stopped
 from ..report.comparison import ComparisonTable, build_table
 from ..report.stats import ChanceFloor, PairedTest, chance_floor, detectable_difference, holm, pooled_sd
+from .power import CONFIDENCE, Noise, pooled_df
 from .spaces import describe
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "confirm_experiment",
     "plain_name",
     "read_confirmation",
+    "reused",
     "run_confirmation",
     "split_floor",
 ]
@@ -113,12 +115,21 @@ class Confirmation:
     seeds: tuple[int, ...]
     rows: list[ConfirmRow]
     baseline_seeds: int
-    detectable: float  # smallest true difference detected with 80% power at Holm's strictest level
+    detectable: float  # smallest true difference detected with 80% power at Holm's strictest level, at
+    # the noise's upper CONFIDENCE bound: the power holds whenever the true noise is below the bound
     detectable_alpha: float  # the same at alpha alone (one comparison)
     table: ComparisonTable | None
     floor: float | None = None  # the best score of a constant prediction on the split (None: unknown)
     floor_constant: str = "a constant prediction"  # which constant scores it ("always 1")
     plain: str = "plain fine-tuning"  # what the baseline is called (:func:`plain_name`)
+    noise: Noise = Noise(float("nan"), 0.0)  # one seed's paired difference, pooled over the methods
+    confidence: float = CONFIDENCE  # of the bound on the noise the detectable difference is computed at
+    reused: tuple[str, ...] = ()  # the cells whose runs were copied in (--reuse-runs), not trained here
+
+    @property
+    def fresh(self) -> bool:
+        """Whether every run was trained for this study (none copied in by --reuse-runs)."""
+        return not self.reused
 
     @property
     def complete(self) -> bool:
@@ -137,13 +148,19 @@ class Confirmation:
         table: ComparisonTable | None = None,
         floor: ChanceFloor | None = None,
         plain: str = "plain fine-tuning",
+        confidence: float = CONFIDENCE,
+        reused: Sequence[str] = (),
     ) -> Confirmation:
         """The confirmation of ``rows`` (their raw p-values): Holm over them, the answer's family (the
-        methods on the main split), and the detectable difference at Holm's strictest level, alpha / m, from
-        the paired differences' standard deviation pooled over the methods."""
+        methods on the main split), and the detectable difference at Holm's strictest level, alpha / m, at
+        the upper ``confidence`` bound (:mod:`.power`) on the paired differences' standard deviation pooled
+        over the methods (with the degrees of freedom of differences that share the plain runs)."""
         adjusted = holm([r.p for r in rows])
         rows = [dataclasses.replace(r, p_holm=float(a)) for r, a in zip(rows, adjusted, strict=True)]
-        sd = pooled_sd([r.sd for r in rows], [r.seeds for r in rows])
+        noise = Noise(
+            pooled_sd([r.sd for r in rows], [r.seeds for r in rows]), pooled_df([r.seeds for r in rows])
+        )
+        sd = noise.upper(confidence)
         n = len(seeds)
         return cls(
             split=split,
@@ -157,6 +174,9 @@ class Confirmation:
             floor=None if floor is None else floor.score,
             floor_constant="a constant prediction" if floor is None else floor.constant,
             plain=plain,
+            noise=noise,
+            confidence=confidence,
+            reused=tuple(reused),
         )
 
 
@@ -352,7 +372,14 @@ def read_confirmation(
         table=table,
         floor=split_floor(list(table.runs.values()), split, metric),
         plain=plain_name(experiment.training.get("model_init")),
+        reused=reused(table),
     )
+
+
+def reused(table: ComparisonTable) -> list[str]:
+    """The confirmation's runs copied in by ``--reuse-runs`` (their cell keys): runs trained for another
+    study, so not fresh to this one (a setting chosen on their scores would be judged on them again)."""
+    return sorted(key for key, run in table.runs.items() if "reused_from" in run.record)
 
 
 def split_floor(runs: Sequence[Any], split: str, metric: str) -> ChanceFloor | None:
@@ -387,6 +414,11 @@ def _json(confirmation: Confirmation) -> dict[str, Any]:
         "floor": confirmation.floor,
         "floor_constant": confirmation.floor_constant if confirmation.floor is not None else None,
         "plain": confirmation.plain,
+        "noise_sd": confirmation.noise.sd,
+        "noise_df": confirmation.noise.df,
+        "noise_bound": confirmation.noise.upper(confirmation.confidence),
+        "confidence": confirmation.confidence,
+        "reused": list(confirmation.reused),
         "rows": [dataclasses.asdict(r) for r in confirmation.rows],
     }
 

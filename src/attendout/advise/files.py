@@ -93,13 +93,26 @@ def _floor_sentence(c: Confirmation) -> str:
     )
 
 
+def _not_fresh(c: Confirmation) -> str:
+    """The warning over a confirmation table some of whose runs were copied in by --reuse-runs."""
+    total = len(c.table.runs) if c.table is not None else len(c.reused)
+    return (
+        f"**Runs not fresh to this study:** {len(c.reused)} of its {total} runs were copied in by --reuse-runs from "
+        "another study (an earlier grid's), not trained for this one. If those runs' scores had a part in "
+        "choosing what is tested here (a recipe, a method, a setting), this table judges the choice on the runs "
+        "it was chosen on and overstates it: confirm on seeds the other study never ran (--confirm-seeds)."
+    )
+
+
 def _confirmation_section(c: Confirmation) -> list[str]:
     m = c.metric
     lines = [
         "",
         f"## Confirmed on {c.split} ({m}{' ×100' if metric_scale(m) != 1 else ''}, "
-        f"{'higher' if higher_is_better(m) else 'lower'} is better; fresh seeds {', '.join(map(str, c.seeds))})",
+        f"{'higher' if higher_is_better(m) else 'lower'} is better; {'fresh ' if c.fresh else ''}seeds "
+        f"{', '.join(map(str, c.seeds))})",
         "",
+        *([] if c.fresh else [_not_fresh(c), ""]),
         "| method | setting | seeds | score | none | Δ | 95% interval (seeds) | p | p_Holm | bootstrap 95% (examples) "
         "| time / none |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -112,7 +125,11 @@ def _confirmation_section(c: Confirmation) -> list[str]:
         f"{'' if higher_is_better(m) else '; lower is better, so a gain is negative'}). p: paired t-test over "
         f"seeds; p_Holm: Holm over the {len(c.rows)} methods. Smallest true Δ (either way) detected with 80% "
         f"power: {format_points(c.detectable, False, m)} at Holm's strictest level, "
-        f"{format_points(c.detectable_alpha, False, m)} for a single comparison. Time: a method's mean wall time "
+        f"{format_points(c.detectable_alpha, False, m)} for a single comparison, both at the "
+        f"{100 * c.confidence:.0f}% upper bound of the seeds' noise (one seed's paired difference: sd "
+        f"{format_points(c.noise.sd, False, m)}, {c.noise.df:.3g} degrees of freedom; bound "
+        f"{format_points(c.noise.upper(c.confidence), False, m)}), so the 80% holds in "
+        f"{100 * c.confidence:.0f}% of studies. Time: a method's mean wall time "
         "per run over none's (same steps, same machine), of the runs trained for this confirmation: runs copied "
         "in by --reuse-runs were timed elsewhere, so a method (or none) whose runs were all copied has no ratio "
         "(–).",

@@ -22,6 +22,7 @@ search keeps a setting that is truly better than the others (:func:`chance_to_fi
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..report.stats import pooled_sd
 from ..rundir import RunDir
 from ..tasks.metrics import higher_is_better
+from .power import comparison_sd
 
 if TYPE_CHECKING:
     from .search import MethodSearch, SearchPlan
@@ -139,7 +141,15 @@ def validations(run_dir: Path) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class SearchNoise:
-    """The search objective's own noise: how far one trial's score is from what more seeds would give."""
+    """The search objective's own noise: how far one trial's score is from what more seeds would give.
+
+    Two measures. ``sd``: one seed's score about its trial's mean, pooled over the trials (for ``delta``,
+    the spread of one seed's paired difference, plain run's noise included). ``own_sd``: the part of it
+    that is the trial's own (:func:`.power.comparison_sd`, the residual of a trial + seed fit): every
+    trial is paired with the same plain runs at the same seeds, so when two trials are compared the plain
+    runs' noise and each seed's shared part cancel, and only this part decides which one the search
+    keeps. :attr:`se` and what follows from it use ``own_sd`` where there are two complete trials to
+    measure it on, else ``sd`` (an upper bound)."""
 
     objective: str
     metric: str
@@ -147,11 +157,20 @@ class SearchNoise:
     sd: float  # of one seed's score about its trial's mean, pooled over trials (NaN: fewer than 2 seeds)
     trials: int  # complete trials pooled
     reference: dict[int, float]  # plain fine-tuning's best validation metric at each search seed (paired)
+    own_sd: float = float("nan")  # the trials' own noise: the residual sd of a trial + seed fit
+    own_df: float = 0.0  # its degrees of freedom, (trials - 1)(seeds - 1)
+
+    @property
+    def comparable(self) -> bool:
+        """Whether the trials' own noise was measured (two complete trials over the same seeds)."""
+        return math.isfinite(self.own_sd) and self.own_df > 0
 
     @property
     def se(self) -> float:
-        """The standard error of a trial's score (the mean over its seeds)."""
-        return self.sd / math.sqrt(len(self.seeds)) if math.isfinite(self.sd) else float("nan")
+        """The standard error of a trial's score (the mean over its seeds) when it is compared with another
+        trial's: from ``own_sd`` where measured, else from ``sd`` (which overstates it)."""
+        sd = self.own_sd if self.comparable else self.sd
+        return sd / math.sqrt(len(self.seeds)) if math.isfinite(sd) else float("nan")
 
     @property
     def resolution(self) -> float:
@@ -180,11 +199,18 @@ class SearchNoise:
         unit = "" if scale == 1 or self.objective == "delta-loss" else " points"
         k = 1.0 if self.objective == "delta-loss" else scale
         gap = 2.0 * self.se if self.objective == "delta-loss" else 2.0 / scale  # 2 points of the metric
+        measured_on = (
+            f"from the part of each trial's per-seed scores that is its own ({self.trials} complete trials: "
+            "the plain runs and each seed's share, common to every trial, cancel between trials)"
+            if self.comparable
+            else f"from the spread of each trial's seeds ({self.trials} complete trial(s): without two over "
+            "the same seeds, the part common to every trial cannot be taken out, so this overstates it)"
+        )
         return (
-            f"{head}. Its standard error, from the spread of each trial's seeds ({self.trials} complete "
-            f"trials): {k * self.se:.2g}{unit} (one seed: {k * self.sd:.2g}); settings whose true scores "
-            f"differ by less than about {k * self.resolution:.2g}{unit} could not be told apart by this search "
-            f"(a setting {k * gap:.2g}{unit} better than 7 others would be kept with probability "
+            f"{head}. Its standard error for comparing two settings, {measured_on}: {k * self.se:.2g}{unit} "
+            f"(one seed's paired difference, plain run included: {k * self.sd:.2g}); settings whose true "
+            f"scores differ by less than about {k * self.resolution:.2g}{unit} could not be told apart by this "
+            f"search (a setting {k * gap:.2g}{unit} better than 7 others would be kept with probability "
             f"{self.chance_to_find(gap, 8):.2f})."
         )
 
@@ -195,18 +221,24 @@ def search_noise(plan: SearchPlan, searches: dict[str, MethodSearch]) -> SearchN
 
     sds: list[float] = []
     ns: list[int] = []
+    table: list[list[float]] = []  # complete trials x search seeds, for their own noise
     for s in searches.values():
         for t in s.trials:
-            values = list(t.get("by_seed", {}).values())
+            by_seed = t.get("by_seed", {})
+            values = list(by_seed.values())
             if t["state"] == "COMPLETE" and len(values) >= 2:
                 sds.append(float(np.std(values, ddof=1)))
                 ns.append(len(values))
+                row = [by_seed.get(seed, by_seed.get(str(seed))) for seed in plan.seeds]
+                if all(v is not None for v in row):
+                    table.append([float(v) for v in row])
     reference = {}
     if plan.paired:
         for seed in plan.seeds:
             run = reference_dir(plan, seed)
             if RunDir(run).finished:
                 reference[seed] = measured(run, plan.metric).best
+    own = comparison_sd(table)
     return SearchNoise(
         objective=plan.objective,
         metric=plan.metric,
@@ -214,6 +246,8 @@ def search_noise(plan: SearchPlan, searches: dict[str, MethodSearch]) -> SearchN
         sd=pooled_sd(sds, ns) if sds else float("nan"),
         trials=len(sds),
         reference=reference,
+        own_sd=own.sd,
+        own_df=own.df,
     )
 
 
@@ -230,9 +264,17 @@ def chance_to_find(gap: float, se: float, settings: int) -> float:
         return float("nan")
     if se == 0:
         return 1.0 if gap > 0 else 1.0 / settings
-    z, w = np.polynomial.hermite_e.hermegauss(160)  # weight exp(-z^2 / 2): the standard normal's
+    z, w = _hermite_nodes()
     value = np.sum(w * special.ndtr(z + gap / se) ** (settings - 1)) / math.sqrt(2 * math.pi)
     return float(min(max(value, 0.0), 1.0))
+
+
+@functools.lru_cache(maxsize=1)
+def _hermite_nodes():
+    """Gauss-Hermite nodes of weight exp(-z^2 / 2), the standard normal's (computed once)."""
+    import numpy as np
+
+    return np.polynomial.hermite_e.hermegauss(160)
 
 
 def reference_dir(plan: SearchPlan, seed: int) -> Path:

@@ -13,7 +13,7 @@ Every stage is resumable by running the same thing again (a kill loses at most a
 2. search (:mod:`.search`): Optuna, one study per method, validation split only; a trial's score is its
    paired difference to ``none`` over ``search_repeats`` seeds by default, and its noise is measured.
 3. confirm (:mod:`.confirm`): the best settings and ``none`` on fresh seeds (``seeds="auto"``: as many
-   as detect a gain of ``detect`` at the search's noise, within ``confirm_hours``), scored on the
+   as detect a gain of ``detect`` at the bound of a pilot's noise, :mod:`.seeds`), scored on the
    evaluation split; paired tests with Holm, bootstrap intervals, the detectable difference, the cost.
 4. answer (:mod:`.answer`): ``advice.md``, ``advice.png``, ``advice.toml`` (the winner, or ``none``) and
    ``tuned/METHOD.toml`` for every method, each taken by ``attendout finetune --config``. Where no
@@ -47,7 +47,7 @@ from ..interrupt import check as raise_if_stopped
 from ..rundir import LOG_FILE, RunDir, write_json_atomic
 from ..runlock import RunBusyError, RunLock
 from ..train import finetune
-from .answer import seeds_needed, verdict
+from .answer import verdict
 from .confirm import (
     Confirmation,
     confirm_experiment,
@@ -60,8 +60,8 @@ from .confirm import (
 from .files import advice_figure, advice_markdown, write_setting
 from .objective import OBJECTIVES, SearchNoise, search_noise, search_seeds
 from .regime import RegimeReading, read_regime
-from .scales import default_detect, in_metric_units, is_relative
 from .search import MethodSearch, SearchPlan, epoch_run, run_search
+from .seeds import choose as choose_seeds
 from .spaces import DEFAULT_METHODS, search_space
 from .trend import plain_trend
 
@@ -91,7 +91,7 @@ class AdviseConfig:
     search_seed: int = 0
     search_repeats: int = 2  # seeds per trial: search_seed, search_seed + 1000, ...
     objective: str = "delta"  # attendout.advise.search.OBJECTIVES
-    #: confirmation seeds, never a search seed; "auto": as many as detect ``detect`` at the search's noise
+    #: confirmation seeds, never a search seed; "auto": a pilot's 5, then as many as detect ``detect`` (.seeds)
     seeds: Sequence[int] | str = (1, 2, 3, 4, 5)
     #: the smallest gain a user cares about, on the metric's scale (:mod:`.scales`): 0.02 is 2 points of
     #: accuracy, 2.0 is 2 BLEU, 0.02 is a 2% fall of perplexity; default 2 points (or 2%)
@@ -376,24 +376,40 @@ def advise(config: AdviseConfig) -> Advice:
     if config.until == "search" or not tuned:
         sentence = f"search: {searched}" + ("" if tuned else "; no method has a finished trial to confirm")
         return Advice(regime, searches, None, sentence, None, files, noise)
-    seeds = _confirmation_seeds(config, plan, noise, searches, len(tuned), metric)
     tuning = (
         f"attendout advise: each method's setting searched with Optuna ({config.sampler}, up to {config.trials} "
         f"trials, search seeds {', '.join(map(str, plan.seeds))}, objective {config.objective}) on the validation "
         "split carved from train; confirmed here on seeds the search never used"
     )
-    data = confirm_experiment(config.recipe, tuned, seeds, budget, steps_per_epoch, tuning=tuning)
-    experiment = write_experiment(config.out / "confirm.toml", data)
-    root = config.out / "confirm"
-    run_confirmation(
-        experiment,
-        root,
-        device=config.recipe.device,
-        reuse=config.reuse_runs,
-        progress=config.progress,
+
+    def confirm(seeds: Sequence[int]) -> Confirmation:
+        """Run (or resume) the confirmation on ``seeds`` and read it."""
+        data = confirm_experiment(config.recipe, tuned, seeds, budget, steps_per_epoch, tuning=tuning)
+        experiment = write_experiment(config.out / "confirm.toml", data)
+        run_confirmation(
+            experiment,
+            config.out / "confirm",
+            device=config.recipe.device,
+            reuse=config.reuse_runs,
+            progress=config.progress,
+            echo=config.echo,
+        )
+        return read_confirmation(experiment, config.out / "confirm", tuned, config.alpha)
+
+    seeds = choose_seeds(
+        seeds=config.seeds,
+        out=config.out,
+        plan=plan,
+        searches=searches,
+        methods=len(tuned),
+        detect=config.detect,
+        alpha=config.alpha,
+        max_seeds=config.max_seeds,
+        confirm_hours=config.confirm_hours,
+        pilot=confirm,
         echo=config.echo,
     )
-    confirmation = read_confirmation(experiment, root, tuned, config.alpha)
+    confirmation = confirm(seeds)
     if config.until == "confirm":
         return Advice(regime, searches, confirmation, "confirmed; run the answer stage", None, files, noise)
     return _answer(config, plan, regime, searches, noise, confirmation, tuned)
@@ -403,76 +419,6 @@ def _scale(metric: str) -> float:
     from ..report.comparison import metric_scale
 
     return metric_scale(metric)
-
-
-def _confirmation_seeds(
-    config: AdviseConfig,
-    plan: SearchPlan,
-    noise: SearchNoise,
-    searches: dict[str, MethodSearch],
-    methods: int,
-    metric: str,
-) -> tuple[int, ...]:
-    """The confirmation's seeds: as given, or (``"auto"``) as many as detect a gain of ``detect`` with 80%
-    power at Holm's strictest level, at the noise the search measured (one seed's paired difference on
-    the validation split stands in for the evaluation split's), within ``confirm_hours`` and ``max_seeds``.
-    The choice is written to OUTPUT/seeds.json and kept on resuming."""
-    if config.seeds != "auto":
-        return tuple(config.seeds)
-    path = config.out / "seeds.json"
-    if path.is_file():
-        return tuple(json.loads(path.read_text())["seeds"])
-    detect = _detect_in_units(config, metric, noise)
-    why: str
-    if plan.objective != "delta" or not math.isfinite(noise.sd):
-        n = 5
-        why = "the search did not measure the noise of a paired difference (objective delta, 2 or more search seeds); 5 seeds"
-    elif not math.isfinite(detect):
-        n = 5
-        why = f"a {metric} gain is relative to plain training's score, and no plain run of the search has one; 5 seeds"
-    else:
-        needed = seeds_needed(noise.sd, detect, config.alpha, methods)
-        n = config.max_seeds if needed is None else max(3, min(needed, config.max_seeds))
-        why = (
-            f"{'more than 200' if needed is None else needed} seeds detect {detect:g} at the search's noise "
-            f"(sd {noise.sd:.3g} a seed), at most {config.max_seeds}"
-        )
-        seconds = _seconds_per_run(searches, len(plan.seeds))
-        if config.confirm_hours is not None and seconds:
-            fits = int(config.confirm_hours * 3600 // (seconds * (methods + 1)))
-            if fits < n:
-                n = max(2, fits)
-                why += f"; {config.confirm_hours:g} h at {seconds:.0f} s a run fit {n}"
-    taken = set(plan.seeds)
-    seeds: list[int] = []
-    candidate = 1
-    while len(seeds) < n:
-        if candidate not in taken:
-            seeds.append(candidate)
-        candidate += 1
-    write_json_atomic(path, {"seeds": seeds, "why": why})
-    config.echo(f"advise: confirmation on {n} seeds ({why})")
-    return tuple(seeds)
-
-
-def _detect_in_units(config: AdviseConfig, metric: str, noise: SearchNoise) -> float:
-    """``--detect`` (or its default) as a difference of the metric's values: for a relative metric, its share of
-    plain training's mean validation score at the search seeds (NaN where there is none)."""
-    detect = config.detect if config.detect is not None else default_detect(metric)
-    if not is_relative(metric):
-        return detect
-    scores = list(noise.reference.values())
-    return in_metric_units(metric, detect, sum(scores) / len(scores)) if scores else float("nan")
-
-
-def _seconds_per_run(searches: dict[str, MethodSearch], repeats: int) -> float | None:
-    times = [
-        t["seconds"] / repeats
-        for s in searches.values()
-        for t in s.trials
-        if t["state"] == "COMPLETE" and t.get("seconds")
-    ]
-    return sum(times) / len(times) if times else None
 
 
 def _answer(

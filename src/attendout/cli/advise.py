@@ -163,7 +163,8 @@ def advise_parser() -> argparse.ArgumentParser:
         default="5",
         metavar="N|auto",
         help="fresh seeds of the confirmation: 1..N, skipping the search seeds (default: 5); auto: as many as "
-        "detect a gain of --detect with 80%% power at the noise the search measured, at most --max-seeds "
+        "detect a gain of --detect with 80%% power at the 90%% upper bound of the noise a pilot of 5 fresh "
+        "seeds measures on the evaluation split (the pilot's runs are the first seeds), at most --max-seeds "
         "and within --confirm-hours",
     )
     confirm.add_argument(

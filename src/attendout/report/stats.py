@@ -422,11 +422,16 @@ def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float =
 _QUADRATURE = np.polynomial.legendre.leggauss(512)
 
 
+@functools.lru_cache(maxsize=256)
 def _chi_nodes(df: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gauss-Legendre nodes over the quantiles u of V ~ chi-square(df): (sqrt(V(u) / df), weights)."""
+    """Gauss-Legendre nodes over the quantiles u of V ~ chi-square(df): (sqrt(V(u) / df), weights);
+    cached per df (read-only arrays: a caller cannot change the cache)."""
     x, w = _QUADRATURE
     u = (x + 1) / 2
-    return np.sqrt(stats.chi2.ppf(u, df) / df), w / 2
+    nodes, weights = np.sqrt(stats.chi2.ppf(u, df) / df), w / 2
+    nodes.setflags(write=False)
+    weights.setflags(write=False)
+    return nodes, weights
 
 
 def t_test_power(
