@@ -2,9 +2,19 @@
 
 No pretrained decoder or translation model exists offline here, and a model from scratch needs a
 vocabulary: :func:`train_tokenizer` trains a byte-level BPE (Hugging Face ``tokenizers``, the GPT-2 /
-RoBERTa scheme: any UTF-8 text is encodable, decoding gives the text back) on the training split's
-texts only (for seq2seq both sides: one joint vocabulary, e.g. EN-DE). It is returned as a ``transformers``
-fast tokenizer and saved beside the model (``save_pretrained``), so that ``AutoTokenizer`` loads it back.
+RoBERTa scheme: any UTF-8 text is encodable) on the training split's texts only (for seq2seq both sides:
+one joint vocabulary, e.g. EN-DE). It is returned as a ``transformers`` fast tokenizer and saved beside
+the model (``save_pretrained``), so that ``AutoTokenizer`` loads it back.
+
+Decoding gives the text back exactly, in plain ``transformers`` too (``decode(encode(text),
+skip_special_tokens=True) == text`` for every text, leading and trailing spaces included, that does not
+hold a special token's string such as ``</s>``, which is read as that token): the
+normalizer puts one space before every text (so that a text's first word is the same piece as the word
+inside a sentence, as RoBERTa's ``add_prefix_space`` does), and the decoder takes exactly that one space
+off again. All of it is in the saved ``tokenizer.json`` (normalizer ``Prepend``, decoder ``ByteLevel`` then
+``Strip``): loading it needs no import of ours. (Tokenizers saved before 2026-11-27, issue 59, added the space
+with the pre-tokenizer and did not take it off: their decoded texts begin with a space. Their pieces
+are the same for texts that do not begin with a space.)
 
 Special tokens, at fixed ids: ``<pad>`` 0, ``<s>`` 1 (beginning of sequence; decoder start of
 encoder-decoders), ``</s>`` 2 (end of sequence; ends every encoded seq2seq text, and every document of
@@ -28,7 +38,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, *, end_with_eos: bool
     ``end_with_eos``: every encoded text ends with ``</s>`` (sources and targets of seq2seq); off for
     language modelling, whose loop puts ``</s>`` between documents itself.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     specials = list(SPECIAL_TOKENS.values())
@@ -39,8 +49,10 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, *, end_with_eos: bool
             f"{len(alphabet)} bytes, {len(specials)} special tokens and one merge), got {vocab_size}"
         )
     model = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk"]))
-    model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-    model.decoder = decoders.ByteLevel()
+    # one space before every text, and exactly that one taken off again when decoding (module docstring)
+    model.normalizer = normalizers.Prepend(" ")
+    model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    model.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Strip(" ", 1, 0)])
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet, show_progress=False
     )
