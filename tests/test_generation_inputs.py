@@ -109,3 +109,51 @@ def test_the_saved_scratch_tokenizer_gives_every_text_back_in_plain_transformers
         assert out["plain"] == ROUND_TRIP
     else:  # a seq2seq text ends with </s>
         assert out["plain"] == [t + "</s>" for t in ROUND_TRIP]
+
+
+# --------------------------------------------------------------------------------------------------
+# A decoder whose tokenizer names no end-of-sequence token
+
+WORDS = sorted({w for s in SENTENCES for w in s.split()})
+
+
+def gpt2_with_a_bert_tokenizer(folder, eos_token_id):
+    """A tiny GPT-2 saved with a BERT tokenizer (as some decoders ship: no end-of-sequence token)."""
+    from transformers import BertTokenizerFast, GPT2Config, GPT2LMHeadModel
+
+    folder.mkdir()
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"))
+    tokenizer.save_pretrained(folder)
+    config = GPT2Config(
+        vocab_size=len(vocab), n_positions=32, n_embd=32, n_layer=1, n_head=2, eos_token_id=eos_token_id,
+        bos_token_id=eos_token_id,
+    )  # fmt: skip
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    assert tokenizer.eos_token_id is None
+    return folder
+
+
+def test_a_decoder_whose_tokenizer_has_no_eos_takes_its_configs_and_says_so(files, tmp_path, caplog):
+    model = gpt2_with_a_bert_tokenizer(tmp_path / "gpt2-bert", eos_token_id=3)  # [SEP]
+    with caplog.at_level("WARNING"):
+        results = finetune(tiny(tmp_path, "lm", model=str(model), model_init="pretrained"))
+    said = [r.getMessage() for r in caplog.records if "end-of-sequence" in r.getMessage()]
+    assert len(said) == 1 and "eos_token_id 3 ('[SEP]')" in said[0], said
+    assert results["eval"]["dev"]["tokens"] > 0
+    from transformers import AutoTokenizer
+
+    saved = AutoTokenizer.from_pretrained(tmp_path / "run" / "model")
+    assert saved.eos_token == "[SEP]" and saved.eos_token_id == 3  # predict reads the same documents
+
+
+@pytest.mark.parametrize("eos", [None, 50256], ids=["none", "out of vocabulary"])
+def test_a_decoder_without_any_eos_is_refused_before_training_naming_how_to_set_one(files, tmp_path, eos):
+    model = gpt2_with_a_bert_tokenizer(tmp_path / "gpt2-bert", eos_token_id=eos)
+    with pytest.raises(ValueError, match="names no end-of-sequence token") as refused:
+        finetune(tiny(tmp_path, "lm", model=str(model), model_init="pretrained"))
+    message = str(refused.value)
+    assert "tokenizer_config.json" in message and "eos_token_id in its config.json" in message
+    assert ("names none" if eos is None else "50256 is not in the tokenizer's vocabulary") in message
+    assert not (tmp_path / "run").exists()  # before anything is written

@@ -35,6 +35,7 @@ from torch import nn
 
 from .devices import autocast_dtype, pick_device
 from .generation.encoding import GenerationOptions, LMEncoded, Seq2SeqEncoded
+from .generation.models import end_of_sequence
 from .predictbase import (
     PredictError,
     check_finished,
@@ -248,6 +249,10 @@ class GenerationPredictor:
             raise PredictError(
                 f"cannot load the model in {model_dir} ({type(error).__name__}: {str(error).splitlines()[0]})"
             ) from None
+        try:  # a model folder's tokenizer without one takes its config's, as training does
+            end_of_sequence(tokenizer, model.config, str(model_dir), found)
+        except ValueError as error:
+            raise PredictError(str(error)) from None
         if tokenizer.pad_token_id is None:  # decoders ship none: pad with end-of-sequence, as training did
             tokenizer.pad_token = tokenizer.eos_token
         context = _context(model)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +31,12 @@ __all__ = [
     "INITS",
     "SCRATCH_ARCHITECTURES",
     "ScratchSize",
+    "end_of_sequence",
     "load_for_generation",
     "scratch_config",
 ]
+
+logger = logging.getLogger(__name__)
 
 INITS = ("pretrained", "scratch")
 AUTO_CLASSES = {LM: "AutoModelForCausalLM", SEQ2SEQ: "AutoModelForSeq2SeqLM"}
@@ -162,6 +166,7 @@ def _scratch(name: str, task: Task, size: ScratchSize, positions: int, train: Ex
             ) from None
         if any((file.parent / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
             tokenizer = load_tokenizer(file.parent)
+            end_of_sequence(tokenizer, config, str(file.parent), task.kind)
         _refuse_bidirectional(config, str(file), task)
         described = f"{config.model_type} from scratch, config {file}"
     elif os.path.exists(name):
@@ -219,6 +224,43 @@ def _refuse_bidirectional(config: Any, name: str, task: Task) -> None:
         )
 
 
+def end_of_sequence(tokenizer: Any, config: Any, name: str, kind: str) -> None:
+    """Give ``tokenizer`` an end-of-sequence token where it names none: its model ``config``'s
+    ``eos_token_id``, said in a warning. A language model (``kind`` lm) ends every document with it, so
+    where neither names one (or the config's id is not in the tokenizer's vocabulary) it is a
+    ValueError saying how to set one; an encoder-decoder is left as it is."""
+    if tokenizer.eos_token_id is not None:
+        return
+    eos = getattr(config, "eos_token_id", None)
+    if isinstance(eos, (list, tuple)):  # Llama 3 and kin: several; the first ends a document
+        eos = eos[0] if eos else None
+    size = len(tokenizer)
+    if isinstance(eos, int) and 0 <= eos < size:
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
+        logger.warning(
+            "model %s: its tokenizer (%s) names no end-of-sequence token; taking its config's eos_token_id %d "
+            "(%r), which ends every document and pads",
+            name,
+            type(tokenizer).__name__,
+            eos,
+            tokenizer.eos_token,
+        )
+        return
+    if kind != LM:
+        return
+    config_says = (
+        "its config names none (eos_token_id)"
+        if eos is None
+        else f"its config's eos_token_id {eos} is not in the tokenizer's vocabulary of {size} tokens"
+    )
+    raise ValueError(
+        f"model {name!r}: its tokenizer ({type(tokenizer).__name__}) names no end-of-sequence token and "
+        f'{config_says}; a language model ends every document with one: set "eos_token" in the model '
+        'folder\'s tokenizer_config.json to a token of its vocabulary (e.g. "[SEP]" or "</s>"), or '
+        "eos_token_id in its config.json"
+    )
+
+
 def _pretrained(name: str, task: Task, **kwargs: Any):
     from transformers import AutoConfig
 
@@ -242,6 +284,7 @@ def _pretrained(name: str, task: Task, **kwargs: Any):
             )
         _refuse_bidirectional(config, name, task)
         tokenizer = load_tokenizer(path)
+        end_of_sequence(tokenizer, config, name, task.kind)  # before the weights load: a refusal is quick
         model = auto.from_pretrained(path, **kwargs)
     except OSError as error:
         hint = "" if local else "; offline, start from a config with --model-init scratch"
