@@ -362,6 +362,10 @@ def test_the_stated_noise_sentence_names_the_standard_error_and_what_it_resolves
     alone = SearchNoise("delta", "mcc", (0, 1000), 0.028, 1, {})
     assert not alone.comparable and alone.se == pytest.approx(0.028 / math.sqrt(2))
     assert "overstates it" in alone.sentence(100.0)
+    # from scratch the reference is plain training, not plain fine-tuning (issue 57, wording)
+    assert "minus plain fine-tuning's" in text
+    scratch = SearchNoise("delta", "bleu", (0, 1000), 0.3, 2, {}, plain="plain training")
+    assert "minus plain training's" in scratch.sentence() and "fine-tuning" not in scratch.sentence()
 
 
 def test_the_trials_own_noise_takes_out_what_every_trial_shares_at_a_seed():

@@ -33,6 +33,7 @@ from ..interrupt import check as raise_if_stopped
 from ..report.comparison import ComparisonTable, build_table
 from ..report.stats import ChanceFloor, PairedTest, chance_floor, detectable_difference, holm, pooled_sd
 from .power import CONFIDENCE, Noise, pooled_df
+from .scales import plain_name
 from .spaces import describe
 
 __all__ = [
@@ -45,11 +46,6 @@ __all__ = [
     "run_confirmation",
     "split_floor",
 ]
-
-
-def plain_name(model_init: str | None) -> str:
-    """What the baseline is called: "plain training" from scratch, else "plain fine-tuning"."""
-    return "plain training" if model_init == "scratch" else "plain fine-tuning"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from ..report.stats import pooled_sd
 from ..rundir import RunDir
 from ..tasks.metrics import higher_is_better
 from .power import comparison_sd
+from .scales import plain_name
 
 if TYPE_CHECKING:
     from .search import MethodSearch, SearchPlan
@@ -58,8 +59,8 @@ __all__ = [
 SEED_STRIDE = 1000
 #: what a trial's score is, by ``SearchPlan.objective`` (see the module docstring)
 OBJECTIVES = {
-    "delta": "the method's best validation {metric} minus plain fine-tuning's at the same seed",
-    "delta-loss": "the method's lowest validation loss minus plain fine-tuning's at the same seed",
+    "delta": "the method's best validation {metric} minus {plain}'s at the same seed",
+    "delta-loss": "the method's lowest validation loss minus {plain}'s at the same seed",
     "score": "the method's best validation {metric}",
 }
 
@@ -159,6 +160,7 @@ class SearchNoise:
     reference: dict[int, float]  # plain fine-tuning's best validation metric at each search seed (paired)
     own_sd: float = float("nan")  # the trials' own noise: the residual sd of a trial + seed fit
     own_df: float = 0.0  # its degrees of freedom, (trials - 1)(seeds - 1)
+    plain: str = "plain fine-tuning"  # what the reference is called ("plain training" from scratch)
 
     @property
     def comparable(self) -> bool:
@@ -186,7 +188,7 @@ class SearchNoise:
 
     def sentence(self, scale: float = 1.0) -> str:
         """One sentence for ``advice.md``: the objective and its standard error (``scale``: x100 for a fraction)."""
-        what = OBJECTIVES[self.objective].format(metric=self.metric)
+        what = OBJECTIVES[self.objective].format(metric=self.metric, plain=self.plain)
         seeds = ", ".join(map(str, self.seeds))
         head = f"Search objective: {what}, averaged over the search seeds ({seeds})"
         if not math.isfinite(self.sd):
@@ -248,6 +250,7 @@ def search_noise(plan: SearchPlan, searches: dict[str, MethodSearch]) -> SearchN
         reference=reference,
         own_sd=own.sd,
         own_df=own.df,
+        plain=plain_name(plan.base.model_init),
     )
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "describe_amount",
     "in_metric_units",
     "is_relative",
+    "plain_name",
     "points",
 ]
 
@@ -32,6 +33,11 @@ __all__ = [
 DETECT_POINTS = 2.0
 #: plain training within this many points (or per cent) of the chance floor is at chance
 CHANCE_POINTS = 1.0
+
+
+def plain_name(model_init: str | None) -> str:
+    """What the baseline is called: "plain training" from scratch, else "plain fine-tuning"."""
+    return "plain training" if model_init == "scratch" else "plain fine-tuning"
 
 
 def is_relative(metric: str) -> bool:
