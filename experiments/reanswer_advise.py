@@ -37,6 +37,12 @@ def main() -> None:
     confirmation = read_confirmation(
         load_experiment(out / "confirm.toml"), out / "confirm", tuned, args.alpha
     )
+    if not confirmation.rows:
+        raise SystemExit(
+            f"{out}: no method's confirmation runs are read as today's configuration (the cells are stale: a default "
+            f"changed since they ran; `attendout table {out / 'confirm.toml'} --results {out / 'confirm'}` lists them), "
+            "so today's answer stage has nothing to answer from"
+        )
     detect = args.detect if args.detect is not None else default_detect(confirmation.metric)
     v = verdict(confirmation, args.alpha, detect=detect)
     noise, metric = confirmation.noise, confirmation.metric
