@@ -60,7 +60,7 @@ def main() -> None:
         "",
         f"**{v.sentence}**",
         "",
-        f"- Then (v0.4): {advice['sentence']}",
+        f"- As first answered (advice.json): {advice['sentence']}",
         f"- Plain fine-tuning on {confirmation.split}: {confirmation.rows[0].baseline_mean:.4f} "
         f"{confirmation.metric}; the chance floor ({confirmation.floor_constant}): {confirmation.floor}",
         f"- One seed's paired difference, pooled over the {family} methods: sd {noise.sd:.4f} ({noise.df:.3g} "

@@ -160,7 +160,7 @@ def _undetectable(confirmation: Confirmation, alpha: float, detect: float) -> st
     noise = f"{sd:.3g} {m}" if is_relative(m) else f"{format_points(sd, False, m)} points"
     return (
         f"Cannot answer: this design cannot detect a gain you would care about: with {len(c.seeds)} seeds only "
-        f"a true difference of {_size(c, d)} or more would surely have been detected (80% power, Holm over "
+        f"a true difference of {_size(c, d)} or more would have been detected (80% power, Holm over "
         f"{family}, {_bound(c)}), and the smallest gain asked for is {describe_amount(m, detect)} (--detect). At "
         f"the noise measured here ({noise} a seed, {c.noise.df:.3g} degrees of freedom), {needs[0]} and "
         f"{needs[1]} (over the noise's 80% interval; --seeds N, or --seeds auto); a larger evaluation split "
