@@ -96,13 +96,15 @@ def _handle(signum: int, frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def handling() -> Iterator[None]:
-    """Within this block (a command), SIGINT and SIGTERM are requests to stop; the handlers before it
-    are restored after it."""
+def handling(extra: tuple[int, ...] = ()) -> Iterator[None]:
+    """Within this block (a command), SIGINT and SIGTERM (and the ``extra`` signals: a SLURM task's
+    SIGUSR2, :mod:`attendout.experiments.slurm`) are requests to stop; the handlers before it are
+    restored after it."""
     global _installed
-    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    signals = SIGNALS + tuple(extra)
+    previous = {signum: signal.getsignal(signum) for signum in signals}
     _requested.clear()
-    for signum in SIGNALS:
+    for signum in signals:
         signal.signal(signum, _handle)
     _installed = True
     try:

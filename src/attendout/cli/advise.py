@@ -13,6 +13,7 @@ from ..advise.study import STAGES, AdviseConfig, advise
 from .flags import (
     add_dataclass_options,
     add_file_options,
+    add_launch_options,
     add_threads,
     dataclass_from_args,
     set_threads,
@@ -211,6 +212,11 @@ def advise_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a trial or run of another host without a heartbeat for this long is taken over (default: 900)",
     )
+    add_launch_options(
+        parser,
+        "advise: the confirmation's runs. The search runs one trial at a time in this process; for several "
+        "search workers, start advise again with the same --storage (an RDB: postgresql://...).",
+    )
     return parser
 
 
@@ -270,7 +276,14 @@ def main(argv: list[str]) -> int:
     """``attendout advise``: 0 when the stages ran; a stop (Ctrl-C, SIGTERM) is :func:`attendout.cli.main`'s."""
     import optuna
 
+    from ..experiments.launch import LaunchOptions, make_launcher
+    from ..experiments.runner import launching
+
     config = config_from_args(argv)
+    # --jobs, --launcher: where the confirmation's grid runs (its run_cells takes the launcher of this block);
+    # a SLURM array is waited for, since the answer reads the whole confirmation
+    launcher = make_launcher(LaunchOptions.of_args(advise_parser().parse_args(argv), wait=True))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    advise(config)
+    with launching(launcher):
+        advise(config)
     return 0

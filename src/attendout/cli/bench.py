@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .flags import add_threads, set_threads
+from .flags import add_launch_options, add_threads, set_threads
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,7 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
             "results root. Resumable: finished cells are skipped, and a killed cell resumes from the checkpoint "
             "of its last validation (every eval_steps, or checkpoint_steps; a cell with neither restarts) "
             "to the numbers an uninterrupted run gives. Shareable: several jobs may run on one results root "
-            "at once (claims), or split it with --shard."
+            "at once (claims), or split it with --shard. Scalable: --jobs N runs N cells at once here; "
+            "--launcher slurm submits them as a job array, --launcher ray as Ray tasks."
         ),
     )
     parser.add_argument("experiment", help="an experiment file, or the name of one in --experiments-dir")
@@ -89,11 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--experiments-dir", default="experiments", help="where experiment names are looked up"
     )
+    add_launch_options(parser)
     return parser
 
 
 def main(argv: list[str]) -> int:
     """``attendout bench``: returns 0 if every cell of the shard ran or was done, 1 if any failed, 2 if invalid."""
+    from ..experiments.launch import LaunchOptions, make_launcher
     from ..experiments.parse import load_experiment
     from ..experiments.plan import format_listing, parse_selection, parse_shard, prepare_cells
     from ..experiments.runner import reuse_runs, run_cells
@@ -108,7 +111,11 @@ def main(argv: list[str]) -> int:
         epochs=args.epochs,
         max_steps=args.max_steps,
     )
-    set_threads(args.threads)
+    launcher = make_launcher(LaunchOptions.of_args(args))
+    if launcher is None:  # with a launcher, --threads is each run's
+        set_threads(args.threads)
+    elif args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
     if args.stale_after is not None and args.stale_after <= 0:
         raise ExperimentError(f"--stale-after must be positive, got {args.stale_after}")
     shard = parse_shard(args.shard)
@@ -146,6 +153,12 @@ def main(argv: list[str]) -> int:
                 raise ExperimentError(f"--reuse-runs {source}: no such folder")
             for key in reuse_runs([c for c in plan.shard_cells if c.config is not None], store, Path(source)):
                 print(f"{key}: reused the finished run of the same configuration in {source}")
-    summary = run_cells(plan, store, rerun_stale=args.rerun_stale, echo=lambda line: print(line, flush=True))
+    summary = run_cells(
+        plan,
+        store,
+        rerun_stale=args.rerun_stale,
+        echo=lambda line: print(line, flush=True),
+        launcher=launcher,
+    )
     print(f"bench {experiment.name} shard {shard[0]}/{shard[1]}: {summary.line()}")
     return 1 if summary.failed else 0

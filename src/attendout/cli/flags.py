@@ -161,6 +161,69 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+def add_launch_options(parser: argparse.ArgumentParser, description: str | None = None) -> None:
+    """``--jobs``, ``--launcher`` and each launcher's options, in a group of their own (parsed by
+    :class:`attendout.experiments.launch.LaunchOptions`); ``description`` says what they apply to."""
+    group = parser.add_argument_group(
+        "where the runs run (docs/guides/scale.md; every launcher runs the same cells on the same results folder)",
+        description,
+    )
+    group.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="local: N runs at once on this machine, each a process with --threads torch threads (default: "
+        "the CPUs divided by N); on a GPU they share it, and a run out of GPU memory is retried when another "
+        "ends (default: 1, one process)",
+    )
+    group.add_argument(
+        "--launcher",
+        choices=("local", "slurm", "ray"),
+        default="local",
+        help="local: this machine (--jobs); slurm: one SLURM job array through submitit, submitted and left "
+        "to run (pip install 'attendout[slurm]'); ray: Ray tasks on --address (pip install 'attendout[ray]')",
+    )
+    group.add_argument("--partition", default=None, help="slurm: the partition")
+    group.add_argument(
+        "--gpus-per-run", type=float, default=0, metavar="N", help="slurm, ray: GPUs of each run (default: 0)"
+    )
+    group.add_argument(
+        "--cpus-per-run",
+        type=int,
+        default=None,
+        metavar="N",
+        help="slurm, ray: CPUs of each run, and its torch threads (default: 4 on SLURM, 1 on Ray)",
+    )
+    group.add_argument(
+        "--max-parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="slurm: at most N tasks of the array at once",
+    )
+    group.add_argument(
+        "--time-limit",
+        type=int,
+        default=24 * 60,
+        metavar="MINUTES",
+        help="slurm: each task's time limit; a task that reaches it is requeued from its checkpoint (default: 1440)",
+    )
+    group.add_argument("--mem-gb", type=int, default=None, help="slurm: memory of each task, in GB")
+    group.add_argument(
+        "--address",
+        default=None,
+        help="ray: the cluster (auto, HOST:PORT or ray://HOST:10001; default: a Ray instance started here)",
+    )
+    group.add_argument(
+        "--submitit-cluster",
+        choices=("slurm", "local"),
+        default="slurm",
+        help="slurm: local runs the array through submitit's local executor on this machine (the same "
+        "pickling and job path, no scheduler: to try a submission without SLURM)",
+    )
+
+
 #: Stands for "not given on the command line" in the options some tasks give their own defaults.
 _UNSET = object()
 

@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import TrainConfig
 from ..interrupt import check as raise_if_stopped
@@ -30,7 +30,16 @@ from .plan import GridPlan
 from .spec import Cell, ExperimentError, config_fingerprint
 from .store import HEARTBEAT_S, Claim, ResultsStore, compact_predictions, has_checkpoint
 
-__all__ = ["BenchJob", "RunSummary", "reuse_runs", "run_cells"]
+__all__ = [
+    "BenchJob",
+    "Launcher",
+    "RunSummary",
+    "current_launcher",
+    "is_out_of_memory",
+    "launching",
+    "reuse_runs",
+    "run_cells",
+]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -96,6 +105,8 @@ class RunSummary:
     skipped_claimed: list[str] = field(default_factory=list)
     discarded: list[str] = field(default_factory=list)  # trained, but another job published first
     failed: list[str] = field(default_factory=list)
+    out_of_memory: list[str] = field(default_factory=list)  # stopped for lack of GPU memory: to retry
+    submitted: list[str] = field(default_factory=list)  # handed to a scheduler (SLURM) that runs them later
 
     def line(self) -> str:
         parts = [
@@ -104,9 +115,54 @@ class RunSummary:
             f"{len(self.skipped_claimed)} left to other jobs",
             f"{len(self.failed)} failed",
         ]
+        if self.submitted:
+            parts.insert(0, f"{len(self.submitted)} submitted")
         if self.discarded:
             parts.append(f"{len(self.discarded)} discarded (another job finished them first)")
         return ", ".join(parts)
+
+    def add(self, other: RunSummary | dict[str, list[str]]) -> None:
+        """Count another process's summary (a RunSummary or its ``dataclasses.asdict``) in this one."""
+        values = other if isinstance(other, dict) else dataclasses.asdict(other)
+        for name, keys in values.items():
+            getattr(self, name).extend(keys)
+
+
+class Launcher(Protocol):
+    """Runs a grid's cells somewhere other than this loop (:mod:`attendout.experiments.launch`).
+
+    ``run`` gets the job (its plan, store and options, after the checks, the store's preparation and
+    the sweep) and the runnable cells of its shard; it runs or submits those that are neither done nor
+    claimed, each through :meth:`BenchJob.run_cell` in a process of its own, and adds what they did
+    to ``job.summary``.
+    """
+
+    def run(self, job: BenchJob, cells: list[Cell]) -> None: ...
+
+
+_launchers: list[Launcher] = []
+
+
+@contextlib.contextmanager
+def launching(launcher: Launcher | None):
+    """Within this block, :func:`run_cells` without a ``launcher`` uses this one (None: the serial loop).
+    How ``attendout advise --jobs/--launcher`` reaches the confirmation's grid."""
+    _launchers.append(launcher)
+    try:
+        yield launcher
+    finally:
+        _launchers.pop()
+
+
+def current_launcher() -> Launcher | None:
+    """The launcher of the innermost :func:`launching` block, or None."""
+    return _launchers[-1] if _launchers else None
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an accelerator running out of memory (torch's ``OutOfMemoryError``, or the
+    "out of memory" of CUDA and MPS): a run that others' memory crowded out, to retry when they end."""
+    return type(error).__name__ == "OutOfMemoryError" or "out of memory" in str(error).lower()
 
 
 def run_cells(
@@ -117,15 +173,24 @@ def run_cells(
     heartbeat: float = HEARTBEAT_S,
     echo: Callable[[str], None] = print,
     train: Callable[..., dict[str, Any]] = finetune,
+    launcher: Launcher | None = None,
 ) -> RunSummary:
     """Train every cell of this job's shard that is neither finished nor claimed by a live job.
 
     ``train(config, on_log)`` runs one configuration (default: :func:`attendout.train.finetune`);
     ``echo`` gets one line per cell event and per validation of a training cell. Raises :class:`ExperimentError` before training anything if a cell is
-    invalid, or if finished cells are stale and ``rerun_stale`` is not set.
+    invalid, or if finished cells are stale and ``rerun_stale`` is not set. ``launcher`` (default: the
+    one of the enclosing :func:`launching` block, else none) runs the cells in processes of their own
+    instead of this loop (``train`` is then :func:`attendout.train.finetune`).
     """
     job = BenchJob(
-        plan=plan, store=store, rerun_stale=rerun_stale, heartbeat=heartbeat, echo=echo, train=train
+        plan=plan,
+        store=store,
+        rerun_stale=rerun_stale,
+        heartbeat=heartbeat,
+        echo=echo,
+        train=train,
+        launcher=launcher or current_launcher(),
     )
     return job.run()
 
@@ -140,6 +205,8 @@ class BenchJob:
     heartbeat: float = HEARTBEAT_S
     echo: Callable[[str], None] = print
     train: Callable[..., dict[str, Any]] = finetune
+    launcher: Launcher | None = None
+    retry_out_of_memory: bool = False  # a launcher's worker: a run out of GPU memory is kept to retry
     summary: RunSummary = field(default_factory=RunSummary)
 
     def run(self) -> RunSummary:
@@ -151,10 +218,27 @@ class BenchJob:
         runnable = [c for c in mine if c.config is not None]
         k, n = self.plan.shard
         self.store.event("job-start", experiment=self.plan.experiment.name, shard=f"{k}/{n}")
-        for position, cell in enumerate(runnable, 1):
-            raise_if_stopped()  # a stop requested during the last cell's final evaluation: before the next one
-            self._visit(cell, f"[{position}/{len(runnable)}] {cell.key}")
+        if self.launcher is not None:
+            self.launcher.run(self, runnable)
+        else:
+            for position, cell in enumerate(runnable, 1):
+                raise_if_stopped()  # a stop requested during the last cell's final evaluation: before the next one
+                self._visit(cell, self.prefix(cell, position, len(runnable)))
         self.store.event("job-end", summary=self.summary.line())
+        return self.summary
+
+    @staticmethod
+    def prefix(cell: Cell, position: int, total: int) -> str:
+        """What every line about ``cell`` starts with: ``[position/total] KEY``."""
+        return f"[{position}/{total}] {cell.key}"
+
+    def run_cell(self, cell: Cell, prefix: str | None = None) -> RunSummary:
+        """Skip ``cell`` if it is finished or claimed; otherwise claim, train, publish and release it.
+
+        The one cell function of every launcher: a worker process builds a job of the same plan and
+        store and calls this. Returns the job's summary (this cell's outcome added to it).
+        """
+        self._visit(cell, prefix or cell.key)
         return self.summary
 
     def _refuse_invalid_or_stale(self, cells: list[Cell]) -> None:
@@ -224,6 +308,13 @@ class BenchJob:
                 self.echo(f"{prefix}: cannot resume ({error}); training afresh")
                 results = self.train(dataclasses.replace(run, resume=False, overwrite=True), listener)
         except Exception as error:  # TrainingError (NaN loss) or a bug: recorded, the grid goes on
+            if self.retry_out_of_memory and is_out_of_memory(error):  # the launcher runs it again later
+                if not has_checkpoint(work):
+                    shutil.rmtree(work, ignore_errors=True)
+                self.store.event("out-of-memory", cell, error=f"{type(error).__name__}: {error}")
+                self.summary.out_of_memory.append(cell.key)
+                self.echo(f"{prefix}: out of GPU memory; it runs again when another run frees some")
+                return
             if not (isinstance(error, StorageError) and has_checkpoint(work)):  # a full disk: kept to resume
                 shutil.rmtree(work, ignore_errors=True)
             message = f"{type(error).__name__}: {error}"

@@ -1,0 +1,197 @@
+"""attendout bench beyond one process: --jobs N here, SLURM through submitit's local executor, Ray.
+
+Every launcher runs the same cell function on the same results root: these tests run real worker
+processes on a tiny grid (tests/test_bench.py's), kill and stop them, and read the stores back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attendout.cli import main
+from test_bench import assert_complete_cell, bench_process, events, finished_cells, write_experiment
+
+GRID = [  # seed-major: the order the grid runs its cells
+    "tiny-bert/toy/none/seed-1",
+    "tiny-bert/toy/scores-dropout/seed-1",
+    "tiny-bert/toy/none/seed-2",
+    "tiny-bert/toy/scores-dropout/seed-2",
+]
+
+
+def wait_for(condition, timeout: float, what: str, log: Path | None = None):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
+    raise AssertionError(f"timed out waiting for {what}\n{tail}")
+
+
+def spans(root: Path) -> dict[str, tuple[float, float, int]]:
+    """cell -> (start, done, pid) of the run that published it."""
+    starts = {}
+    for e in events(root, "start"):
+        starts[(e["cell"], e["pid"])] = e["time"]
+    return {e["cell"]: (starts[(e["cell"], e["pid"])], e["time"], e["pid"]) for e in events(root, "done")}
+
+
+def overlapping(root: Path) -> list[tuple[str, str]]:
+    """Pairs of published cells whose runs overlapped in time in different processes."""
+    found = spans(root)
+    return [
+        (a, b)
+        for a in found
+        for b in found
+        if a < b and found[a][2] != found[b][2] and found[a][0] < found[b][1] and found[b][0] < found[a][1]
+    ]
+
+
+def table_of(path: Path, root: Path, capsys) -> str:
+    capsys.readouterr()
+    assert main(["table", str(path), "--results", str(root)]) == 0
+    text = capsys.readouterr().out
+    return text.replace(str(root), "ROOT")
+
+
+# --------------------------------------------------------------------------------------------------
+# --jobs N on one machine
+
+
+def test_flags_of_bench_and_advise_name_jobs_and_launchers(capsys):
+    for command in ("bench", "advise"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = capsys.readouterr().out
+        assert "--jobs N" in text and "--launcher {local,slurm,ray}" in text, command
+
+
+def test_launcher_options_that_do_not_fit_are_refused_not_ignored(tiny_run, capsys):
+    path = write_experiment(tiny_run)
+    root = tiny_run["tmp"] / "results"
+    cases = {
+        ("--jobs", "2", "--launcher", "slurm"): "--jobs 2 is for --launcher local",
+        ("--partition", "gpu"): "--partition: options of --launcher slurm or ray, not of local",
+        ("--launcher", "ray", "--max-parallel", "3"): "--max-parallel is an option of --launcher slurm",
+        ("--jobs", "0"): "--jobs must be at least 1, got 0",
+        ("--launcher", "slurm", "--gpus-per-run", "0.5"): "must be a whole number on SLURM",
+    }
+    for flags, expected in cases.items():
+        assert main(["bench", str(path), "--results", str(root), *flags]) == 2
+        assert expected in capsys.readouterr().err, flags
+    assert not root.exists()  # nothing ran serially instead
+
+
+def test_jobs_2_overlaps_two_cells_and_a_killed_parent_is_finished_by_a_rerun_without_retraining(tiny_run):
+    steps = 100  # long enough that the two workers, started together, train at the same time on a busy machine
+    path = write_experiment(tiny_run, seeds=(1, 2), max_steps=steps)
+    root = tiny_run["tmp"] / "results"
+    log = tiny_run["tmp"] / "parent.log"
+    started = time.time()
+    parent = bench_process(path, root, "--jobs", "2", log=log)
+
+    def two_checkpointed_cells():
+        folders = [p.parents[1] for p in root.glob(".work/*/checkpoint/state.json")]
+        return folders if len(folders) == 2 else None
+
+    killed = wait_for(two_checkpointed_cells, 240, "two cells training at once with a checkpoint each", log)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.join()
+    # The workers die with their parent (SIGTERM: a stop at their next step, with a checkpoint, claim released).
+    wait_for(lambda: not list(root.glob(".claims/*.json")), 120, "the orphaned workers to stop", log)
+    first = log.read_text()
+    assert re.search(r"jobs: 2 run\(s\) at once, \d+ torch thread\(s\) each", first), first
+    interrupted = {e["cell"] for e in events(root, "interrupted")}
+    assert len(interrupted) == 2 and all(e["resumable"] for e in events(root, "interrupted"))
+    assert {"/".join(f.name.split("--")[:4]) for f in killed} == interrupted
+
+    assert main(["bench", str(path), "--results", str(root), "--jobs", "2", "--threads", "1"]) == 0
+    elapsed = time.time() - started
+    assert finished_cells(root) == sorted(GRID)
+    for key in GRID:
+        assert_complete_cell(root / key, steps)
+    done = [e["cell"] for e in events(root, "done")]
+    assert sorted(done) == sorted(GRID)  # each cell published exactly once
+    resumed = {e["cell"]: e["resumed_at"] for e in events(root, "start") if e.get("resumed_at")}
+    assert set(resumed) == interrupted and all(4 <= step < steps for step in resumed.values())
+    fresh_starts = [e["cell"] for e in events(root, "start") if not e.get("resumed_at")]
+    assert sorted(fresh_starts) == sorted(GRID)  # no cell started from scratch twice
+    assert overlapping(root), spans(root)  # the rerun's two workers ran two cells at the same time
+    assert not list(root.glob(".work/*")) and not list(root.glob(".claims/*"))
+    print(f"--jobs 2, a killed parent and its rerun: {elapsed:.0f} s; overlaps: {overlapping(root)}")
+
+
+def test_ctrl_c_stops_every_worker_with_a_checkpoint_and_prints_one_resume_command(tiny_run):
+    path = write_experiment(tiny_run, seeds=(1,), max_steps=100)
+    root = tiny_run["tmp"] / "results"
+    log = tiny_run["tmp"] / "parent.log"
+    parent = bench_process(path, root, "--jobs", "2", log=log)
+    wait_for(lambda: len(list(root.glob(".work/*/checkpoint/state.json"))) == 2, 240, "two checkpoints", log)
+    os.kill(parent.pid, signal.SIGINT)
+    parent.join(timeout=120)
+    assert parent.exitcode == 130
+    text = log.read_text()
+    assert "jobs: SIGINT: stopping 2 run(s) at their next step, with a checkpoint" in text
+    assert len(re.findall(r": stopped by SIGINT at step \d+ of 100; the checkpoint ", text)) == 2, text
+    assert text.count("To go on: attendout bench") == 1
+    assert (
+        text.strip()
+        .splitlines()[-1]
+        .endswith(f"To go on: attendout bench {path} --results {root} --jobs 2 --threads 1")
+    )
+    assert "Traceback" not in text
+    assert not list(root.glob(".claims/*.json")) and len(list(root.glob(".work/*"))) == 2
+    assert main(["bench", str(path), "--results", str(root), "--jobs", "2", "--threads", "1"]) == 0
+    assert len([e for e in events(root, "start") if e.get("resumed_at")]) == 2
+
+
+def _oom_once(folder: Path) -> Path:
+    """A sitecustomize that makes the first run of scores-dropout/seed-1 run out of GPU memory."""
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(
+        f"""
+import os
+from pathlib import Path
+import torch
+import attendout.train as train
+
+_real = train.finetune
+MARK = Path({str(folder / "ran-out")!r})
+
+def finetune(config, on_log=None):
+    if config.method == "scores-dropout" and config.seed == 1 and not MARK.exists():
+        MARK.write_text(str(os.getpid()))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    return _real(config, on_log)
+
+train.finetune = finetune
+"""
+    )
+    return folder
+
+
+@pytest.mark.slow
+def test_a_run_out_of_gpu_memory_is_retried_once_another_run_ends(tiny_run, monkeypatch, capsys):
+    path = write_experiment(tiny_run, seeds=(1, 2), max_steps=8)
+    root = tiny_run["tmp"] / "results"
+    hook = _oom_once(tiny_run["tmp"] / "hook")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(hook), *sys.path]))
+    assert main(["bench", str(path), "--results", str(root), "--jobs", "2", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "scores-dropout/seed-1: out of GPU memory; it runs again when another run frees some" in out
+    assert finished_cells(root) == sorted(GRID) and out.strip().splitlines()[-1].endswith(" 0 failed")
+    (oom,) = events(root, "out-of-memory")
+    retried = [e for e in events(root, "start") if e["cell"] == oom["cell"]]
+    assert len(retried) == 2 and oom["cell"] == GRID[1]
+    first_done = min(e["time"] for e in events(root, "done"))
+    assert retried[1]["time"] >= first_done  # it waited for another run to end
+    assert not list((root / ".bench" / "failed").glob("*.json"))  # not recorded as a failure
