@@ -4,12 +4,14 @@ a tokenizer without an end-of-sequence token, and the scratch tokenizer exact in
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
 from attendout.config import TrainConfig
+from attendout.limits import LimitError
 from attendout.train import finetune
 
 SENTENCES = [
@@ -157,3 +159,104 @@ def test_a_decoder_without_any_eos_is_refused_before_training_naming_how_to_set_
     assert "tokenizer_config.json" in message and "eos_token_id in its config.json" in message
     assert ("names none" if eos is None else "50256 is not in the tokenizer's vocabulary") in message
     assert not (tmp_path / "run").exists()  # before anything is written
+
+
+# --------------------------------------------------------------------------------------------------
+# Every length against the model's positions, before anything trains
+
+
+def config_file(tmp_path, family: str, positions: int):
+    """A from-scratch config file of 16 (or ``positions``) learned positions: GPT-2 or BART."""
+    from transformers import AutoConfig
+
+    if family == "gpt2":
+        fields = dict(n_positions=positions, n_embd=32, n_layer=1, n_head=2)
+    else:
+        fields = dict(
+            max_position_embeddings=positions, d_model=32, encoder_layers=1, decoder_layers=1,
+            encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+            decoder_start_token_id=2, forced_eos_token_id=2,
+        )  # fmt: skip
+    config = AutoConfig.for_model(
+        family, vocab_size=1000, pad_token_id=0, bos_token_id=1, eos_token_id=2, **fields
+    )
+    path = tmp_path / f"{family}-{positions}.json"
+    path.write_text(config.to_json_string())
+    return str(path)
+
+
+TOO_LONG = [  # (kind, family, options, the option named, the limit it gives)
+    ("lm", "gpt2", dict(max_length=16, block_size=32), "--block-size 32", "--block-size 16 or less"),
+    ("lm", "gpt2", dict(max_length=24), "--max-length 24", "--max-length 16 or less"),
+    (
+        "lm",
+        "gpt2",
+        dict(max_length=16, max_new_tokens=16),
+        "--max-new-tokens 16",
+        "--max-new-tokens 15 or less",
+    ),
+    (
+        "seq2seq",
+        "bart",
+        dict(max_length=16, max_new_tokens=40),
+        "--max-new-tokens 40",
+        "--max-new-tokens 16 or less",
+    ),
+    ("seq2seq", "bart", dict(max_length=20), "--max-length 20", "--max-length 16 or less"),
+]
+
+
+@pytest.mark.parametrize(
+    "kind,family,options,named,limit",
+    TOO_LONG,
+    ids=[f"{k} {' '.join(map(str, o))}" for k, _, o, *_ in TOO_LONG],
+)
+def test_every_length_beyond_the_positions_is_refused_before_training(
+    files, tmp_path, kind, family, options, named, limit
+):
+    config = tiny(tmp_path, kind, model=config_file(tmp_path, family, 16), **options)
+    with pytest.raises(LimitError) as refused:
+        finetune(config)
+    message = str(refused.value)
+    assert message.startswith(named) and limit in message and re.search("16 (learned )?positions", message), (
+        message
+    )
+    assert "--truncation sliding" not in message  # a classifier's remedy, not a block's or an output's
+    assert not (tmp_path / "run").exists()  # nothing written, nothing trained
+
+
+def test_a_scratch_model_gets_positions_for_every_length_its_run_sends(files, tmp_path):
+    """--block-size above --max-length (lm) and --max-new-tokens above it (seq2seq): the model built from
+    scratch, and Synthesizer's default l_max, cover them (the l_max was --max-length: the first step failed)."""
+    lm = finetune(
+        tiny(
+            tmp_path,
+            "lm",
+            max_length=8,
+            block_size=16,
+            method="synthesizer",
+            method_options={"variant": "dense"},
+        )
+    )
+    assert lm["eval"]["dev"]["tokens"] > 0
+    from transformers import AutoConfig
+
+    mt = tiny(
+        tmp_path, "seq2seq", model="bart", max_length=8, max_new_tokens=12, output_dir=str(tmp_path / "mt")
+    )
+    finetune(mt)
+    assert AutoConfig.from_pretrained(tmp_path / "mt" / "model").max_position_embeddings == 12
+
+
+def test_predict_on_a_seq2seq_run_refuses_more_new_tokens_than_the_decoder_has_positions(files, tmp_path):
+    from attendout.predict import Predictor
+    from attendout.predictbase import PredictError
+
+    finetune(tiny(tmp_path, "seq2seq", model=config_file(tmp_path, "bart", 16), max_new_tokens=16))
+    assert Predictor.load(tmp_path / "run").options.max_new_tokens == 16  # the run's own: fine
+    with pytest.raises(
+        PredictError, match=r"^--max-new-tokens 40 is more than .* use --max-new-tokens 16 or less"
+    ):
+        Predictor.load(tmp_path / "run", max_new_tokens=40)
+    with pytest.raises(PredictError, match=r"^--max-length 17 is more than .* use --max-length 16 or less"):
+        Predictor.load(tmp_path / "run", max_length=17)

@@ -20,6 +20,8 @@ from .generation.models import ScratchSize, load_for_generation
 from .methods import MethodConfig, get_method_config
 from .models import load_for_task
 from .tasks import (
+    LM,
+    SEQ2SEQ,
     Examples,
     Task,
     TaskData,
@@ -407,6 +409,16 @@ class TrainConfig:
     def method_config(self) -> MethodConfig:
         return get_method_config(self.method, **self.method_options)
 
+    def longest(self, kind: str) -> int:
+        """The longest sequence a run of task kind ``kind`` sends through its model: ``max_length``, or
+        where longer an lm block (``block_size``) or a decoded seq2seq output (``max_new_tokens``). A
+        model from scratch gets as many positions, and Synthesizer's l_max defaults to it."""
+        if kind == LM:
+            return max(self.max_length, self.block_size or 0)
+        if kind == SEQ2SEQ:
+            return max(self.max_length, self.max_new_tokens or 0)
+        return self.max_length
+
     def load_data(self) -> tuple[Task, TaskData]:
         """The task and its data, from the sources this config names."""
         token_files = {"token_column": self.token_column, "tag_column": self.tag_column}
@@ -440,7 +452,7 @@ class TrainConfig:
                 task,
                 init=self.model_init,
                 size=ScratchSize(self.model_layers, self.model_hidden, self.model_heads, self.vocab_size),
-                positions=max(self.max_length, self.block_size or 0),
+                positions=self.longest(task.kind),
                 train=train,
             )
         if self.model_init != "pretrained":

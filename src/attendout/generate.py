@@ -167,7 +167,8 @@ class GenerationPredictor:
             )
         try:
             self.options = GenerationOptions(num_beams, max_new_tokens or max_length)
-        except ValueError as error:
+            _check_lengths(model, tokenizer, task.kind, max_length, self.options.max_new_tokens, source)
+        except ValueError as error:  # LimitError: a length beyond the model's positions or its l_max
             raise PredictError(str(error)) from None
         self.device = pick_device(device)
         self.model = model.to(self.device).eval()
@@ -386,16 +387,36 @@ class GenerationPredictor:
         return Generations(prompts, outputs, token_ids=token_ids, run_state=self._state())
 
 
+def _check_lengths(
+    model: nn.Module, tokenizer: Any, kind: str, max_length: int, new: int, source: str
+) -> None:
+    """The lengths predict sends through ``model`` (:func:`~attendout.limits.check_lengths`), before any
+    work: a scored block or a source, and the tokens decoded (for lm: beside a prompt)."""
+    from .limits import check_lengths
+    from .methods.synthesizer.method import get_synthesizer
+
+    synthesizer = get_synthesizer(model)
+    check_lengths(
+        kind, model.config, max_length=max_length, max_new_tokens=new, tokenizer=tokenizer,
+        method=None if synthesizer is None else synthesizer.resolved_config(), model=source or "the model",
+    )  # fmt: skip
+
+
 def _context(model: nn.Module) -> int | None:
-    """The most positions a decoder takes (GPT-2's ``n_positions``...), or None (relative positions: T5)."""
+    """The most positions a decoder takes (GPT-2's ``n_positions``..., or a synthesizer's ``l_max`` where
+    fewer), or None (relative positions: T5)."""
+    from .methods.synthesizer.method import get_synthesizer
+
     config = model.config
     if getattr(config, "is_encoder_decoder", False):
         return None
+    synthesizer = get_synthesizer(model)
+    l_max = None if synthesizer is None else synthesizer.l_max
     for name in ("n_positions", "max_position_embeddings"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
-            return value
-    return None
+            return value if l_max is None else min(value, int(l_max))
+    return None if l_max is None else int(l_max)
 
 
 def read_sources(

@@ -16,8 +16,19 @@ The longest input a model can take depends on how its family encodes positions (
 A tokenizer's ``model_max_length`` below the run's length is a warning too (it is often set by hand
 and sometimes wrong), and a method may have limits of its own (:meth:`MethodConfig.check_limits
 <attendout.methods.MethodConfig.check_limits>`: Synthesizer's ``l_max``). :func:`check_length`
-applies them all; the fine-tuning loop, ``predict``, ``bench --dry-run``, ``advise`` and
+applies them all to one length; the fine-tuning loop, ``predict``, ``bench --dry-run``, ``advise`` and
 ``attendout.hf.Trainer`` call it before the first step.
+
+The generation kinds send more than one length through a model, and :func:`check_lengths` checks each
+against the side of the model it goes through, naming the option that set it:
+
+* ``lm`` (a decoder): a block of ``--block-size`` tokens (default ``--max-length``) against the
+  context; ``--max-new-tokens`` must leave a prompt at least one token of it (``predict`` keeps a
+  prompt's last ``context - max_new_tokens`` tokens).
+* ``seq2seq`` (an encoder-decoder): ``--max-length`` tokens of a source against the encoder's
+  positions and of a target (teacher-forced) against the decoder's, and ``--max-new-tokens`` (default
+  ``--max-length``) against the decoder's: BART, mBART and Marian have ``max_position_embeddings`` on
+  each side (learned, or a fixed table), and decoding past it fails at the first output that long.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["POSITIONS", "LimitError", "check_length", "position_limit"]
+__all__ = ["POSITIONS", "LimitError", "check_length", "check_lengths", "position_limit"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,21 +102,27 @@ def check_length(
     model: str = "the model",
     setting: str = "--max-length",
     warn: bool = True,
+    what: str = "input",
 ) -> None:
     """Raise :class:`LimitError` if inputs of ``max_length`` tokens are more than the model (its
     ``config``) or ``method`` (a :class:`~attendout.methods.MethodConfig`) can take; warn where the
-    length is only beyond what the model or its tokenizer was made for (unless not ``warn``). ``model``
-    and ``setting`` name them in the messages."""
+    length is only beyond what the model or its tokenizer was made for (unless not ``warn``). ``model``,
+    ``setting`` and ``what`` (the sequence: "input", "output") name them in the messages."""
     if max_length < 1:
         raise LimitError(f"{setting} must be at least 1, got {max_length}")
     limit, hard = position_limit(config)
     family = getattr(config, "model_type", "?")
     if limit is not None and max_length > limit:
         if hard:
+            long_document = (  # a classifier's input may be cut into windows; a block or a target not
+                " (a long document: --truncation sliding)"
+                if (setting, what) == ("--max-length", "input")
+                else ""
+            )
             raise LimitError(
                 f"{setting} {max_length} is more than {model} can embed: its family ({family}) has "
                 f"{limit} learned positions (max_position_embeddings {config.max_position_embeddings}), and a "
-                f"longer input fails mid-run; use {setting} {limit} or less (a long document: --truncation sliding)"
+                f"longer {what} fails mid-run; use {setting} {limit} or less{long_document}"
             )
         if warn:
             logger.warning(
@@ -129,3 +146,51 @@ def check_length(
             )
     if method is not None:
         method.check_limits(max_length, config, setting=setting)
+
+
+def check_lengths(
+    kind: str,
+    config: Any,
+    *,
+    max_length: int,
+    block_size: int | None = None,
+    max_new_tokens: int | None = None,
+    tokenizer: Any = None,
+    method: Any = None,
+    model: str = "the model",
+    warn: bool = True,
+) -> None:
+    """Every length a run of task kind ``kind`` sends through the model of ``config``, checked against
+    the side of the model it goes through (see the module docstring), before anything trains. Each
+    message names the option (``--block-size``, ``--max-length``, ``--max-new-tokens``) and the limit.
+    ``max_new_tokens`` None: seq2seq decodes up to ``max_length`` tokens (checked with the targets); lm
+    has no prompt to check."""
+    if kind == "lm":
+        length, setting = (block_size, "--block-size") if block_size else (max_length, "--max-length")
+        check_length(
+            length, config, tokenizer=tokenizer, method=method, model=model, setting=setting, warn=warn,
+            what="block",
+        )  # fmt: skip
+        context = position_limit(config)[0]  # predict refuses it for computed positions too
+        where = f"the {context} positions of {model} (max_position_embeddings)"
+        l_max = getattr(method, "l_max", None)  # Synthesizer's: the longest sequence it has rows for
+        if isinstance(l_max, int) and (context is None or l_max < context):
+            context, where = l_max, f"the synthesizer's l_max of {l_max}"
+        if max_new_tokens is not None and context is not None and max_new_tokens >= context:
+            raise LimitError(
+                f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in {where}: prompt plus new "
+                f"tokens must fit; use --max-new-tokens {context - 1} or less"
+            )
+        return
+    seq2seq = kind == "seq2seq"
+    check_length(
+        max_length, config, tokenizer=tokenizer, method=method, model=model, warn=warn,
+        what="source or target" if seq2seq else "input",
+    )  # fmt: skip
+    if not seq2seq:
+        return
+    if max_new_tokens is not None and max_new_tokens > max_length:  # an output longer than any target
+        check_length(
+            max_new_tokens, config, method=method, model=model, setting="--max-new-tokens", warn=warn,
+            what="output",
+        )  # fmt: skip

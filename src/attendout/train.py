@@ -58,7 +58,7 @@ from .devices import (
 from .encoding import Encoded, encode, predict_batches, truncation_summary
 from .generation import GenerationOptions
 from .interrupt import Stopped, agreed, deferred
-from .limits import check_length
+from .limits import check_lengths
 from .methods.registry import build_strategy
 from .optim import TrainingError, adamw, linear_schedule, micro_batches, update
 from .rundir import (
@@ -110,15 +110,13 @@ class Trainer:
         self.model, self.tokenizer, self.model_description = config.load_model(task, self.train_examples)
         self.model.to(self.device)
         self.method_config = config.method_config()
-        # the model's and the method's limits, before anything is encoded or trained
+        # the model's and the method's limits, for every length the run sends through the model, before
+        # anything is encoded or trained
         c = config
-        check_length(
-            c.max_length,
-            self.model.config,
-            tokenizer=self.tokenizer,
-            method=self.method_config,
-            model=c.model,
-        )
+        check_lengths(
+            task.kind, self.model.config, max_length=c.max_length, block_size=c.block_size,
+            max_new_tokens=c.max_new_tokens, tokenizer=self.tokenizer, method=self.method_config, model=c.model,
+        )  # fmt: skip
 
         self._say(f"encoding {len(self.train_examples)} training examples and the evaluation splits")
         self.train_set = self.encode(self.train_examples)
@@ -133,7 +131,7 @@ class Trainer:
         )
         check_batches_fit_processes(len(self.train_set), config.batch_size, self.distributed.world_size)
         self.strategy = build_strategy(self.method_config)
-        self.strategy.attach(self.model, max_length=config.max_length)
+        self.strategy.attach(self.model, max_length=config.longest(task.kind))  # Synthesizer's default l_max
         self.train_model = self.wrap(self.model)  # DDP over several processes; the model itself in one
         self.optimizer, self.scheduler = self.make_optimizer(self.model)
         self.autocast_dtype, self.scaler = mixed_precision(config.precision, self.device)
