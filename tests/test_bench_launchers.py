@@ -6,6 +6,8 @@ processes on a tiny grid (tests/test_bench.py's), kill and stop them, and read t
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
 import signal
@@ -92,7 +94,9 @@ def test_launcher_options_that_do_not_fit_are_refused_not_ignored(tiny_run, caps
 
 
 def test_jobs_2_overlaps_two_cells_and_a_killed_parent_is_finished_by_a_rerun_without_retraining(tiny_run):
-    steps = 100  # long enough that the two workers, started together, train at the same time on a busy machine
+    steps = (
+        100  # long enough that the two workers, started together, train at the same time on a busy machine
+    )
     path = write_experiment(tiny_run, seeds=(1, 2), max_steps=steps)
     root = tiny_run["tmp"] / "results"
     log = tiny_run["tmp"] / "parent.log"
@@ -195,3 +199,99 @@ def test_a_run_out_of_gpu_memory_is_retried_once_another_run_ends(tiny_run, monk
     first_done = min(e["time"] for e in events(root, "done"))
     assert retried[1]["time"] >= first_done  # it waited for another run to end
     assert not list((root / ".bench" / "failed").glob("*.json"))  # not recorded as a failure
+
+
+# --------------------------------------------------------------------------------------------------
+# SLURM through submitit (its local executor: the same pickling and job path, no scheduler), and Ray
+
+needs_submitit = pytest.mark.skipif(
+    importlib.util.find_spec("submitit") is None, reason="the slurm extra: pip install 'attendout[slurm]'"
+)
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="pip install 'attendout[ray]'")
+
+
+def submit_local(path: Path, root: Path, *extra: str) -> int:
+    return main(
+        ["bench", str(path), "--results", str(root), "--launcher", "slurm", "--submitit-cluster", "local"]
+        + ["--cpus-per-run", "1", "--time-limit", "20", *extra]
+    )
+
+
+def serial_table(path: Path, tmp: Path, capsys) -> str:
+    """The table of the grid run here, serially, in this process."""
+    root = tmp / "serial"
+    assert main(["bench", str(path), "--results", str(root)]) == 0
+    table = table_of(path, root, capsys)
+    assert "none" in table and "scores-dropout" in table and re.search(r"\d\.\d{2}", table), table
+    return table
+
+
+@needs_submitit
+def test_a_grid_submitted_through_submitit_reads_as_the_serial_one_and_a_rerun_submits_nothing(
+    tiny_run, one_thread, capsys
+):
+    path = write_experiment(tiny_run, seeds=(1,), max_steps=8)
+    slurm = tiny_run["tmp"] / "slurm"
+    cells = GRID[:2]
+    assert submit_local(path, slurm) == 0  # submits and returns
+    out = capsys.readouterr().out
+    assert re.search(r"slurm: submitted 2 cell\(s\) as job \d+, \d+ \(0 GPU\(s\), 1 CPUs a task\)", out), out
+    assert "bench tiny shard 1/1: 2 submitted, 0 trained" in out
+    serial = serial_table(path, tiny_run["tmp"], capsys)  # meanwhile, the same grid here
+    wait_for(lambda: finished_cells(slurm) == cells, 300, "the local executor's tasks to finish")
+    wait_for(lambda: not list(slurm.glob(".claims/*.json")), 60, "the tasks to release their claims")
+    assert submit_local(path, slurm) == 0  # a rerun submits nothing: every cell is done
+    out = capsys.readouterr().out
+    assert (
+        "slurm: nothing to submit" in out
+        and "submitted" not in out.splitlines()[-1]
+        and "2 already done" in out
+    )
+    assert {e["cell"] for e in events(slurm, "submitted")} == set(cells) and len(events(slurm, "done")) == 2
+    assert {e["pid"] for e in events(slurm, "done")}.isdisjoint({os.getpid()})  # trained in the tasks
+    assert table_of(path, slurm, capsys) == serial
+    for key in cells:
+        assert_complete_cell(slurm / key, 8)
+
+
+@needs_ray
+@pytest.mark.ray
+def test_a_grid_through_a_local_ray_instance_runs_two_cells_at_once_and_reads_as_the_serial_one(
+    tiny_run, one_thread, capsys
+):
+    path = write_experiment(tiny_run, seeds=(1,), max_steps=8)
+    ray = tiny_run["tmp"] / "ray"
+    cells = GRID[:2]
+    assert main(["bench", str(path), "--results", str(ray), "--launcher", "ray", "--cpus-per-run", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "ray: 2 cell(s) as tasks on a Ray instance started here, each 1 CPU(s)" in out, out
+    assert finished_cells(ray) == cells
+    assert len({e["pid"] for e in events(ray, "done")}) == 2 and overlapping(ray), spans(ray)  # two at once
+    assert table_of(path, ray, capsys) == serial_table(path, tiny_run["tmp"], capsys)
+    for key in cells:
+        assert_complete_cell(ray / key, 8)
+
+
+@needs_submitit
+def test_a_slurm_task_preempted_by_sigusr2_is_requeued_and_resumes_from_its_checkpoint(tiny_run, capsys):
+    steps = 100
+    path = write_experiment(tiny_run, seeds=(1,), max_steps=steps)
+    root = tiny_run["tmp"] / "results"
+    assert submit_local(path, root, "--methods", "none") == 0
+    claim = wait_for(lambda: next(iter(root.glob(".claims/*.json")), None), 240, "the task's claim")
+    wait_for(lambda: list(root.glob(".work/*/checkpoint/state.json")), 240, "the task's first checkpoint")
+    task_pid = json.loads(claim.read_text())["pid"]
+    os.kill(task_pid, signal.SIGUSR2)  # what SLURM sends before preempting or at the time limit
+    wait_for(lambda: finished_cells(root) == [GRID[0]], 300, "the requeued task to finish the cell")
+    (stopped,) = events(root, "interrupted")
+    assert stopped["pid"] == task_pid and stopped["resumable"]
+    first, second = events(root, "start")
+    assert first["pid"] == task_pid and not first.get("resumed_at")
+    assert (
+        second["pid"] != task_pid and 4 <= second["resumed_at"] < steps
+    )  # a new process, from the checkpoint
+    (done,) = events(root, "done")
+    assert done["pid"] == second["pid"]
+    assert_complete_cell(root / GRID[0], steps)
+    logs = "".join(p.read_text() for p in (root / ".bench" / "submitit").glob("*_log.*"))
+    assert "stopped by SIGUSR2 at step" in logs and "Requeued job" in logs
