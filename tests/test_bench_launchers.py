@@ -295,3 +295,21 @@ def test_a_slurm_task_preempted_by_sigusr2_is_requeued_and_resumes_from_its_chec
     assert_complete_cell(root / GRID[0], steps)
     logs = "".join(p.read_text() for p in (root / ".bench" / "submitit").glob("*_log.*"))
     assert "stopped by SIGUSR2 at step" in logs and "Requeued job" in logs
+
+
+def test_advise_confirmation_runs_through_the_launcher_its_command_sets(tiny_run):
+    """``attendout advise --jobs 2`` runs its confirmation grid inside ``launching(...)``: run_cells takes it."""
+    from attendout.advise.confirm import run_confirmation
+    from attendout.experiments import load_experiment
+    from attendout.experiments.jobs import LocalJobs
+    from attendout.experiments.runner import launching
+
+    experiment = load_experiment(write_experiment(tiny_run, seeds=(1,), max_steps=8))
+    root = tiny_run["tmp"] / "confirm"
+    lines: list[str] = []
+    with launching(LocalJobs(2, threads=1)):
+        run_confirmation(experiment, root, progress=False, echo=lines.append)
+    assert finished_cells(root) == GRID[:2]
+    assert any(line.startswith("jobs: 2 run(s) at once, 1 torch thread(s) each") for line in lines), lines
+    pids = {e["pid"] for e in events(root, "done")}
+    assert len(pids) == 2 and os.getpid() not in pids  # each cell in a worker process of its own
