@@ -41,7 +41,7 @@ def main() -> None:
             except Interrupted:
                 pass
             trainer = Trainer(TrainConfig(**{**job["config"], "resume": True}))
-            assert trainer._resumed_at is not None, "no checkpoint to resume from"
+            assert trainer.resumed_at is not None, "no checkpoint to resume from"
         trainer.fit()
         dump = {"model": trainer.model.state_dict(), "processes": trainer.distributed.world_size}
         strategy = trainer.strategy

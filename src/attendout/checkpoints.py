@@ -90,6 +90,7 @@ class TrainState:
     best_validation: dict[str, float] = field(default_factory=dict)
     validated_at: int | None = None
     evals_since_best: int = 0  # validations in a row without a new best (early stopping)
+    validation_due: bool = False  # a stop ended the validation of this step: a resume runs it first
 
 
 #: The checkpoint folder and the temporary names it has while it is written whole.

@@ -30,6 +30,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -401,6 +402,7 @@ def predict_batches(
     *,
     regression: bool | None = None,
     progress: bool = False,
+    between: Callable[[], None] | None = None,
 ) -> tuple[Any, Any, float | None]:
     """Run ``model`` (in eval mode) over ``data`` in order: (predictions, scores, mean loss).
 
@@ -410,15 +412,18 @@ def predict_batches(
     choice: the chosen option's index, and the softmax over the options [n, choices]. The loss
     (mean over the batches' rows; windows and pieces as the model's loss counts them) is ``None`` for
     unlabelled data. ``progress`` shows a bar of the batches (on stderr). ``regression`` is read from
-    ``data`` and kept for callers that pass it.
+    ``data`` and kept for callers that pass it. ``between`` is called before each batch: the loop's
+    check for a stop request, which ends a long evaluation at the next batch by raising.
     """
     if hasattr(data, "predict"):  # the generation kinds predict in their own way (no logits are kept)
-        return data.predict(model, batch_size, device, autocast_dtype, progress)
+        return data.predict(model, batch_size, device, autocast_dtype, progress, between=between)
     model.eval()
     logits_out, losses = [], []
     batches = data.with_progress(data.batches(batch_size), batch_size, progress, "predicting")
     rows = 0
     for batch in batches:
+        if between is not None:
+            between()
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             out = model(**batch)

@@ -25,7 +25,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -47,7 +47,6 @@ from .contract import LoopContext, StepInfo
 from .devices import (
     check_batches_fit_processes,
     data_parallel,
-    environment,
     mixed_precision,
     process_group,
     rng_state,
@@ -56,6 +55,7 @@ from .devices import (
     shard,
 )
 from .encoding import Encoded, encode, predict_batches, truncation_summary
+from .evalstop import EvaluationStopped
 from .generation import GenerationOptions
 from .interrupt import Stopped, agreed, deferred
 from .limits import check_lengths
@@ -73,6 +73,7 @@ from .rundir import (
     write_json_atomic,
 )
 from .runlock import RunLock
+from .runrecord import config_record, results_record
 from .tasks import CLASSIFICATION, LM, Examples, Task, better, compute_metrics
 
 logger = logging.getLogger(__name__)
@@ -139,10 +140,10 @@ class Trainer:
         self.loop = self.loop_context()
         self.strategy.start(self.loop)
         self._running: list[float] = []  # losses since the last log line
-        self._elapsed = 0.0  # training seconds before a resume
+        self.elapsed_before = 0.0  # training seconds before a resume
         self._started: float | None = None  # when fit() began
         self._checkpointed_at: int | None = None
-        self._resumed_at: int | None = None
+        self.resumed_at: int | None = None
         # Only now, with data and model loaded and the method applied, touch the run directory: one
         # writer at a time (the main process's lock, released at the end of fit).
         self._lock = RunLock(self.out)
@@ -212,23 +213,7 @@ class Trainer:
     def _write_config(self) -> None:
         if not self.is_main:
             return
-        write_json_atomic(
-            self.run.config,
-            {
-                "config": self.config.to_dict(),
-                "task": dataclasses.asdict(self.task),
-                "data_source": self.data_source,
-                "sizes": self.sizes(),
-                "model_description": self.model_description,
-                "truncation": self.truncation_summary(),
-                "model_dropout": self.config.method_config().model_dropout,
-                "total_steps": self.total_steps,
-                "steps_per_epoch": self.steps_per_epoch,
-                "device": str(self.device),
-                "processes": self.distributed.world_size,
-                **environment(),
-            },
-        )
+        write_json_atomic(self.run.config, config_record(self))
 
     def make_optimizer(self, model: nn.Module) -> tuple[torch.optim.Optimizer, Any]:
         """AdamW over the method's parameter groups of ``model``, with the warm-up/decay schedule."""
@@ -275,9 +260,10 @@ class Trainer:
         )
 
     # checkpoints ----------------------------------------------------------------------------
-    def save_checkpoint(self) -> None:
+    def save_checkpoint(self, rng: dict[str, Any] | None = None) -> None:
         """Write the whole training state to RUN_DIR/checkpoint (state.pt, state.json, then manifest.json),
-        swapped in whole (main process): a failed or killed save leaves the previous checkpoint."""
+        swapped in whole (main process): a failed or killed save leaves the previous checkpoint. ``rng``:
+        the random generators' state to record (default: as they are now)."""
         if not self.is_main:
             self._checkpointed_at = self.state.step
             return
@@ -292,8 +278,8 @@ class Trainer:
             "strategy": self.strategy.state_dict(),
             "best_state": getattr(self, "_best_state", None),
             "running": [float(x) for x in self._running],
-            "elapsed": self._elapsed + (0.0 if self._started is None else time.time() - self._started),
-            "rng": rng_state(self.device),
+            "elapsed": self.elapsed_before + (0.0 if self._started is None else time.time() - self._started),
+            "rng": rng if rng is not None else rng_state(self.device),
         }
         summary = {
             "step": self.state.step,
@@ -320,8 +306,8 @@ class Trainer:
         self._running = [
             torch.tensor(x, device=self.device) for x in checkpoint["running"]
         ]  # beside new losses
-        self._elapsed = float(checkpoint["elapsed"])
-        self._resumed_at = self.state.step
+        self.elapsed_before = float(checkpoint["elapsed"])
+        self.resumed_at = self.state.step
         set_rng_state(checkpoint["rng"], self.device)
         logger.info("resuming %s at step %d of %d", self.out, self.state.step, self.total_steps)
 
@@ -369,7 +355,7 @@ class Trainer:
 
     def _saved_at(self) -> int | None:
         """The step of the last whole checkpoint (this run's, or the one it resumed from)."""
-        return self._checkpointed_at if self._checkpointed_at is not None else self._resumed_at
+        return self._checkpointed_at if self._checkpointed_at is not None else self.resumed_at
 
     def _kept(self) -> str:
         saved = self._saved_at()
@@ -407,9 +393,26 @@ class Trainer:
         self.distributed.barrier()  # the main process has written it
         raise Stopped(signum, self.out / CHECKPOINT_DIR, self.state.step, self.total_steps)
 
+    def stop_between_batches(self) -> None:
+        """Before each batch of an evaluation: a stop requested (on any process) ends it here."""
+        signum = agreed(self.distributed)
+        if signum is not None:
+            raise EvaluationStopped(signum)
+
+    def _stopped_evaluating(self, stop: Stopped, during: str, rng: dict[str, Any] | None = None) -> NoReturn:
+        """Checkpoint the state from before the evaluation ``during`` (``rng``: the generators then) and
+        raise :class:`EvaluationStopped` naming it: a resume runs that evaluation again."""
+        self.save_checkpoint(rng=rng)
+        self.distributed.barrier()  # the main process has written it
+        raise EvaluationStopped(
+            stop.signum, self.out / CHECKPOINT_DIR, self.state.step, self.total_steps, during
+        )
+
     def _fit(self) -> dict[str, Any]:
         c = self.config
         self._started = time.time()
+        if self.state.validation_due:  # resumed from a stop during this step's validation: run it again
+            self.validate()
         with tqdm(  # closed before a stop's line or an error is printed
             total=self.total_steps,
             initial=self.state.step,
@@ -459,14 +462,17 @@ class Trainer:
         if self.state.validated_at != self.state.step:
             self.validate()  # the end of a partial epoch
         self.stop_if_requested()
-        train_time = self._elapsed + time.time() - self._started
+        train_time = self.elapsed_before + time.time() - self._started
         return self.finish(train_time)
 
     # evaluation -----------------------------------------------------------------------------
     def predict(self, data: Encoded) -> tuple[Any, Any, float | None]:
         """(predictions, scores, mean loss) as :func:`~attendout.encoding.predict_batches` gives them."""
         model = self.strategy.eval_model()
-        return predict_batches(model, data, self.config.eval_batch_size, self.device, self.autocast_dtype)
+        return predict_batches(
+            model, data, self.config.eval_batch_size, self.device, self.autocast_dtype,
+            between=self.stop_between_batches,
+        )  # fmt: skip
 
     def evaluate(self, data: Encoded) -> tuple[dict[str, float], Any, Any]:
         preds, scores, loss = self.predict(data)
@@ -475,8 +481,15 @@ class Trainer:
         return {**metrics, "loss": loss, **counts}, preds, scores
 
     def validate(self) -> dict[str, float]:
-        """Score the validation split; keep the model if it is the best so far."""
-        metrics, _, _ = self.evaluate(self.validation_set)
+        """Score the validation split; keep the model if it is the best so far. A stop requested during
+        it ends it at the next batch, with a checkpoint of the state before it (flagged: a resume runs it)."""
+        rng = rng_state(self.device)
+        try:
+            metrics, _, _ = self.evaluate(self.validation_set)
+        except EvaluationStopped as stop:
+            self.state.validation_due = True
+            self._stopped_evaluating(stop, f"the validation at step {self.state.step}", rng)
+        self.state.validation_due = False
         self.state.validated_at = self.state.step
         main = self.task.metrics[0]
         value = metrics[main]  # better in its own direction (perplexity: lower)
@@ -542,38 +555,16 @@ class Trainer:
         if self.state.best_step != self.state.step:
             self._restore_best()
         evaluations, one_class = {}, {}
-        for name, data in self.eval_sets.items():
-            metrics, preds, scores = self.evaluate(data)
-            evaluations[name] = metrics
-            self._write_predictions(name, preds, scores, data.gold)
-            if self.task.kind == CLASSIFICATION:  # one label for all: warned of, and kept in results.json
-                one_class.update(single_class(name, preds, self.task.label_names, warn=self.is_main))
-        results = {
-            "task": self.task.name,
-            "method": self.config.method,
-            "method_options": self.config.method_config().to_dict(),
-            "model": self.config.model,
-            "model_description": self.model_description,
-            "data_source": self.data_source,
-            "seed": self.config.seed,
-            "data_seed": self.config.data_seed,
-            "main_metric": self.task.metrics[0],
-            "truncation": self.truncation_summary(),
-            "best_step": self.state.best_step,
-            "total_steps": self.total_steps,
-            "validation": self.state.best_validation,
-            "eval": evaluations,
-            "sizes": self.sizes(),
-            "train_time_s": round(train_time, 2),
-            **({"single_class": one_class} if one_class else {}),  # {split: the one label predicted}
-        }
-        if self.stopped_early:
-            results["stopped_early"] = {
-                "step": self.state.step,
-                "patience": self.config.early_stopping_patience,
-            }
-        if self._resumed_at is not None:  # the time before the resume is in train_time_s too
-            results["resumed"] = {"step": self._resumed_at, "train_time_before_s": round(self._elapsed, 2)}
+        try:  # a stop ends it at the next batch, with a checkpoint: a resume evaluates every split again
+            for name, data in self.eval_sets.items():
+                metrics, preds, scores = self.evaluate(data)
+                evaluations[name] = metrics
+                self._write_predictions(name, preds, scores, data.gold)
+                if self.task.kind == CLASSIFICATION:  # one label for all: warned of, kept in results.json
+                    one_class.update(single_class(name, preds, self.task.label_names, warn=self.is_main))
+        except EvaluationStopped as stop:
+            self._stopped_evaluating(stop, "the final evaluation")
+        results = results_record(self, evaluations, one_class, train_time)
         self.log({"step": self.state.step, "eval": evaluations, "best_step": self.state.best_step})
         if self.is_main:
             with self._writing(f"{self.run.results}"):

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -90,11 +91,15 @@ class LMEncoded(Batches):
         device: torch.device,
         autocast_dtype=None,
         progress: bool = False,
+        between: Callable[[], None] | None = None,
     ) -> tuple[list[float], None, float]:
-        """(summed negative log-likelihood per block, None, mean loss per predicted token)."""
+        """(summed negative log-likelihood per block, None, mean loss per predicted token); ``between`` is
+        called before each batch (:func:`attendout.encoding.predict_batches`)."""
         model.eval()
         sums: list[float] = []
         for batch in self.with_progress(self.batches(batch_size), batch_size, progress, "scoring"):
+            if between is not None:
+                between()
             batch = {k: v.to(device) for k, v in batch.items()}
             labels = batch.pop("labels")
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
@@ -186,12 +191,16 @@ class Seq2SeqEncoded(Batches):
         device: torch.device,
         autocast_dtype=None,
         progress: bool = False,
+        between: Callable[[], None] | None = None,
     ) -> tuple[list[str], None, float | None]:
-        """(decoded outputs, None, mean loss per target token; None without targets)."""
+        """(decoded outputs, None, mean loss per target token; None without targets); ``between`` is
+        called before each batch (:func:`attendout.encoding.predict_batches`)."""
         model.eval()
         outputs: list[str] = []
         nll, tokens = 0.0, 0
         for batch in self.with_progress(self.batches(batch_size), batch_size, progress, "generating"):
+            if between is not None:
+                between()
             batch = {k: v.to(device) for k, v in batch.items()}
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 if "labels" in batch:
