@@ -487,7 +487,10 @@ def split_for_training(
 
     ``label_names`` (the task's) only make the checks' messages name a class instead of its index.
     """
-    train, validation = carve_validation(data.train, c.validation_split, c.data_seed)
+    where = getattr(c, "train_file", None) or f"the training split of task {getattr(c, 'task', '?')!r}"
+    train, validation = carve_validation(
+        data.train, c.validation_split, c.data_seed, what=str(where), option="--validation-split"
+    )
     train = subsample(train, c.max_train_samples, c.data_seed)
     if c.max_eval_samples is not None:
         validation = subsample(validation, c.max_eval_samples, c.data_seed)

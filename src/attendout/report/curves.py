@@ -36,7 +36,7 @@ def convergence_figure(
     runs share no evaluation step.
     """
     if not groups or not any(groups.values()):
-        raise ValueError("convergence_figure: no runs given")
+        raise ValueError("no run to draw convergence curves of")
     first_run = next(Path(p) for runs in groups.values() for p in runs)
     metric = metric or main_metric(first_run)
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
@@ -69,7 +69,7 @@ def group_runs(run_dirs: Sequence[Path], by: str = "method") -> dict[str, list[P
     options that differ between runs of one method name join the label, e.g. ``addrop (attribution=ga)``,
     and the task does when the runs span several tasks) or one group per run (``by="run"``)."""
     if by not in ("method", "run"):
-        raise ValueError(f"group_runs: by must be 'method' or 'run', got {by!r}")
+        raise ValueError(f"runs are grouped by 'method' or 'run' (--group-by), got {by!r}")
     described = [(Path(run), *_method_and_task(Path(run))) for run in run_dirs]
     several_tasks = len({task for _, _, _, task in described}) > 1
     details = _varying_options(described)

@@ -61,7 +61,7 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
         )
     ]  # panels with at least one finished cell
     if not panels:
-        raise ValueError(f"bar_chart: no finished cell of {e.name} in {table.root}")
+        raise ValueError(f"no finished cell of {e.name} in {table.root} to draw bars of")
     columns = min(len(panels), 3)
     rows = math.ceil(len(panels) / columns)
     width = max(4.0, 0.55 * len(e.methods) + 1.5)
@@ -156,7 +156,10 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
                 if found:
                     panels.append((model, task, split, found))
     if not panels:
-        raise ValueError(f"delta_chart: no method of {e.name} has finished cells paired with {e.baseline!r}")
+        raise ValueError(
+            f"no method of {e.name} has finished cells paired with {e.baseline!r} (the same seeds) in {table.root}: "
+            "no difference to draw"
+        )
     columns = min(len(panels), 3)
     rows = math.ceil(len(panels) / columns)
     # long method labels are wrapped, and each panel leaves room for its own labels beside the axis

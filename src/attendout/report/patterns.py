@@ -31,7 +31,7 @@ def pattern_figure(run_dirs: Sequence[Path], out: Path, title: str = "") -> Path
     """Write a PNG with one panel per AttendOut run (its control dashed beside it): drop probability
     per layer vs training step; plus a panel of final rates, runs vs controls, when a run has one."""
     if not run_dirs:
-        raise ValueError("pattern_figure: no runs given")
+        raise ValueError("no AttendOut run to draw the dropout pattern of")
     run_dirs = [Path(run) for run in run_dirs]
     pairs = pair_controls(run_dirs)
     paired = {control for control in pairs.values() if control is not None}

@@ -119,7 +119,7 @@ def regime_figure(
     marks it. The best validation epoch is circled. Returns ``out``.
     """
     if not runs:
-        raise ValueError("regime_figure: no runs given")
+        raise ValueError("no run to draw the regime figure of")
     budgets = budgets or {}
     columns = min(4, len(runs))
     rows = math.ceil(len(runs) / columns)

@@ -52,6 +52,7 @@ from typing import Any
 from .base import MULTIPLE_CHOICE, DataError
 from .core import ChoiceExamples, LoadOptions, Task, TaskData, register_task
 from .readers import _check_exists, _open_text
+from .utf8 import not_utf8
 
 __all__ = [
     "ARC_CHALLENGE",
@@ -176,8 +177,8 @@ def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool
                 labels.append(0 if index is None else index)  # never None here: checked above
     except csv.Error as error:
         raise DataError(f"{path} line {reader.line_num}: malformed CSV ({error})") from None
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     if bad and not drop_bad_rows:
         line, field, why = bad[0]
         raise DataError(

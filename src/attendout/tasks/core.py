@@ -331,26 +331,32 @@ def stable_unit_hash(text: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
-def carve_validation(examples: Examples, fraction: float, seed: int) -> tuple[Examples, Examples]:
+def carve_validation(
+    examples: Examples,
+    fraction: float,
+    seed: int,
+    *,
+    what: str = "the examples",
+    option: str = "fraction",
+) -> tuple[Examples, Examples]:
     """Split ``examples`` into ``(train, validation)`` with about ``fraction`` of them in validation.
 
     Deterministic given ``seed``; both sides keep the original order of the examples. When
     ``examples.groups`` is set, whole groups move: the groups are shuffled with ``seed`` and the
     first ones go to validation, stopping at the count closest to ``fraction * len(examples)``
-    (at least one group on each side).
+    (at least one group on each side). A split that leaves one side empty is a :class:`DataError`
+    naming ``what`` (the file: ``train.csv``) and ``option`` (what set the fraction:
+    ``--validation-split``), with the fractions that would work.
     """
     n = len(examples)
     if not 0.0 < fraction < 1.0:
-        raise DataError(f"carve_validation: fraction must be in (0, 1), got {fraction!r}")
+        raise DataError(f"{option} must be in (0, 1), got {fraction!r}")
     rng = np.random.default_rng(seed)
     target = fraction * n
     if examples.groups is None:
         n_val = int(round(target))
         if n_val == 0 or n_val == n:
-            raise DataError(
-                f"carve_validation: fraction {fraction} of {n} examples leaves one side empty "
-                f"({n - n_val} train, {n_val} validation)"
-            )
+            raise DataError(_one_side_empty(what, option, fraction, n, n_val))
         order = rng.permutation(n)
         val_idx = np.sort(order[:n_val])
         train_idx = np.sort(order[n_val:])
@@ -358,8 +364,8 @@ def carve_validation(examples: Examples, fraction: float, seed: int) -> tuple[Ex
         names = sorted(set(examples.groups))  # sorted: independent of example order
         if len(names) < 2:
             raise DataError(
-                f"carve_validation: {n} examples in {len(names)} group(s); need at least 2 groups "
-                "so that both sides are non-empty"
+                f"{what}: its {n} examples are in {len(names)} group(s), and a validation split ({option} "
+                "{fraction}) takes whole groups: it needs at least 2 groups, one on each side"
             )
         shuffled = [names[i] for i in rng.permutation(len(names))]
         sizes: dict[str, int] = {}
@@ -374,6 +380,21 @@ def carve_validation(examples: Examples, fraction: float, seed: int) -> tuple[Ex
     return examples.subset(train_idx), examples.subset(val_idx)
 
 
+def _one_side_empty(what: str, option: str, fraction: float, n: int, n_val: int) -> str:
+    """Why ``fraction`` of ``n`` examples carves no validation split, and what would."""
+    if n < 2:
+        return (
+            f"{what} has {n} example(s): too few to carve a validation split from ({option} {fraction}); "
+            "it needs at least 2, one for training and one for validation"
+        )
+    works = [f / 100 for f in range(1, 100) if 0 < round(f / 100 * n) < n]  # round() as the split does
+    side = "no validation example" if n_val == 0 else "no training example"
+    return (
+        f"{what}: {option} {fraction} of its {n} examples leaves {side} ({n - n_val} for training, {n_val} "
+        f"for validation); use {option} between {works[0]:g} and {works[-1]:g}"
+    )
+
+
 def subsample(examples: Examples, n: int | None, seed: int) -> Examples:
     """A deterministic random subset of ``n`` examples (original order kept).
 
@@ -382,7 +403,9 @@ def subsample(examples: Examples, n: int | None, seed: int) -> Examples:
     if n is None or n >= len(examples):
         return examples
     if n < 1:
-        raise DataError(f"subsample: n must be a positive number of examples, got {n!r}")
+        raise DataError(
+            f"a subsample keeps a positive number of examples, got {n!r} (--max-train-samples, --max-eval-samples)"
+        )
     rng = np.random.default_rng(seed)
     picked = np.sort(rng.choice(len(examples), size=n, replace=False))
     return examples.subset(picked)

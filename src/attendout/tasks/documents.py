@@ -31,6 +31,7 @@ from .base import CLASSIFICATION, DataError
 from .core import Examples, LoadOptions, Task, TaskData, register_task
 from .readers import ARCHIVE_ERRORS
 from .tokens import find_nltk_zip
+from .utf8 import not_utf8_bytes
 
 __all__ = [
     "IMDB",
@@ -85,9 +86,10 @@ def read_movie_reviews(path: str | Path) -> dict[str, Examples]:
                 continue
             label, fold = match.group(1), int(match.group(2))
             try:
-                text = archive.read(member).decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise DataError(f"{path}:{member}: not UTF-8 text (byte offset {error.start})") from None
+                raw = archive.read(member)
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise not_utf8_bytes(f"{path}:{member}", raw) from None
             except ARCHIVE_ERRORS as error:  # a damaged member
                 raise DataError(
                     f"{path}:{member}: cannot read it from the zip ({type(error).__name__}: {error}); the zip "

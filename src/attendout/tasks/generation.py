@@ -56,6 +56,7 @@ from .core import (
 from .documents import MOVIE_REVIEWS_ZIP, read_movie_reviews
 from .readers import detect_format, read_file
 from .tokens import find_nltk_zip
+from .utf8 import not_utf8
 
 __all__ = [
     "LM",
@@ -190,8 +191,8 @@ def _read_lines(path: Path, what: str) -> list[str]:
         raise DataError(f"{what} {path} does not exist or is not a file")
     try:
         return path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
 
 
 def read_documents(path: str | Path, text_column: str = "text", what: str = "data file") -> list[str]:
@@ -230,6 +231,11 @@ def read_parallel(
     spec: str, source_column: str = "source", target_column: str = "target", what: str = "data file"
 ) -> Seq2SeqExamples:
     """Pairs from ``SOURCE_FILE,TARGET_FILE`` (line-aligned text files) or a table with both columns."""
+    if source_column == target_column:
+        raise DataError(
+            f"{what} {spec}: the source and the target column are both {source_column!r}; a pair takes two "
+            "different columns (--source-column and --target-column)"
+        )
     parts = spec.split(",")
     if len(parts) == 2 and all(_format(Path(p)) == "text" for p in parts):
         sources = _read_lines(Path(parts[0]), f"{what} (source)")
@@ -273,11 +279,13 @@ def _file_splits(task: Task, options: LoadOptions, read: Any) -> tuple[Task, Tas
     if options.eval_files:
         evals = {name: read(path, f"eval file {name!r}") for name, path in options.eval_files.items()}
     else:
-        if len(train) < 2:
+        if round(0.1 * len(train)) < 1:  # round() as carve_validation rounds: 6 examples give 1
             raise DataError(
-                f"{options.train_file}: {len(train)} example(s); a dev split cannot be carved from it"
+                f"{options.train_file}: {len(train)} example(s); without --eval-file a dev split of 10% is "
+                "carved from the training file, and that is no example here: give --eval-file NAME=PATH, or "
+                "at least 6 examples"
             )
-        train, dev = carve_validation(train, 0.1, 0)
+        train, dev = carve_validation(train, 0.1, 0, what=str(options.train_file))
         logger.warning("task %s: no eval file; dev is 10%% of %s (seed 0)", task.name, options.train_file)
         evals = {"dev": dev}
     source = f"files {options.train_file}" + "".join(f", {p}" for p in (options.eval_files or {}).values())

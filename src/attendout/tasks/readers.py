@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from .base import CLASSIFICATION, REGRESSION, DataError
 from .core import Examples
+from .utf8 import not_utf8
 
 __all__ = [
     "ARCHIVE_ERRORS",
@@ -264,8 +265,8 @@ def read_file(
                 return _read_delimited(
                     reader, path, fmt, text_columns, label_column, group_column, column_names
                 )
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     except ARCHIVE_ERRORS as error:  # unreadable or corrupt compressed file
         raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
 

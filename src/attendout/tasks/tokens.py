@@ -65,6 +65,7 @@ from .core import (
     register_task,
 )
 from .readers import ARCHIVE_ERRORS, _check_exists, _open_text
+from .utf8 import not_utf8, not_utf8_bytes
 
 __all__ = [
     "CONLL2003",
@@ -210,8 +211,8 @@ def read_conll(
                 sentence[1].append(fields[tag_column])
                 sentence[2].append(number)
             end_sentence()
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text (byte offset {error.start}: {error.reason})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     except ARCHIVE_ERRORS as error:
         raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
     if not words:
@@ -246,7 +247,7 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
     for tag in tags:
         parts = _iob_parts(tag)
         if parts is None:
-            raise DataError(f"iob1_to_iob2: tag {tag!r} is not O, B-<type> or I-<type>")
+            raise DataError(f"tag {tag!r} is not O, B-<type> or I-<type> (an IOB tag)")
         prefix, kind = parts
         before = _iob_parts(previous)
         if prefix == "I" and (before is None or before[0] == "O" or before[1] != kind):
@@ -488,9 +489,10 @@ def read_ptb_zip(path: str | Path) -> dict[int, TaggedSentences]:
                 continue
             where = f"{path}:{member}"
             try:
-                text = archive.read(member).decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise DataError(f"{where}: not UTF-8 text (byte offset {error.start})") from None
+                raw = archive.read(member)
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise not_utf8_bytes(where, raw) from None
             except ARCHIVE_ERRORS as error:  # a damaged member
                 raise DataError(
                     f"{where}: cannot read it from the zip ({type(error).__name__}: {error}); the zip is "
