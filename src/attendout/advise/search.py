@@ -22,7 +22,10 @@ number. Resuming is rerunning: finished and pruned trials count; a trial whose p
 SIGTERM, a kill, a lost machine) is marked failed and queued again with the same options, and its run
 folders (a checkpoint per epoch, a finished seed's results) let the new trial go on where it stopped. A
 process that finds every trial taken waits for the ones other processes still run (or reclaims them if
-their process dies), so that every process confirms the same best settings.
+their process dies), so that every process confirms the same best settings. The budget (``trials``) is
+the study's, not each process's: processes that ask for its last trial at the same moment see the same
+order of trials (the storage numbers a study's trials one at a time), and all but the first give theirs
+back (:func:`_within_budget`).
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from .objective import (
     study_direction,
     validations,
 )
-from .spaces import grid_of, grid_size, shown, suggest
+from .spaces import grid_size, queue_grid, shown, suggest
 from .storage import open_storage, redacted
 
 __all__ = ["MethodSearch", "SearchPlan", "run_search", "search_results"]
@@ -146,7 +149,7 @@ def _sampler(plan: SearchPlan, method: str, trial_number: int) -> Any:
     # hashed: numpy's legacy generator gives nearly equal first draws for small neighbouring seeds (0 and 3)
     key = f"{plan.search_seed}/{plan.recipe_key}/{method}/{trial_number}".encode()
     seed = int.from_bytes(hashlib.sha256(key).digest()[:4], "little")
-    if plan.sampler == "grid":  # the grid's points are queued in the study (_queue_grid); this is unused
+    if plan.sampler == "grid":  # the grid's points are queued in the study (queue_grid); this is unused
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(
         seed=seed,
@@ -173,7 +176,7 @@ def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
         load_if_exists=True,
     )
     if plan.sampler == "grid":
-        _queue_grid(study, method, plan.trials_of(method))
+        queue_grid(study, method, plan.trials_of(method))
     identity = {
         "epochs": plan.epochs,
         "search_seed": plan.search_seed,
@@ -191,30 +194,6 @@ def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
             "--output-dir (or --storage) for another budget, seed, objective, recipe or metric"
         )
     return study
-
-
-def _queue_grid(study: Any, method: str, limit: int) -> None:
-    """Queue the points of the method's grid the study has not tried or queued, up to ``limit`` trials.
-
-    (Optuna's GridSampler stops its study from inside ``optimize``, which ask-and-tell does not run.)
-    """
-    import itertools
-
-    from optuna.trial import TrialState
-
-    grid = grid_of(method)
-    trials = [
-        t
-        for t in study.get_trials(deepcopy=False)
-        if not (t.state == TrialState.FAIL and t.user_attrs.get("interrupted"))
-    ]
-    seen = [t.params or t.system_attrs.get("fixed_params", {}) for t in trials]
-    room = limit - len(trials)
-    for values in itertools.product(*grid.values()):
-        point = dict(zip(grid, values, strict=True))
-        if room > 0 and point not in seen:
-            study.enqueue_trial(point)
-            room -= 1
 
 
 def _alive(trial: Any, stale_after: float) -> bool:
@@ -255,23 +234,51 @@ def _requeue(study: Any, params: dict[str, Any], run_dir: str | None) -> None:
     study.enqueue_trial(params, user_attrs={"resume_dir": run_dir} if run_dir else None, skip_if_exists=False)
 
 
-def _counted(study: Any, stale_after: float, *, running: bool = True) -> int:
-    """Trials that use up the budget: finished, pruned, failed with an error, running (here or elsewhere;
-    left out with ``running=False``).
-
-    (A queued trial does not count until it runs: ``study.ask`` takes queued trials first.)
-    """
+def _counts(t: Any, stale_after: float, *, running: bool = True) -> bool:
+    """Whether trial ``t`` uses up the budget: finished, pruned, failed with an error, running (here or
+    elsewhere; left out with ``running=False``). A queued trial does not count until it runs
+    (``study.ask`` takes queued trials first); an interrupted or given-back one never does."""
     from optuna.trial import TrialState
 
-    count = 0
-    for t in study.get_trials(deepcopy=False):
-        if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
-            count += 1
-        elif t.state == TrialState.FAIL and "error" in t.user_attrs:
-            count += 1
-        elif running and t.state == TrialState.RUNNING and _alive(t, stale_after):
-            count += 1
-    return count
+    if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+        return True
+    if t.state == TrialState.FAIL:
+        return "error" in t.user_attrs
+    return running and t.state == TrialState.RUNNING and _alive(t, stale_after)
+
+
+def _counted(study: Any, stale_after: float, *, running: bool = True) -> int:
+    """Trials that use up the budget (:func:`_counts`)."""
+    return sum(_counts(t, stale_after, running=running) for t in study.get_trials(deepcopy=False))
+
+
+def _within_budget(study: Any, trial: Any, limit: int, stale_after: float) -> bool:
+    """Whether ``trial``, just asked, is one of the study's first ``limit`` trials that count.
+
+    Two processes may both count room for one more trial and both ask. The storage numbers a study's
+    trials one at a time (it locks the study's row), so both see the same order: the earlier trial
+    runs and the later one is given back (:func:`_give_back`). The budget is the study's, not each
+    process's."""
+    ahead = sum(t.number < trial.number and _counts(t, stale_after) for t in study.get_trials(deepcopy=False))
+    return ahead < limit
+
+
+def _give_back(study: Any, trial: Any) -> None:
+    """End ``trial``, asked beyond the study's budget, as failed and marked (never counted, listed or
+    queued again as an interrupted one would be); a queued trial it had taken goes back to the queue."""
+    import optuna
+
+    frozen = study._storage.get_trial(trial._trial_id)
+    trial.set_user_attr("interrupted", True)  # what every count and listing leaves out
+    trial.set_user_attr("over_budget", True)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    queued = frozen.system_attrs.get("fixed_params")
+    if queued and not any(  # a point of the grid, or an interrupted trial's options: still to run, once
+        (t.params or t.system_attrs.get("fixed_params")) == queued
+        for t in study.get_trials(deepcopy=False)
+        if t.number != trial.number and not t.user_attrs.get("interrupted")
+    ):
+        _requeue(study, queued, frozen.user_attrs.get("resume_dir"))
 
 
 def _running(studies: dict[str, Any], stale_after: float) -> str:
@@ -329,9 +336,9 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
                     )
                     spent = True
                     continue
-                _run_trial(plan, storage, study, method)
-                bar.update(1)
-                ran = True
+                if _run_trial(plan, storage, study, method):
+                    bar.update(1)
+                    ran = True
             if ran:
                 continue
             # every trial is taken; the ones other processes still run may change a method's best, and
@@ -399,11 +406,20 @@ def reference(plan: SearchPlan, seed: int, wait: bool = True) -> Measured | None
     return measured(run_dir, plan.metric)
 
 
-def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
+def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
+    """Ask a trial and run it; False where another process took the study's last trial at the same
+    moment (the trial is given back, :func:`_within_budget`)."""
     import optuna
 
     raise_if_stopped()
     trial, options = _ask(plan, study, method)
+    if not _within_budget(study, trial, plan.trials_of(method), plan.stale_after):
+        _give_back(study, trial)
+        plan.echo(
+            f"search {method}: trial {trial.number} given back: the study's {plan.trials_of(method)} trials "
+            "are taken (another process asked at the same moment)"
+        )
+        return False
     resume_dir = trial.user_attrs.get("resume_dir")
     trial_dir = Path(resume_dir) if resume_dir else plan.out / "search" / method / f"trial-{trial.number:03d}"
     owner = Owner.this_process()
@@ -435,14 +451,14 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
         trial.set_user_attr("pruned", str(pruned))
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         plan.echo(f"search {method}: trial {trial.number} pruned: {pruned}")
-        return
+        return True
     except TrainingError as error:  # NaN loss: this setting does not train; a result, not a bug
         for seed in plan.seeds:
             shutil.rmtree(trial_dir / f"seed-{seed}" / CHECKPOINT_DIR, ignore_errors=True)
         trial.set_user_attr("error", str(error))
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         plan.echo(f"search {method}: trial {trial.number} failed: {error}")
-        return
+        return True
     except BaseException:  # interrupted (Ctrl-C, SIGTERM) or a bug: queued again, resumed from its folders
         trial.set_user_attr("interrupted", True)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -456,6 +472,7 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> None:
         f"search {method}: trial {trial.number}: {objective_name(plan)} {value:.4f}"
         + (f" (seeds: {per_seed})" if len(by_seed) > 1 else "")
     )
+    return True
 
 
 def _train_seed(

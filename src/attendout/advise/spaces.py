@@ -40,11 +40,12 @@ from typing import Any
 from ..methods import METHODS
 
 __all__ = [
-    "DEFAULT_METHODS",
-    "SEARCH_SPACES",
     "Choice",
+    "DEFAULT_METHODS",
     "Range",
+    "SEARCH_SPACES",
     "grid_of",
+    "queue_grid",
     "search_space",
     "shown",
     "suggest",
@@ -172,3 +173,25 @@ def shown(value: Any) -> str:
         if isinstance(value, int | float) and not isinstance(value, bool)
         else str(value)
     )
+
+
+def queue_grid(study: Any, method: str, limit: int) -> None:
+    """Queue the points of the method's grid the study has not tried or queued, up to ``limit`` trials.
+
+    (Optuna's GridSampler stops its study from inside ``optimize``, which ask-and-tell does not run.)
+    """
+    from optuna.trial import TrialState
+
+    grid = grid_of(method)
+    trials = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if not (t.state == TrialState.FAIL and t.user_attrs.get("interrupted"))
+    ]
+    seen = [t.params or t.system_attrs.get("fixed_params", {}) for t in trials]
+    room = limit - len(trials)
+    for values in itertools.product(*grid.values()):
+        point = dict(zip(grid, values, strict=True))
+        if room > 0 and point not in seen:
+            study.enqueue_trial(point)
+            room -= 1

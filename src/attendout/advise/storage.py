@@ -58,7 +58,11 @@ def open_storage(url: str, echo: Callable[[str], None] | None = None) -> Any:
     import optuna
 
     if url.startswith("sqlite:///"):
-        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        path = Path(url[len("sqlite:///") :])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        damage = _sqlite_damage(path)
+        if damage is not None:
+            raise ValueError(_damaged(path, damage))
     opened = with_driver(url)
     if opened != url and echo is not None:
         echo(
@@ -73,11 +77,62 @@ def open_storage(url: str, echo: Callable[[str], None] | None = None) -> Any:
             f"--storage {redacted(url)}: its database driver is not installed ({error}); {hint}"
         ) from None
     except Exception as error:  # SQLAlchemy's: a malformed URL, a server that refuses, ...
-        if type(error).__module__.startswith(("sqlalchemy", "optuna")):
+        if not type(error).__module__.startswith(("sqlalchemy", "optuna")):
+            raise
+        said = _first_line(error)
+        if url.startswith("sqlite:///") and any(words in said for words in _DAMAGED):
+            why = said.removeprefix("(sqlite3.DatabaseError) ")
             raise ValueError(
-                f"--storage {redacted(url)}: {type(error).__name__}: {redacted(str(error))}"
+                _damaged(Path(url[len("sqlite:///") :]), f"SQLite finds it damaged ({why})")
             ) from None
-        raise
+        raise ValueError(f"--storage {redacted(url)}: {type(error).__name__}: {redacted(said)}") from None
+
+
+#: what SQLite says of a file that is not a database, or one whose pages are damaged
+_DAMAGED = ("file is not a database", "database disk image is malformed", "file is encrypted")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _sqlite_damage(path: Path) -> str | None:
+    """What is wrong with the SQLite file ``path``, or None (a missing or empty file is a new database; one
+    another process holds locked is left to the storage's own wait)."""
+    import sqlite3
+
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(_SQLITE_HEADER))
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    if not head:
+        return None
+    if head != _SQLITE_HEADER:
+        return "it is not an SQLite database"
+    try:
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+        try:
+            found = [row[0] for row in connection.execute("PRAGMA quick_check")]
+        finally:
+            connection.close()
+    except sqlite3.OperationalError:  # locked, or unreadable: the storage says what it finds
+        return None
+    except sqlite3.DatabaseError as error:
+        return f"SQLite finds it damaged ({error})"
+    return None if found == ["ok"] else f"SQLite finds it damaged ({found[0]})"
+
+
+def _damaged(path: Path, why: str) -> str:
+    """One line: the study file ``path`` is not a readable database, and what to do."""
+    return (
+        f"{path} is the search's study database, but {why}: move it aside to start the search over "
+        f"(mv {path} {path}.damaged), or restore it from a backup"
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    """SQLAlchemy's message without its "[SQL: ...]" and "(Background on this error at: ...)" lines."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    kept = [line for line in lines if not line.startswith(("[SQL:", "[parameters:", "(Background on this"))]
+    return (kept or lines or [type(error).__name__])[0]
 
 
 def _rdb_storage(optuna: Any, url: str) -> Any:
