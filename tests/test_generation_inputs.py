@@ -119,7 +119,7 @@ def test_the_saved_scratch_tokenizer_gives_every_text_back_in_plain_transformers
 WORDS = sorted({w for s in SENTENCES for w in s.split()})
 
 
-def gpt2_with_a_bert_tokenizer(folder, eos_token_id):
+def gpt2_with_a_bert_tokenizer(folder, eos_token_id, positions: int = 32):
     """A tiny GPT-2 saved with a BERT tokenizer (as some decoders ship: no end-of-sequence token)."""
     from transformers import BertTokenizerFast, GPT2Config, GPT2LMHeadModel
 
@@ -129,7 +129,7 @@ def gpt2_with_a_bert_tokenizer(folder, eos_token_id):
     tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"))
     tokenizer.save_pretrained(folder)
     config = GPT2Config(
-        vocab_size=len(vocab), n_positions=32, n_embd=32, n_layer=1, n_head=2, eos_token_id=eos_token_id,
+        vocab_size=len(vocab), n_positions=positions, n_embd=32, n_layer=1, n_head=2, eos_token_id=eos_token_id,
         bos_token_id=eos_token_id,
     )  # fmt: skip
     GPT2LMHeadModel(config).save_pretrained(folder)
@@ -260,3 +260,47 @@ def test_predict_on_a_seq2seq_run_refuses_more_new_tokens_than_the_decoder_has_p
         Predictor.load(tmp_path / "run", max_new_tokens=40)
     with pytest.raises(PredictError, match=r"^--max-length 17 is more than .* use --max-length 16 or less"):
         Predictor.load(tmp_path / "run", max_length=17)
+
+
+def test_bench_dry_run_marks_a_generation_cell_beyond_its_models_positions_invalid(files, tmp_path, capsys):
+    from attendout.cli import main
+
+    short = gpt2_with_a_bert_tokenizer(tmp_path / "gpt2-32", eos_token_id=3)
+    long = gpt2_with_a_bert_tokenizer(tmp_path / "gpt2-64", eos_token_id=3, positions=64)
+    path = tmp_path / "gen.toml"
+    path.write_text(
+        f"""
+[experiment]
+name = "gen"
+seeds = [1]
+data_seed = 0
+
+[training]
+max_steps = 2
+max_length = 16
+block_size = 48
+
+[[models]]
+id = "gpt2-32"
+name = "{short}"
+
+[[models]]
+id = "gpt2-64"
+name = "{long}"
+
+[[tasks]]
+id = "lm"
+name = "lm"
+train_file = "{tmp_path / "train.txt"}"
+eval_files = {{ dev = "{tmp_path / "dev.txt"}" }}
+
+[[methods]]
+name = "none"
+"""
+    )
+    assert main(["bench", str(path), "--results", str(tmp_path / "results"), "--dry-run"]) == 2
+    rows = {line.split()[3]: line for line in capsys.readouterr().out.splitlines() if "/lm/none/" in line}
+    assert "INVALID" not in rows["gpt2-64/lm/none/seed-1"]
+    assert "INVALID" in rows["gpt2-32/lm/none/seed-1"]
+    assert "block_size 48 is more than" in rows["gpt2-32/lm/none/seed-1"]
+    assert "use block_size 32 or less" in rows["gpt2-32/lm/none/seed-1"]

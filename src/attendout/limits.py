@@ -159,14 +159,22 @@ def check_lengths(
     method: Any = None,
     model: str = "the model",
     warn: bool = True,
+    flags: bool = True,
 ) -> None:
     """Every length a run of task kind ``kind`` sends through the model of ``config``, checked against
     the side of the model it goes through (see the module docstring), before anything trains. Each
-    message names the option (``--block-size``, ``--max-length``, ``--max-new-tokens``) and the limit.
+    message names the option (``--block-size``, ``--max-length``, ``--max-new-tokens``; without
+    ``flags`` as a config or an experiment file names it: ``block_size``...) and the limit.
     ``max_new_tokens`` None: seq2seq decodes up to ``max_length`` tokens (checked with the targets); lm
     has no prompt to check."""
+
+    def named(option: str) -> str:
+        return option if flags else option[2:].replace("-", "_")
+
     if kind == "lm":
-        length, setting = (block_size, "--block-size") if block_size else (max_length, "--max-length")
+        length, setting = (
+            (block_size, named("--block-size")) if block_size else (max_length, named("--max-length"))
+        )
         check_length(
             length, config, tokenizer=tokenizer, method=method, model=model, setting=setting, warn=warn,
             what="block",
@@ -178,19 +186,19 @@ def check_lengths(
             context, where = l_max, f"the synthesizer's l_max of {l_max}"
         if max_new_tokens is not None and context is not None and max_new_tokens >= context:
             raise LimitError(
-                f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in {where}: prompt plus new "
-                f"tokens must fit; use --max-new-tokens {context - 1} or less"
+                f"{named('--max-new-tokens')} {max_new_tokens} leaves no room for a prompt in {where}: prompt plus new "
+                f"tokens must fit; use {named('--max-new-tokens')} {context - 1} or less"
             )
         return
     seq2seq = kind == "seq2seq"
     check_length(
         max_length, config, tokenizer=tokenizer, method=method, model=model, warn=warn,
-        what="source or target" if seq2seq else "input",
+        setting=named("--max-length"), what="source or target" if seq2seq else "input",
     )  # fmt: skip
     if not seq2seq:
         return
     if max_new_tokens is not None and max_new_tokens > max_length:  # an output longer than any target
         check_length(
-            max_new_tokens, config, method=method, model=model, setting="--max-new-tokens", warn=warn,
+            max_new_tokens, config, method=method, model=model, setting=named("--max-new-tokens"), warn=warn,
             what="output",
         )  # fmt: skip

@@ -165,20 +165,24 @@ def prepare_cells(
 
 
 def _check_limits(cell: Cell, model: CellCheck) -> str | None:
-    """The cell's length beyond its model's or method's limits (:func:`attendout.limits.check_length`)."""
-    from ..limits import LimitError, check_length
+    """The cell's lengths beyond its model's or method's limits (:func:`attendout.limits.check_lengths`:
+    a generation task's block, targets and decoded outputs too)."""
+    from ..limits import LimitError, check_lengths
+    from ..tasks import DataError, get_task
 
     if cell.config is None or model.model_config is None:
         return None
     try:
-        check_length(
-            cell.config.max_length,
-            model.model_config,
-            method=cell.config.method_config(),
-            model=cell.model.name,
-            setting="max_length",
-            warn=False,
-        )
+        kind = get_task(cell.config.task).kind
+    except DataError:  # an unknown task: the cell's own check says so
+        kind = ""
+    c = cell.config
+    try:
+        check_lengths(
+            kind, model.model_config, max_length=c.max_length, block_size=c.block_size,
+            max_new_tokens=c.max_new_tokens, method=c.method_config(), model=cell.model.name, warn=False,
+            flags=False,
+        )  # fmt: skip
     except LimitError as error:
         return str(error)
     return None
