@@ -98,7 +98,7 @@ def _not_fresh(c: Confirmation) -> str:
     total = len(c.table.runs) if c.table is not None else len(c.reused)
     return (
         f"**Runs not fresh to this study:** {len(c.reused)} of its {total} runs were copied in by --reuse-runs from "
-        "another study (an earlier grid's), not trained for this one. If those runs' scores had a part in "
+        "another results folder (another study's or a grid's), not trained for this one. If those runs' scores had a part in "
         "choosing what is tested here (a recipe, a method, a setting), this table judges the choice on the runs "
         "it was chosen on and overstates it: confirm on seeds the other study never ran (--confirm-seeds)."
     )
