@@ -104,6 +104,7 @@ class AdviseConfig:
     alpha: float = 0.05
     until: str = "answer"  # the last stage to run
     stale_after: float = 900.0
+    poll: float = 30.0  # seconds between looks at the trials other processes run (search)
     progress: bool = True
     echo: Callable[[str], None] = print
     command: str = ""  # the command line that made the study, for advice.md
@@ -359,6 +360,7 @@ def advise(config: AdviseConfig) -> Advice:
         recipe_key=config_fingerprint(dataclasses.replace(config.recipe, eval_files=None)),
         fixed_options=dict(config.fixed_options),
         stale_after=config.stale_after,
+        poll=config.poll,
         progress=config.progress,
         echo=config.echo,
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..advise.objective import OBJECTIVES, search_seeds
 from ..advise.spaces import DEFAULT_METHODS, SEARCH_SPACES
-from ..advise.study import STAGES, AdviseConfig, advise
+from ..advise.study import STAGES, AdviseConfig
 from .flags import (
     add_dataclass_options,
     add_file_options,
@@ -214,8 +214,10 @@ def advise_parser() -> argparse.ArgumentParser:
     )
     add_launch_options(
         parser,
-        "advise: the confirmation's runs. The search runs one trial at a time in this process; for several "
-        "search workers, start advise again with the same --storage (an RDB: postgresql://...).",
+        "advise: the search runs as several Optuna workers on one study: --jobs N processes here, or "
+        "--max-parallel N tasks of a SLURM job array (1 without it; an SQLite study is refused for several on a "
+        "cluster: --storage postgresql://...); the confirmation's runs then go through the same launcher, and "
+        "the answer is written here. --launcher ray is for the confirmation only (the search is refused on it).",
     )
     return parser
 
@@ -276,14 +278,13 @@ def main(argv: list[str]) -> int:
     """``attendout advise``: 0 when the stages ran; a stop (Ctrl-C, SIGTERM) is :func:`attendout.cli.main`'s."""
     import optuna
 
-    from ..experiments.launch import LaunchOptions, make_launcher
-    from ..experiments.runner import launching
+    from ..advise.workers import advise_launched
+    from ..experiments.launch import LaunchOptions
 
     config = config_from_args(argv)
-    # --jobs, --launcher: where the confirmation's grid runs (its run_cells takes the launcher of this block);
-    # a SLURM array is waited for, since the answer reads the whole confirmation
-    launcher = make_launcher(LaunchOptions.of_args(advise_parser().parse_args(argv), wait=True))
+    # --jobs, --launcher: where the search's workers and the confirmation's grid run (a SLURM array is
+    # waited for, since the answer reads the whole confirmation); options that cannot act are refused first
+    options = LaunchOptions.of_args(advise_parser().parse_args(argv))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with launching(launcher):
-        advise(config)
+    advise_launched(config, options)
     return 0

@@ -31,8 +31,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 from ..interrupt import Stopped
 from .celltask import CellTask
@@ -40,7 +41,7 @@ from .runner import BenchJob
 from .spec import Cell
 from .worker import PARENT_VARIABLE, RESULT_MARKER
 
-__all__ = ["LocalJobs", "divide_threads"]
+__all__ = ["LocalJobs", "Worker", "divide_threads", "relay", "start_worker", "stop_workers"]
 
 
 def divide_threads(jobs: int, threads: int | None = None, cpus: int | None = None) -> int:
@@ -51,13 +52,83 @@ def divide_threads(jobs: int, threads: int | None = None, cpus: int | None = Non
 
 
 @dataclass
-class _Worker:
-    cell: Cell
+class Worker:
+    """A worker process (:mod:`attendout.experiments.worker`) running ``item`` (a cell; for ``advise``,
+    a search worker), its reader thread and the result it printed (None until it does)."""
+
+    item: Any
     prefix: str
     process: subprocess.Popen
     started: float
     reader: threading.Thread
-    result: dict[str, list[str]] | None = None
+    result: dict[str, Any] | None = None
+
+
+def start_worker(task: Any, item: Any, prefix: str, threads: int, lines: queue.Queue) -> Worker:
+    """Start ``python -m attendout.experiments.worker`` on the picklable ``task`` (a callable with a
+    ``prefix``) with ``threads`` threads, in a session of its own (Ctrl-C reaches the parent alone, which
+    passes it on once); its lines go to ``lines``, its result to :attr:`Worker.result`."""
+    env = dict(os.environ)
+    env.update({PARENT_VARIABLE: str(os.getpid()), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "attendout.experiments.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(pickle.dumps(task))
+    process.stdin.close()
+    worker = Worker(item, prefix, process, time.time(), threading.Thread())
+    worker.reader = threading.Thread(target=_read, args=(worker, process.stdout, lines), daemon=True)
+    worker.reader.start()
+    return worker
+
+
+def _read(worker: Worker, stream: IO[bytes], lines: queue.Queue) -> None:
+    for raw in stream:
+        line = raw.decode(errors="replace").rstrip("\n")
+        if line.startswith(RESULT_MARKER):
+            worker.result = json.loads(line[len(RESULT_MARKER) :])
+        else:
+            lines.put(line)
+    stream.close()
+
+
+def relay(lines: queue.Queue, echo: Callable[[str], None], wait: float) -> None:
+    """Print the workers' lines as they come (waiting at most ``wait`` seconds for the first)."""
+    try:
+        echo(lines.get(timeout=wait) if wait > 0 else lines.get_nowait())
+        while True:
+            echo(lines.get_nowait())
+    except queue.Empty:
+        pass
+
+
+def stop_workers(
+    running: list[Worker],
+    stop: Stopped,
+    lines: queue.Queue,
+    echo: Callable[[str], None],
+    what: str = "run(s)",
+) -> None:
+    """Pass the stop to every worker and wait for them, printing their lines; a further signal is passed
+    on too (the workers then stop at once)."""
+    if running:
+        echo(f"jobs: {stop.name}: stopping {len(running)} {what} at their next step, with a checkpoint")
+    for worker in running:
+        _send(worker.process, stop.signum)
+    while any(w.process.poll() is None for w in running):
+        try:
+            relay(lines, echo, 0.2)
+        except KeyboardInterrupt as again:  # a second Ctrl-C: now
+            for worker in running:
+                _send(worker.process, Stopped.of(again).signum)
+    for worker in running:
+        worker.reader.join(timeout=5)
+    relay(lines, echo, 0)
 
 
 @dataclass
@@ -83,7 +154,7 @@ class LocalJobs:
             f"jobs: {min(self.jobs, len(todo))} run(s) at once, {threads} torch thread(s) each "
             f"({os.cpu_count()} CPUs here); {len(todo)} of {total} cells to run"
         )
-        running: list[_Worker] = []
+        running: list[Worker] = []
         finished_times: list[float] = []
         waiting_for_memory: dict[str, int] = {}  # cell -> runs ended when it ran out of memory
         ended = 0
@@ -104,17 +175,17 @@ class LocalJobs:
                     outcome = worker.result
                     if outcome is None:
                         message = f"its process ended with status {worker.process.returncode} and no result"
-                        job.store.event("failed", worker.cell, error=message)
-                        job.summary.failed.append(worker.cell.key)
+                        job.store.event("failed", worker.item, error=message)
+                        job.summary.failed.append(worker.item.key)
                         job.echo(f"{worker.prefix}: FAILED: {message}")
                     elif outcome.get("out_of_memory"):
                         if running:  # others hold memory: wait for one of them to end, then retry
-                            waiting_for_memory[worker.cell.key] = ended
-                            todo.insert(0, worker.cell)
+                            waiting_for_memory[worker.item.key] = ended
+                            todo.insert(0, worker.item)
                         else:
                             message = "out of GPU memory with no other run beside it"
-                            job.store.record_failure(worker.cell, message)
-                            job.summary.failed.append(worker.cell.key)
+                            job.store.record_failure(worker.item, message)
+                            job.summary.failed.append(worker.item.key)
                             job.echo(f"{worker.prefix}: FAILED: {message}")
                         outcome = {k: v for k, v in outcome.items() if k != "out_of_memory"}
                     if outcome is not None:
@@ -123,75 +194,22 @@ class LocalJobs:
                             finished_times.append(time.time() - worker.started)
                     job.echo(self._progress(job, cells, running, todo, finished_times))
         except KeyboardInterrupt as error:
-            self._stop_all(job, running, Stopped.of(error))
+            stop_workers(running, Stopped.of(error), self._lines, job.echo)
             raise
 
     # workers ----------------------------------------------------------------------------------
-    def _start(self, job: BenchJob, cell: Cell, prefix: str, threads: int) -> _Worker:
+    def _start(self, job: BenchJob, cell: Cell, prefix: str, threads: int) -> Worker:
         task = CellTask.of(job, cell.key, prefix, threads=threads, retry_out_of_memory=True)
-        env = dict(os.environ)
-        env.update(
-            {PARENT_VARIABLE: str(os.getpid()), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
-        )
-        process = subprocess.Popen(
-            [sys.executable, "-m", "attendout.experiments.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # Ctrl-C reaches the parent alone, which passes it on once
-        )
-        assert process.stdin is not None and process.stdout is not None
-        process.stdin.write(pickle.dumps(task))
-        process.stdin.close()
-        worker = _Worker(cell, prefix, process, time.time(), threading.Thread())
-        worker.reader = threading.Thread(target=self._read, args=(worker, process.stdout), daemon=True)
-        worker.reader.start()
-        return worker
+        return start_worker(task, cell, prefix, threads, self._lines)
 
-    def _read(self, worker: _Worker, stream: IO[bytes]) -> None:
-        for raw in stream:
-            line = raw.decode(errors="replace").rstrip("\n")
-            if line.startswith(RESULT_MARKER):
-                worker.result = json.loads(line[len(RESULT_MARKER) :])
-            else:
-                self._lines.put(line)
-        stream.close()
-
-    def _relay(self, job: BenchJob, running: list[_Worker]) -> None:
-        """Print the workers' lines as they come (waiting at most ``poll`` seconds for the first)."""
-        try:
-            job.echo(self._lines.get(timeout=self.poll if running else 0))
-            while True:
-                job.echo(self._lines.get_nowait())
-        except queue.Empty:
-            pass
-
-    def _stop_all(self, job: BenchJob, running: list[_Worker], stop: Stopped) -> None:
-        """Pass the stop to every worker and wait for them; a further signal is passed on too."""
-        signum = stop.signum
-        if running:
-            job.echo(
-                f"jobs: {stop.name}: stopping {len(running)} run(s) at their next step, with a checkpoint"
-            )
-        for worker in running:
-            _send(worker.process, signum)
-        while any(w.process.poll() is None for w in running):
-            try:
-                self._relay(job, running)
-            except KeyboardInterrupt as again:  # a second Ctrl-C: now
-                for worker in running:
-                    _send(worker.process, Stopped.of(again).signum)
-        for worker in running:
-            worker.reader.join(timeout=5)
-        while not self._lines.empty():
-            job.echo(self._lines.get_nowait())
+    def _relay(self, job: BenchJob, running: list[Worker]) -> None:
+        relay(self._lines, job.echo, self.poll if running else 0)
 
     def _progress(
-        self, job: BenchJob, cells: list[Cell], running: list[_Worker], todo: list[Cell], times: list[float]
+        self, job: BenchJob, cells: list[Cell], running: list[Worker], todo: list[Cell], times: list[float]
     ) -> str:
         done = {c.key for c in cells if job.store.status(c)[0] == "done"}
-        active = [w for w in running if w.cell.key not in done]  # a published cell's worker is ending
+        active = [w for w in running if w.item.key not in done]  # a published cell's worker is ending
         failed = len(job.summary.failed)
         line = f"grid: {len(done)} done, {len(active)} running, {len(todo)} left"
         if failed:

@@ -26,9 +26,10 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..interrupt import Stopped, handling
 from ..rundir import write_json_atomic
@@ -36,7 +37,9 @@ from .celltask import CellTask
 from .runner import BenchJob
 from .spec import Cell
 
-__all__ = ["SlurmCell", "SlurmLauncher", "need_submitit"]
+__all__ = ["SlurmCell", "SlurmLauncher", "need_submitit", "preemptible"]
+
+T = TypeVar("T")
 
 #: SLURM states of a job that will still run (or runs): its cell is not submitted again
 ACTIVE_STATES = frozenset(
@@ -55,21 +58,28 @@ def need_submitit() -> Any:
     return submitit
 
 
+def preemptible(run: Callable[[], T], prefix: str) -> T:
+    """``run()`` in a SLURM task: Ctrl-C, SIGTERM and SIGUSR2 stop it at its next step with a checkpoint
+    (:mod:`attendout.interrupt`); after SIGUSR2, submitit's own handler then requeues the task (its
+    ``checkpoint`` method says what the requeued task runs)."""
+    previous = signal.getsignal(signal.SIGUSR2)  # submitit's: checkpoint and requeue
+    try:
+        with handling(extra=(signal.SIGUSR2,)):
+            return run()
+    except KeyboardInterrupt as error:
+        stop = Stopped.of(error)
+        print(f"{prefix}: {stop.describe()}", flush=True)
+        if stop.signum == signal.SIGUSR2 and callable(previous):
+            previous(signal.SIGUSR2, None)  # requeues and exits; returns only where it cannot
+        raise
+
+
 @dataclass
 class SlurmCell(CellTask):
     """A cell as a SLURM task: SIGUSR2 stops it with a checkpoint, then submitit requeues it."""
 
     def __call__(self) -> dict[str, list[str]]:
-        previous = signal.getsignal(signal.SIGUSR2)  # submitit's: checkpoint and requeue
-        try:
-            with handling(extra=(signal.SIGUSR2,)):
-                return super().__call__()
-        except KeyboardInterrupt as error:
-            stop = Stopped.of(error)
-            print(f"{self.prefix}: {stop.describe()}", flush=True)
-            if stop.signum == signal.SIGUSR2 and callable(previous):
-                previous(signal.SIGUSR2, None)  # requeues and exits; returns only where it cannot
-            raise
+        return preemptible(super().__call__, self.prefix)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """submitit's hook at preemption: requeue this very task (it resumes from the cell's checkpoint)."""
