@@ -139,6 +139,7 @@ def test_ctrl_c_stops_every_search_worker_and_prints_one_command_that_goes_on(ti
         assert "resume_dir" in t.user_attrs
 
 
+@pytest.mark.slow
 def test_advise_through_submitits_local_executor_completes_a_study(tiny_run, capsys):
     pytest.importorskip("submitit")
     out = tiny_run["tmp"] / "slurm"
@@ -170,7 +171,10 @@ def test_advise_through_submitits_local_executor_completes_a_study(tiny_run, cap
             r"4 search workers needs a storage all nodes share safely, and sqlite:///.* is an SQLite file "
             r".*--storage postgresql://",
         ),
-        (("--launcher", "ray"), "the search does not run as Ray tasks; run the search with --jobs N"),
+        (
+            ("--launcher", "ray", "--address", "auto", "--max-parallel", "2"),
+            r"advise --launcher ray with 2 search workers needs .*--storage postgresql://",
+        ),
         (("--jobs", "0"), "--jobs must be at least 1"),
     ],
 )
@@ -184,3 +188,23 @@ def test_a_search_the_launcher_cannot_run_is_refused_and_writes_nothing(tiny_run
 
     assert re.search(message, err), err
     assert not out.exists()
+
+
+@pytest.mark.ray
+def test_advise_through_a_local_ray_instance_completes_a_study(tiny_run, capsys):
+    pytest.importorskip("ray")
+    out = tiny_run["tmp"] / "ray"
+    assert (
+        main(advise_args(tiny_run, out, "--launcher", "ray", "--max-parallel", "2", "--cpus-per-run", "1"))
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert "advise: search: 2 worker(s) as Ray tasks on a Ray instance started here" in text
+    found = trials(out)
+    assert sorted(t.state.name for t in found if not t.user_attrs.get("interrupted")) == [
+        "COMPLETE",
+        "COMPLETE",
+    ]
+    assert os.getpid() not in {t.user_attrs["pid"] for t in found}
+    assert len(list((out / "confirm").rglob("results.json"))) == 4  # the confirmation's cells as Ray tasks
+    assert (out / "advice.md").is_file()

@@ -1,27 +1,25 @@
-"""``attendout advise --jobs N`` and ``--launcher slurm``: the search as several Optuna workers on one study.
+"""``attendout advise --jobs N`` and ``--launcher slurm|ray``: the search as several Optuna workers on one study.
 
 :func:`advise_launched` runs a study's stages where the command's launch options say:
 
-* **regime**: in this process (with ``--jobs N``, before the workers start, so that one probe trains
-  with every thread); on SLURM the search workers run it (the first trains the probe, the others wait
-  for it), so that nothing trains on the machine that submits;
+* **regime**: in this process with ``--jobs N`` (before the workers start, so that one probe trains
+  with every thread); on SLURM or Ray the search workers run it (the first trains the probe, the others
+  wait for it), so that nothing trains on the machine that submits;
 * **search**: ``N`` :class:`SearchWorker` s, each an ``advise`` up to its search stage on the study's one
   storage (Optuna's workers: each asks the study for its next trial, the budget is the study's, see
   :mod:`attendout.advise.search`). ``--jobs N``: N processes here (:func:`~attendout.experiments.jobs.start_worker`,
   the worker process ``bench --jobs`` uses), threads divided between them and said; Ctrl-C stops every
   worker at its next step with a checkpoint, and the command prints the one command that goes on.
   ``--launcher slurm``: ``--max-parallel`` workers (1 without it) as one job array through submitit,
-  each preemptible as a bench cell is (:func:`~attendout.experiments.slurm.preemptible`); the command waits
-  for them. Several workers on a cluster need a storage every node shares safely (``--storage
+  each preemptible as a bench cell is (:func:`~attendout.experiments.slurm.preemptible`);
+  ``--launcher ray``: ``--max-parallel`` workers (1 without it) as Ray tasks. The command waits for them.
+  Several workers on a cluster need a storage every node shares safely (``--storage
   postgresql://...``): an SQLite file is refused for them (:func:`check_storage`);
 * **confirm**: in this process, whose :func:`~attendout.experiments.runner.launching` block gives the
-  confirmation's grid the command's launcher (``--jobs N`` processes, a SLURM array it waits for). The
-  search workers stop after the search (``until="search"``) and never confirm: N workers start N
-  confirmation runs at most, not N²;
+  confirmation's grid the command's launcher (``--jobs N`` processes, a SLURM array it waits for, Ray
+  tasks). The search workers stop after the search (``until="search"``) and never confirm: N workers
+  start N confirmation runs at most, not N²;
 * **answer**: in this process.
-
-``--launcher ray`` runs the confirmation's runs as Ray tasks, but not the search: it is refused while the
-search has a stage to run (:func:`check_storage`), naming ``--jobs`` and ``--launcher slurm``.
 """
 
 from __future__ import annotations
@@ -35,6 +33,7 @@ from typing import Any
 
 from ..experiments.jobs import Worker, divide_threads, relay, start_worker, stop_workers
 from ..experiments.launch import LaunchOptions, make_launcher
+from ..experiments.raytasks import RayLauncher, need_ray
 from ..experiments.runner import launching
 from ..experiments.slurm import SlurmLauncher, preemptible
 from ..interrupt import Stopped
@@ -46,36 +45,26 @@ __all__ = ["SearchWorker", "advise_launched", "check_storage", "search_workers"]
 
 def search_workers(options: LaunchOptions) -> int:
     """How many search workers the launch options ask for: ``--jobs`` here, ``--max-parallel`` (else 1)
-    on SLURM, one (this process) otherwise."""
+    on SLURM or Ray."""
     if options.launcher == "local":
         return max(1, options.jobs)
-    if options.launcher == "slurm":
-        return options.max_parallel or 1
-    return 1
+    return options.max_parallel or 1
 
 
 def check_storage(config: AdviseConfig, options: LaunchOptions) -> None:
-    """Refuse, before anything is written, a search the launch options cannot run (ValueError, one line)."""
-    searches = STAGES.index(config.until) >= STAGES.index("search")
-    if options.launcher == "ray" and searches:
-        raise ValueError(
-            "advise --launcher ray: the search does not run as Ray tasks; run the search with --jobs N here or "
-            "--launcher slurm (or start advise on each machine with one --storage postgresql://...), then add "
-            "--launcher ray for the confirmation's runs"
-        )
+    """Refuse, before anything is written, a storage the search workers cannot share (ValueError, one
+    line): an SQLite file for several workers on a cluster (SLURM; Ray at an ``--address``)."""
     workers = search_workers(options)
     url = config.storage_url
-    if (
-        options.launcher == "slurm"
-        and options.submitit_cluster == "slurm"
-        and workers > 1
-        and url.startswith("sqlite")
-    ):
+    on_a_cluster = (options.launcher == "slurm" and options.submitit_cluster == "slurm") or (
+        options.launcher == "ray" and options.address is not None
+    )
+    if on_a_cluster and workers > 1 and url.startswith("sqlite"):
         raise ValueError(
-            f"advise --launcher slurm with {workers} search workers needs a storage all nodes share safely, "
-            f"and {redacted(url)} is an SQLite file (its locks do not hold on a shared file system across "
-            "nodes): give --storage postgresql://USER@HOST/DB (pip install 'attendout[postgres]'), or "
-            "--max-parallel 1"
+            f"advise --launcher {options.launcher} with {workers} search workers needs a storage all nodes "
+            f"share safely, and {redacted(url)} is an SQLite file (its locks do not hold on a shared file "
+            "system across nodes): give --storage postgresql://USER@HOST/DB (pip install "
+            "'attendout[postgres]'), or --max-parallel 1"
         )
 
 
@@ -187,6 +176,50 @@ def _search_on_slurm(config: AdviseConfig, count: int, launcher: SlurmLauncher) 
     _raise_if_failed(failed)
 
 
+def _run(task: SearchWorker) -> dict[str, Any]:
+    """The Ray task: one search worker."""
+    return task()
+
+
+def _search_on_ray(config: AdviseConfig, count: int, launcher: RayLauncher) -> None:
+    """``count`` workers as Ray tasks (on ``--address``, or a Ray instance started here); waits for them."""
+    ray = need_ray()
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=launcher.address, include_dashboard=False, log_to_driver=True)
+    tasks = _tasks(config, count, launcher.cpus_per_run, slurm=False)
+    refs: list[Any] = []
+    failed: list[str] = []
+    try:
+        remote = ray.remote(
+            num_cpus=launcher.cpus_per_run, num_gpus=launcher.gpus_per_run, max_retries=launcher.max_retries
+        )(_run)
+        refs = [remote.remote(task) for task in tasks]
+        where = launcher.address or "a Ray instance started here"
+        config.echo(
+            f"advise: search: {count} worker(s) as Ray tasks on {where}, on one study "
+            f"({redacted(config.storage_url)}), {launcher.cpus_per_run} CPU(s) each"
+        )
+        for task, ref in zip(tasks, refs, strict=True):
+            try:
+                ray.get(ref)
+            except Exception as error:  # noqa: BLE001 (past its retries, or raised outside a trial)
+                last = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+                failed.append(f"{task.prefix} ({type(error).__name__}: {last[:300]})")
+            config.echo(f"advise: search: {task.prefix} (a Ray task) ended")
+    except KeyboardInterrupt:
+        config.echo(
+            f"advise: search: stopping: cancelling {len(refs)} Ray task(s); each trial keeps its folder"
+        )
+        for ref in refs:
+            ray.cancel(ref)
+        raise
+    finally:
+        if started_here:
+            ray.shutdown()
+    _raise_if_failed(failed)
+
+
 def _raise_if_failed(failed: list[str]) -> None:
     if failed:  # the search is not complete: the confirmation does not start on part of it
         raise RuntimeError(
@@ -198,12 +231,15 @@ def _raise_if_failed(failed: list[str]) -> None:
 def advise_launched(config: AdviseConfig, options: LaunchOptions) -> Advice:
     """Run (or resume) the study's stages where ``options`` say (see the module docstring)."""
     check_storage(config, options)
-    launcher = make_launcher(dataclasses.replace(options, wait=True))  # options checked before anything runs
     count = search_workers(options)
+    # options checked before anything runs (--max-parallel is the search's worker count on Ray, not the grid's)
+    grid = dataclasses.replace(options, max_parallel=None) if options.launcher == "ray" else options
+    launcher = make_launcher(dataclasses.replace(grid, wait=True))
     searches = STAGES.index(config.until) >= STAGES.index("search")
-    if searches and options.launcher == "slurm":
-        assert isinstance(launcher, SlurmLauncher)
+    if searches and isinstance(launcher, SlurmLauncher):
         _search_on_slurm(config, count, launcher)
+    elif searches and isinstance(launcher, RayLauncher):
+        _search_on_ray(config, count, launcher)
     elif searches and count > 1:
         advise(dataclasses.replace(config, until="regime"))  # one probe, every thread (if it probes)
         _search_here(config, count, options.threads)

@@ -215,9 +215,9 @@ def advise_parser() -> argparse.ArgumentParser:
     add_launch_options(
         parser,
         "advise: the search runs as several Optuna workers on one study: --jobs N processes here, or "
-        "--max-parallel N tasks of a SLURM job array (1 without it; an SQLite study is refused for several on a "
-        "cluster: --storage postgresql://...); the confirmation's runs then go through the same launcher, and "
-        "the answer is written here. --launcher ray is for the confirmation only (the search is refused on it).",
+        "--max-parallel N SLURM tasks (one job array) or Ray tasks (1 without it; an SQLite study is refused "
+        "for several on a cluster: --storage postgresql://...); the confirmation's runs then go through the "
+        "same launcher, and the answer is written here.",
     )
     return parser
 
