@@ -73,13 +73,17 @@ def test_two_workers_started_at_once_run_the_studys_budget_not_one_each(tmp_path
     plan = plan_for(tmp_path, lines, sampler=sampler)
     open_storage(plan.storage)  # the tables exist before the two race (that race is storage.py's)
     both_counted = threading.Barrier(2, timeout=60)
-    ask = search_mod._ask
+    counted = search_mod._counted
+    looks = threading.local()
 
-    def ask_when_both_counted(plan, study, method):
-        both_counted.wait()  # each worker has counted room for one more trial: the race of the issue
-        return ask(plan, study, method)
+    def count_then_meet(*args, **kwargs):
+        found = counted(*args, **kwargs)
+        looks.n = getattr(looks, "n", 0) + 1
+        if looks.n == 2:  # the search loop's count (the first is the progress bar's): both see room
+            both_counted.wait()  # for one more trial before either asks: the race of the issue
+        return found
 
-    monkeypatch.setattr(search_mod, "_ask", ask_when_both_counted)
+    monkeypatch.setattr(search_mod, "_counted", count_then_meet)
     errors: list = []
 
     def worker():

@@ -63,7 +63,7 @@ from .objective import (
     validations,
 )
 from .spaces import grid_size, queue_grid, shown, suggest
-from .storage import open_storage, redacted
+from .storage import asking, open_storage, redacted
 
 __all__ = ["MethodSearch", "SearchPlan", "run_search", "search_results"]
 
@@ -253,12 +253,9 @@ def _counted(study: Any, stale_after: float, *, running: bool = True) -> int:
 
 
 def _within_budget(study: Any, trial: Any, limit: int, stale_after: float) -> bool:
-    """Whether ``trial``, just asked, is one of the study's first ``limit`` trials that count.
-
-    Two processes may both count room for one more trial and both ask. The storage numbers a study's
-    trials one at a time (it locks the study's row), so both see the same order: the earlier trial
-    runs and the later one is given back (:func:`_give_back`). The budget is the study's, not each
-    process's."""
+    """Whether ``trial``, just asked, is one of the study's first ``limit`` trials that count. Processes
+    that both counted room for one more and both asked see the same order (the storage numbers a study's
+    trials one at a time): the earlier runs, the later is given back. The budget is the study's."""
     ahead = sum(t.number < trial.number and _counts(t, stale_after) for t in study.get_trials(deepcopy=False))
     return ahead < limit
 
@@ -412,9 +409,12 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
     import optuna
 
     raise_if_stopped()
-    trial, options = _ask(plan, study, method)
-    if not _within_budget(study, trial, plan.trials_of(method), plan.stale_after):
-        _give_back(study, trial)
+    with asking(plan.storage):  # (an SQLite file: one process at a time takes a queued trial)
+        trial, options = _ask(plan, study, method)
+        within = _within_budget(study, trial, plan.trials_of(method), plan.stale_after)
+        if not within:
+            _give_back(study, trial)
+    if not within:
         plan.echo(
             f"search {method}: trial {trial.number} given back: the study's {plan.trials_of(method)} trials "
             "are taken (another process asked at the same moment)"

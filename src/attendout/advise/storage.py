@@ -11,6 +11,7 @@ PostgreSQL the loser gets "duplicate key value violates unique constraint pg_typ
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import random
 import re
@@ -19,7 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DRIVERS", "open_storage", "with_driver"]
+from ..runlock import exclusive
+
+__all__ = ["DRIVERS", "asking", "open_storage", "with_driver"]
 
 #: URL scheme -> how to install a driver SQLAlchemy finds for it
 DRIVERS = {
@@ -133,6 +136,15 @@ def _first_line(error: BaseException) -> str:
     lines = [line for line in str(error).splitlines() if line.strip()]
     kept = [line for line in lines if not line.startswith(("[SQL:", "[parameters:", "(Background on this"))]
     return (kept or lines or [type(error).__name__])[0]
+
+
+def asking(url: str) -> Any:
+    """A context around asking a trial of the storage ``url``: for an SQLite file, one process at a time (a
+    lock file beside it). SQLite does not lock the row Optuna takes a queued trial from, so two processes
+    asking at once could both take the same one; a database server locks it itself."""
+    if url.startswith("sqlite:///"):
+        return exclusive(Path(url[len("sqlite:///") :] + ".ask.lock"))
+    return contextlib.nullcontext(True)
 
 
 def _rdb_storage(optuna: Any, url: str) -> Any:
