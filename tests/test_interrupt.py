@@ -136,7 +136,7 @@ def test_the_first_signal_says_what_happens_and_where_it_stopped(tiny_run, capsy
         trainer.fit()
     lines = [line for line in capsys.readouterr().err.splitlines() if "%|" not in line and line]  # no bars
     assert lines == [
-        "attendout: SIGINT: stopping after this step, with a checkpoint (Ctrl-C again stops at once)"
+        "attendout: SIGINT: stopping after this step or evaluation batch, with a checkpoint (Ctrl-C again stops at once)"
     ]
 
 

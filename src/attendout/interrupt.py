@@ -87,7 +87,8 @@ def _handle(signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         again = "Ctrl-C" if signum == signal.SIGINT else "the signal"
         print(
-            f"\nattendout: {name}: stopping after this step, with a checkpoint ({again} again stops at once)",
+            f"\nattendout: {name}: stopping after this step or evaluation batch, with a checkpoint "
+            f"({again} again stops at once)",
             file=sys.stderr,
             flush=True,
         )
