@@ -103,7 +103,7 @@ class ClaimInfo:
 
 @dataclass
 class Claim:
-    """A claim this process holds on a cell; refresh it with :meth:`heartbeat` while training."""
+    """A claim this process holds on a cell; refresh it with :meth:`start_heartbeat` while training."""
 
     path: Path
     info: ClaimInfo
