@@ -45,13 +45,17 @@ def confirmation(metric, rows, floor=None, plain="plain fine-tuning") -> Confirm
 
 
 class StoredRun:
-    """A finished run as split_floor reads it: the split's (predictions, labels)."""
+    """A finished run as split_floor reads it: the split's (predictions, labels), and its sources."""
 
-    def __init__(self, labels):
+    def __init__(self, labels, sources=None):
         self.labels = None if labels is None else np.asarray(labels)  # None: a run that stored none
+        self.stored_sources = sources
 
     def predictions(self, split):
         return (self.labels, self.labels) if split == "dev" and self.labels is not None else None
+
+    def sources(self, split):
+        return self.stored_sources if split == "dev" else None
 
 
 def first_sentence(text: str) -> str:
@@ -155,16 +159,53 @@ def test_detect_and_the_chance_margin_are_relative_for_perplexity_and_points_for
     assert "seeds would detect a 1% fall" in text and "seeds would detect a 2% fall" in text
 
 
-def test_generation_metrics_have_no_floor_and_advice_md_says_it_is_unknown():
+def test_generation_metrics_have_no_constant_floor_and_without_sources_advice_md_says_it_is_unknown():
     refs = np.array(["ein Mann", "eine Frau", "ein Hund"])
     import attendout.tasks.textmetrics  # noqa: F401  (registers bleu, chrf, perplexity)
 
     assert chance_floor("bleu", refs) is None and chance_floor("chrf", refs) is None
     assert chance_floor("perplexity", np.array([12, 30, 7])) is None  # token counts are not labels
+    assert split_floor([StoredRun(refs)], "dev", "bleu") is None  # a run stored before sources were
     c = confirmation("bleu", [confirmed("synthesizer", 3.8, 1.3, 0.5, {"variant": "random"})])
     assert c.floor is None and verdict(c).winner is not None  # no chance check without a floor
     md = _markdown(c)
     assert "Chance floor: not known for bleu" in md
+
+
+SOURCES = ["A man rides a horse in Paris .", "Two dogs play in the snow .", "A woman sings in Berlin ."]
+TARGETS = [
+    "Un homme monte a cheval a Paris .",
+    "Deux chiens jouent dans la neige .",
+    "Une femme chante a Berlin .",
+]
+
+
+def test_the_floor_of_a_text_metric_is_copying_the_source_and_plain_training_there_is_at_chance():
+    """Issue 57: BLEU and chrF had no floor. Copying the source scores what the names, numbers and
+    punctuation it shares with the reference score; plain training within a point of it learned nothing."""
+    import sacrebleu
+
+    for metric, scorer in (("bleu", sacrebleu.corpus_bleu), ("chrf", sacrebleu.corpus_chrf)):
+        floor = split_floor([StoredRun(TARGETS, SOURCES)], "dev", metric)
+        assert floor is not None and floor.constant == "copying the source"
+        assert floor.score == pytest.approx(scorer(SOURCES, [TARGETS]).score)  # sacrebleu's own corpus score
+        assert 0 < floor.score < 100
+    # a source identical to its reference is the ceiling, not a floor of zero: the score is computed, not assumed
+    assert split_floor([StoredRun(TARGETS, TARGETS)], "dev", "bleu").score == pytest.approx(100.0)
+    copy = split_floor([StoredRun(TARGETS, SOURCES)], "dev", "bleu")
+    at_copy = confirmation(
+        "bleu", [confirmed("synthesizer", copy.score + 0.5, 3.0, 0.5, {"variant": "random"})], floor=copy
+    )
+    v = verdict(at_copy)
+    assert not v.answered and v.winner is None
+    assert v.sentence.startswith("Cannot answer: plain fine-tuning is at chance level on dev")
+    assert "copying the source scores" in v.sentence and "what an output copying its input does" in v.sentence
+    assert "Chance floor:" in _markdown(at_copy) and "copying the source" in _markdown(at_copy)
+    # two points above it is learning: the verdict answers
+    above = confirmation(
+        "bleu", [confirmed("synthesizer", copy.score + 2.0, 3.0, 0.5, {"variant": "random"})], floor=copy
+    )
+    assert verdict(above).winner is not None
 
 
 # -- 4. undertraining from the whole curve -----------------------------------------------------------------

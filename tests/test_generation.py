@@ -310,6 +310,9 @@ def test_a_seq2seq_run_scores_bleu_and_writes_its_outputs(mt_files, tmp_path):
         json.loads(line) for line in (tmp_path / "run" / "predictions" / "dev.jsonl").read_text().splitlines()
     ]
     assert [r["label"] for r in rows] == GERMAN and all(isinstance(r["prediction"], str) for r in rows)
+    # each source is stored beside its output: advise's copy-the-source floor reads it (issue 57)
+    dev = (mt_files / "dev.tsv").read_text().splitlines()[1:]
+    assert [r["source"] for r in rows] == [line.split("\t")[0] for line in dev]
 
 
 def test_generation_options_are_checked(tmp_path, lm_files):

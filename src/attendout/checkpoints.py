@@ -247,12 +247,13 @@ def remove_checkpoint(out: Path) -> None:
 
 
 def write_split_predictions(
-    path: Path, preds: Any, scores: Any, labels: Any, kind: str = "classification"
+    path: Path, preds: Any, scores: Any, labels: Any, kind: str = "classification", sources: Any = None
 ) -> None:
     """RUN_DIR/predictions/SPLIT.jsonl: per example its index, prediction, label and score.
 
     Token tasks leave the score out (a probability per word would triple the file; ``attendout predict``
-    gives them); seq2seq has none (its prediction is the decoded text, its label the reference).
+    gives them); seq2seq has none (its prediction is the decoded text, its label the reference), and keeps
+    each example's ``source`` text where given (the copy-the-source floor of ``advise`` reads it).
     """
     with_scores = kind not in ("token_classification", "seq2seq")
     if scores is None:
@@ -263,6 +264,8 @@ def write_split_predictions(
         row = {"index": i, "prediction": p, "label": y, "score": s}
         if not with_scores:
             del row["score"]
+        if sources is not None:
+            row["source"] = sources[i]
         lines.append(json.dumps(row) + "\n")
     write_text_atomic(path, "".join(lines))
 

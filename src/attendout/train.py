@@ -577,7 +577,8 @@ class Trainer:
         if self.is_main and self.task.kind != LM:  # a language model's "predictions" are its scores
             path = self.run.prediction(split)
             with self._writing(str(path)):
-                write_split_predictions(path, preds, scores, labels, self.task.kind)
+                sources = getattr(self.eval_sets[split], "sources", None)  # seq2seq: its source texts
+                write_split_predictions(path, preds, scores, labels, self.task.kind, sources)
 
 
 def finetune(config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:

@@ -8,8 +8,10 @@ quotes, for users and checks that look for it):
   margin (1 point, or 1% for perplexity and the loss: :mod:`.scales`) of the split's chance floor, the
   best score any constant prediction reaches there (:func:`attendout.report.stats.chance_floor`: the
   majority class for accuracy, MCC 0, for F1 the better of always the majority and always the positive
-  class, 0 for a correlation). It learned nothing at this budget, and no regulariser can be judged on it.
-  Where the floor is unknown (generation metrics: BLEU, chrF, perplexity) this check is not made;
+  class, 0 for a correlation; for BLEU, chrF and ROUGE, :func:`attendout.report.stats.copy_floor`, the
+  score of copying the source, from the sources a seq2seq run stores). It learned nothing at this budget,
+  and no regulariser can be judged on it. Where the floor is unknown (perplexity, the loss; runs stored without sources) this check is
+  not made;
 * no method won and the design could not have detected a gain of ``detect`` (2 points by default, or 2%
   for perplexity and the loss: :mod:`.scales`): it then says how many seeds would detect 1 and 2 points
   at the noise it measured, as a range over that noise's 80% interval (:func:`.power.seeds_range`).
@@ -132,7 +134,7 @@ def _chance(confirmation: Confirmation) -> str | None:
     plain = confirmation.plain
     return (
         f"Cannot answer: {plain} is at chance level on {confirmation.split} ({m} {base:.4f}; "
-        f"{confirmation.floor_constant} scores {floor:.4f}, the best any constant prediction does), so it learned "
+        f"{confirmation.floor_constant} scores {floor:.4f}, {confirmation.floor_what}), so it learned "
         "nothing at this budget and no method can be judged against it. Give it more epochs (or a learning rate "
         "it learns with), check the labels, then rerun advise in a new --output-dir."
     )

@@ -31,7 +31,16 @@ from ..experiments.spec import RESERVED_TRAINING_KEYS, Budget, Experiment
 from ..experiments.store import ResultsStore
 from ..interrupt import check as raise_if_stopped
 from ..report.comparison import ComparisonTable, build_table
-from ..report.stats import ChanceFloor, PairedTest, chance_floor, detectable_difference, holm, pooled_sd
+from ..report.stats import (
+    TEXT_METRICS,
+    ChanceFloor,
+    PairedTest,
+    chance_floor,
+    copy_floor,
+    detectable_difference,
+    holm,
+    pooled_sd,
+)
 from .power import CONFIDENCE, Noise, pooled_df
 from .scales import plain_name
 from .spaces import describe
@@ -117,6 +126,7 @@ class Confirmation:
     table: ComparisonTable | None
     floor: float | None = None  # the best score of a constant prediction on the split (None: unknown)
     floor_constant: str = "a constant prediction"  # which constant scores it ("always 1")
+    floor_what: str = "the best any constant prediction does"  # what the floor is (ChanceFloor.what)
     plain: str = "plain fine-tuning"  # what the baseline is called (:func:`plain_name`)
     noise: Noise = Noise(float("nan"), 0.0)  # one seed's paired difference, pooled over the methods
     confidence: float = CONFIDENCE  # of the bound on the noise the detectable difference is computed at
@@ -169,6 +179,7 @@ class Confirmation:
             table=table,
             floor=None if floor is None else floor.score,
             floor_constant="a constant prediction" if floor is None else floor.constant,
+            floor_what="the best any constant prediction does" if floor is None else floor.what,
             plain=plain,
             noise=noise,
             confidence=confidence,
@@ -379,13 +390,19 @@ def reused(table: ComparisonTable) -> list[str]:
 
 
 def split_floor(runs: Sequence[Any], split: str, metric: str) -> ChanceFloor | None:
-    """The chance floor of ``split`` (:func:`attendout.report.stats.chance_floor`), from the labels any
-    run stored with its predictions (every cell of the grid sees the same split); None if none did, or
-    the metric has no floor computed (generation metrics)."""
+    """The chance floor of ``split``, from what any run stored with its predictions (every cell of the grid
+    sees the same split): for a text metric of seq2seq (BLEU, chrF, ROUGE), the score of copying the source
+    (:func:`attendout.report.stats.copy_floor`, from the sources the run stored); for any other metric, the
+    best constant prediction's (:func:`attendout.report.stats.chance_floor`, from the labels). None where no
+    run stored what it needs (runs stored before sources were, perplexity: no floor is computed)."""
     for run in runs:
         stored = run.predictions(split)
-        if stored is not None:
-            return chance_floor(metric, stored[1])
+        if stored is None:
+            continue
+        if metric in TEXT_METRICS:
+            sources = run.sources(split)
+            return None if sources is None else copy_floor(metric, sources, list(stored[1]))
+        return chance_floor(metric, stored[1])
     return None
 
 

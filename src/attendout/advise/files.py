@@ -83,12 +83,13 @@ def _floor_sentence(c: Confirmation) -> str:
     m = c.metric
     if c.floor is None:
         return (
-            f"Chance floor: not known for {m} (the score of a constant output is not computed for a generation "
-            f"metric, nor without stored labels), so whether {c.plain} learned more than a constant output "
-            "would is not checked."
+            f"Chance floor: not known for {m} (no floor is computed for perplexity or the loss; for BLEU, chrF and "
+            "ROUGE the floor is copying the source, which needs the sources that runs store beside their "
+            f"predictions since issue 57; nor without stored labels), so whether {c.plain} learned more than a "
+            "trivial output would is not checked."
         )
     return (
-        f"Chance floor: {format_points(c.floor, False, m)}, the best score of any constant prediction on {c.split} "
+        f"Chance floor: {format_points(c.floor, False, m)} on {c.split}, {c.floor_what} "
         f"({c.floor_constant}); {c.plain} within {describe_amount(m, points(m, CHANCE_POINTS))} of it is at chance."
     )
 

@@ -144,6 +144,7 @@ class Seq2SeqEncoded(Batches):
         self.max_length = max_length
         self.generation = generation or GenerationOptions(max_new_tokens=max_length)
         sources = list(examples.text_a)
+        self.sources = sources  # written beside each prediction (the copy-the-source floor)
         targets = getattr(examples, "targets", None)
         full = tokenizer(sources)["input_ids"]
         self.features = [

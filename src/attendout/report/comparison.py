@@ -101,6 +101,14 @@ class RunRecord:
             return _tag_rows(preds, names), _tag_rows(labels, names)
         return np.asarray(preds), np.asarray(labels)
 
+    def sources(self, split: str) -> list[str] | None:
+        """The source text of each example of ``split`` (seq2seq runs store it beside the prediction), or
+        None where the run stored none (other task kinds; runs written before sources were stored)."""
+        rows = read_predictions(self.path, split)
+        if not rows or any("source" not in row for row in rows):
+            return None
+        return [str(row["source"]) for row in rows]
+
 
 @dataclass
 class Comparison:

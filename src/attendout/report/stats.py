@@ -51,6 +51,7 @@ __all__ = [
     "PairedTest",
     "bootstrap_difference",
     "chance_floor",
+    "copy_floor",
     "detectable_difference",
     "detectable_from_examples",
     "holm",
@@ -492,7 +493,19 @@ class ChanceFloor:
     """The best score of a constant prediction on a split, and which constant gives it."""
 
     score: float
-    constant: str  # "always predicting 1", "always predicting the labels' mean, 2.31"
+    constant: str  # "always predicting 1", "always predicting the labels' mean, 2.31", "copying the source"
+    what: str = "the best any constant prediction does"  # what the floor is, for a sentence
+
+
+def copy_floor(metric: str, sources: Sequence[str], references: Sequence[str]) -> ChanceFloor | None:
+    """The floor of a text metric of translation-like generation: the score of an output that copies its
+    source (names, numbers and shared words score; for closely related languages, a lot). None for a metric
+    that is not a text metric (:data:`TEXT_METRICS`) or without examples."""
+    if metric not in TEXT_METRICS or not len(sources) or len(sources) != len(references):
+        return None
+    totals = text_statistics(metric, sources, references).sum(axis=0)
+    score = float(score_from_statistics(metric, totals)[0])
+    return ChanceFloor(score, "copying the source", "what an output copying its input does")
 
 
 def chance_floor(metric: str, labels: np.ndarray) -> ChanceFloor | None:
