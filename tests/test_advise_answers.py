@@ -57,6 +57,10 @@ class StoredRun:
     def sources(self, split):
         return self.stored_sources if split == "dev" else None
 
+    @property
+    def results(self):
+        return {}
+
 
 def first_sentence(text: str) -> str:
     return text.split(". ")[0]
@@ -206,6 +210,30 @@ def test_the_floor_of_a_text_metric_is_copying_the_source_and_plain_training_the
         "bleu", [confirmed("synthesizer", copy.score + 2.0, 3.0, 0.5, {"variant": "random"})], floor=copy
     )
     assert verdict(above).winner is not None
+
+
+class LanguageModelRun:
+    """A finished language model run as split_floor reads it: no predictions, its results."""
+
+    def __init__(self, unigram):
+        self.results = {"eval": {"dev": {"perplexity": 40.0, "unigram_perplexity": unigram}}}
+
+    def predictions(self, split):
+        return None
+
+
+def test_perplexitys_floor_is_a_unigram_model_and_plain_training_at_it_is_at_chance():
+    """Issue 57: perplexity had no floor. A model that ignores context scores the unigram perplexity of the
+    training text; plain training within 1% of it learned nothing worth judging a method on."""
+    floor = split_floor([LanguageModelRun(500.0)], "dev", "perplexity")
+    assert floor is not None and floor.score == 500.0 and "unigram" in floor.constant
+    assert split_floor([LanguageModelRun(None)], "dev", "perplexity") is None  # a run from before the floor
+    at = confirmation("perplexity", [confirmed("attn-dropout", 497.0, -20.0, 3.0)], floor=floor)
+    v = verdict(at)
+    assert not v.answered and v.sentence.startswith("Cannot answer: plain fine-tuning is at chance level")
+    assert "a unigram model of the training text scores 500.0000" in v.sentence
+    learned = confirmation("perplexity", [confirmed("attn-dropout", 300.0, -20.0, 3.0)], floor=floor)
+    assert verdict(learned).winner is not None  # 40% below the floor: it learned, and the fall is confirmed
 
 
 # -- 4. undertraining from the whole curve -----------------------------------------------------------------

@@ -297,6 +297,39 @@ def test_an_lm_run_selects_the_lowest_validation_perplexity(lm_files, tmp_path):
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["config"]["model_init"] == "scratch" and "from scratch" in saved["model_description"]
     assert (tmp_path / "run" / "model" / "tokenizer.json").is_file()  # the trained tokenizer beside the model
+    # perplexity's floor beside it (issue 57): a unigram model of the training stream, add-one smoothed
+    floor = results["eval"]["dev"]["unigram_perplexity"]
+    assert floor > 1 and math.isfinite(floor)
+
+
+def test_the_unigram_floor_is_the_perplexity_of_training_frequencies():
+    """score_unigram_floor against a hand count: train stream a a b <eos>; the split c b a <eos> predicts
+    b, a and <eos>."""
+    from attendout.generation.encoding import LMEncoded, score_unigram_floor
+
+    class Tokens:  # text -> ids by a fixed table; 6 tokens in the vocabulary, eos 5
+        eos_token_id, pad_token_id = 5, 5
+
+        def __len__(self):
+            return 6
+
+        def __call__(self, texts, add_special_tokens=False):
+            table = {"a": 1, "b": 2, "c": 3}
+            return {"input_ids": [[table[w] for w in t.split()] for t in texts]}
+
+    train = LMEncoded(_docs(["a a b"]), Tokens(), 8)
+    split = LMEncoded(_docs(["c b a"]), Tokens(), 8)
+    score_unigram_floor(train, split)
+    # training counts: a 2, b 1, eos 1 (4 tokens) + 6 (add one over the vocabulary) = 10; predicted: b, a, eos
+    expected = math.exp(-(math.log(2 / 10) + math.log(3 / 10) + math.log(2 / 10)) / 3)
+    assert split.unigram_perplexity == pytest.approx(expected)
+    assert split.counts()["unigram_perplexity"] == pytest.approx(expected)
+
+
+def _docs(texts):
+    from attendout.tasks import Examples
+
+    return Examples(text_a=list(texts), text_b=None, labels=[0] * len(texts))
 
 
 def test_a_seq2seq_run_scores_bleu_and_writes_its_outputs(mt_files, tmp_path):

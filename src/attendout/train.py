@@ -56,7 +56,7 @@ from .devices import (
 )
 from .encoding import Encoded, encode, predict_batches, truncation_summary
 from .evalstop import EvaluationStopped
-from .generation import GenerationOptions
+from .generation import GenerationOptions, score_unigram_floor
 from .interrupt import Stopped, agreed, deferred
 from .limits import check_lengths
 from .methods.registry import build_strategy
@@ -123,6 +123,9 @@ class Trainer:
         self.train_set = self.encode(self.train_examples)
         self.validation_set = self.encode(self.validation_examples)
         self.eval_sets = {name: self.encode(ex) for name, ex in self.eval_examples.items()}
+        score_unigram_floor(
+            self.train_set, self.validation_set, *self.eval_sets.values()
+        )  # lm: perplexity's floor
 
         self.steps_per_epoch = math.ceil(len(self.train_set) / config.batch_size)
         self.total_steps = (

@@ -9,9 +9,10 @@ quotes, for users and checks that look for it):
   best score any constant prediction reaches there (:func:`attendout.report.stats.chance_floor`: the
   majority class for accuracy, MCC 0, for F1 the better of always the majority and always the positive
   class, 0 for a correlation; for BLEU, chrF and ROUGE, :func:`attendout.report.stats.copy_floor`, the
-  score of copying the source, from the sources a seq2seq run stores). It learned nothing at this budget,
-  and no regulariser can be judged on it. Where the floor is unknown (perplexity, the loss; runs stored without sources) this check is
-  not made;
+  score of copying the source, from the sources a seq2seq run stores; for perplexity, a unigram model's,
+  which a language-model run reports). It learned nothing at this budget, and no regulariser can be
+  judged on it. Where the floor is unknown (the loss; runs stored before these floors) this check is not
+  made;
 * no method won and the design could not have detected a gain of ``detect`` (2 points by default, or 2%
   for perplexity and the loss: :mod:`.scales`): it then says how many seeds would detect 1 and 2 points
   at the noise it measured, as a range over that noise's 80% interval (:func:`.power.seeds_range`).

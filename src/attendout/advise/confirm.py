@@ -393,9 +393,19 @@ def split_floor(runs: Sequence[Any], split: str, metric: str) -> ChanceFloor | N
     """The chance floor of ``split``, from what any run stored with its predictions (every cell of the grid
     sees the same split): for a text metric of seq2seq (BLEU, chrF, ROUGE), the score of copying the source
     (:func:`attendout.report.stats.copy_floor`, from the sources the run stored); for any other metric, the
-    best constant prediction's (:func:`attendout.report.stats.chance_floor`, from the labels). None where no
-    run stored what it needs (runs stored before sources were, perplexity: no floor is computed)."""
+    best constant prediction's (:func:`attendout.report.stats.chance_floor`, from the labels); for perplexity,
+    a unigram model's (``unigram_perplexity`` in the run's results: :func:`attendout.generation.
+    score_unigram_floor`). None where no run stored what it needs (runs stored before issue 57's floors)."""
     for run in runs:
+        if metric == "perplexity":  # a language model stores no predictions: its floor is in its results
+            floor = ((run.results.get("eval") or {}).get(split) or {}).get("unigram_perplexity")
+            if floor is not None:
+                return ChanceFloor(
+                    float(floor),
+                    "a unigram model of the training text",
+                    "what a model that ignores context does",
+                )
+            continue
         stored = run.predictions(split)
         if stored is None:
             continue

@@ -83,10 +83,9 @@ def _floor_sentence(c: Confirmation) -> str:
     m = c.metric
     if c.floor is None:
         return (
-            f"Chance floor: not known for {m} (no floor is computed for perplexity or the loss; for BLEU, chrF and "
-            "ROUGE the floor is copying the source, which needs the sources that runs store beside their "
-            f"predictions since issue 57; nor without stored labels), so whether {c.plain} learned more than a "
-            "trivial output would is not checked."
+            f"Chance floor: not known for {m} (none is computed for the loss; BLEU, chrF and ROUGE need the sources, "
+            "and perplexity the unigram model's score, that runs store since issue 57; a classifier's needs its "
+            f"stored labels), so whether {c.plain} learned more than a trivial output would is not checked."
         )
     return (
         f"Chance floor: {format_points(c.floor, False, m)} on {c.split}, {c.floor_what} "

@@ -6,7 +6,7 @@ byte-level BPE a model from scratch reads. The task kinds and their loaders are 
 :mod:`attendout.tasks.generation`, their metrics in :mod:`attendout.tasks.textmetrics`.
 """
 
-from .encoding import GenerationOptions, LMEncoded, Seq2SeqEncoded
+from .encoding import GenerationOptions, LMEncoded, Seq2SeqEncoded, score_unigram_floor
 from .models import INITS, SCRATCH_ARCHITECTURES, ScratchSize, load_for_generation
 from .tokenizer import train_tokenizer
 
@@ -18,5 +18,6 @@ __all__ = [
     "ScratchSize",
     "Seq2SeqEncoded",
     "load_for_generation",
+    "score_unigram_floor",
     "train_tokenizer",
 ]

@@ -23,7 +23,7 @@ from torch import nn
 from ..batching import Batches
 from ..tasks import Examples
 
-__all__ = ["GenerationOptions", "LMEncoded", "Seq2SeqEncoded"]
+__all__ = ["GenerationOptions", "LMEncoded", "Seq2SeqEncoded", "score_unigram_floor"]
 
 IGNORE_INDEX = -100
 
@@ -55,6 +55,7 @@ class LMEncoded(Batches):
         self.tokens = len(stream)
         self.cut = 0  # nothing is cut: the stream continues in the next block
         self.labels = None
+        self.unigram_perplexity: float | None = None  # set by :func:`score_unigram_floor`
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -65,8 +66,13 @@ class LMEncoded(Batches):
         return [len(b) - 1 for b in self.blocks]
 
     def counts(self) -> dict[str, float]:
-        """What the metrics are over: the predicted tokens."""
-        return {"tokens": float(sum(self.gold))}
+        """What the metrics are over: the predicted tokens (and the unigram floor, where it was scored)."""
+        floor = {} if self.unigram_perplexity is None else {"unigram_perplexity": self.unigram_perplexity}
+        return {"tokens": float(sum(self.gold)), **floor}
+
+    def predicted(self) -> list[int]:
+        """Every token a block predicts (all but each block's first), in order."""
+        return [token for block in self.blocks for token in block[1:]]
 
     def examples_count(self) -> int:
         return self.documents
@@ -106,6 +112,26 @@ class LMEncoded(Batches):
                 logits = model(**batch).logits
             sums.extend(token_nll(logits.float(), labels).sum(-1).tolist())
         return sums, None, sum(sums) / max(1, sum(self.gold))
+
+
+def score_unigram_floor(train: Batches, *evaluated: Batches) -> None:
+    """For a language model's splits: the perplexity of a unigram model of the training stream (each token's
+    training frequency, add-one smoothed over the vocabulary), on the tokens each split predicts: what a
+    model that ignores all context scores, ``advise``'s chance floor for perplexity. Stored on each split,
+    reported with its metrics as ``unigram_perplexity``. Other task kinds: nothing."""
+    if not isinstance(train, LMEncoded):
+        return
+    import math
+    from collections import Counter
+
+    counts = Counter(token for block in train.blocks for token in block)
+    vocabulary = max(len(train.tokenizer), max(counts, default=0) + 1)
+    total = sum(counts.values()) + vocabulary
+    for split in evaluated:
+        if isinstance(split, LMEncoded):
+            tokens = split.predicted()
+            nll = -sum(math.log((counts.get(t, 0) + 1) / total) for t in tokens)
+            split.unigram_perplexity = math.exp(nll / max(1, len(tokens)))
 
 
 def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
