@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from typing import Any, TypeVar
 
 from ..interrupt import Stopped, handling
 from ..rundir import write_json_atomic
+from ..runlock import pid_alive
 from .celltask import CellTask
 from .runner import BenchJob
 from .spec import Cell
@@ -197,19 +197,9 @@ class SlurmLauncher:
             return ""
         job_id, cluster = str(record.get("job_id", "")), record.get("cluster")
         if cluster == "local":  # the job id is the pid of submitit's controller on this host
-            alive = job_id.isdigit() and _pid_alive(int(job_id))
+            alive = job_id.isdigit() and pid_alive(int(job_id))
             return f"submitted as local job {job_id}, still running" if alive else ""
         state = "UNKNOWN"
         with contextlib.suppress(Exception):  # sacct missing or failing: the state is unknown
             state = need_submitit().SlurmJob(bench_root / "submitit", job_id).state
         return f"submitted as SLURM job {job_id}, {state}" if state.split()[0] in ACTIVE_STATES else ""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
