@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -115,6 +116,7 @@ def test_jobs_2_overlaps_two_cells_and_a_killed_parent_is_finished_by_a_rerun_wi
     first = log.read_text()
     assert re.search(r"jobs: 2 run\(s\) at once, \d+ torch thread\(s\) each", first), first
     interrupted = {e["cell"] for e in events(root, "interrupted")}
+    assert not events(root, "failed"), events(root, "failed")  # a worker's write to the dead pipe fails nothing
     assert len(interrupted) == 2 and all(e["resumable"] for e in events(root, "interrupted"))
     assert {"/".join(f.name.split("--")[:4]) for f in killed} == interrupted
 
@@ -132,6 +134,35 @@ def test_jobs_2_overlaps_two_cells_and_a_killed_parent_is_finished_by_a_rerun_wi
     assert overlapping(root), spans(root)  # the rerun's two workers ran two cells at the same time
     assert not list(root.glob(".work/*")) and not list(root.glob(".claims/*"))
     print(f"--jobs 2, a killed parent and its rerun: {elapsed:.0f} s; overlaps: {overlapping(root)}")
+
+
+def test_a_worker_whose_parent_pipe_is_gone_writes_on_without_raising(tmp_path):
+    # The worker's lines go through a pipe to its parent; once the parent is dead, the next write (the
+    # "stopping after this step" line of its SIGTERM, a progress line) must not raise mid-step.
+    survived = tmp_path / "survived"
+    child = f"""
+import sys
+from attendout.experiments.worker import ToParent
+sys.stdout, sys.stderr = ToParent(sys.stdout), ToParent(sys.stderr)
+print("first", flush=True)
+sys.stdin.read()  # the parent closes its end of the pipe, then this one
+for i in range(1000):
+    print("a line nobody reads", i)
+    print("and one on stderr", i, file=sys.stderr)
+open({str(survived)!r}, "w").write("yes")
+"""
+    process = subprocess.Popen(
+        [sys.executable, "-c", child],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stdout.readline() == b"first\n"
+    process.stdout.close()
+    process.stdin.close()
+    assert process.wait(timeout=60) == 0
+    assert survived.read_text() == "yes"
 
 
 def test_ctrl_c_stops_every_worker_with_a_checkpoint_and_prints_one_resume_command(tiny_run):

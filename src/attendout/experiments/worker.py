@@ -8,11 +8,15 @@ cell's progress) the parent prints as they come.
 
 On Linux the worker asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``): a parent
 killed outright (SIGKILL, a closed terminal) leaves no worker training on; each stops at its next step
-with a checkpoint and releases its claim, and rerunning the command resumes it.
+with a checkpoint and releases its claim, and rerunning the command resumes it. Its output goes to the
+parent through a pipe that dies with the parent: from then on the worker's lines go nowhere
+(:class:`ToParent`), so that a write cannot raise in the middle of a step and fail a cell that should stop
+with its checkpoint.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -21,10 +25,52 @@ import sys
 
 from ..interrupt import Stopped, handling
 
-__all__ = ["PARENT_VARIABLE", "RESULT_MARKER", "main"]
+__all__ = ["PARENT_VARIABLE", "RESULT_MARKER", "ToParent", "main"]
 
 RESULT_MARKER = "@attendout-cell-result"
 PARENT_VARIABLE = "ATTENDOUT_JOBS_PARENT"  # the parent's pid: a worker whose parent is gone stops
+
+
+class ToParent(io.TextIOBase):
+    """A text stream to the parent's pipe that, once the parent is gone (a broken pipe), drops what is
+    written instead of raising: the stop that follows the parent's death needs no reader."""
+
+    def __init__(self, stream: io.TextIOBase) -> None:
+        self.stream: io.TextIOBase | None = stream
+        self.descriptor = stream.fileno()  # after the parent is gone, /dev/null
+
+    def write(self, text: str) -> int:
+        if self.stream is not None:
+            try:
+                self.stream.write(text)
+                if "\n" in text:
+                    self.stream.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if self.stream is not None:
+            try:
+                self.stream.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                self._gone()
+
+    def _gone(self) -> None:
+        self.stream = None
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self.descriptor)  # what is still buffered for the pipe is flushed there at exit
+        os.close(null)
+
+    def fileno(self) -> int:
+        return self.descriptor
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
 
 
 def _die_with_parent() -> None:
@@ -44,6 +90,7 @@ def _die_with_parent() -> None:
 def main() -> int:
     """Run the task on standard input; 0 when it ran (the summary says how), 128+N after a stop."""
     task = pickle.loads(sys.stdin.buffer.read())
+    sys.stdout, sys.stderr = ToParent(sys.stdout), ToParent(sys.stderr)
     os.environ.update(HF_HUB_DISABLE_PROGRESS_BARS="1")
     try:
         with handling():
