@@ -116,7 +116,8 @@ def test_jobs_2_overlaps_two_cells_and_a_killed_parent_is_finished_by_a_rerun_wi
     first = log.read_text()
     assert re.search(r"jobs: 2 run\(s\) at once, \d+ torch thread\(s\) each", first), first
     interrupted = {e["cell"] for e in events(root, "interrupted")}
-    assert not events(root, "failed"), events(root, "failed")  # a worker's write to the dead pipe fails nothing
+    # a worker's write to the dead pipe fails nothing
+    assert not events(root, "failed"), events(root, "failed")
     assert len(interrupted) == 2 and all(e["resumable"] for e in events(root, "interrupted"))
     assert {"/".join(f.name.split("--")[:4]) for f in killed} == interrupted
 
