@@ -42,7 +42,7 @@ def build(architecture: str, args: argparse.Namespace):
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-    from attendout.generation.models import ScratchSize, scratch_config
+    from attendout.models.generation import ScratchSize, scratch_config
 
     kind = "lm" if architecture == "gpt2" else "seq2seq"
     size = ScratchSize(layers=args.layers, hidden=args.hidden, heads=args.heads, vocab_size=args.vocab)

@@ -78,7 +78,7 @@ def build_long_model(folder: str, hidden: int, heads: int, layers: int, position
     """A random-weight BERT encoder with ``positions`` positions and MiniLM's tokenizer, saved to ``folder``."""
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from attendout.models import packaged_model_path
+    from attendout.models.loading import packaged_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(packaged_model_path())
     tokenizer.model_max_length = positions

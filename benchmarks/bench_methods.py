@@ -72,8 +72,8 @@ def child(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     from attendout.config import TrainConfig
-    from attendout.models import resolve_model
-    from attendout.train import Trainer
+    from attendout.models.loading import resolve_model
+    from attendout.run.train import Trainer
 
     path, _ = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -32,7 +32,7 @@ def build(name: str):
         AutoModelForSequenceClassification,
     )
 
-    from attendout.models import resolve_model
+    from attendout.models.loading import resolve_model
 
     path, _ = resolve_model(name)
     config = AutoConfig.from_pretrained(path)
@@ -59,7 +59,7 @@ def batch_for(kind: str, vocab: int, batch: int, length: int) -> dict[str, torch
 
 
 def step_seconds(name: str, batch: int, length: int, steps: int) -> tuple[int, float, str] | None:
-    from attendout.models import ModelNotFoundError
+    from attendout.models.loading import ModelNotFoundError
 
     try:
         model, vocab, kind = build(name)

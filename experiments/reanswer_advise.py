@@ -19,7 +19,7 @@ from attendout.advise.answer import verdict
 from attendout.advise.confirm import read_confirmation
 from attendout.advise.power import seeds_range
 from attendout.advise.scales import default_detect, describe_amount, in_metric_units
-from attendout.experiments.parse import load_experiment
+from attendout.bench.parse import load_experiment
 
 
 def main() -> None:

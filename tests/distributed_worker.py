@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from attendout.config import TrainConfig
-from attendout.train import Trainer
+from attendout.run.train import Trainer
 
 
 class Interrupted(Exception):

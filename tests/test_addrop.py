@@ -15,9 +15,9 @@ from torch import nn
 
 import attendout
 from attendout.attention import AttentionEdit, AttentionMethod, get_controller, install, layer_key_valid
+from attendout.bench import load_experiment
 from attendout.cli import main
 from attendout.config import TrainConfig
-from attendout.experiments import load_experiment
 from attendout.methods import settle_for_task
 from attendout.methods.addrop import (
     ADDropConfig,
@@ -30,8 +30,8 @@ from attendout.methods.addrop import (
     sample_drops,
     task_settings,
 )
+from attendout.run.train import Trainer
 from attendout.tasks import get_task
-from attendout.train import Trainer
 from conftest import FAMILIES, make_batch, no_dropout, panels, tiny_model, toy_cli_args, toy_train_config
 
 PADDED = {1: 7, 3: 4}  # rows 1 and 3 are padded from positions 7 and 4
@@ -709,7 +709,7 @@ def test_a_cli_run_records_the_tasks_settings_and_an_explicit_value_wins(monkeyp
     def capture(config):
         raise Captured(config)
 
-    monkeypatch.setattr("attendout.train.finetune", capture)
+    monkeypatch.setattr("attendout.run.train.finetune", capture)
     with pytest.raises(Captured) as caught:
         main(["finetune", "--task", "conll2003", "--method", "addrop", "--q", "0.3"])
     options = caught.value.args[0].method_options
@@ -721,7 +721,7 @@ def test_the_forms_before_issue_50_leave_published_fingerprints_alone():
     'high' hash as the options did before they existed; the authors' rd form and drop-low do not."""
     import hashlib
 
-    from attendout.experiments import spec
+    from attendout.bench import spec
 
     def fingerprint_without(config, *names):
         data = {

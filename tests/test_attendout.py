@@ -19,8 +19,8 @@ from attendout.methods.attendout.game import GameScores, score_gap
 from attendout.methods.attendout.generator import Generator, reinforce_loss, unit_mask
 from attendout.methods.attendout.policy import GeneratorPolicy, rate_log_prob
 from attendout.methods.scheduled.schedule import fit_piecewise_linear, schedule_value
-from attendout.optim import update
-from attendout.train import Trainer
+from attendout.run.optim import update
+from attendout.run.train import Trainer
 from conftest import FAMILIES, save_tiny_model_dir, toy_cli_args, toy_train_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from attendout.bench import Budget, ExperimentError, ResultsStore, load_experiment
+from attendout.bench.store import default_results_root
 from attendout.cli import main
-from attendout.experiments import Budget, ExperimentError, ResultsStore, load_experiment
-from attendout.experiments.store import default_results_root
-from attendout.runlock import process_start_time
+from attendout.run.lock import process_start_time
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = """
@@ -173,8 +173,8 @@ FINGERPRINTED = {
 
 
 def test_every_training_option_is_fingerprinted_excluded_or_neutral(tiny_run, monkeypatch):
+    from attendout.bench import spec
     from attendout.config import TrainConfig
-    from attendout.experiments import spec
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     new = fields - spec.FINGERPRINT_EXCLUDE - set(spec.FINGERPRINT_NEUTRAL) - FINGERPRINTED
@@ -295,7 +295,7 @@ def test_filters_apply_before_cells_are_checked_and_shards_split_the_selection(t
 
 
 def test_published_cells_keep_compact_predictions_that_the_table_reads(tmp_path):
-    from attendout.experiments.store import compact_predictions, read_predictions
+    from attendout.bench.store import compact_predictions, read_predictions
 
     folder = tmp_path / "cell"
     (folder / "predictions").mkdir(parents=True)
@@ -608,8 +608,8 @@ def test_two_shards_at_the_same_time_complete_the_grid_exactly_once(tiny_run):
 
 
 def test_a_failing_cell_is_recorded_the_grid_goes_on_and_a_rerun_retries_it(tiny_run):
-    from attendout.experiments import prepare_cells, run_cells
-    from attendout.optim import TrainingError
+    from attendout.bench import prepare_cells, run_cells
+    from attendout.run.optim import TrainingError
 
     experiment = load_experiment(write_experiment(tiny_run))
     plan = prepare_cells(experiment, Budget(), check_data=False)

@@ -143,7 +143,7 @@ def test_a_worker_whose_parent_pipe_is_gone_writes_on_without_raising(tmp_path):
     survived = tmp_path / "survived"
     child = f"""
 import sys
-from attendout.experiments.worker import ToParent
+from attendout.bench.worker import ToParent
 sys.stdout, sys.stderr = ToParent(sys.stdout), ToParent(sys.stderr)
 print("first", flush=True)
 sys.stdin.read()  # the parent closes its end of the pipe, then this one
@@ -198,7 +198,7 @@ def _oom_once(folder: Path) -> Path:
 import os
 from pathlib import Path
 import torch
-import attendout.train as train
+import attendout.run.train as train
 
 _real = train.finetune
 MARK = Path({str(folder / "ran-out")!r})
@@ -332,9 +332,9 @@ def test_a_slurm_task_preempted_by_sigusr2_is_requeued_and_resumes_from_its_chec
 def test_advise_confirmation_runs_through_the_launcher_its_command_sets(tiny_run):
     """``attendout advise --jobs 2`` runs its confirmation grid inside ``launching(...)``: run_cells takes it."""
     from attendout.advise.confirm import run_confirmation
-    from attendout.experiments import load_experiment
-    from attendout.experiments.jobs import LocalJobs
-    from attendout.experiments.runner import launching
+    from attendout.bench import load_experiment
+    from attendout.bench.jobs import LocalJobs
+    from attendout.bench.runner import launching
 
     experiment = load_experiment(write_experiment(tiny_run, seeds=(1,), max_steps=8))
     root = tiny_run["tmp"] / "confirm"

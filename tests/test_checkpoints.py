@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from attendout.rundir import CHECKPOINT_DIR, CHECKPOINT_FILE, CHECKPOINT_FORMAT, MANIFEST, load_checkpoint
-from attendout.train import Trainer, finetune
+from attendout.run.folder import CHECKPOINT_DIR, CHECKPOINT_FILE, CHECKPOINT_FORMAT, MANIFEST, load_checkpoint
+from attendout.run.train import Trainer, finetune
 from test_resume import KILL_AT, Killed, kill_at, run_config
 
 

@@ -421,7 +421,7 @@ def test_finetune_pads_a_decoder_without_a_pad_token_with_its_eos_token(tmp_path
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from attendout.models import load_for_task
+    from attendout.models.loading import load_for_task
     from attendout.tasks import get_task
 
     words = ["<eos>", "<unk>", *[f"w{i}" for i in range(VOCAB - 2)]]

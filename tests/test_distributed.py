@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attendout.train import Trainer
+from attendout.run.train import Trainer
 from conftest import no_dropout, save_tiny_model_dir, toy_cli_args, toy_train_config
 
 WORKER = Path(__file__).with_name("distributed_worker.py")

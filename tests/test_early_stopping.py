@@ -7,7 +7,7 @@ import json
 import pytest
 
 from attendout.report.results import format_results
-from attendout.train import Trainer, finetune
+from attendout.run.train import Trainer, finetune
 from conftest import toy_train_config
 
 # Validation scores by step (every 2 steps): best at step 4, then three worse ones.

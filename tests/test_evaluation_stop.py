@@ -11,12 +11,12 @@ import signal
 
 import pytest
 
-import attendout.train as train_mod
+import attendout.run.train as train_mod
 from attendout.cli import main
 from attendout.config import TrainConfig
-from attendout.interrupt import Stopped
-from attendout.rundir import CHECKPOINT_DIR
-from attendout.train import Trainer, finetune
+from attendout.run.folder import CHECKPOINT_DIR
+from attendout.run.interrupt import Stopped
+from attendout.run.train import Trainer, finetune
 
 SOURCES = [f"the {a} {b} on the {c}" for a in ("cat", "dog") for b in ("sat", "ran") for c in ("mat", "log")]
 TARGETS = [

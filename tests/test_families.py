@@ -17,7 +17,7 @@ from attendout.cli import main
 from attendout.config import TrainConfig
 from attendout.contract import ForwardEdits
 from attendout.hf import Trainer as MethodTrainer
-from attendout.train import Trainer
+from attendout.run.train import Trainer
 from conftest import (
     FAMILIES,
     make_batch,

@@ -42,8 +42,8 @@ def hit():
     return calls["n"] == at
 
 
-import attendout.rundir as rundir
-import attendout.train as train
+import attendout.run.folder as rundir
+import attendout.run.train as train
 
 if kind == "checkpoint":  # half of state.pt's temporary file written, then killed (before the rename)
     import io
@@ -231,7 +231,7 @@ def test_every_method_killed_at_every_kind_of_moment(toy, method, options):
 def test_a_kill_between_the_renames_of_a_model_save_is_recovered(tmp_path, monkeypatch):
     """save_model_atomic swaps folders with two renames; killed between them, the best model is only at
     .model.old: the next save (or a resume) puts it back."""
-    import attendout.rundir as rundir
+    import attendout.run.folder as rundir
     from conftest import tiny_model
 
     class Tokenizer:

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from attendout import train
-from attendout.checkpoints import single_class
 from attendout.cli import main
+from attendout.run.checkpoints import single_class
 from conftest import toy_cli_args, toy_train_config
 
 HEAVY = ("torch", "transformers", "matplotlib", "optuna")

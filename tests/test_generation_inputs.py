@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from attendout.config import TrainConfig
-from attendout.limits import LimitError
-from attendout.train import finetune
+from attendout.run.limits import LimitError
+from attendout.run.train import finetune
 
 SENTENCES = [
     "the cat sat on the mat",
@@ -249,8 +249,8 @@ def test_a_scratch_model_gets_positions_for_every_length_its_run_sends(files, tm
 
 
 def test_predict_on_a_seq2seq_run_refuses_more_new_tokens_than_the_decoder_has_positions(files, tmp_path):
-    from attendout.predict import Predictor
-    from attendout.predictbase import PredictError
+    from attendout.predict.base import PredictError
+    from attendout.predict.classification import Predictor
 
     finetune(tiny(tmp_path, "seq2seq", model=config_file(tmp_path, "bart", 16), max_new_tokens=16))
     assert Predictor.load(tmp_path / "run").options.max_new_tokens == 16  # the run's own: fine

@@ -14,11 +14,11 @@ import torch
 
 from attendout.cli import main
 from attendout.config import TrainConfig
-from attendout.generate import GenerationPredictor
-from attendout.predict import Predictor
-from attendout.predictbase import PredictError
+from attendout.predict.base import PredictError
+from attendout.predict.classification import Predictor
+from attendout.predict.generation import GenerationPredictor
+from attendout.run.train import Trainer
 from attendout.tasks import DataError
-from attendout.train import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

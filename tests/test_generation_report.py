@@ -19,8 +19,8 @@ from attendout.advise.objective import study_direction
 from attendout.advise.regime import read_regime
 from attendout.advise.search import SearchPlan, _study, search_results
 from attendout.advise.storage import open_storage
+from attendout.bench import Budget, ResultsStore, load_experiment
 from attendout.config import TrainConfig
-from attendout.experiments import Budget, ResultsStore, load_experiment
 from attendout.report.comparison import build_table
 from attendout.report.regime import EpochCurves
 from attendout.report.render import to_csv, to_markdown
@@ -255,7 +255,7 @@ def test_a_method_option_at_its_neutral_value_leaves_the_fingerprint_alone():
     import dataclasses
     import hashlib
 
-    from attendout.experiments import spec
+    from attendout.bench import spec
 
     config = TrainConfig(
         task="cola", model="minilm", method="synthesizer", method_options={"variant": "dense"}

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from attendout.models import HeadMismatchError, head_plan, load_for_task
+from attendout.models.loading import HeadMismatchError, head_plan, load_for_task
 from attendout.tasks import Task
 from conftest import make_batch, save_tiny_model_dir
 
@@ -46,7 +46,7 @@ def test_labels_named_in_another_order_are_mapped_by_name_and_the_head_rows_perm
     path = saved_head(tmp_path, ["CONTRADICTION", "NEUTRAL", "ENTAILMENT"])
     task = nli_task("contradiction", "entailment", "neutral")  # sorted: another order
     original = AutoModelForSequenceClassification.from_pretrained(path)
-    with caplog.at_level(logging.WARNING, logger="attendout.models"):
+    with caplog.at_level(logging.WARNING, logger="attendout.models.loading"):
         model, _, _ = load_for_task(path, task)
     batch = make_batch(3, 10)
     # the task's class i is the checkpoint's class order[i]: contradiction 0, entailment 2, neutral 1
@@ -87,7 +87,7 @@ def test_a_head_with_another_label_count_is_an_error_naming_the_option(tmp_path)
 
 def test_with_the_option_the_head_is_new_and_one_line_names_both_label_sets(tmp_path, caplog):
     path = saved_head(tmp_path, ["neg", "pos"])
-    with caplog.at_level(logging.WARNING, logger="attendout.models"):
+    with caplog.at_level(logging.WARNING, logger="attendout.models.loading"):
         model, _, _ = load_for_task(path, nli_task("a", "b", "c"), ignore_mismatched_head=True)
     assert model.config.num_labels == 3 and model.config.id2label == {0: "a", 1: "b", 2: "c"}
     lines = [r.getMessage() for r in caplog.records if "new head" in r.getMessage()]

@@ -12,7 +12,7 @@ import attendout
 from attendout.attention import get_controller
 from attendout.hf import Trainer as MethodTrainer
 from attendout.methods import METHODS
-from attendout.train import Trainer
+from attendout.run.train import Trainer
 from conftest import make_batch, no_dropout, save_tiny_model_dir, tiny_model, toy_train_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -21,14 +21,14 @@ import torch
 from transformers import TrainerCallback
 
 import attendout.config as config_mod
-import attendout.train as train_mod
+import attendout.run.train as train_mod
 from attendout import interrupt
 from attendout.cli import main
-from attendout.interrupt import Stopped
 from attendout.methods.addrop import ADDrop
 from attendout.methods.attendout.strategy import AttendOutStrategy
-from attendout.rundir import CHECKPOINT_DIR
-from attendout.train import Trainer, finetune
+from attendout.run.folder import CHECKPOINT_DIR
+from attendout.run.interrupt import Stopped
+from attendout.run.train import Trainer, finetune
 from conftest import toy_cli_args
 from test_resume import read_log, run_config
 
@@ -189,7 +189,7 @@ def test_a_handler_of_the_callers_own_is_left_alone(tiny_run):
 DRIVER = r"""
 import os, signal, sys
 import torch
-import attendout.train as train
+import attendout.run.train as train
 
 torch.set_num_threads(1)
 if os.environ.get("STOP_WITH"):  # the signal arrives during the second validation (step 6 of 9)

@@ -11,7 +11,7 @@ import attendout
 from attendout.cli import main
 from attendout.methods import METHODS, ScheduledConfig, get_method_config
 from attendout.methods.scheduled.schedule import schedule_value
-from attendout.train import Trainer
+from attendout.run.train import Trainer
 from conftest import make_batch, no_dropout, tiny_model, toy_train_config
 
 PAPER_METHODS = {

@@ -13,8 +13,8 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from attendout.optim import TrainingError
-from attendout.train import Trainer, finetune
+from attendout.run.optim import TrainingError
+from attendout.run.train import Trainer, finetune
 from conftest import no_dropout, save_tiny_model_dir, toy_train_config
 
 

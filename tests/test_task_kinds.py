@@ -15,10 +15,18 @@ import torch
 from transformers import AutoModelForMultipleChoice, AutoModelForTokenClassification
 
 from attendout.config import TrainConfig
-from attendout.encoding import ChoiceEncoded, Encoded, TokenEncoded, Windows, encode, head_tail_sizes
+from attendout.encoding.classification import (
+    ChoiceEncoded,
+    Encoded,
+    TokenEncoded,
+    Windows,
+    encode,
+    head_tail_sizes,
+)
 from attendout.methods import list_methods
 from attendout.methods.addrop import attribute
 from attendout.report.results import format_truncation
+from attendout.run.train import Trainer, finetune
 from attendout.tasks import (
     MULTIPLE_CHOICE,
     TOKEN_CLASSIFICATION,
@@ -29,7 +37,6 @@ from attendout.tasks import (
     TokenExamples,
     register_task,
 )
-from attendout.train import Trainer, finetune
 from conftest import WORDS, make_batch, no_dropout, save_tiny_model_dir, tiny_config
 from test_addrop import Perturb, inputs
 
@@ -112,7 +119,7 @@ def model_dir(tmp_path_factory):
 def minilm_tokenizer():
     from transformers import AutoTokenizer
 
-    from attendout.models import ModelNotFoundError, packaged_model_path
+    from attendout.models.loading import ModelNotFoundError, packaged_model_path
 
     try:
         return AutoTokenizer.from_pretrained(packaged_model_path())
@@ -488,7 +495,7 @@ def test_cli_applies_a_tasks_own_defaults_unless_told_otherwise(monkeypatch):
         seen["c"] = config
         raise Seen  # stop before any data is read (a Ctrl-C would be a stop the command reports)
 
-    monkeypatch.setattr("attendout.train.finetune", fake)
+    monkeypatch.setattr("attendout.run.train.finetune", fake)
     for argv, expected in [
         (["--task", "conll2003"], (8, 1e-4, 128)),
         (["--task", "conll2003", "--batch-size", "32"], (32, 1e-4, 128)),
@@ -515,7 +522,7 @@ def test_encode_picks_the_kind_and_refuses_a_truncation_it_cannot_apply(minilm_t
 
 def test_predictor_tags_words_and_chooses_options(model_dir, tmp_path, capsys):
     from attendout.cli import main
-    from attendout.predict import Predictor
+    from attendout.predict.classification import Predictor
 
     finetune(config(model_dir, tmp_path, "toy-tags", max_steps=None, epochs=6, learning_rate=2e-3))
     tagger = Predictor.load(tmp_path / "toy-tags-none")

@@ -12,11 +12,11 @@ import torch
 
 import attendout
 from attendout.attention import AttentionEdit, AttentionMethod
-from attendout.checkpoints import RunExistsError
 from attendout.config import TrainConfig
 from attendout.methods import MethodConfig, register_method
-from attendout.optim import TrainingError
-from attendout.train import Trainer, finetune
+from attendout.run.checkpoints import RunExistsError
+from attendout.run.optim import TrainingError
+from attendout.run.train import Trainer, finetune
 from conftest import toy_train_config
 
 

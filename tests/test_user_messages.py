@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from attendout.config import TrainConfig
+from attendout.run.train import finetune
 from attendout.tasks import DataError, load_task_data
-from attendout.train import finetune
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "attendout"
 

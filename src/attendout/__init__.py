@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .interrupt import Stopped
-from .limits import LimitError, check_length
+from .run.interrupt import Stopped
+from .run.limits import LimitError, check_length
 from .version import __version__
 
 #: name -> the submodule that defines it, imported on first use (see ``__getattr__``)
@@ -63,7 +63,7 @@ _LAZY = {
         ),
         ".methods.synthesizer",
     ),
-    **dict.fromkeys(("Predictions", "Predictor"), ".predict"),
+    **dict.fromkeys(("Predictions", "Predictor"), ".predict.classification"),
 }
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
@@ -103,7 +103,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
         save_synthesized,
         synthesize,
     )
-    from .predict import Predictions, Predictor
+    from .predict.classification import Predictions, Predictor
 
 
 #: the modules of the attention routes other than the registered attention function (DeBERTa's, MPNet's)

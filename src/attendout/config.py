@@ -4,7 +4,7 @@
 experiment cell, a config file's ``[training]`` table); :data:`NEUTRAL_OPTIONS` are the fields that are no
 part of a run's recipe (and :data:`RESUME_MUST_MATCH` the ones a resume must still share).
 :func:`split_for_training` carves a run's validation split and subsamples, as the loop
-(:mod:`attendout.train`) and ``attendout predict`` both need them.
+(:mod:`attendout.run.train`) and ``attendout predict`` both need them.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .devices import check_device_name
-from .encoding import TRUNCATIONS
-from .generation.models import ScratchSize, load_for_generation
+from .encoding.classification import TRUNCATIONS
 from .methods import MethodConfig, get_method_config
-from .models import load_for_task
+from .models.generation import ScratchSize, load_for_generation
+from .models.loading import load_for_task
+from .run.devices import check_device_name
 from .tasks import (
     LM,
     SEQ2SEQ,
@@ -44,8 +44,8 @@ __all__ = [
 #: The TrainConfig fields that are not part of a run's recipe, each with why: they leave its numbers
 #: alone, or change them only as running on another machine would (float rounding; with the model's
 #: dropout on, micro-batches draw other random masks). The one list: a checkpoint may be resumed with
-#: other values of them (:func:`attendout.checkpoints.checkpoint_config`, less RESUME_MUST_MATCH), and they are left
-#: out of an experiment cell's identity (``attendout.experiments.spec.FINGERPRINT_EXCLUDE``, all of them).
+#: other values of them (:func:`attendout.run.checkpoints.checkpoint_config`, less RESUME_MUST_MATCH), and they are left
+#: out of an experiment cell's identity (``attendout.bench.spec.FINGERPRINT_EXCLUDE``, all of them).
 NEUTRAL_OPTIONS: dict[str, str] = {
     "output_dir": "where the run is written",
     "overwrite": "whether a finished run may be replaced",

@@ -70,11 +70,11 @@ from transformers import TrainerCallback
 from .attention.deberta import install_hooks as _deberta  # noqa: F401  (importing it registers DeBERTa's route)
 from .attention.mpnet import install_hooks as _mpnet  # noqa: F401  (importing it registers MPNet's route)
 from .contract import Distributed, LoopContext, StepInfo
-from .interrupt import Stopped, agreed, deferred, requested
-from .limits import check_length
 from .methods.base import TrainingStrategy
 from .methods.config import MethodConfig
 from .methods.registry import METHODS, build_strategy, get_method_config
+from .run.interrupt import Stopped, agreed, deferred, requested
+from .run.limits import check_length
 
 __all__ = ["CollatedSource", "Seq2SeqTrainer", "Trainer"]
 
@@ -345,7 +345,7 @@ class Trainer(transformers.Trainer):
         return agreed(group if torch.distributed.is_initialized() else Distributed()) is not None
 
     def _stopped(self, signum: int) -> None:
-        """After a stopped ``train()``: raise :class:`~attendout.interrupt.Stopped` naming the checkpoint."""
+        """After a stopped ``train()``: raise :class:`~attendout.run.interrupt.Stopped` naming the checkpoint."""
         step = self.state.global_step
         folder = Path(self.args.output_dir) / f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{step}"
         stateful = type(self.strategy).state_dict is not TrainingStrategy.state_dict

@@ -22,14 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..bench.parse import load_experiment
+from ..bench.plan import prepare_cells
+from ..bench.runner import reuse_runs, run_cells
+from ..bench.spec import RESERVED_TRAINING_KEYS, Budget, Experiment
+from ..bench.store import ResultsStore
 from ..config import NEUTRAL_OPTIONS, TrainConfig
 from ..configfile import dumps_toml
-from ..experiments.parse import load_experiment
-from ..experiments.plan import prepare_cells
-from ..experiments.runner import reuse_runs, run_cells
-from ..experiments.spec import RESERVED_TRAINING_KEYS, Budget, Experiment
-from ..experiments.store import ResultsStore
-from ..interrupt import check as raise_if_stopped
 from ..report.comparison import ComparisonTable, build_table
 from ..report.stats import (
     TEXT_METRICS,
@@ -41,6 +40,7 @@ from ..report.stats import (
     holm,
     pooled_sd,
 )
+from ..run.interrupt import check as raise_if_stopped
 from .power import CONFIDENCE, Noise, pooled_df
 from .scales import plain_name
 from .spaces import describe
@@ -244,7 +244,7 @@ def confirm_experiment(
 
 
 def write_experiment(path: Path, data: dict[str, Any]) -> Experiment:
-    from ..rundir import write_text_atomic
+    from ..run.folder import write_text_atomic
 
     header = (
         "The confirmation grid of attendout advise (written by it; rerun advise to change it).\n"
@@ -394,8 +394,8 @@ def split_floor(runs: Sequence[Any], split: str, metric: str) -> ChanceFloor | N
     sees the same split): for a text metric of seq2seq (BLEU, chrF, ROUGE), the score of copying the source
     (:func:`attendout.report.stats.copy_floor`, from the sources the run stored); for any other metric, the
     best constant prediction's (:func:`attendout.report.stats.chance_floor`, from the labels); for perplexity,
-    a unigram model's (``unigram_perplexity`` in the run's results: :func:`attendout.generation.
-    score_unigram_floor`). None where no run stored what it needs (runs stored before issue 57's floors)."""
+    a unigram model's (``unigram_perplexity`` in the run's results: :func:`attendout.encoding.
+    generation.score_unigram_floor`). None where no run stored what it needs (runs stored before issue 57's floors)."""
     for run in runs:
         if metric == "perplexity":  # a language model stores no predictions: its floor is in its results
             floor = ((run.results.get("eval") or {}).get(split) or {}).get("unigram_perplexity")

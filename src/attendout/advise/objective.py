@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..report.stats import pooled_sd
-from ..rundir import RunDir
+from ..run.folder import RunDir
 from ..tasks.metrics import higher_is_better
 from .power import comparison_sd
 from .scales import plain_name

@@ -42,13 +42,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..bench.store import has_checkpoint
 from ..config import TrainConfig
-from ..experiments.store import has_checkpoint
-from ..interrupt import check as raise_if_stopped
-from ..optim import TrainingError
-from ..rundir import CHECKPOINT_DIR, RunDir
-from ..runlock import Owner, exclusive
-from ..train import finetune
+from ..run.folder import CHECKPOINT_DIR, RunDir
+from ..run.interrupt import check as raise_if_stopped
+from ..run.lock import Owner, exclusive
+from ..run.optim import TrainingError
+from ..run.train import finetune
 from .objective import (
     OBJECTIVES,
     Measured,

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..runlock import exclusive
+from ..run.lock import exclusive
 
 __all__ = ["DRIVERS", "asking", "open_storage", "with_driver"]
 

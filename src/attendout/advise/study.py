@@ -41,12 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..bench.spec import config_fingerprint
 from ..config import TrainConfig, split_for_training
-from ..experiments.spec import config_fingerprint
-from ..interrupt import check as raise_if_stopped
-from ..rundir import LOG_FILE, RunDir, write_json_atomic
-from ..runlock import RunBusyError, RunLock
-from ..train import finetune
+from ..run.folder import LOG_FILE, RunDir, write_json_atomic
+from ..run.interrupt import check as raise_if_stopped
+from ..run.lock import RunBusyError, RunLock
+from ..run.train import finetune
 from .answer import verdict
 from .confirm import (
     Confirmation,
@@ -327,7 +327,7 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
 
 def advise(config: AdviseConfig) -> Advice:
     """Run (or resume) every stage up to ``config.until``; see the module docstring."""
-    from ..experiments.spec import config_fingerprint
+    from ..bench.spec import config_fingerprint
 
     _check_identity(config)
     if config.until != "regime":  # the storage opens (a bad URL, a missing driver) before anything trains
@@ -489,7 +489,7 @@ def _answer(
         noise=noise,
         trend=trend,
     )
-    from ..rundir import write_text_atomic
+    from ..run.folder import write_text_atomic
 
     write_text_atomic(out / "advice.md", md)
     files["advice.md"] = out / "advice.md"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..rundir import RunDir
+from ..run.folder import RunDir
 from .confirm import plain_name
 from .objective import measured, reference_dir
 from .regime import RegimeReading, Trend, read_trend

@@ -7,15 +7,15 @@
   wait for it), so that nothing trains on the machine that submits;
 * **search**: ``N`` :class:`SearchWorker` s, each an ``advise`` up to its search stage on the study's one
   storage (Optuna's workers: each asks the study for its next trial, the budget is the study's, see
-  :mod:`attendout.advise.search`). ``--jobs N``: N processes here (:func:`~attendout.experiments.jobs.start_worker`,
+  :mod:`attendout.advise.search`). ``--jobs N``: N processes here (:func:`~attendout.bench.jobs.start_worker`,
   the worker process ``bench --jobs`` uses), threads divided between them and said; Ctrl-C stops every
   worker at its next step with a checkpoint, and the command prints the one command that goes on.
   ``--launcher slurm``: ``--max-parallel`` workers (1 without it) as one job array through submitit,
-  each preemptible as a bench cell is (:func:`~attendout.experiments.slurm.preemptible`);
+  each preemptible as a bench cell is (:func:`~attendout.bench.slurm.preemptible`);
   ``--launcher ray``: ``--max-parallel`` workers (1 without it) as Ray tasks. The command waits for them.
   Several workers on a cluster need a storage every node shares safely (``--storage
   postgresql://...``): an SQLite file is refused for them (:func:`check_storage`);
-* **confirm**: in this process, whose :func:`~attendout.experiments.runner.launching` block gives the
+* **confirm**: in this process, whose :func:`~attendout.bench.runner.launching` block gives the
   confirmation's grid the command's launcher (``--jobs N`` processes, a SLURM array it waits for, Ray
   tasks). The search workers stop after the search (``until="search"``) and never confirm: N workers
   start N confirmation runs at most, not N²;
@@ -31,12 +31,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..experiments.jobs import Worker, divide_threads, relay, start_worker, stop_workers
-from ..experiments.launch import LaunchOptions, make_launcher
-from ..experiments.raytasks import RayLauncher, need_ray
-from ..experiments.runner import launching
-from ..experiments.slurm import SlurmLauncher, preemptible
-from ..interrupt import Stopped
+from ..bench.jobs import Worker, divide_threads, relay, start_worker, stop_workers
+from ..bench.launch import LaunchOptions, make_launcher
+from ..bench.raytasks import RayLauncher, need_ray
+from ..bench.runner import launching
+from ..bench.slurm import SlurmLauncher, preemptible
+from ..run.interrupt import Stopped
 from .storage import redacted
 from .study import STAGES, Advice, AdviseConfig, advise
 
@@ -101,7 +101,7 @@ class SearchWorker:
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """submitit's hook at preemption: requeue this very worker (its trial resumes from its folder)."""
-        from ..experiments.slurm import need_submitit
+        from ..bench.slurm import need_submitit
 
         return need_submitit().helpers.DelayedSubmission(self)
 

@@ -2,7 +2,7 @@
 
 ``attendout --help`` lists them with one line each (:data:`COMMANDS`). Each command is a module of this
 package whose ``main(argv)`` parses its flags and calls an engine that knows nothing of argparse
-(:func:`attendout.train.finetune`, :func:`attendout.advise.advise`, :func:`attendout.experiments.run_cells`,
+(:func:`attendout.run.train.finetune`, :func:`attendout.advise.advise`, :func:`attendout.bench.run_cells`,
 ...); the flags several commands share, and where the recipe flags become a TrainConfig, are
 :mod:`attendout.cli.flags`.
 
@@ -95,7 +95,7 @@ def _usage() -> str:
 
 
 def _go_on(command: str, argv: list[str], stop: Any) -> str:
-    """What to run after ``stop`` (an :class:`attendout.interrupt.Stopped`) to go on from where it was."""
+    """What to run after ``stop`` (an :class:`attendout.run.interrupt.Stopped`) to go on from where it was."""
     again = ["attendout", command, *argv]
     if command == "finetune":
         from .finetune import go_on
@@ -116,9 +116,9 @@ def _go_on(command: str, argv: list[str], stop: Any) -> str:
 _USAGE_ERRORS = (
     ("attendout.tasks.base", "DataError"),
     ("attendout.attention.families", "UnsupportedModelError"),
-    ("attendout.models", "ModelNotFoundError"),
-    ("attendout.checkpoints", "RunExistsError"),
-    ("attendout.runlock", "RunBusyError"),
+    ("attendout.models.loading", "ModelNotFoundError"),
+    ("attendout.run.checkpoints", "RunExistsError"),
+    ("attendout.run.lock", "RunBusyError"),
 )
 
 #: Commands that load no model: they skip quieting transformers (importing it costs most of a second).
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if command not in _LIGHT_COMMANDS:
         quiet_transformers()
-    from ..interrupt import Stopped, handling
+    from ..run.interrupt import Stopped, handling
 
     try:
         import_user_methods()
@@ -163,13 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(error, (*_loaded(*_USAGE_ERRORS), ValueError)):
             print(f"attendout: error: {error}", file=sys.stderr)
             return EXIT_USAGE
-        if isinstance(error, _loaded(("attendout.optim", "TrainingError"))):
+        if isinstance(error, _loaded(("attendout.run.optim", "TrainingError"))):
             print(f"attendout: training failed: {error}", file=sys.stderr)
             return 1
         if isinstance(
             error, OSError
         ):  # a file that cannot be read or written: a full disk, a path through a file
-            from ..rundir import describe_os_error
+            from ..run.folder import describe_os_error
 
             print(f"attendout: error: {describe_os_error(error)}", file=sys.stderr)
             return 1

@@ -279,7 +279,7 @@ def main(argv: list[str]) -> int:
     import optuna
 
     from ..advise.workers import advise_launched
-    from ..experiments.launch import LaunchOptions
+    from ..bench.launch import LaunchOptions
 
     config = config_from_args(argv)
     # --jobs, --launcher: where the search's workers and the confirmation's grid run (a SLURM array is

@@ -1,5 +1,5 @@
-"""``attendout bench``: its flags, and the grid run through :mod:`attendout.experiments`
-(:func:`~attendout.experiments.plan.prepare_cells`, :func:`~attendout.experiments.runner.run_cells`)."""
+"""``attendout bench``: its flags, and the grid run through :mod:`attendout.bench`
+(:func:`~attendout.bench.plan.prepare_cells`, :func:`~attendout.bench.runner.run_cells`)."""
 
 from __future__ import annotations
 
@@ -96,12 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """``attendout bench``: returns 0 if every cell of the shard ran or was done, 1 if any failed, 2 if invalid."""
-    from ..experiments.launch import LaunchOptions, make_launcher
-    from ..experiments.parse import load_experiment
-    from ..experiments.plan import format_listing, parse_selection, parse_shard, prepare_cells
-    from ..experiments.runner import reuse_runs, run_cells
-    from ..experiments.spec import Budget, ExperimentError
-    from ..experiments.store import STALE_AFTER_S, ResultsStore, default_results_root
+    from ..bench.launch import LaunchOptions, make_launcher
+    from ..bench.parse import load_experiment
+    from ..bench.plan import format_listing, parse_selection, parse_shard, prepare_cells
+    from ..bench.runner import reuse_runs, run_cells
+    from ..bench.spec import Budget, ExperimentError
+    from ..bench.store import STALE_AFTER_S, ResultsStore, default_results_root
 
     args = build_parser().parse_args(argv)
     experiment = load_experiment(args.experiment, args.experiments_dir)

@@ -1,5 +1,5 @@
 """``attendout finetune``: its flags, a config file's values under them, and the call to
-:func:`attendout.train.finetune`; back the other way, the command line of a run's recorded options
+:func:`attendout.run.train.finetune`; back the other way, the command line of a run's recorded options
 (:func:`finetune_argv`) and what to run to go on with a stopped run (:func:`go_on`; from a run
 directory's state: :func:`how_to_finish`)."""
 
@@ -25,7 +25,7 @@ from .flags import (
 )
 
 if TYPE_CHECKING:
-    from ..runstate import RunState
+    from ..run.state import RunState
 
 
 def parser_for(method: str | None) -> argparse.ArgumentParser:
@@ -157,8 +157,8 @@ def finetune_argv(values: Mapping[str, Any], output_dir: str | os.PathLike) -> l
     the same options, which is what ``--resume`` checks against its checkpoint; None where they do not
     (a value set in Python that no flag gives, such as AD-DROP's ``layers="task"`` left unsettled; a
     method or option unknown here)."""
-    from ..checkpoints import checkpoint_config
     from ..config import TrainConfig
+    from ..run.checkpoints import checkpoint_config
 
     argv = _finetune_flags(values, output_dir)
     if argv is None:
@@ -215,7 +215,7 @@ def _finetune_flags(values: Mapping[str, Any], output_dir: str | os.PathLike) ->
 
 def finishing_command(state: RunState) -> list[str] | None:
     """The ``attendout finetune`` command (argv) that finishes the run whose state is ``state`` (a
-    :class:`~attendout.runstate.RunState`): its own options (:func:`finetune_argv`) and ``--resume`` when
+    :class:`~attendout.run.state.RunState`): its own options (:func:`finetune_argv`) and ``--resume`` when
     it is stopped; unfinished, the command that starts it again (with ``--overwrite`` when its checkpoint
     cannot be used, which ``--resume`` refuses). None: finished, or no command line gives its options."""
     if state.finished or state.settings is None:
@@ -240,7 +240,7 @@ def how_to_finish(state: RunState) -> str:
     command = finishing_command(state)
     if command is not None:
         return go_on(command[2:], resumable=state.resumable)
-    from ..rundir import RunDir
+    from ..run.folder import RunDir
 
     why = (
         f"{RunDir(state.path).config} cannot be read"
@@ -265,7 +265,7 @@ def go_on(argv: list[str], resumable: bool) -> str:
 
 def main(argv: list[str]) -> int:
     from ..report.results import format_results, format_truncation
-    from ..train import finetune
+    from ..run.train import finetune
 
     config, threads = config_from_args(argv)
     set_threads(threads)

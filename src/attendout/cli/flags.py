@@ -163,7 +163,7 @@ def set_threads(threads: int | None) -> None:
 
 def add_launch_options(parser: argparse.ArgumentParser, description: str | None = None) -> None:
     """``--jobs``, ``--launcher`` and each launcher's options, in a group of their own (parsed by
-    :class:`attendout.experiments.launch.LaunchOptions`); ``description`` says what they apply to."""
+    :class:`attendout.bench.launch.LaunchOptions`); ``description`` says what they apply to."""
     group = parser.add_argument_group(
         "where the runs run (docs/guides/scale.md; every launcher runs the same cells on the same results folder)",
         description,

@@ -2,7 +2,7 @@
 
 ``attendout models`` lists each short name ``--model`` takes, what the model is and whether it is set up
 (and where). ``attendout models setup [NAME ...]`` sets up the named models (all of them without a
-name): :func:`attendout.offline_models.setup_model`, checked by sha256, idempotent and atomic.
+name): :func:`attendout.models.offline.setup_model`, checked by sha256, idempotent and atomic.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..offline_models import MODELS_VARIABLE, OFFLINE_MODELS
+    from ..models.offline import MODELS_VARIABLE, OFFLINE_MODELS
 
     parser = argparse.ArgumentParser(
         prog="attendout models",
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _list() -> int:
-    from ..offline_models import OFFLINE_MODELS, model_folder
+    from ..models.offline import OFFLINE_MODELS, model_folder
 
     for name, model in OFFLINE_MODELS.items():
         folder = model_folder(name)
@@ -60,7 +60,7 @@ def _list() -> int:
 
 
 def main(argv: list[str]) -> int:
-    from ..offline_models import OFFLINE_MODELS, OfflineModelError, setup_model
+    from ..models.offline import OFFLINE_MODELS, OfflineModelError, setup_model
 
     args = build_parser().parse_args(argv)
     if args.command in (None, "list"):

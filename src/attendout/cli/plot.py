@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..rundir import LOG_FILE, RunDir
+from ..run.folder import LOG_FILE, RunDir
 
 
 def main(argv: list[str]) -> int:
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
 
 def _plot_regime(runs: list[Path], out: Path, experiment: str | None, title: str) -> int:
     """``attendout plot --regime``: regime.png and one line per run (see attendout.report.regime)."""
-    from ..experiments import load_experiment
+    from ..bench import load_experiment
     from ..report.regime import regime_figure, regime_summary, run_task_id
 
     budgets: dict[str, float] = {}

@@ -11,8 +11,8 @@ from ..report.table import write_report
 
 def main(argv: list[str]) -> int:
     """``attendout table``: print or write the Markdown/CSV table and the figures of a grid."""
-    from ..experiments.parse import load_experiment
-    from ..experiments.store import default_results_root
+    from ..bench.parse import load_experiment
+    from ..bench.store import default_results_root
     from ..report.comparison import build_table
 
     parser = argparse.ArgumentParser(

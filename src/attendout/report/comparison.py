@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ..experiments.spec import Budget, Cell, Experiment, MethodSpec, ModelSpec, TaskSpec
-from ..experiments.store import ResultsStore, read_predictions
-from ..rundir import RunDir
+from ..bench.spec import Budget, Cell, Experiment, MethodSpec, ModelSpec, TaskSpec
+from ..bench.store import ResultsStore, read_predictions
+from ..run.folder import RunDir
 from ..tasks.metrics import METRICS, better, higher_is_better, sequences_array
 from .stats import (
     BootstrapInterval,

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..rundir import LOG_FILE, RESULTS_FILE, RUN_CONFIG_FILE, RunDir
+from ..run.folder import LOG_FILE, RESULTS_FILE, RUN_CONFIG_FILE, RunDir
 from ..tasks.metrics import higher_is_better
 
 __all__ = ["convergence_figure", "group_runs", "main_metric", "read_log", "validation_curve"]

@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..methods.attendout.runlog import read_drop_pattern
-from ..rundir import RunDir
+from ..run.folder import RunDir
 from .curves import option_details
 
 __all__ = ["is_attendout_run", "is_control_run", "pair_controls", "panel_labels", "pattern_figure"]

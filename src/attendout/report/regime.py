@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..rundir import CELL_FILE, LOG_FILE, RUN_CONFIG_FILE, RunDir
+from ..run.folder import CELL_FILE, LOG_FILE, RUN_CONFIG_FILE, RunDir
 from ..tasks.metrics import higher_is_better
 from .curves import main_metric, read_log
 

