@@ -20,10 +20,13 @@ The rules (``tests/test_layout.py`` checks them with :func:`violations`):
   (``paths._masked_sdpa``); dunder names (``__version__``) are not private.
 
 ``--fix`` rewrites every statement that breaks the first rule into one statement per source (relative,
-keeping ``as`` names and the statement's place: module level, function, ``if TYPE_CHECKING:``), then runs
-``ruff check --select I,F401 --fix`` and ``ruff format`` on the files it changed. Private names and a name
-whose home is the ``__init__`` of a package that contains the importer (it belongs in a module of its
-own) it only reports: they need a decision. Rerunnable: a second ``--fix`` finds nothing to rewrite.
+keeping ``as`` names, a trailing comment and the statement's place: module level, function,
+``if TYPE_CHECKING:``), and an import of a private name made public (:data:`RENAMED`) into the public name
+``as`` the old one; then it runs ``ruff check --select I --fix`` and ``ruff format`` on the files it
+changed (with the repository's ``pyproject.toml``: run it inside the checkout). Other private names, and a
+name whose home is the ``__init__`` of a package that contains the importer (it belongs in a module of its
+own; a package's ``__main__`` may import its ``__init__``), it only reports: they need a decision.
+Rerunnable: a second ``--fix`` finds nothing to rewrite.
 """
 
 from __future__ import annotations
@@ -289,7 +292,7 @@ def _ruff(paths: list[Path]) -> None:
         print("ruff not found: the rewritten imports are left unsorted", file=sys.stderr)
         return
     files = [str(p) for p in paths]
-    subprocess.run([ruff, "check", "--select", "I,F401", "--fix", "--quiet", *files], check=False)
+    subprocess.run([ruff, "check", "--select", "I", "--fix", "--quiet", *files], check=False)
     subprocess.run([ruff, "format", "--quiet", *files], check=False)
 
 
