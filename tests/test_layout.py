@@ -104,8 +104,8 @@ def test_one_import_style():
     exports it), from its home module inside (never from its own package's ``__init__``). To fix:
     ``python experiments/import_style.py --fix``."""
     found = _violations("style", "init-home")
-    assert not found, f"{len(found)} imports break the style (experiments/import_style.py --fix):\n" + "\n".join(
-        found
+    assert not found, (
+        f"{len(found)} imports break the style (experiments/import_style.py --fix):\n" + "\n".join(found)
     )
 
 
@@ -160,7 +160,7 @@ def test_every_module_says_its_one_idea():
     """A docstring whose first line starts the module's one idea (a phrase, not a blank or a word), and
     a backstop on length: a module past MAX_LINES holds more than one idea."""
     missing, long = [], {}
-    for module, info in MODULES.items():
+    for info in MODULES.values():
         doc = ast.get_docstring(info.tree)
         first = doc.splitlines()[0].strip() if doc else ""
         if len(first.split()) < 3:
