@@ -357,17 +357,17 @@ def outputs_on_each_drop_path(model, forward, monkeypatch, seed: int = 5) -> dic
     from attendout.attention import paths
 
     taken = []
-    filled = paths._filled_softmax
+    filled = paths.filled_softmax
 
     def spy(*args, **kwargs):
         taken.append(True)
         return filled(*args, **kwargs)
 
-    monkeypatch.setattr(paths, "_filled_softmax", spy)
+    monkeypatch.setattr(paths, "filled_softmax", spy)
     results = {}
     for path in ("filled", "sdpa", "explicit"):
         if path == "sdpa":
-            monkeypatch.setattr(paths, "_fills_in_place", lambda call, dropout: False)
+            monkeypatch.setattr(paths, "fills_in_place", lambda call, dropout: False)
         model.zero_grad()
         torch.manual_seed(seed)
         if path == "explicit":

@@ -180,7 +180,7 @@ def test_scores_dropout_draws_a_block_of_rows_at_a_time_and_applies_what_it_drew
     from attendout.attention import paths
 
     monkeypatch.setattr(paths, "BLOCK_BYTES", 1)  # the smallest blocks: 16 rows
-    monkeypatch.setattr(paths, "_fills_in_place", lambda call, dropout: True)  # the model's dropout is off
+    monkeypatch.setattr(paths, "fills_in_place", lambda call, dropout: True)  # the model's dropout is off
     drawn: dict[int, list] = {}
     draw = attention.RandomDrops.draw
 

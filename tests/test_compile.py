@@ -10,7 +10,7 @@ from torch import nn
 
 import attendout
 from attendout.attention import AttentionCall
-from attendout.attention.paths import _attention_probs, _masked_sdpa
+from attendout.attention.paths import attention_probs, masked_sdpa
 from conftest import make_batch, tiny_model
 
 PACKAGE = Path(attendout.__file__).resolve().parent
@@ -91,10 +91,10 @@ def test_masked_sdpa_eq4_rows_equal_the_explicit_softmax(padded):
             t.grad = None
         call = AttentionCall(0, module, query, key, value, valid, True)
         if explicit:
-            probs = _attention_probs(call, [], None, drop)
+            probs = attention_probs(call, [], None, drop)
             output = torch.matmul(probs, value).transpose(1, 2)  # (B, Lq, H, d)
         else:
-            output, _ = _masked_sdpa(call, valid, drop, None, None, 0.0)
+            output, _ = masked_sdpa(call, valid, drop, None, None, 0.0)
         weights = torch.randn(output.shape, generator=torch.Generator().manual_seed(1))
         (output * weights).sum().backward()
         results.append((output.detach(), *(t.grad.clone() for t in (query, key, value))))

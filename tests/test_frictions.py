@@ -46,7 +46,7 @@ def test_every_public_name_is_still_there_after_a_lazy_import():
         "from attendout import *\n"
         "missing = [n for n in attendout.__all__ if n not in globals()]\n"
         "assert not missing, missing\n"
-        "from attendout.attention.families import ROUTES\n"
+        "from attendout.attention.controller import ROUTES\n"
         "assert 'deberta' in ROUTES  # a lazy name's first use registers DeBERTa's route\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -91,8 +91,8 @@ def hooked_paths(model, batch, monkeypatch) -> dict[str, torch.Tensor]:
     """The model's eval hidden states through the explicit path (a recorder) and the fused SDPA path
     (drops of nothing), each checked to have run."""
     calls = []
-    fused = attention_paths._masked_sdpa
-    monkeypatch.setattr(attention_paths, "_masked_sdpa", lambda *a, **k: calls.append(1) or fused(*a, **k))
+    fused = attention_paths.masked_sdpa
+    monkeypatch.setattr(attention_paths, "masked_sdpa", lambda *a, **k: calls.append(1) or fused(*a, **k))
     out = {}
     with attendout.record_attention(model) as rec:
         out["explicit"] = hidden(model, batch)

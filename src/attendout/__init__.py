@@ -12,8 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .run.interrupt import Stopped
-from .run.limits import LimitError, check_length
+from .run import LimitError, Stopped, check_length
 from .version import __version__
 
 #: name -> the submodule that defines it, imported on first use (see ``__getattr__``)
@@ -86,6 +85,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
         MethodConfig,
         MethodHandle,
         MethodStackError,
+        SynthesizerConfig,
         TrainingStrategy,
         apply,
         get_method_config,
@@ -96,14 +96,13 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     )
     from .methods.synthesizer import (
         SequenceTooLongError,
-        SynthesizerConfig,
         is_synthesized_checkpoint,
         load_model,
         load_synthesized,
         save_synthesized,
         synthesize,
     )
-    from .predict.classification import Predictions, Predictor
+    from .predict import Predictions, Predictor
 
 
 #: the modules of the attention routes other than the registered attention function (DeBERTa's, MPNet's)

@@ -30,8 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .methods.config import MethodConfig
-from .methods.registry import get_method_config
+from .methods import MethodConfig, get_method_config
 from .typecheck import check_values
 
 __all__ = ["dumps_toml", "load_config", "load_config_file", "save_config"]
@@ -104,7 +103,7 @@ def save_config(
     path: str | Path, config: MethodConfig, training: Mapping[str, Any] | None = None, header: str = ""
 ) -> Path:
     """Write ``config`` (and training fields) as a file :func:`load_config_file` reads; atomically."""
-    from .run.folder import write_text_atomic
+    from .run import write_text_atomic
 
     method = {k: v for k, v in config.to_dict().items() if v is not None}
     data: dict[str, Any] = {"method": method}

@@ -22,58 +22,74 @@ active method replaces it. With the hook installed and nothing to do, the call g
 A method is an :class:`AttentionMethod`; the per-model :class:`Controller` holds the active methods
 and recorders. Methods usually reach this package through :func:`attendout.apply`.
 
-The package, by module (each imports only those above it; ``from attendout.attention import X``
-reaches every name):
+The package, by module (each imports only those above it, ``tests/test_layout.py`` checks it;
+``from attendout.attention import X`` reaches every name of ``__all__``):
 
 * :mod:`~attendout.attention.masks`: Bernoulli drop masks and dropout's keep scale (pure tensors);
-* :mod:`~attendout.attention.families`: the family table, the routes families register, causality;
+* :mod:`~attendout.attention.families`: the family table and causality;
 * :mod:`~attendout.attention.call`: what a method sees and says (:class:`AttentionCall`,
-  :class:`AttentionEdit`, :class:`RandomDrops`, :class:`AttentionMethod`) and the per-call state;
-* :mod:`~attendout.attention.controller`: the per-model :class:`Controller`;
+  :class:`AttentionEdit`, :class:`RandomDrops`, :class:`AttentionMethod`), the per-call state, and
+  :class:`AttentionRecorder`;
+* :mod:`~attendout.attention.controller`: the per-model :class:`Controller` and the routes families register;
 * :mod:`~attendout.attention.paths`: the fused SDPA, filled and explicit attention paths;
 * :mod:`~attendout.attention.hook`: :func:`install`, :func:`uninstall` and the registered
   attention function;
-* :mod:`~attendout.attention.recording`: :func:`record_attention` and its recorders.
+* :mod:`~attendout.attention.recording`: :func:`record_attention`;
+* :mod:`~attendout.attention.deberta`, :mod:`~attendout.attention.mpnet`: the routes of DeBERTa and MPNet,
+  which register themselves (the modules above never import them).
 """
 
-from .call import AttentionCall, AttentionEdit, AttentionMethod, RandomDrops
-from .call import CombinedEdits as CombinedEdits
-from .call import RateMeter as RateMeter
-from .call import combine_edits as combine_edits
-from .call import own_edit as own_edit
-from .call import query_rows as query_rows
-from .call import rewrites_scores as rewrites_scores
-from .controller import Controller, get_controller
-from .controller import layer_key_valid as layer_key_valid
-from .families import FAMILIES as FAMILIES
-from .families import Family as Family
-from .families import UnsupportedModelError, supported_model_types
-from .families import causal_mask as causal_mask
-from .families import is_causal as is_causal
-from .families import register_route as register_route
+from .call import (
+    AttentionCall,
+    AttentionEdit,
+    AttentionMethod,
+    AttentionRecorder,
+    CombinedEdits,
+    MethodHost,
+    RandomDrops,
+    RateMeter,
+    combine_edits,
+    own_edit,
+    query_rows,
+    rewrites_scores,
+)
+from .controller import Controller, get_controller, layer_key_valid, register_route
+from .families import FAMILIES, Family, UnsupportedModelError, causal_mask, is_causal, supported_model_types
 from .hook import HOOK_NAME, attendout_attention, install, uninstall
-from .paths import BLOCK_BYTES as BLOCK_BYTES
-from .paths import allowed_keys as allowed_keys
-from .paths import empty_rows as empty_rows
-from .paths import no_key_rows_zero as no_key_rows_zero
-from .paths import uniform_weights as uniform_weights
-from .recording import AttentionRecorder, record_attention
+from .paths import BLOCK_BYTES, allowed_keys, empty_rows, no_key_rows_zero, uniform_weights
+from .recording import record_attention
 
-# Besides __all__, the names above imported "as" themselves are re-exported too: the other names of
-# the single module this package was, which other modules and tests import from here.
 __all__ = [
+    "BLOCK_BYTES",
+    "FAMILIES",
     "HOOK_NAME",
     "AttentionCall",
     "AttentionEdit",
     "AttentionMethod",
     "AttentionRecorder",
+    "CombinedEdits",
     "Controller",
+    "Family",
+    "MethodHost",
     "RandomDrops",
+    "RateMeter",
     "UnsupportedModelError",
+    "allowed_keys",
     "attendout_attention",
+    "causal_mask",
+    "combine_edits",
+    "empty_rows",
     "get_controller",
     "install",
+    "is_causal",
+    "layer_key_valid",
+    "no_key_rows_zero",
+    "own_edit",
+    "query_rows",
     "record_attention",
+    "register_route",
+    "rewrites_scores",
     "supported_model_types",
+    "uniform_weights",
     "uninstall",
 ]

@@ -6,29 +6,31 @@
 * :class:`AttentionMethod`: the base of every method that acts through the hook, and
   :class:`RateMeter`, which methods keep their drop rates in;
 * :func:`own_edit`, :func:`combine_edits` and :class:`CombinedEdits`: the per-call state an attention
-  path works from, every acting method's edit and the forward's own combined.
+  path works from, every acting method's edit and the forward's own combined;
+* :class:`AttentionRecorder`: what keeps a call's probabilities, and :class:`MethodHost`, what a method
+  is attached to (the model's :class:`~attendout.attention.controller.Controller`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import nn
 
 from ..contract import ForwardEdits
+from .families import Family
 from .masks import bernoulli_drop
-
-if TYPE_CHECKING:
-    from .controller import Controller
 
 __all__ = [
     "AttentionCall",
     "AttentionEdit",
     "AttentionMethod",
+    "AttentionRecorder",
     "CombinedEdits",
+    "MethodHost",
     "RandomDrops",
     "RateMeter",
     "combine_edits",
@@ -133,6 +135,45 @@ class RandomDrops:
         return drop
 
 
+class MethodHost(Protocol):
+    """What :meth:`AttentionMethod.attach` and :meth:`~AttentionMethod.detach` are given: the model's
+    :class:`~attendout.attention.controller.Controller`, by what a method reads of it (the controller
+    holds methods, so this module names it by protocol and does not import it)."""
+
+    model: nn.Module
+    family: Family
+    attention_modules: list[nn.Module]
+    blocks: list[nn.Module]
+    num_layers: int
+
+
+class AttentionRecorder:
+    """Keeps each layer's attention probabilities (B, H, Lq, Lk) of the latest forward pass.
+
+    The probabilities are the softmax output, before any weights mask and before attention dropout.
+    With ``grads=True`` they stay in the autograd graph and keep their gradient after ``backward()``
+    (``recorder.probs[layer].grad``), which attribution methods need. Works in train and eval mode.
+    """
+
+    def __init__(self, layers: Sequence[int] | None = None, grads: bool = False) -> None:
+        self.layers = None if layers is None else set(layers)
+        self.grads = grads
+        self.probs: dict[int, torch.Tensor] = {}
+
+    def wants(self, layer: int) -> bool:
+        return self.layers is None or layer in self.layers
+
+    def record(self, layer: int, probs: torch.Tensor) -> None:
+        if self.grads and probs.requires_grad:
+            probs.retain_grad()
+            self.probs[layer] = probs
+        else:
+            self.probs[layer] = probs.detach()
+
+    def clear(self) -> None:
+        self.probs = {}
+
+
 class AttentionMethod:
     """Base of everything that acts on attention through the hook.
 
@@ -160,7 +201,7 @@ class AttentionMethod:
         return None
 
     # lifecycle -------------------------------------------------------------------------------
-    def attach(self, controller: Controller) -> None:
+    def attach(self, controller: MethodHost) -> None:
         """Called once when the method is added to a model (validate layers, wrap blocks...)."""
         if self.layers is not None:
             bad = [i for i in self.layers if not 0 <= i < controller.num_layers]
@@ -176,7 +217,7 @@ class AttentionMethod:
                     f"(0..{controller.num_layers - 1})"
                 )
 
-    def detach(self, controller: Controller) -> None:
+    def detach(self, controller: MethodHost) -> None:
         """Undo :meth:`attach`."""
 
     def set_progress(self, fraction: float) -> None:

@@ -1,34 +1,37 @@
-"""The hook's state for one model (:class:`Controller`), and what it says about a model's layers.
+"""The hook's state for one model (:class:`Controller`), the routes that act on it, and its layers.
 
 :func:`~attendout.attention.hook.install` makes the controller and keeps it on the model
 (:func:`get_controller`); every attention call of the model reaches it through its module's slot, and
 asks :func:`acting_on` what acts on it, whichever route it takes. :func:`hold_forward_edits` carries a
-forward's own edits for the routes whose model does not pass them down.
+forward's own edits for the routes whose model does not pass them down. A family not routed through
+the registered attention function registers its :class:`Route` here (:func:`register_route`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..contract import EDITS_KWARG, ForwardEdits
-from .call import AttentionEdit, AttentionMethod, own_edit, rewrites_scores
-from .families import Family, UnsupportedModelError, _distance, is_causal
-
-if TYPE_CHECKING:
-    from .recording import AttentionRecorder
+from .call import AttentionEdit, AttentionMethod, AttentionRecorder, own_edit, rewrites_scores
+from .families import Family, UnsupportedModelError, is_causal, query_key_distance
 
 __all__ = [
     "Acting",
     "Controller",
+    "ROUTES",
+    "Route",
     "acting_on",
     "get_controller",
     "hold_forward_edits",
     "layer_key_valid",
+    "register_route",
     "release_hooks",
+    "route_of",
 ]
 
 
@@ -54,7 +57,7 @@ class Controller:
     _block_calls: int = 0
     _pre_hook: object | None = None
     #: handles of module hooks to remove on uninstall (families routed through module hooks)
-    _handles: list = field(default_factory=list)
+    handles: list = field(default_factory=list)
     #: the running forward's own edits, for families whose forward does not pass them to attention
     forward_edits: ForwardEdits | None = None
 
@@ -84,6 +87,22 @@ class Controller:
             out.update(method.stats())
         return out
 
+    def mark_modules(self) -> None:
+        """Give each attention module its slot (read by :func:`acting_on`): this controller and its layer
+        (for a shared module, ALBERT's, the layer is counted per call, from zero at each forward)."""
+        for index, module in enumerate(self.attention_modules):
+            module._attendout_slot = _Slot(self, None if self.family.shared else index)
+        if self.family.shared:
+            self._pre_hook = self.model.register_forward_pre_hook(self._reset_counters)
+
+    def unmark_modules(self) -> None:
+        """Undo :meth:`mark_modules`."""
+        for module in self.attention_modules:
+            module.__dict__.pop("_attendout_slot", None)
+        if self._pre_hook is not None:
+            self._pre_hook.remove()
+            self._pre_hook = None
+
     # layer index for shared-module families (ALBERT) ------------------------------------------
     def _reset_counters(self, *_args, **_kwargs) -> None:
         self._calls = 0
@@ -101,6 +120,41 @@ class Controller:
 
     def block_index(self, position: int | None) -> int:
         return self.next_block() if position is None else position
+
+
+@dataclass(frozen=True)
+class Route:
+    """How the edits reach the attention of a family that is not routed through the registered
+    attention function: ``install(controller)`` puts its module hooks in place (keeping their
+    handles in ``controller.handles``), ``remove(controller)`` takes them away."""
+
+    install: Callable[[Controller], None]
+    remove: Callable[[Controller], None]
+
+
+#: The routes other than ``"interface"``, by the name a :class:`Family` gives as its ``route``.
+ROUTES: dict[str, Route] = {}
+
+
+def register_route(
+    name: str, install: Callable[[Controller], None], remove: Callable[[Controller], None]
+) -> None:
+    """Register the route ``name`` (a family's ``route``): the module that implements it calls this."""
+    ROUTES[name] = Route(install, remove)
+
+
+def route_of(family: Family) -> Route | None:
+    """The registered route of ``family``; None for the registered attention function ("interface")."""
+    if family.route == "interface":
+        return None
+    route = ROUTES.get(family.route)
+    if route is None:
+        raise UnsupportedModelError(
+            f"attendout: the {family.route!r} attention route is not registered (the module that "
+            "implements it registers it when imported: import attendout.attention.deberta or "
+            "attendout.attention.mpnet, or attendout.methods)"
+        )
+    return route
 
 
 @dataclass
@@ -139,7 +193,7 @@ def hold_forward_edits(controller: Controller) -> None:
     """For a route whose model passes no extra keyword argument down to its attention (DeBERTa, MPNet):
     a pre-hook on the model takes a forward's own edits (``model(..., attendout_edits=...)``) off its
     keyword arguments and holds them in ``controller.forward_edits`` for that forward; a hook after it
-    (also when it raises) lets them go. Their handles join ``controller._handles``."""
+    (also when it raises) lets them go. Their handles join ``controller.handles``."""
 
     def take(model: nn.Module, args: tuple, kwargs: dict[str, Any]):
         controller.forward_edits = kwargs.pop(EDITS_KWARG, None)
@@ -149,15 +203,15 @@ def hold_forward_edits(controller: Controller) -> None:
         controller.forward_edits = None
 
     model = controller.model
-    controller._handles.append(model.register_forward_pre_hook(take, with_kwargs=True))
-    controller._handles.append(model.register_forward_hook(drop, always_call=True))
+    controller.handles.append(model.register_forward_pre_hook(take, with_kwargs=True))
+    controller.handles.append(model.register_forward_hook(drop, always_call=True))
 
 
 def release_hooks(controller: Controller) -> None:
-    """Remove every module hook a route put in ``controller._handles``, and any edits still held."""
-    for handle in controller._handles:
+    """Remove every module hook a route put in ``controller.handles``, and any edits still held."""
+    for handle in controller.handles:
         handle.remove()
-    controller._handles.clear()
+    controller.handles.clear()
     controller.forward_edits = None
 
 
@@ -193,7 +247,7 @@ def layer_key_valid(model: nn.Module, layer: int, key_valid: torch.Tensor) -> to
     )
     if not (causal or windowed):
         return key_valid
-    distance = _distance(key_valid.shape[-2], key_valid.shape[-1], key_valid.device)
+    distance = query_key_distance(key_valid.shape[-2], key_valid.shape[-1], key_valid.device)
     if not causal:  # a bidirectional window, inclusive on both sides
         return key_valid & (distance.abs() <= config.sliding_window)
     seen = distance >= 0

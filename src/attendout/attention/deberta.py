@@ -38,11 +38,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .call import AttentionCall, combine_edits
-from .controller import Controller, acting_on, hold_forward_edits, release_hooks
-from .families import register_route
+from .call import AttentionCall, AttentionRecorder, combine_edits
+from .controller import Controller, acting_on, hold_forward_edits, register_route, release_hooks
 from .paths import allowed_keys, no_key_rows_zero, uniform_weights
-from .recording import AttentionRecorder
 
 __all__ = ["install_hooks", "remove_hooks"]
 
@@ -62,7 +60,7 @@ def install_hooks(controller: Controller) -> None:
     """Hook every attention module of a DeBERTa-v2 model and its top-level forward."""
     hold_forward_edits(controller)
     for module in controller.attention_modules:
-        controller._handles.append(module.register_forward_pre_hook(_before_attention, with_kwargs=True))
+        controller.handles.append(module.register_forward_pre_hook(_before_attention, with_kwargs=True))
         module.dropout.forward = _probabilities_step(module)
 
 

@@ -5,9 +5,9 @@ and blocks sit (module-name regexes), whether one module serves every layer (ALB
 returns, and how the edits reach its attention (its ``route``). The ``"interface"`` route is the
 attention function registered with transformers (:mod:`attendout.attention.hook`); any other route
 is a pair of functions that put module hooks in place and take them away, which the module
-implementing it registers here with :func:`register_route` (:mod:`attendout.attention.deberta` registers
-``"deberta"``, :mod:`attendout.attention.mpnet` ``"mpnet"``, when ``import attendout`` imports them), so
-that the hook imports no family's own code.
+implementing it registers with :func:`~attendout.attention.controller.register_route`
+(:mod:`attendout.attention.deberta` registers ``"deberta"``, :mod:`attendout.attention.mpnet`
+``"mpnet"``, when ``import attendout`` imports them), so that the hook imports no family's own code.
 
 Also here: what makes a layer causal (:func:`is_causal`, :func:`causal_mask`), which every path
 keeps.
@@ -15,25 +15,19 @@ keeps.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from .controller import Controller
-
 __all__ = [
     "FAMILIES",
     "Family",
-    "Route",
     "UnsupportedModelError",
     "causal_mask",
+    "family_of",
     "is_causal",
-    "register_route",
-    "route_of",
+    "query_key_distance",
     "stack_sizes",
     "supported_model_types",
 ]
@@ -56,7 +50,7 @@ class Family:
     shared: bool = False
     #: how the edits reach the attention: "interface" = the registered attention function (every family
     #: whose attention goes through transformers' AttentionInterface); any other name = a route
-    #: registered with :func:`register_route`: "deberta" = module hooks around DeBERTa's own
+    #: registered with :func:`~attendout.attention.controller.register_route`: "deberta" = module hooks around DeBERTa's own
     #: disentangled attention (:mod:`attendout.attention.deberta`); "mpnet" = an instance forward on
     #: MPNet's attention that sends its projections to the hook's paths (:mod:`attendout.attention.mpnet`)
     route: str = "interface"
@@ -155,61 +149,27 @@ _WHY_NOT = {
 }
 
 
-@dataclass(frozen=True)
-class Route:
-    """How the edits reach the attention of a family that is not routed through the registered
-    attention function: ``install(controller)`` puts its module hooks in place (keeping their
-    handles in ``controller._handles``), ``remove(controller)`` takes them away."""
-
-    install: Callable[[Controller], None]
-    remove: Callable[[Controller], None]
-
-
-#: The routes other than ``"interface"``, by the name a :class:`Family` gives as its ``route``.
-ROUTES: dict[str, Route] = {}
-
-
-def register_route(
-    name: str, install: Callable[[Controller], None], remove: Callable[[Controller], None]
-) -> None:
-    """Register the route ``name`` (a family's ``route``): the module that implements it calls this."""
-    ROUTES[name] = Route(install, remove)
-
-
-def route_of(family: Family) -> Route | None:
-    """The registered route of ``family``; None for the registered attention function ("interface")."""
-    if family.route == "interface":
-        return None
-    route = ROUTES.get(family.route)
-    if route is None:
-        raise UnsupportedModelError(
-            f"attendout: the {family.route!r} attention route is not registered (the module that "
-            "implements it registers it when imported: import attendout.attention.deberta or "
-            "attendout.attention.mpnet, or attendout.methods)"
-        )
-    return route
-
-
 def is_causal(module: nn.Module) -> bool:
     """Whether an attention module is causal, as transformers' SDPA attention reads it (default True)."""
     return bool(getattr(module, "is_causal", True))
 
 
-def _distance(lq: int, lk: int, device: torch.device) -> torch.Tensor:
+def query_key_distance(lq: int, lk: int, device: torch.device) -> torch.Tensor:
     """(Lq, Lk): query position minus key position; query i sits at Lk - Lq + i (after a KV cache)."""
     return torch.arange(lk - lq, lk, device=device)[:, None] - torch.arange(lk, device=device)
 
 
 def causal_mask(lq: int, lk: int, device: torch.device) -> torch.Tensor:
     """(1, 1, Lq, Lk) bool: query i (at absolute position Lk - Lq + i, after a KV cache) sees keys 0..that."""
-    return (_distance(lq, lk, device) >= 0).view(1, 1, lq, lk)
+    return (query_key_distance(lq, lk, device) >= 0).view(1, 1, lq, lk)
 
 
 def supported_model_types() -> list[str]:
     return sorted(FAMILIES)
 
 
-def _family_of(model: nn.Module) -> Family:
+def family_of(model: nn.Module) -> Family:
+    """The :class:`Family` of ``model`` (by ``config.model_type``); :class:`UnsupportedModelError` if none."""
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
     if model_type not in FAMILIES:

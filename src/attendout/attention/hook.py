@@ -22,8 +22,8 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from ..contract import EDITS_KWARG, ForwardEdits
 from . import paths  # looked up there on every call, so that a test can stand in for a path
 from .call import AttentionCall, combine_edits, rewrites_scores
-from .controller import Acting, Controller, _Slot, acting_on, get_controller
-from .families import Family, UnsupportedModelError, _family_of, causal_mask, is_causal, route_of, stack_sizes
+from .controller import Acting, Controller, acting_on, get_controller, route_of
+from .families import Family, UnsupportedModelError, causal_mask, family_of, is_causal, stack_sizes
 
 __all__ = ["HOOK_NAME", "attendout_attention", "edited_attention", "install", "uninstall"]
 
@@ -65,7 +65,7 @@ def install(model: nn.Module) -> Controller:
     controller = get_controller(model)
     if controller is not None:
         return controller
-    family = _family_of(model)
+    family = family_of(model)
     route = route_of(family)  # None: the registered attention function
     attention = _numbered(model, family.attention, family.shared)
     blocks = _numbered(model, family.block, family.shared)
@@ -85,10 +85,7 @@ def install(model: nn.Module) -> Controller:
         num_layers=num_layers,
         previous_implementation=previous,
     )
-    for index, module in enumerate(attention):
-        module._attendout_slot = _Slot(controller, None if family.shared else index)
-    if family.shared:
-        controller._pre_hook = model.register_forward_pre_hook(controller._reset_counters)
+    controller.mark_modules()
     if route is not None:
         route.install(controller)
     else:
@@ -105,10 +102,7 @@ def uninstall(model: nn.Module) -> None:
     for method in list(controller.methods):
         controller.remove(method)
     controller.recorders.clear()
-    for module in controller.attention_modules:
-        module.__dict__.pop("_attendout_slot", None)
-    if controller._pre_hook is not None:
-        controller._pre_hook.remove()
+    controller.unmark_modules()
     route = route_of(controller.family)
     if route is not None:
         route.remove(controller)
@@ -186,22 +180,22 @@ def edited_attention(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
-    if not explicit and (scale is None or paths._per_head(scale)):
-        if combined.drops_any and paths._fills_in_place(call, dropout):
-            return paths._filled_softmax(call, combined, scaling, kwargs.get("position_bias"))
+    if not explicit and (scale is None or paths.per_head(scale)):
+        if combined.drops_any and paths.fills_in_place(call, dropout):
+            return paths.filled_softmax(call, combined, scaling, kwargs.get("position_bias"))
         # Dropped scores and per-head scales fit SDPA too: the drops join the padding mask, a scale
         # of whole rows of weights scales the output. About 1.4x faster than the softmax below on CPU.
-        return paths._masked_sdpa(
+        return paths.masked_sdpa(
             call, attention_mask, combined.drops(call), scale, scaling, dropout, **kwargs
         )
 
     bias = kwargs.get("position_bias")  # a relative position bias (T5, MPNet), (1|B, H, Lq, Lk)
-    probs = paths._attention_probs(call, methods, scaling, combined.drops(call), bias)  # (B, H, Lq, Lk)
+    probs = paths.attention_probs(call, methods, scaling, combined.drops(call), bias)  # (B, H, Lq, Lk)
     for recorder in recorders:
         recorder.record(layer, probs)
     weights = probs if scale is None else probs * scale.to(probs.dtype)  # eq. 2
     weights = nn.functional.dropout(weights, p=dropout, training=training)  # the model's own, as stock
-    output = torch.matmul(weights, paths._per_query_head(call, call.value))  # (B, H, Lq, d)
+    output = torch.matmul(weights, paths.per_query_head(call, call.value))  # (B, H, Lq, d)
     return output.transpose(1, 2).contiguous(), weights
 
 

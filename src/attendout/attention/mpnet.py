@@ -33,8 +33,7 @@ import types
 import torch
 from torch import nn
 
-from .controller import Controller, acting_on, hold_forward_edits, release_hooks
-from .families import register_route
+from .controller import Controller, acting_on, hold_forward_edits, register_route, release_hooks
 from .hook import edited_attention
 
 __all__ = ["install_hooks", "remove_hooks"]

@@ -2,11 +2,11 @@
 
 :func:`~attendout.attention.hook.attendout_attention` picks one for each call:
 
-* **fused SDPA** (:func:`_masked_sdpa`): the drops join the padding mask and a per-head scale scales
+* **fused SDPA** (:func:`masked_sdpa`): the drops join the padding mask and a per-head scale scales
   the output, so transformers' SDPA attention does the work;
-* **filled** (:func:`_filled_softmax`): on a CPU with the model's attention dropout on, dropped scores
+* **filled** (:func:`filled_softmax`): on a CPU with the model's attention dropout on, dropped scores
   are filled in place a block of query rows at a time (:data:`BLOCK_BYTES`), with no whole mask;
-* **explicit** (:func:`_attention_probs`): the softmax written out, for what needs the probabilities
+* **explicit** (:func:`attention_probs`): the softmax written out, for what needs the probabilities
   themselves (recorders, score transforms, a scale per weight).
 
 All three give the same values and gradients under one seed (eq. 3 and 4 of paper 001; tests/test_attention.py).
@@ -23,18 +23,24 @@ from .call import AttentionCall, AttentionMethod, CombinedEdits, query_rows
 __all__ = [
     "BLOCK_BYTES",
     "allowed_keys",
+    "attention_probs",
     "empty_rows",
+    "filled_softmax",
+    "fills_in_place",
+    "masked_sdpa",
     "no_key_rows_zero",
+    "per_head",
+    "per_query_head",
     "uniform_weights",
 ]
 
 
-def _per_query_head(call: AttentionCall, states: torch.Tensor) -> torch.Tensor:
+def per_query_head(call: AttentionCall, states: torch.Tensor) -> torch.Tensor:
     """Grouped-query key or value heads repeated to one per query head (the explicit softmax needs them)."""
     return repeat_kv(states, getattr(call.module, "num_key_value_groups", 1))
 
 
-def _per_head(scale: torch.Tensor) -> bool:
+def per_head(scale: torch.Tensor) -> bool:
     """A scale that is constant along each row of weights: (B|1, H|1, 1, 1) or a scalar."""
     return scale.dim() == 0 or (scale.dim() == 4 and scale.shape[-2:] == (1, 1))
 
@@ -59,7 +65,7 @@ def uniform_weights(call: AttentionCall) -> torch.Tensor:
     return uniform / uniform.sum(-1, keepdim=True).clamp(min=1)
 
 
-def _masked_sdpa(
+def masked_sdpa(
     call: AttentionCall,
     attention_mask: torch.Tensor | None,
     drop: torch.Tensor | None,
@@ -93,8 +99,8 @@ def _masked_sdpa(
     return output, None
 
 
-def _fills_in_place(call: AttentionCall, dropout: float) -> bool:
-    """Whether dropped scores are cheaper filled in place (:func:`_filled_softmax`) than given to SDPA.
+def fills_in_place(call: AttentionCall, dropout: float) -> bool:
+    """Whether dropped scores are cheaper filled in place (:func:`filled_softmax`) than given to SDPA.
 
     On a CPU, SDPA's fused kernel takes no dropout: with the model's attention dropout on (BERT's 0.1)
     it runs its math path, which materialises the whole (B, H, Lq, Lk) scores anyway, first turns a
@@ -137,7 +143,7 @@ def _no_key_left(allowed: torch.Tensor) -> torch.Tensor:
 BLOCK_BYTES = 16 << 20
 
 
-def _filled_softmax(
+def filled_softmax(
     call: AttentionCall, combined: CombinedEdits, scaling: float | None, bias: torch.Tensor | None
 ) -> tuple[torch.Tensor, None]:
     """Eq. 3 and 4 (and a per-head eq. 2) with dropped scores filled in place: the explicit path's result.
@@ -150,8 +156,8 @@ def _filled_softmax(
     b, h, lq, lk = call.shape
     factor = scaling if scaling is not None else call.query.shape[-1] ** -0.5
     query = call.query * factor
-    keys = _per_query_head(call, call.key).transpose(-1, -2)
-    values = _per_query_head(call, call.value)
+    keys = per_query_head(call, call.key).transpose(-1, -2)
+    values = per_query_head(call, call.value)
     step = max(16, BLOCK_BYTES // max(1, b * h * lk * call.query.element_size()))
     outputs = []
     for start in range(0, lq, step):
@@ -182,7 +188,7 @@ def _filled_block(
     bias: torch.Tensor | None,
     dropout: float,
 ) -> torch.Tensor:
-    """One block of query rows of :func:`_filled_softmax`: (B, H, rows, d) from the scaled queries.
+    """One block of query rows of :func:`filled_softmax`: (B, H, rows, d) from the scaled queries.
 
     A dropped score becomes a very negative number (half the dtype's lowest) and a padding or unseen
     key the lowest, both written into the scores outside autograd. A row with a real score left gives
@@ -213,7 +219,7 @@ def _filled_block(
     return torch.matmul(probs, values)
 
 
-def _attention_probs(
+def attention_probs(
     call: AttentionCall,
     methods: list[AttentionMethod],
     scaling: float | None,
@@ -225,7 +231,7 @@ def _attention_probs(
     ``bias`` (T5's relative position bias) is added after the methods' score transforms: a synthesizer
     replaces the token-token scores, and the position bias stays, as BERT's position embeddings do.
     """
-    query, key = call.query, _per_query_head(call, call.key)
+    query, key = call.query, per_query_head(call, call.key)
     b, h, lq, lk = call.shape
     valid = call.key_valid  # (B, 1, Lq, Lk) or None
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5

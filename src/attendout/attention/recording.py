@@ -1,6 +1,7 @@
-"""Recording attention probabilities: :class:`AttentionRecorder` and :func:`record_attention`.
+"""Recording attention probabilities: :func:`record_attention`, which keeps an
+:class:`~attendout.attention.call.AttentionRecorder` on a model while a context is open.
 
-A layer with a recorder takes the explicit path (:func:`~attendout.attention.paths._attention_probs`),
+A layer with a recorder takes the explicit path (:func:`~attendout.attention.paths.attention_probs`),
 and the hook hands each of its recorders that layer's probabilities (a DeBERTa layer's: the
 probabilities step of :mod:`attendout.attention.deberta`).
 """
@@ -10,39 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-import torch
 from torch import nn
 
+from .call import AttentionRecorder
 from .hook import install
 
-__all__ = ["AttentionRecorder", "record_attention"]
-
-
-class AttentionRecorder:
-    """Keeps each layer's attention probabilities (B, H, Lq, Lk) of the latest forward pass.
-
-    The probabilities are the softmax output, before any weights mask and before attention dropout.
-    With ``grads=True`` they stay in the autograd graph and keep their gradient after ``backward()``
-    (``recorder.probs[layer].grad``), which attribution methods need. Works in train and eval mode.
-    """
-
-    def __init__(self, layers: Sequence[int] | None = None, grads: bool = False) -> None:
-        self.layers = None if layers is None else set(layers)
-        self.grads = grads
-        self.probs: dict[int, torch.Tensor] = {}
-
-    def wants(self, layer: int) -> bool:
-        return self.layers is None or layer in self.layers
-
-    def record(self, layer: int, probs: torch.Tensor) -> None:
-        if self.grads and probs.requires_grad:
-            probs.retain_grad()
-            self.probs[layer] = probs
-        else:
-            self.probs[layer] = probs.detach()
-
-    def clear(self) -> None:
-        self.probs = {}
+__all__ = ["record_attention"]
 
 
 @contextmanager

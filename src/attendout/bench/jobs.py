@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ..run.interrupt import Stopped
+from ..run import Stopped
 from .celltask import CellTask
 from .runner import BenchJob
 from .spec import Cell

@@ -167,7 +167,7 @@ def prepare_cells(
 def _check_limits(cell: Cell, model: CellCheck) -> str | None:
     """The cell's lengths beyond its model's or method's limits (:func:`attendout.run.limits.check_lengths`:
     a generation task's block, targets and decoded outputs too)."""
-    from ..run.limits import LimitError, check_lengths
+    from ..run import LimitError, check_lengths
     from ..tasks import DataError, get_task
 
     if cell.config is None or model.model_config is None:
@@ -210,7 +210,7 @@ def _check_model(name: str, scratch: bool = False) -> CellCheck:
 
     A model from scratch (an architecture name or a config.json) is built by the run: nothing to load.
     """
-    from ..models.loading import ModelNotFoundError, resolve_model
+    from ..models import ModelNotFoundError, resolve_model
 
     if scratch:
         return CellCheck(note=f"{name} from scratch (random weights, a tokenizer trained at run time)")

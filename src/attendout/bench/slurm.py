@@ -30,9 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..run.folder import write_json_atomic
-from ..run.interrupt import Stopped, handling
-from ..run.lock import pid_alive
+from ..run import Stopped, handling, pid_alive, write_json_atomic
 from .celltask import CellTask
 from .runner import BenchJob
 from .spec import Cell

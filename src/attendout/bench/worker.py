@@ -23,7 +23,7 @@ import pickle
 import signal
 import sys
 
-from ..run.interrupt import Stopped, handling
+from ..run import Stopped, handling
 
 __all__ = ["PARENT_VARIABLE", "RESULT_MARKER", "ToParent", "main"]
 

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..run.limits import LimitError
+from ..run import LimitError
 from ..typecheck import check_fields
 
 __all__ = ["MethodConfig", "check_probability", "layers_field", "parse_layers"]

@@ -51,7 +51,7 @@ from typing import Any
 
 from .base import MULTIPLE_CHOICE, DataError
 from .core import ChoiceExamples, LoadOptions, Task, TaskData, register_task
-from .readers import _check_exists, _open_text
+from .readers import check_file, open_text
 from .utf8 import not_utf8
 
 __all__ = [
@@ -151,13 +151,13 @@ def _arc_row_problem(row: list[str]) -> tuple[str, str] | None:
 def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool = False) -> ChoiceExamples:
     """One ARC CSV file (see the module docstring) as examples with 4 options each."""
     path = Path(path)
-    _check_exists(path, f"{split} split of task {task!r}")
+    check_file(path, f"{split} split of task {task!r}")
     questions: list[str] = []
     choices: list[list[str]] = []
     labels: list[int] = []
     bad: list[tuple[int, str, str]] = []  # (line, field, why)
     try:
-        with _open_text(path) as handle:
+        with open_text(path) as handle:
             reader = csv.reader(handle)
             for row in reader:
                 if not row:
@@ -216,9 +216,9 @@ def _pad(options: list[str], count: int) -> list[str]:
 
 
 def _load_arc_hub(task: Task, spec: _ArcSpec) -> tuple[Task, TaskData]:
-    from .glue import _import_datasets
+    from .glue import import_datasets
 
-    datasets = _import_datasets()
+    datasets = import_datasets()
     try:
         dataset_dict = datasets.load_dataset(ARC_HUB, spec.hub_config)
     except Exception as error:
@@ -320,9 +320,9 @@ def load_swag(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
             f"task 'swag' comes from the hub only ({SWAG_HUB}): pass hub=True (--hub); offline, arc-easy "
             "is the multiple-choice stand-in"
         )
-    from .glue import _import_datasets
+    from .glue import import_datasets
 
-    datasets = _import_datasets()
+    datasets = import_datasets()
     try:
         dataset_dict = datasets.load_dataset(SWAG_HUB, SWAG_CONFIG)
     except Exception as error:

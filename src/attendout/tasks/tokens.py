@@ -64,7 +64,7 @@ from .core import (
     TokenExamples,
     register_task,
 )
-from .readers import ARCHIVE_ERRORS, _check_exists, _open_text
+from .readers import ARCHIVE_ERRORS, check_file, open_text
 from .utf8 import not_utf8, not_utf8_bytes
 
 __all__ = [
@@ -162,7 +162,7 @@ def read_conll(
     """Read a CoNLL-style column file (see the module docstring); column indices are 0-based, negative
     from the end. ``columns`` fixes the number of columns of every line (else the first line's)."""
     path = Path(path)
-    _check_exists(path, what)
+    check_file(path, what)
     words: list[list[str]] = []
     tags: list[list[str]] = []
     lines: list[list[int]] = []
@@ -182,7 +182,7 @@ def read_conll(
         sentence = ([], [], [])
 
     try:
-        with _open_text(path) as handle:
+        with open_text(path) as handle:
             for number, line in enumerate(handle, start=1):
                 stripped = line.strip(_ASCII_SPACE)
                 fields = _FIELD_SEPARATOR.split(stripped) if stripped else []
@@ -336,9 +336,9 @@ def _load_conll_folder(task: Task, data_dir: str | Path) -> tuple[Task, TaskData
 
 
 def _load_conll_hub(task: Task) -> tuple[Task, TaskData]:
-    from .glue import _import_datasets
+    from .glue import import_datasets
 
-    datasets = _import_datasets()
+    datasets = import_datasets()
     try:
         dataset_dict = datasets.load_dataset(CONLL2003_HUB)
     except Exception as error:  # network, script datasets, cache problems: all reported as one line

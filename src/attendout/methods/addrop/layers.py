@@ -1,8 +1,8 @@
 """Which layers and keys of a model AD-DROP acts on (:mod:`attendout.methods.addrop` describes the
 method; the layers per task are :func:`attendout.methods.addrop.settings.task_layers`).
 
-* :func:`_stacks`: the encoder and decoder layer counts of a hooked encoder-decoder (T5);
-* :func:`_key_valid`: the non-padding keys of each query row of a layer: the source's mask in an
+* :func:`stack_layers`: the encoder and decoder layer counts of a hooked encoder-decoder (T5);
+* :func:`attended_keys`: the non-padding keys of each query row of a layer: the source's mask in an
   encoder (or a decoder-only model), the target's in the decoder stack of an encoder-decoder.
 """
 
@@ -16,8 +16,10 @@ from torch import nn
 from ...attention import get_controller
 from ...attention.families import stack_sizes
 
+__all__ = ["attended_keys", "stack_layers"]
 
-def _key_valid(model: nn.Module, batch: Mapping[str, torch.Tensor], layer: int) -> torch.Tensor:
+
+def attended_keys(model: nn.Module, batch: Mapping[str, torch.Tensor], layer: int) -> torch.Tensor:
     """(B, 1, Lq, Lk) bool: the non-padding keys of each query row of ``layer``.
 
     From the batch's attention mask, except in the decoder stack of an encoder-decoder (T5), whose
@@ -39,7 +41,7 @@ def _key_valid(model: nn.Module, batch: Mapping[str, torch.Tensor], layer: int) 
     return mask.bool()[:, None, None, :].expand(b, 1, length, length)
 
 
-def _stacks(model: nn.Module) -> tuple[int, int] | None:
+def stack_layers(model: nn.Module) -> tuple[int, int] | None:
     """(encoder layers, decoder layers) of a hooked encoder-decoder (T5), None for a single stack (or an
     encoder alone, T5EncoderModel)."""
     controller = get_controller(model)
@@ -51,5 +53,5 @@ def _stacks(model: nn.Module) -> tuple[int, int] | None:
 
 
 def _decoder_layers(model: nn.Module) -> range:
-    stacks = _stacks(model)
+    stacks = stack_layers(model)
     return range(0) if stacks is None else range(stacks[0], stacks[0] + stacks[1])

@@ -20,7 +20,7 @@ from .attribution import (
     random_drops,
     sample_drops,
 )
-from .layers import _key_valid, _stacks
+from .layers import attended_keys, stack_layers
 from .settings import AUTHORS_DEFAULTS, ENCODER_LAYERS, TASK_LAYERS, task_layers, task_settings
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class ADDrop(AttentionMethod):
         """``layers="encoder"`` -> the encoder's layer indices (0..n-1 in T5's numbering), once attached."""
         if self.layers != ENCODER_LAYERS or self.controller_model is None:
             return
-        stacks = _stacks(self.controller_model)
+        stacks = stack_layers(self.controller_model)
         if stacks is None:
             raise ValueError(
                 f"addrop: layers='encoder' (the encoder's self-attention, as the authors' translation code) "
@@ -161,7 +161,7 @@ class ADDrop(AttentionMethod):
         >>> loss = model(**batch, **extra).loss
         """
         layers = self.chosen_layers()
-        valid = {layer: _key_valid(model, batch, layer) for layer in layers}  # each (B, 1, Lq, Lk)
+        valid = {layer: attended_keys(model, batch, layer) for layer in layers}  # each (B, 1, Lq, Lk)
         heads = self.num_heads or 1
         scores: dict[int, torch.Tensor] | None = None
         if self.attribution == "rd":  # the control needs no pass

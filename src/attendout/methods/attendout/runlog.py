@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...run.folder import LOG_FILE, RunDir
+from ...run import LOG_FILE, RunDir
 
 __all__ = ["DROP_PROB_KEY", "EXPLORED_PROB_KEY", "DropPattern", "read_drop_pattern"]
 

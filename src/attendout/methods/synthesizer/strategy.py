@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from ...run.folder import save_model_atomic
-from ...run.optim import param_groups
+from ...run import param_groups, save_model_atomic
 from ..base import TrainingStrategy, apply
 from .checkpoint import load_synthesized_weights
 from .method import MODULE_NAME, save_synthesized
