@@ -22,10 +22,10 @@ from transformers import TrainerCallback
 
 import attendout.config as config_mod
 import attendout.run.train as train_mod
-from attendout import interrupt
 from attendout.cli import main
 from attendout.methods.addrop import ADDrop
 from attendout.methods.attendout.strategy import AttendOutStrategy
+from attendout.run import interrupt
 from attendout.run.folder import CHECKPOINT_DIR
 from attendout.run.interrupt import Stopped
 from attendout.run.train import Trainer, finetune
