@@ -169,20 +169,9 @@ class Trainer(transformers.Trainer):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        if isinstance(method, str):
-            config = get_method_config(method, **(method_options or {}))
-        elif method_options:
-            raise TypeError("pass method_options with a method name, not with a MethodConfig")
-        else:
-            config = method
+        config, options = method_and_options(method, method_options)
         # what a hyperparameter search's trial starts from: the method and the options given here
-        self._base_config = config
-        if isinstance(method, str):
-            self._base_options = dict(method_options or {})
-        else:
-            self._base_options = {
-                f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init
-            }
+        self._base_config, self._base_options = config, options
         self._max_length = max_length
         if max_length is not None and self.model is not None:  # the model's and the method's limits
             check_length(
@@ -259,7 +248,11 @@ class Trainer(transformers.Trainer):
             params = dict(self.hp_space(trial) if optuna else trial)
             method = {k: params.pop(k) for k in list(params) if k == "method" or k.startswith("method.")}
             # options a trial does not name are the Trainer's own, not the last trial's
-            config = self._trial_method_config(method) if method else self._base_config
+            config = (
+                trial_method_config(self._base_config, self._base_options, method)
+                if method
+                else self._base_config
+            )
             self._find_unused_parameters(config)  # before transformers makes the trial's accelerator
             hp_space = self.hp_space
             self.hp_space = lambda _trial: params  # transformers sets the rest on self.args
@@ -270,35 +263,6 @@ class Trainer(transformers.Trainer):
             self._trial = trial
         if config is not self.method_config or self.strategy.model is not self.model:
             self._use_method(config)
-
-    def _trial_method_config(self, params: dict[str, Any]) -> MethodConfig:
-        """The config of a trial's ``"method"`` and ``"method.<option>"`` keys (refused values: ValueError)."""
-        base = self._base_config
-        name = params.pop("method", base.name)
-        if not isinstance(name, str):
-            raise TypeError(f"attendout.hf.Trainer: hp_space's 'method' must be a method name, got {name!r}")
-        options = {key.removeprefix("method."): value for key, value in params.items()}
-        if "" in options:
-            raise ValueError(
-                "attendout.hf.Trainer: hp_space's key 'method.' names no option ('method.<option>')"
-            )
-        try:
-            if name != base.name:  # another method: its options from the trial alone
-                return get_method_config(name, **options)
-            if METHODS.get(name) is type(base):
-                return get_method_config(name, **{**self._base_options, **options})
-            # a config class of the caller's own, not the one registered under its name
-            known = set(self._base_options)
-            unknown = sorted(set(options) - known)
-            if unknown:
-                raise ValueError(
-                    f"method {name!r} has no option {unknown[0]!r}; its options: {', '.join(sorted(known))}"
-                )
-            return dataclasses.replace(base, **options)
-        except ValueError as error:
-            raise ValueError(
-                f"attendout.hf.Trainer: this trial's method {name!r} with options {options} from hp_space: {error}"
-            ) from error
 
     # the optimizer: the method's parameter groups --------------------------------------------
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
@@ -325,8 +289,7 @@ class Trainer(transformers.Trainer):
 
     # the method's part of each step ----------------------------------------------------------------
     def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any):
-        stateful = type(self.strategy).state_dict is not TrainingStrategy.state_dict
-        if resume_from_checkpoint and stateful:
+        if resume_from_checkpoint and keeps_own_state(self.strategy):
             raise NotImplementedError(
                 f"attendout.hf.Trainer cannot resume {self.method_config.name!r} from a transformers checkpoint "
                 "yet: the method's own state (AttendOut's Attacker and Generator) is not in it. Train from the "
@@ -336,7 +299,7 @@ class Trainer(transformers.Trainer):
             result = super().train(resume_from_checkpoint, *args, **kwargs)
             signum = requested()
         if signum is not None:
-            self._stopped(signum)
+            raise stop_of(self, signum)
         return result
 
     def _stop_requested(self, args: Any) -> bool:
@@ -344,64 +307,10 @@ class Trainer(transformers.Trainer):
         group = Distributed(args.process_index, args.world_size, device=args.device)
         return agreed(group if torch.distributed.is_initialized() else Distributed()) is not None
 
-    def _stopped(self, signum: int) -> None:
-        """After a stopped ``train()``: raise :class:`~attendout.run.interrupt.Stopped` naming the checkpoint."""
-        step = self.state.global_step
-        folder = Path(self.args.output_dir) / f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{step}"
-        stateful = type(self.strategy).state_dict is not TrainingStrategy.state_dict
-        if stateful:  # the Trainer's checkpoint lacks the method's own state: not a checkpoint to resume
-            logger.warning(
-                "attendout.hf: %s holds the model but not %s's own state; it cannot be resumed from",
-                folder,
-                self.method_config.name,
-            )
-        stop = Stopped(signum, None if stateful else folder, step, self.state.max_steps)
-        if not stateful:
-            stop.args = (
-                f"{stop.describe()}; to go on: trainer.train(resume_from_checkpoint={str(folder)!r})",
-            )
-        raise stop
-
     def _start_method(self, state: Any, train_dataloader: Any) -> None:
         if self._started:
             return
-        args = self.args
-        distributed = Distributed(args.process_index, args.world_size)
-        if distributed.world_size > 1 and self.strategy.needs:
-            raise NotImplementedError(
-                f"attendout.hf.Trainer: {self.method_config.name!r} on {distributed.world_size} processes is not "
-                "supported yet (its Attacker and Generator would differ per process); train on one process"
-            )
-        batches = len(train_dataloader) if train_dataloader is not None else state.max_steps
-        steps_per_epoch = max(1, math.ceil(batches / args.gradient_accumulation_steps))
-        dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
-        scaler = getattr(self.accelerator, "scaler", None)
-        validation = self._validation_source() if self.validation_dataset is not None else None
-        if "validation" in self.strategy.needs and validation is None:
-            raise ValueError(
-                f"attendout.hf.Trainer: {self.method_config.name!r} scores its games on labelled data that is "
-                "never reported: pass validation_dataset= (e.g. a tenth of train, carved off before training)"
-            )
-        self.strategy.start(
-            LoopContext(
-                device=args.device,
-                total_steps=max(1, state.max_steps),
-                steps_per_epoch=steps_per_epoch,
-                optimizer=self.optimizer,
-                scheduler=self.lr_scheduler,
-                make_optimizer=self._make_optimizer,
-                autocast_dtype=dtype,
-                max_grad_norm=args.max_grad_norm,
-                seed=args.seed,
-                data_seed=args.data_seed if args.data_seed is not None else args.seed,
-                task=self.task,
-                validation=validation,
-                eval_batch_size=args.per_device_eval_batch_size,
-                loss_scale=scaler.get_scale if scaler is not None and scaler.is_enabled() else None,
-                distributed=distributed,
-                loop="transformers.Trainer",
-            )
-        )
+        self.strategy.start(loop_context(self, state, train_dataloader))
         self._started = True
 
     def _validation_source(self) -> CollatedSource:
@@ -452,6 +361,113 @@ class Trainer(transformers.Trainer):
         chosen = self._eval_model()
         if chosen is not self.model:
             self.model.load_state_dict(chosen.state_dict())
+
+
+# the Trainer's method: which one, a trial's, the loop it starts in, a stop ------------------------------
+def method_and_options(
+    method: str | MethodConfig, method_options: dict[str, Any] | None
+) -> tuple[MethodConfig, dict[str, Any]]:
+    """The config of :class:`Trainer`'s ``method`` (a name with ``method_options``, or a config), and the
+    options it was given: what a hyperparameter search's trial starts from."""
+    if isinstance(method, str):
+        return get_method_config(method, **(method_options or {})), dict(method_options or {})
+    if method_options:
+        raise TypeError("pass method_options with a method name, not with a MethodConfig")
+    return method, {f.name: getattr(method, f.name) for f in dataclasses.fields(method) if f.init}
+
+
+def trial_method_config(
+    base: MethodConfig, base_options: dict[str, Any], params: dict[str, Any]
+) -> MethodConfig:
+    """The config of a trial's ``"method"`` and ``"method.<option>"`` keys (``params``), over the Trainer's
+    own method ``base`` and its ``base_options`` (refused values: ValueError)."""
+    name = params.pop("method", base.name)
+    if not isinstance(name, str):
+        raise TypeError(f"attendout.hf.Trainer: hp_space's 'method' must be a method name, got {name!r}")
+    options = {key.removeprefix("method."): value for key, value in params.items()}
+    if "" in options:
+        raise ValueError("attendout.hf.Trainer: hp_space's key 'method.' names no option ('method.<option>')")
+    try:
+        if name != base.name:  # another method: its options from the trial alone
+            return get_method_config(name, **options)
+        if METHODS.get(name) is type(base):
+            return get_method_config(name, **{**base_options, **options})
+        # a config class of the caller's own, not the one registered under its name
+        known = set(base_options)
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"method {name!r} has no option {unknown[0]!r}; its options: {', '.join(sorted(known))}"
+            )
+        return dataclasses.replace(base, **options)
+    except ValueError as error:
+        raise ValueError(
+            f"attendout.hf.Trainer: this trial's method {name!r} with options {options} from hp_space: {error}"
+        ) from error
+
+
+def loop_context(trainer: Trainer, state: Any, train_dataloader: Any) -> LoopContext:
+    """What the method's strategy starts with in ``trainer``'s loop (refused: AttendOut on several
+    processes, a method that needs validation data without ``validation_dataset``)."""
+    args, strategy, name = trainer.args, trainer.strategy, trainer.method_config.name
+    distributed = Distributed(args.process_index, args.world_size)
+    if distributed.world_size > 1 and strategy.needs:
+        raise NotImplementedError(
+            f"attendout.hf.Trainer: {name!r} on {distributed.world_size} processes is not "
+            "supported yet (its Attacker and Generator would differ per process); train on one process"
+        )
+    batches = len(train_dataloader) if train_dataloader is not None else state.max_steps
+    steps_per_epoch = max(1, math.ceil(batches / args.gradient_accumulation_steps))
+    dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
+    scaler = getattr(trainer.accelerator, "scaler", None)
+    validation = trainer._validation_source() if trainer.validation_dataset is not None else None
+    if "validation" in strategy.needs and validation is None:
+        raise ValueError(
+            f"attendout.hf.Trainer: {name!r} scores its games on labelled data that is "
+            "never reported: pass validation_dataset= (e.g. a tenth of train, carved off before training)"
+        )
+    return LoopContext(
+        device=args.device,
+        total_steps=max(1, state.max_steps),
+        steps_per_epoch=steps_per_epoch,
+        optimizer=trainer.optimizer,
+        scheduler=trainer.lr_scheduler,
+        make_optimizer=trainer._make_optimizer,
+        autocast_dtype=dtype,
+        max_grad_norm=args.max_grad_norm,
+        seed=args.seed,
+        data_seed=args.data_seed if args.data_seed is not None else args.seed,
+        task=trainer.task,
+        validation=validation,
+        eval_batch_size=args.per_device_eval_batch_size,
+        loss_scale=scaler.get_scale if scaler is not None and scaler.is_enabled() else None,
+        distributed=distributed,
+        loop="transformers.Trainer",
+    )
+
+
+def keeps_own_state(strategy: TrainingStrategy) -> bool:
+    """Whether the method keeps state of its own (AttendOut's Attacker and Generator), which a
+    transformers checkpoint does not hold."""
+    return type(strategy).state_dict is not TrainingStrategy.state_dict
+
+
+def stop_of(trainer: Trainer, signum: int) -> Stopped:
+    """After a stopped ``train()``: the :class:`~attendout.run.interrupt.Stopped` to raise, naming the
+    checkpoint (or, for a method with state of its own, warning that it cannot be resumed from)."""
+    step = trainer.state.global_step
+    folder = Path(trainer.args.output_dir) / f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{step}"
+    stateful = keeps_own_state(trainer.strategy)
+    if stateful:  # the Trainer's checkpoint lacks the method's own state: not a checkpoint to resume
+        logger.warning(
+            "attendout.hf: %s holds the model but not %s's own state; it cannot be resumed from",
+            folder,
+            trainer.method_config.name,
+        )
+    stop = Stopped(signum, None if stateful else folder, step, trainer.state.max_steps)
+    if not stateful:
+        stop.args = (f"{stop.describe()}; to go on: trainer.train(resume_from_checkpoint={str(folder)!r})",)
+    return stop
 
 
 class Seq2SeqTrainer(Trainer, transformers.Seq2SeqTrainer):

@@ -1,9 +1,13 @@
 """Predictions from a finished run: ``attendout predict`` and :class:`Predictor`.
 
-* :mod:`.classification`: classifiers, taggers and multiple choice; :meth:`Predictor.load` hands a
-  generation run to :mod:`.generation`.
-* :mod:`.generation`: language models and sequence to sequence, decoding and scoring.
-* :mod:`.base`: what both share: a run folder's settings, state and splits, and writing rows.
+One family: :class:`~.base.BasePredictor` and its two kinds.
+
+* :mod:`.classification`: :class:`Predictor`, classifiers, taggers and multiple choice;
+  :meth:`Predictor.load` hands a generation run to :mod:`.generation`.
+* :mod:`.generation`: :class:`GenerationPredictor`, language models and sequence to sequence, decoding
+  and scoring.
+* :mod:`.base`: :class:`BasePredictor`, what both share: loading a run folder or a model folder, its
+  settings, state and splits; and writing rows.
 
 The names below are imported from their modules on first use.
 """
@@ -14,6 +18,7 @@ from ..lazy import lazy_names
 
 #: name -> the module that defines it
 _NAMES = {
+    "BasePredictor": ".base",
     "GenerationPredictor": ".generation",
     "Generations": ".generation",
     "OUTPUT_FORMATS": ".base",

@@ -1,7 +1,8 @@
-"""What both predictors share: the error, a run directory's settings, state and splits, and writing rows.
+"""The predictor family's common ground: :class:`BasePredictor`, and reading run folders and writing rows.
 
 :mod:`attendout.predict.classification` (classifiers, taggers, multiple choice) and :mod:`attendout.predict.generation` (the
-generation kinds, ``lm`` and ``seq2seq``) read run directories and write prediction files the same way.
+generation kinds, ``lm`` and ``seq2seq``) hold the two kinds of :class:`BasePredictor`; both read run
+directories, load model folders, rebuild a run's splits and write prediction files the same way.
 Both refuse a run directory that is not finished (:func:`check_finished`), unless asked to predict with
 its model as it is; the outputs then record the run's state (``run_state``).
 """
@@ -12,18 +13,24 @@ import dataclasses
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import TrainConfig, split_for_training
+from ..run.devices import autocast_dtype, pick_device
 from ..run.folder import RunDir
 from ..run.state import RunState
 from ..tasks import Examples, Task
+
+if TYPE_CHECKING:
+    from torch import nn
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "OUTPUT_FORMATS",
+    "BasePredictor",
     "PredictError",
     "UnfinishedRunError",
     "check_finished",
@@ -113,6 +120,107 @@ def run_split(settings: dict[str, Any], name: str, data_dir: str | None, source:
     if name not in splits:
         raise PredictError(f"run {source} has no split {name!r}; its splits: {', '.join(splits)}")
     return splits[name]
+
+
+class BasePredictor:
+    """A fine-tuned model with its tokenizer and its task, from a run directory or a model folder.
+
+    What the two kinds (:class:`~attendout.predict.classification.Predictor`,
+    :class:`~attendout.predict.generation.GenerationPredictor`) share: the device and precision the model
+    runs in, the run's settings (``settings``: its config.json; None for a model folder), ``source`` (the
+    folder it came from), ``progress`` (a bar over batches), ``run_state`` (where the run stands, when its
+    model is of a run that is not finished: the outputs record it), and :meth:`split`.
+    """
+
+    #: what :meth:`split` says of a model folder, after "<source> is a model folder, not a run directory: "
+    no_split_words = "predict a file instead"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        task: Task,
+        *,
+        max_length: int,
+        batch_size: int,
+        device: str,
+        precision: str,
+        settings: dict[str, Any] | None,
+        source: str,
+        progress: bool,
+        run_state: RunState | None,
+    ):
+        self.device = pick_device(device)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.task = task
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.autocast_dtype = autocast_dtype(precision)
+        self.settings = settings  # the run's config.json, when loaded from a run directory
+        self.source = source
+        self.progress = progress  # a bar over the batches of each prediction
+        self.run_state = run_state
+
+    @staticmethod
+    def locate(path: str | os.PathLike) -> tuple[Path, dict[str, Any] | None, Path]:
+        """``(path, the run's settings or None, the model folder)`` of a run directory or a model folder."""
+        path = Path(path)
+        if not path.is_dir():
+            raise PredictError(f"{path} is not a folder (expected a run directory or a model folder)")
+        settings = run_settings(path)
+        return path, settings, RunDir(path).model_dir if settings is not None else path
+
+    def run_config(self) -> dict[str, Any]:
+        """The run's training settings (``config`` of its config.json); empty for a model folder."""
+        return self.settings["config"] if self.settings is not None else {}
+
+    def state(self) -> dict[str, Any] | None:
+        """What the outputs record of a run that is not finished (None: a finished run, a model folder)."""
+        return None if self.run_state is None else self.run_state.to_dict()
+
+    def split(self, name: str, data_dir: str | None = None) -> Examples:
+        """Split ``name`` of the run's data, as the run saw it (run directories only).
+
+        ``train`` and ``validation`` are the run's training part and the validation part carved
+        from train; any other name is one of the task's evaluation splits (subsampled like the
+        run's). ``data_dir`` replaces the run's data folder (a run made elsewhere, or a path that
+        was relative to another working directory).
+        """
+        if self.settings is None:
+            raise PredictError(f"{self.source} is a model folder, not a run directory: {self.no_split_words}")
+        return run_split(self.settings, name, data_dir, self.source)
+
+
+def load_model_folder(
+    model_dir: Path, load: Callable[[Path], nn.Module], *, file_errors_as_is: bool = False
+) -> tuple[nn.Module, Any]:
+    """The model (by ``load``) and the tokenizer of ``model_dir``, checked first
+    (:func:`~attendout.models.loading.check_model_folder`); what goes wrong is a :class:`PredictError`.
+
+    A damaged file found by the check is reported in its own words; one found while loading too when
+    ``file_errors_as_is``, else as any other failure to load ("cannot load the model in ...").
+    """
+    from ..models.loading import ModelFileError, check_model_folder, load_tokenizer
+
+    try:
+        check_model_folder(model_dir)  # its manifest, if attendout saved it; safetensors headers
+    except ModelFileError as error:
+        raise PredictError(str(error)) from None
+    try:
+        return load(model_dir), load_tokenizer(model_dir)
+    except ModelFileError as error:
+        if not file_errors_as_is:
+            raise _cannot_load(model_dir, error) from None
+        raise PredictError(str(error)) from None
+    except (OSError, ValueError, KeyError) as error:
+        raise _cannot_load(model_dir, error) from None
+
+
+def _cannot_load(model_dir: Path, error: Exception) -> PredictError:
+    return PredictError(
+        f"cannot load the model in {model_dir} ({type(error).__name__}: {str(error).splitlines()[0]})"
+    )
 
 
 def write_rows(handle: Any, rows: list[dict[str, Any]], fmt: str) -> None:

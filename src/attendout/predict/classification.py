@@ -35,8 +35,6 @@ import numpy as np
 from torch import nn
 
 from ..encoding.classification import encode, predict_batches
-from ..run.devices import autocast_dtype, pick_device
-from ..run.folder import RunDir
 from ..run.limits import LimitError, check_length, position_limit
 from ..run.state import RunState
 from ..tasks import (
@@ -54,10 +52,10 @@ from ..tasks import (
 from ..tasks.core import task_of
 from ..tasks.readers import read_file, to_examples
 from .base import (
+    BasePredictor,
     PredictError,
     check_finished,
-    run_settings,
-    run_split,
+    load_model_folder,
     task_from_settings,
     write_rows_atomic,
 )
@@ -153,7 +151,31 @@ def _longest_input(model: nn.Module, tokenizer: Any) -> int:
     return min((v for v in limits if isinstance(v, int) and 0 < v < 1_000_000), default=512)
 
 
-class Predictor:
+def _check_has_model(path: Path, model_dir: Path, settings: dict[str, Any] | None) -> None:
+    """A run directory that kept its model, or a model folder (its config.json)."""
+    from transformers.utils import CONFIG_NAME  # a model folder's config.json
+
+    if settings is not None and not (model_dir / CONFIG_NAME).is_file():
+        raise PredictError(
+            f"run {path} kept no model (no {model_dir}/{CONFIG_NAME}): it ran with save_model off, "
+            "as `attendout bench` cells do unless asked; fine-tune again with --save-model"
+        )
+    if not (model_dir / CONFIG_NAME).is_file():
+        raise PredictError(f"{path} has no {CONFIG_NAME}: it is neither a run directory nor a model folder")
+
+
+def _run_task(settings: dict[str, Any], model: nn.Module, model_dir: Path) -> Task:
+    """The task a run recorded, its outputs checked against the model's."""
+    task = task_from_settings(settings)
+    expected = task.num_labels
+    if task.kind != MULTIPLE_CHOICE and model.config.num_labels != expected:
+        raise PredictError(
+            f"{model_dir} has {model.config.num_labels} outputs but the run's task {task.name!r} has {expected}"
+        )
+    return task
+
+
+class Predictor(BasePredictor):
     """A fine-tuned sequence classifier (or regressor) with its tokenizer, ready to label text.
 
     ``max_length``: inputs are truncated to this many tokens (a run directory's own max length by
@@ -161,6 +183,8 @@ class Predictor:
     when the model is of a run that is not finished (loaded with ``allow_unfinished``); its predictions
     record it.
     """
+
+    no_split_words = "it does not know its data; predict a file instead"
 
     def __init__(
         self,
@@ -179,16 +203,10 @@ class Predictor:
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        self.device = pick_device(device)
-        self.model = model.to(self.device).eval()
-        self.tokenizer = tokenizer
-        self.task = task
-        self.batch_size = batch_size
-        self.autocast_dtype = autocast_dtype(precision)
-        self.settings = settings  # the run's config.json, when loaded from a run directory
-        self.source = source
-        self.progress = progress  # a bar over the batches of each prediction
-        self.run_state = run_state
+        super().__init__(
+            model, tokenizer, task, max_length=max_length, batch_size=batch_size, device=device,
+            precision=precision, settings=settings, source=source, progress=progress, run_state=run_state,
+        )  # fmt: skip
         try:
             check_length(
                 max_length, model.config, tokenizer=tokenizer, method=_synthesizer_config(model),
@@ -196,7 +214,6 @@ class Predictor:
             )  # fmt: skip
         except LimitError as error:
             raise PredictError(str(error)) from None
-        self.max_length = max_length
 
     @classmethod
     def load(
@@ -220,15 +237,9 @@ class Predictor:
         :class:`~attendout.predict.base.UnfinishedRunError` (its state, its model's step, the command that
         finishes it), unless ``allow_unfinished``: then a warning, and the predictions record its state.
         """
-        from transformers.utils import CONFIG_NAME  # a model folder's config.json
-
         from ..methods.synthesizer.checkpoint import load_model
 
-        path = Path(path)
-        if not path.is_dir():
-            raise PredictError(f"{path} is not a folder (expected a run directory or a model folder)")
-        settings = run_settings(path)
-        model_dir = RunDir(path).model_dir if settings is not None else path
+        path, settings, model_dir = cls.locate(path)
         generation = settings is not None and is_generation(settings["task"].get("kind", ""))
         if generation or (settings is None and generation_kind(model_dir) is not None):
             return GenerationPredictor.load(
@@ -242,52 +253,18 @@ class Predictor:
                 f"{path} is {kind}, not a generation model: num_beams and max_new_tokens are for lm and seq2seq"
             )
         run_state = check_finished(path, allow_unfinished) if settings is not None else None
-        if settings is not None and not (model_dir / CONFIG_NAME).is_file():
-            raise PredictError(
-                f"run {path} kept no model (no {model_dir}/{CONFIG_NAME}): it ran with save_model off, "
-                "as `attendout bench` cells do unless asked; fine-tune again with --save-model"
-            )
-        if not (model_dir / CONFIG_NAME).is_file():
-            raise PredictError(
-                f"{path} has no {CONFIG_NAME}: it is neither a run directory nor a model folder"
-            )
-        from ..models.loading import ModelFileError, check_model_folder, load_tokenizer
-
-        try:
-            check_model_folder(model_dir)  # its manifest, if attendout saved it; safetensors headers
-        except ModelFileError as error:
-            raise PredictError(str(error)) from None
-        try:
-            model = load_model(model_dir)
-            tokenizer = load_tokenizer(model_dir)
-        except (OSError, ValueError, KeyError) as error:
-            raise PredictError(
-                f"cannot load the model in {model_dir} ({type(error).__name__}: {str(error).splitlines()[0]})"
-            ) from None
+        _check_has_model(path, model_dir, settings)
+        model, tokenizer = load_model_folder(model_dir, load_model)
         if settings is not None:
-            task = task_from_settings(settings)
-            expected = task.num_labels
-            if task.kind != MULTIPLE_CHOICE and model.config.num_labels != expected:
-                raise PredictError(
-                    f"{model_dir} has {model.config.num_labels} outputs but the run's task {task.name!r} has {expected}"
-                )
+            task = _run_task(settings, model, model_dir)
             max_length = max_length or int(settings["config"]["max_length"])
         else:
             task = _model_task(model, path.name)
             max_length = max_length or _longest_input(model, tokenizer)
         return cls(
-            model,
-            tokenizer,
-            task,
-            max_length=max_length,
-            batch_size=batch_size,
-            device=device,
-            precision=precision,
-            settings=settings,
-            source=str(path),
-            progress=progress,
-            run_state=run_state,
-        )
+            model, tokenizer, task, max_length=max_length, batch_size=batch_size, device=device,
+            precision=precision, settings=settings, source=str(path), progress=progress, run_state=run_state,
+        )  # fmt: skip
 
     # predicting -----------------------------------------------------------------------------------
     def predict(self, text_a: Sequence[str] | str, text_b: Sequence[str] | str | None = None) -> Predictions:
@@ -328,7 +305,7 @@ class Predictor:
                 f"({', '.join(self.task.text_fields)}) but the inputs are "
                 f"{'pairs' if examples.text_b is not None else 'single texts'}"
             )
-        run = self.settings["config"] if self.settings is not None else {}
+        run = self.run_config()
         data = encode(
             examples,
             self.task,
@@ -340,8 +317,7 @@ class Predictor:
         preds, scores, loss = predict_batches(
             self.model, data, self.batch_size, self.device, self.autocast_dtype, progress=self.progress
         )
-        state = None if self.run_state is None else self.run_state.to_dict()
-        return Predictions(preds, scores, self.task.label_names, loss, kind, run_state=state)
+        return Predictions(preds, scores, self.task.label_names, loss, kind, run_state=self.state())
 
     def predict_words(self, sentences: Sequence[Sequence[str]]) -> Predictions:
         """Tag sentences given as lists of words (token classification): one tag per word."""
@@ -366,21 +342,6 @@ class Predictor:
         return {**metrics, "loss": predictions.loss}, predictions
 
     # data -----------------------------------------------------------------------------------------
-    def split(self, name: str, data_dir: str | None = None) -> Examples:
-        """Split ``name`` of the run's data, as the run saw it (run directories only).
-
-        ``train`` and ``validation`` are the run's training part and the validation part carved
-        from train; any other name is one of the task's evaluation splits (subsampled like the
-        run's). ``data_dir`` replaces the run's data folder (a run made elsewhere, or a path that
-        was relative to another working directory).
-        """
-        if self.settings is None:
-            raise PredictError(
-                f"{self.source} is a model folder, not a run directory: it does not know its data; "
-                "predict a file instead"
-            )
-        return run_split(self.settings, name, data_dir, self.source)
-
     def read(
         self,
         path: str | os.PathLike,
@@ -421,8 +382,8 @@ class Predictor:
         )
 
     def _default_columns(self) -> tuple[str, ...]:
-        if self.settings is not None and self.settings["config"].get("text_columns"):
-            return tuple(self.settings["config"]["text_columns"])
+        if self.run_config().get("text_columns"):
+            return tuple(self.run_config()["text_columns"])
         return self.task.text_fields
 
 

@@ -35,8 +35,6 @@ from torch import nn
 
 from ..encoding.generation import GenerationOptions, LMEncoded, Seq2SeqEncoded
 from ..models.generation import end_of_sequence
-from ..run.devices import autocast_dtype, pick_device
-from ..run.folder import RunDir
 from ..run.state import RunState
 from ..tasks import LM, SEQ2SEQ, DataError, Examples, Task, compute_metrics
 from ..tasks.generation import (
@@ -48,10 +46,10 @@ from ..tasks.generation import (
     read_parallel,
 )
 from .base import (
+    BasePredictor,
     PredictError,
     check_finished,
-    run_settings,
-    run_split,
+    load_model_folder,
     task_from_settings,
     write_rows_atomic,
 )
@@ -134,7 +132,7 @@ class Generations:
         return write_rows_atomic(path, self.rows())
 
 
-class GenerationPredictor:
+class GenerationPredictor(BasePredictor):
     """A causal LM or an encoder-decoder with its tokenizer and its task (see the module docstring).
 
     ``max_length``: tokens per source (seq2seq) or per scored block (lm); ``num_beams`` 1 is greedy;
@@ -170,18 +168,11 @@ class GenerationPredictor:
             _check_lengths(model, tokenizer, task.kind, max_length, self.options.max_new_tokens, source)
         except ValueError as error:  # LimitError: a length beyond the model's positions or its l_max
             raise PredictError(str(error)) from None
-        self.device = pick_device(device)
-        self.model = model.to(self.device).eval()
-        self.tokenizer = tokenizer
-        self.task = task
-        self.max_length = max_length
-        self.batch_size = batch_size
-        self.autocast_dtype = autocast_dtype(precision)
-        self.settings = settings
-        self.source = source
-        self.progress = progress
+        super().__init__(
+            model, tokenizer, task, max_length=max_length, batch_size=batch_size, device=device,
+            precision=precision, settings=settings, source=source, progress=progress, run_state=run_state,
+        )  # fmt: skip
         self.cut_prompts = 0  # prompts of the last generate() that kept only their last tokens
-        self.run_state = run_state
 
     @classmethod
     def load(
@@ -206,33 +197,17 @@ class GenerationPredictor:
         """
         from transformers.utils import CONFIG_NAME
 
-        from ..models.loading import ModelFileError, check_model_folder, load_tokenizer
-
-        path = Path(path)
-        if not path.is_dir():
-            raise PredictError(f"{path} is not a folder (expected a run directory or a model folder)")
-        settings = run_settings(path)
-        model_dir = RunDir(path).model_dir if settings is not None else path
+        path, settings, model_dir = cls.locate(path)
         run_state = check_finished(path, allow_unfinished) if settings is not None else None
         if not (model_dir / CONFIG_NAME).is_file():
             raise PredictError(f"{path} has no model ({model_dir}/{CONFIG_NAME}): nothing to predict with")
         found = generation_kind(model_dir)
         if settings is not None:
-            task = task_from_settings(settings)
-            if not is_generation(task.kind):
-                raise PredictError(f"run {path} is a {task.kind} run; it does not generate")
-            run = settings["config"]
-            if found is not None and found != task.kind:
-                raise PredictError(
-                    f"run {path} is {task.kind} but its model in {model_dir} is a {found} model"
-                )
+            task = _run_task(settings, path, model_dir, found)
             found = task.kind
-            length = run.get("block_size") if task.kind == LM else None
-            max_length = max_length or int(length or run["max_length"])
-            num_beams = num_beams or int(run.get("num_beams") or 1)
-            # lm: half the context, leaving the other half to the prompt (a run sets no length of its own)
-            own = int(run["max_length"]) if task.kind == SEQ2SEQ else max(1, max_length // 2)
-            max_new_tokens = max_new_tokens or run.get("max_new_tokens") or own
+            max_length, num_beams, max_new_tokens = _run_lengths(
+                settings["config"], task.kind, max_length, num_beams, max_new_tokens
+            )
         elif found is None:
             raise PredictError(
                 f"{model_dir} holds no causal LM or encoder-decoder (its config's architectures); "
@@ -240,24 +215,12 @@ class GenerationPredictor:
             )
         else:
             task = LM_FILE_TASK if found == LM else SEQ2SEQ_FILE_TASK
-        try:
-            check_model_folder(model_dir)
-            model = _load_model(model_dir, found)
-            tokenizer = load_tokenizer(model_dir)
-        except ModelFileError as error:
-            raise PredictError(str(error)) from None
-        except (OSError, ValueError, KeyError) as error:
-            raise PredictError(
-                f"cannot load the model in {model_dir} ({type(error).__name__}: {str(error).splitlines()[0]})"
-            ) from None
-        try:  # a model folder's tokenizer without one takes its config's, as training does
-            end_of_sequence(tokenizer, model.config, str(model_dir), found)
-        except ValueError as error:
-            raise PredictError(str(error)) from None
-        if tokenizer.pad_token_id is None:  # decoders ship none: pad with end-of-sequence, as training did
-            tokenizer.pad_token = tokenizer.eos_token
-        context = _context(model)
+        model, tokenizer = load_model_folder(
+            model_dir, lambda folder: _load_model(folder, found), file_errors_as_is=True
+        )
+        _ready_tokenizer(tokenizer, model, model_dir, found)
         if max_length is None:
+            context = _context(model)
             max_length = min(context or 512, getattr(tokenizer, "model_max_length", 512) or 512)
         return cls(
             model, tokenizer, task, max_length=max_length, num_beams=num_beams or 1,
@@ -266,14 +229,6 @@ class GenerationPredictor:
         )  # fmt: skip
 
     # data -------------------------------------------------------------------------------------------
-    def split(self, name: str, data_dir: str | None = None) -> Examples:
-        """Split ``name`` of the run's data, as the run saw it (run directories only)."""
-        if self.settings is None:
-            raise PredictError(
-                f"{self.source} is a model folder, not a run directory: predict a file instead"
-            )
-        return run_split(self.settings, name, data_dir, self.source)
-
     def read(
         self, path: str | os.PathLike, *, source_column: str | None = None, target_column: str | None = None
     ) -> Examples:
@@ -293,7 +248,7 @@ class GenerationPredictor:
         )
 
     def _run_columns(self) -> tuple[str, ...]:
-        run = self.settings["config"] if self.settings is not None else {}
+        run = self.run_config()
         if run.get("source_column"):
             return (run["source_column"], run["target_column"])
         if run.get("text_columns"):
@@ -341,11 +296,7 @@ class GenerationPredictor:
             self.model, self.batch_size, self.device, self.autocast_dtype, self.progress
         )
         references = getattr(examples, "targets", None)
-        return Generations(list(examples.text_a), outputs, references, loss, run_state=self._state()), data
-
-    def _state(self) -> dict[str, Any] | None:
-        """What the outputs record of a run that is not finished (None: a finished run, a model folder)."""
-        return None if self.run_state is None else self.run_state.to_dict()
+        return Generations(list(examples.text_a), outputs, references, loss, run_state=self.state()), data
 
     @torch.no_grad()
     def _continue(self, prompts: list[str]) -> Generations:
@@ -384,7 +335,39 @@ class GenerationPredictor:
             texts = tokenizer.batch_decode(generated[:, width:], skip_special_tokens=True)
             outputs.extend(t.strip() for t in texts)
             token_ids.extend(generated[:, width:].tolist())
-        return Generations(prompts, outputs, token_ids=token_ids, run_state=self._state())
+        return Generations(prompts, outputs, token_ids=token_ids, run_state=self.state())
+
+
+def _run_task(settings: dict[str, Any], path: Path, model_dir: Path, found: str | None) -> Task:
+    """The generation task a run recorded, checked against the kind of model its folder holds (``found``)."""
+    task = task_from_settings(settings)
+    if not is_generation(task.kind):
+        raise PredictError(f"run {path} is a {task.kind} run; it does not generate")
+    if found is not None and found != task.kind:
+        raise PredictError(f"run {path} is {task.kind} but its model in {model_dir} is a {found} model")
+    return task
+
+
+def _run_lengths(
+    run: dict[str, Any], kind: str, max_length: int | None, num_beams: int | None, max_new_tokens: int | None
+) -> tuple[int, int, int]:
+    """``(max_length, num_beams, max_new_tokens)``: those given, else the run's own (``run``: its settings)."""
+    length = run.get("block_size") if kind == LM else None
+    max_length = max_length or int(length or run["max_length"])
+    num_beams = num_beams or int(run.get("num_beams") or 1)
+    # lm: half the context, leaving the other half to the prompt (a run sets no length of its own)
+    own = int(run["max_length"]) if kind == SEQ2SEQ else max(1, max_length // 2)
+    return max_length, num_beams, max_new_tokens or run.get("max_new_tokens") or own
+
+
+def _ready_tokenizer(tokenizer: Any, model: nn.Module, model_dir: Path, kind: str) -> None:
+    """Give the tokenizer an end-of-sequence token (from the model's config where it has none) and a pad."""
+    try:  # a model folder's tokenizer without one takes its config's, as training does
+        end_of_sequence(tokenizer, model.config, str(model_dir), kind)
+    except ValueError as error:
+        raise PredictError(str(error)) from None
+    if tokenizer.pad_token_id is None:  # decoders ship none: pad with end-of-sequence, as training did
+        tokenizer.pad_token = tokenizer.eos_token
 
 
 def _check_lengths(

@@ -522,28 +522,33 @@ def load_task_data(
         return _load_generation(resolved, options)
     if train_file is not None or eval_files is not None or resolved.name == FILE_TASK.name:
         return load_files(resolved, options)
-    file_only = {
-        "text_columns": text_columns,
-        "label_column": label_column,
-        "label_names": label_names,
-        "file_format": file_format,
-        "group_column": group_column,
-        "token_column": token_column,
-        "tag_column": tag_column,
-    }
-    given = [name for name, value in file_only.items() if value is not None]
-    if given:
-        raise DataError(
-            f"{given[0]}= applies to train_file/eval_files; task {resolved.name!r} was given no files"
-        )
-    if kind is not None and kind != resolved.kind:
-        raise DataError(
-            f"task {resolved.name!r} is {resolved.kind}; kind={kind!r} applies to the 'file' task only"
-        )
+    _refuse_file_options(resolved, options)
     loaded, data = get_loader(resolved.name)(resolved, options)
     if options.metrics:
         loaded = replace(loaded, metrics=options.metrics)
     return loaded, data
+
+
+def _refuse_file_options(task: Task, options: LoadOptions) -> None:
+    """A built-in task read from its own source takes none of the options that describe files."""
+    file_only = {
+        "text_columns": options.text_columns,
+        "label_column": options.label_column,
+        "label_names": options.label_names,
+        "file_format": options.file_format,
+        "group_column": options.group_column,
+        "token_column": options.token_column,
+        "tag_column": options.tag_column,
+    }
+    given = [name for name, value in file_only.items() if value is not None]
+    if given:
+        raise DataError(
+            f"{given[0]}= applies to train_file/eval_files; task {task.name!r} was given no files"
+        )
+    if options.kind is not None and options.kind != task.kind:
+        raise DataError(
+            f"task {task.name!r} is {task.kind}; kind={options.kind!r} applies to the 'file' task only"
+        )
 
 
 GENERATION_KINDS = ("lm", "seq2seq")

@@ -10,7 +10,10 @@ Generator when the Attacker does better (REINFORCE, eq. 5) and re-initialises bo
 * :mod:`.method`    -- :class:`MaskSlot`, its part in the hook: a training forward must bring its masks
 * :mod:`.policy`    -- :class:`GeneratorPolicy`, how G learns from games: rate exploration, eq. 5, the control
 * :mod:`.game`      -- the game's rules as pure functions: scores, rewards, the gap, the winner
-* :mod:`.strategy`  -- :class:`AttendOutStrategy`, the training loop's part: models, cache, statistics
+* :mod:`.players`   -- setting up the game: G and the embedding output it reads, its layers, the games' data
+* :mod:`.scoring`   -- how a game scores D or A: per-sample scores and the main metric, in eval mode
+* :mod:`.stats`     -- :class:`~.stats.StepStatistics`, the drop probabilities and game statistics logged
+* :mod:`.strategy`  -- :class:`AttendOutStrategy`, the training loop's part: models, optimizers, cache
 * :mod:`.runlog`    -- :func:`read_drop_pattern`, a run's logged drop probabilities (plots, §7.2 fit)
 """
 

@@ -18,8 +18,9 @@ cached masks recomputed from the cached inputs (the first game only sets the bas
 ``sigmoid(z / reinit_temperature)``, ``z`` the score gap in standard errors, and its weights,
 optimizer state and schedule position are copied over the other; the cache is released.
 
-The game's rules (scores, rewards, the gap, the winner) are pure functions in :mod:`.game`; this
-module runs the models, the optimizers, the cache and the statistics around them.
+The game's rules (scores, rewards, the gap, the winner) are pure functions in :mod:`.game`; setting up
+G, its layers and the games' data is :mod:`.players`; scoring a model in a game, :mod:`.scoring`; the
+logged statistics, :mod:`.stats`. This module runs the models, the optimizers and the cache.
 
 **What G reads, and why the embedding output.** The masks of every layer are sampled in one pass
 before A's forward, so A runs unchanged through the hook; G's decisions for layer i do not depend
@@ -45,43 +46,34 @@ from __future__ import annotations
 
 import copy
 import inspect
-import logging
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from torch import nn
 
-from ...attention import AttentionEdit, UnsupportedModelError, install
-from ...attention.families import stack_sizes
+from ...attention import AttentionEdit, install
 from ...contract import ForwardEdits, LoopContext, StepInfo
 from ...run.optim import concat_batches, rows_of, update
 from ...tasks.core import task_of
 from ..base import TrainingStrategy
-from ..nexttoken import LM, SEQ2SEQ, generation_kind, label_log_likelihood
-from .config import CARVED
+from ..nexttoken import LM, SEQ2SEQ, generation_kind
 from .game import (
     GameOutcome,
     GameScores,
     attacker_leads,
-    batch_scores,
-    collect_scores,
-    perplexity,
     pick_winner,
     sample_rewards,
     score_gap,
 )
-from .generator import Generator, GeneratorSample
 from .method import MaskSlot
+from .players import make_generator, masked_layers, validation_source
 from .policy import GeneratorPolicy
-from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY
+from .scoring import score_classifier, score_generation
+from .stats import StepStatistics
 
 if TYPE_CHECKING:
     from .config import AttendOutConfig
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["AttendOutStrategy", "CachedAction", "copy_optimizer_state"]
 
@@ -123,22 +115,6 @@ def copy_optimizer_state(source: torch.optim.Optimizer, target: torch.optim.Opti
                     target_state[key] = copy.deepcopy(value)
 
 
-def _embeddings(model: nn.Module) -> nn.Module:
-    """The module whose output the Generator reads: the encoder's embedding block (token, position and
-    type embeddings with their norm), or, for families that have none (EuroBERT: RoPE positions, no
-    embedding norm), the token embedding table."""
-    embeddings = getattr(getattr(model, "base_model", model), "embeddings", None)
-    if isinstance(embeddings, nn.Module):
-        return embeddings
-    tokens = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    if isinstance(tokens, nn.Module):
-        return tokens
-    raise UnsupportedModelError(
-        f"attendout: the Generator reads the embedding output, and {type(model).__name__} has neither a "
-        "base_model.embeddings module nor input embeddings"
-    )
-
-
 class AttendOutStrategy(TrainingStrategy):
     """Trains a Defender and an Attacker and plays the game every ``dropout_steps`` steps.
 
@@ -169,13 +145,16 @@ class AttendOutStrategy(TrainingStrategy):
         self.attacker: nn.Module = copy.deepcopy(self.defender)
         controller = install(self.attacker)
         controller.add(MaskSlot(config.layers))  # checks that the layers exist; guards A's forwards
-        self.layers = self._layers(controller)
+        self.layers = masked_layers(config, self.generation, controller, self.attacker)
 
         self.defender_optimizer, self.defender_scheduler = loop.optimizer, loop.scheduler
         self.optimizer, self.scheduler = loop.make_optimizer(self.attacker)
         self.scaler = torch.amp.GradScaler(loop.device.type, enabled=loop.autocast_dtype == torch.float16)
 
-        self.generator = self._make_generator(controller.num_layers, loop.device)
+        self.generator, self.embeddings, self.generator_share = make_generator(
+            config, self.attacker, self.defender, controller.num_layers, loop.device
+        )
+        self._embedding_args = set(inspect.signature(self.embeddings.forward).parameters)
         self.policy = GeneratorPolicy(
             self.generator, config, self.layers, seed=loop.seed + 2, distributed=loop.distributed
         )
@@ -186,7 +165,7 @@ class AttendOutStrategy(TrainingStrategy):
             raise ValueError(
                 f"attendout: reward 'correct' needs labels to be right or wrong; {self.task.name!r} is regression"
             )
-        self.source = self._validation_source(loop)
+        self.source = validation_source(config, loop)
         self.rng = torch.Generator().manual_seed(loop.seed + 1)  # the games' samples and the winner draws
         judge_order = torch.randperm(
             len(loop.validation), generator=torch.Generator().manual_seed(loop.data_seed)
@@ -199,81 +178,7 @@ class AttendOutStrategy(TrainingStrategy):
         self.games = self.attacker_wins = 0
         self._chosen: nn.Module = self.defender
         self._chosen_at: int | None = None
-        self._drop_sums: dict[str, torch.Tensor] = {}
-        self._drop_steps = 0
-        self._window: dict[str, list[float]] = defaultdict(list)
-
-    def _make_generator(self, num_layers: int, device: torch.device) -> Generator:
-        """G, reading the Attacker's embedding output (or, with ``generator_embeddings="own"``, its own
-        copy of the embedding block, trained with G); logs G's size against the model's."""
-        config = self.config
-        self.embeddings = _embeddings(self.attacker)
-        self._embedding_args = set(inspect.signature(self.embeddings.forward).parameters)
-        own = config.generator_embeddings == "own"
-        generator = Generator(
-            input_dim=self.attacker.get_input_embeddings().embedding_dim,
-            num_layers=num_layers,
-            width=config.generator_width,
-            init_drop=config.init_drop,
-            temperature=config.temperature,
-            embeddings=copy.deepcopy(self.embeddings).float() if own else None,
-        ).to(device)
-        size = sum(p.numel() for p in generator.parameters())
-        model_size = sum(p.numel() for p in self.defender.parameters())
-        self.generator_share = size / max(model_size, 1)
-        logger.info(
-            "attendout: the Generator has %d parameters, %.2g%% of the model's %d (%s embeddings, width %d; "
-            "paper 001: 1/3 of RoBERTa-base)",
-            size,
-            100 * self.generator_share,
-            model_size,
-            "its own" if own else "the Attacker's",
-            config.generator_width,
-        )
-        return generator
-
-    def _layers(self, controller: Any) -> list[int]:
-        """The layers G masks: the config's, or every layer; in a seq2seq model, the encoder's only.
-
-        G reads the source tokens and masks (B, L, L) scores over them; a seq2seq decoder attends over
-        the target, whose length differs, so its self-attention is out of G's reach (and the
-        cross-attention is never hooked).
-        """
-        layers = self.config.layers
-        if self.generation != SEQ2SEQ or not controller.family.stacks:
-            return list(layers) if layers is not None else list(range(controller.num_layers))
-        encoder = stack_sizes(self.attacker.config)[0]
-        if layers is None:
-            return list(range(encoder))
-        beyond = [layer for layer in layers if layer >= encoder]
-        if beyond:
-            raise ValueError(
-                f"attendout: layers {beyond} are decoder self-attention layers of {type(self.attacker).__name__} "
-                f"(layers 0..{encoder - 1} are its encoder's); on a seq2seq task the Generator reads the source "
-                "and masks the encoder's self-attention only: pick layers below "
-                f"{encoder}, or leave layers unset for all of them"
-            )
-        return list(layers)
-
-    def _validation_source(self, loop: LoopContext) -> Any:
-        name = self.config.validation_source
-        if name == CARVED:
-            data = loop.validation
-        elif name in loop.splits:
-            data = loop.splits[name]
-            logger.warning(
-                "attendout: the games score the evaluation split %r (paper 001's choice): the Generator "
-                "learns from data that is reported; the default 'validation' keeps it unseen",
-                name,
-            )
-        else:
-            known = ", ".join([CARVED, *loop.splits])
-            raise ValueError(
-                f"attendout: validation_source {name!r} is not a split of this run; splits: {known}"
-            )
-        if len(data) == 0:
-            raise ValueError(f"attendout: validation_source {name!r} is empty")
-        return data
+        self.statistics = StepStatistics()
 
     # training ---------------------------------------------------------------------------------
     def after_step(self, micro_batches: list[dict[str, torch.Tensor]], step: StepInfo) -> None:
@@ -312,20 +217,11 @@ class AttendOutStrategy(TrainingStrategy):
         )
 
         self.cache.append(CachedAction(inputs, sample.masks))
-        self._record_step(sample, attacker_loss)
-        if self.steps_since_game >= self.config.dropout_steps:
-            self.play()
-
-    def _record_step(self, sample: GeneratorSample, attacker_loss: float) -> None:
-        """Count one step of A and add its drop probabilities and loss to the statistics of :meth:`stats`."""
-        for key, probs in ((DROP_PROB_KEY, sample.policy_prob), (EXPLORED_PROB_KEY, sample.drop_prob)):
-            for layer, p in probs.items():
-                name = key.format(layer=layer)
-                self._drop_sums[name] = self._drop_sums.get(name, 0) + p
-        self._drop_steps += 1
-        self._window["loss_attacker"].append(attacker_loss)
+        self.statistics.record_step(sample, attacker_loss)
         self.steps_done += 1
         self.steps_since_game += 1
+        if self.steps_since_game >= self.config.dropout_steps:
+            self.play()
 
     @torch.no_grad()
     def generator_input(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
@@ -365,8 +261,8 @@ class AttendOutStrategy(TrainingStrategy):
         self.reinitialise(outcome.keep_attacker)
         self.cache.clear()
         self.steps_since_game = 0
-        for key, value in (*learned.items(), *outcome.statistics().items()):
-            self._window[key].append(value)
+        self.statistics.add(learned)
+        self.statistics.add(outcome.statistics())
 
     @torch.no_grad()
     def score(self, model: nn.Module, data: Any, indices: list[int]) -> GameScores:
@@ -377,37 +273,8 @@ class AttendOutStrategy(TrainingStrategy):
         predicted right), with ``metric`` the per-token perplexity of the samples.
         """
         if self.generation is not None:
-            return self._score_generation(model, data, indices)
-        model.eval()
-        loop = self.loop
-        per_sample: list[torch.Tensor] = []
-        predictions: list[Any] = []
-        golds: list[Any] = []
-        for start in range(0, len(indices), loop.eval_batch_size):
-            batch = data.batch(indices[start : start + loop.eval_batch_size])
-            labels = batch.pop("labels").to(loop.device)
-            with loop.autocast():
-                logits = model(**{k: v.to(loop.device) for k, v in batch.items()}).logits.float()
-            scores, predicted, gold = batch_scores(logits, labels, self.task.kind, self.config.reward)
-            per_sample.append(scores)
-            predictions += predicted
-            golds += gold
-        return collect_scores(per_sample, predictions, golds, self.task)
-
-    def _score_generation(self, model: nn.Module, data: Any, indices: list[int]) -> GameScores:
-        model.eval()
-        loop = self.loop
-        per_sample, likelihoods, counts = [], [], []
-        for start in range(0, len(indices), loop.eval_batch_size):
-            batch = data.batch(indices[start : start + loop.eval_batch_size])
-            batch = {k: v.to(loop.device) for k, v in batch.items()}  # labels too: a decoder reads them
-            with loop.autocast():
-                logits = model(**batch).logits
-            likelihood, hits, count = label_log_likelihood(logits, batch, self.generation)
-            per_sample.append(hits if self.config.reward == "correct" else likelihood)
-            likelihoods.append(likelihood)
-            counts.append(count)
-        return GameScores(torch.cat(per_sample).cpu(), perplexity(likelihoods, counts))
+            return score_generation(model, data, indices, self.loop, self.generation, self.config.reward)
+        return score_classifier(model, data, indices, self.loop, self.task, self.config.reward)
 
     def pick_attacker(self, gap: float, error: float) -> tuple[bool, float]:
         """Sample the winner by :func:`~.game.pick_winner` with a draw of the games' generator: whether A
@@ -443,7 +310,7 @@ class AttendOutStrategy(TrainingStrategy):
             "cache": [(action.inputs, action.masks) for action in self.cache],
             "counters": (self.steps_since_game, self.games, self.attacker_wins, self.steps_done),
             "chosen": ("attacker" if self._chosen is self.attacker else "defender", self._chosen_at),
-            "window": (self._drop_sums, self._drop_steps, dict(self._window)),
+            "window": self.statistics.state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -458,27 +325,18 @@ class AttendOutStrategy(TrainingStrategy):
         self.steps_since_game, self.games, self.attacker_wins, self.steps_done = state["counters"]
         chosen, self._chosen_at = state["chosen"]
         self._chosen = self.attacker if chosen == "attacker" else self.defender
-        self._drop_sums, self._drop_steps, window = state["window"]
-        self._window = defaultdict(list, window)
+        self.statistics.load(state["window"])
 
     # the loop's other calls -------------------------------------------------------------------
     def stats(self) -> dict[str, float]:
         """Mean drop probability per layer since the last call, at the policy's mean rates (Figure 3) and at
         the games' explored rates, and the games' statistics."""
-        out: dict[str, float] = {}
-        if self._drop_steps:
-            for name, total in sorted(self._drop_sums.items()):
-                out[name] = (total / self._drop_steps).item()
-        for key, values in self._window.items():
-            if values:
-                out[f"attendout/{key}"] = float(np.mean([float(v) for v in values]))
+        out = self.statistics.take()
         if self.games:
             out["attendout/games"] = self.games
             out["attendout/generator_updates"] = self.policy.updates  # games - 1: the first sets b
             out["attendout/win_rate"] = self.attacker_wins / self.games  # A's share of the games so far
             out["attendout/baseline"] = self.policy.baseline.value
-        self._drop_sums, self._drop_steps = {}, 0
-        self._window = defaultdict(list)
         return out
 
     def eval_model(self) -> nn.Module:
