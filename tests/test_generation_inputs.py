@@ -13,23 +13,7 @@ import pytest
 from attendout.config import TrainConfig
 from attendout.run.limits import LimitError
 from attendout.run.train import finetune
-
-SENTENCES = [
-    "the cat sat on the mat",
-    "the dog sat on the log",
-    "a bird flew over the house",
-    "the cat ran after the dog",
-    "a dog ran over the mat",
-    "the bird sat on the house",
-]
-GERMAN = [
-    "die katze sass auf der matte",
-    "der hund sass auf dem holz",
-    "ein vogel flog ueber das haus",
-    "die katze lief dem hund nach",
-    "ein hund lief ueber die matte",
-    "der vogel sass auf dem haus",
-]
+from test_generation import GERMAN, SENTENCES  # the tiny parallel corpus both files train on
 
 
 @pytest.fixture
