@@ -47,7 +47,7 @@ from ..run.folder import LOG_FILE, RunDir, write_json_atomic
 from ..run.interrupt import check as raise_if_stopped
 from ..run.lock import RunBusyError, RunLock
 from ..run.train import finetune
-from .answer import verdict
+from .answer import Verdict, verdict
 from .confirm import (
     Confirmation,
     confirm_experiment,
@@ -327,8 +327,6 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
 
 def advise(config: AdviseConfig) -> Advice:
     """Run (or resume) every stage up to ``config.until``; see the module docstring."""
-    from ..bench.spec import config_fingerprint
-
     _check_identity(config)
     if config.until != "regime":  # the storage opens (a bad URL, a missing driver) before anything trains
         from .storage import open_storage
@@ -341,7 +339,30 @@ def advise(config: AdviseConfig) -> Advice:
         config.echo(
             f"advise: regime: not probed; the budget is the {budget} epoch(s) given (--probe reads it)"
         )
-    plan = SearchPlan(
+    plan = _search_plan(config, budget, steps_per_epoch, metric)
+    files: dict[str, Path] = {}
+    if config.until == "regime":
+        return Advice(regime, {}, None, regime.sentence if regime else "regime: not probed", None, files)
+    searches = run_search(plan)
+    noise = search_noise(plan, searches)
+    config.echo(f"advise: {noise.sentence(_scale(metric))}")
+    tuned = {m: s.options for m, s in searches.items() if s.options is not None}
+    for m, s in searches.items():
+        if s.options is None:
+            config.echo(f"advise: search: {m} has no finished trial; it is left out of the confirmation")
+    searched = ", ".join(f"{m}: {s.finished} trials" for m, s in searches.items())
+    if config.until == "search" or not tuned:
+        sentence = f"search: {searched}" + ("" if tuned else "; no method has a finished trial to confirm")
+        return Advice(regime, searches, None, sentence, None, files, noise)
+    confirmation = _confirm(config, plan, searches, tuned)
+    if config.until == "confirm":
+        return Advice(regime, searches, confirmation, "confirmed; run the answer stage", None, files, noise)
+    return _answer(config, plan, regime, searches, noise, confirmation, tuned)
+
+
+def _search_plan(config: AdviseConfig, budget: int, steps_per_epoch: int, metric: str) -> SearchPlan:
+    """Stage 2's plan: the study's search options, at the budget the regime stage chose."""
+    return SearchPlan(
         base=_search_recipe(config.recipe),
         out=config.out,
         storage=config.storage_url,
@@ -364,20 +385,17 @@ def advise(config: AdviseConfig) -> Advice:
         progress=config.progress,
         echo=config.echo,
     )
-    files: dict[str, Path] = {}
-    if config.until == "regime":
-        return Advice(regime, {}, None, regime.sentence if regime else "regime: not probed", None, files)
-    searches = run_search(plan)
-    noise = search_noise(plan, searches)
-    config.echo(f"advise: {noise.sentence(_scale(metric))}")
-    tuned = {m: s.options for m, s in searches.items() if s.options is not None}
-    for m, s in searches.items():
-        if s.options is None:
-            config.echo(f"advise: search: {m} has no finished trial; it is left out of the confirmation")
-    searched = ", ".join(f"{m}: {s.finished} trials" for m, s in searches.items())
-    if config.until == "search" or not tuned:
-        sentence = f"search: {searched}" + ("" if tuned else "; no method has a finished trial to confirm")
-        return Advice(regime, searches, None, sentence, None, files, noise)
+
+
+def _confirm(
+    config: AdviseConfig,
+    plan: SearchPlan,
+    searches: dict[str, MethodSearch],
+    tuned: dict[str, dict[str, Any]],
+) -> Confirmation:
+    """Stage 3: the searched settings against plain fine-tuning on fresh seeds (``config.seeds``, or as many
+    as a pilot's noise asks for), run (or resumed) and read."""
+    budget, steps_per_epoch = plan.epochs, plan.steps_per_epoch
     tuning = (
         f"attendout advise: each method's setting searched with Optuna ({config.sampler}, up to {config.trials} "
         f"trials, search seeds {', '.join(map(str, plan.seeds))}, objective {config.objective}) on the validation "
@@ -411,10 +429,7 @@ def advise(config: AdviseConfig) -> Advice:
         pilot=confirm,
         echo=config.echo,
     )
-    confirmation = confirm(seeds)
-    if config.until == "confirm":
-        return Advice(regime, searches, confirmation, "confirmed; run the answer stage", None, files, noise)
-    return _answer(config, plan, regime, searches, noise, confirmation, tuned)
+    return confirm(seeds)
 
 
 def _scale(metric: str) -> float:
@@ -432,67 +447,35 @@ def _answer(
     confirmation: Confirmation,
     tuned: dict[str, dict[str, Any]],
 ) -> Advice:
+    """Stage 4: the verdict, and the files that give it: the settings, advice.png, advice.md, advice.json."""
+    from ..run.folder import write_text_atomic
     from ..version import __version__
 
     out = config.out
-    budget, steps_per_epoch = plan.epochs, plan.steps_per_epoch
     trend = plain_trend(config, plan, regime)
     v = verdict(confirmation, config.alpha, detect=config.detect, trend=trend)
     recipe = config.recipe
     header = f"attendout advise {__version__}: {recipe.task} with {recipe.model}\n{v.sentence}"
-    files: dict[str, Path] = {}
-    for method, options in tuned.items():
-        files[f"tuned/{method}.toml"] = write_setting(
-            out / "tuned" / f"{method}.toml", method, options, budget, f"{method} as advise tuned it"
-        )
-    winner = v.winner
-    files["advice.toml"] = write_setting(
-        out / "advice.toml",
-        winner.method if winner else "none",
-        winner.options if winner else {},
-        budget,
-        header,
-    )
+    files = _write_settings(out, tuned, v, plan.epochs, header)
     title = f"attendout advise: {recipe.task}, {recipe.model}"
     files["advice.png"] = advice_figure(
         out / "advice.png", confirmation, searches, list(config.methods), title, config.objective, noise.se
     )
-    description = _model_description(confirmation)
-    probe = "" if regime is not None else " (given, not probed)"
-    provenance = [
-        f"Task {recipe.task}; model {description}; budget {budget} epochs{probe} of batch {recipe.batch_size} "
-        f"({steps_per_epoch} steps each), lr {recipe.learning_rate:g}, max length {recipe.max_length}.",
-        f"Search: seeds {', '.join(map(str, plan.seeds))}, objective {config.objective}, validation split carved "
-        f"from train ({recipe.validation_split:g} of it); confirmation: seeds "
-        f"{', '.join(map(str, confirmation.seeds))}, scored on {confirmation.split}.",
-        noise.sentence(_scale(confirmation.metric)),
-        f"Device: {_device(confirmation)}.",
-    ]
-    described = {
-        "advice.toml": "the answer: `attendout finetune --config advice.toml ...` or "
-        "`attendout.apply(model, attendout.load_config('advice.toml'))`",
-        "tuned/METHOD.toml": "each method at its searched setting, in the same form",
-        "advice.png": "left: Δ per method with intervals; right: the search's scores by setting",
-        "confirm.toml": f"the confirmation grid: `attendout table {out / 'confirm.toml'} --results {out / 'confirm'}`",
-        "search.db": f"the Optuna studies (one per method); search/none/: {confirmation.plain} at the search seeds"
-        + (f"; regime.png: {confirmation.plain}'s curves" if regime is not None else ""),
-    }
     md = advice_markdown(
         title=title,
         verdict=v,
         regime=regime,
         searches=searches,
         confirmation=confirmation,
-        provenance=provenance,
-        files=described,
+        provenance=_provenance(config, plan, regime, noise, confirmation),
+        files=_described_files(out, regime, confirmation),
         commands=[config.command or "attendout.advise.advise(AdviseConfig(...)) from Python"],
         noise=noise,
         trend=trend,
     )
-    from ..run.folder import write_text_atomic
-
     write_text_atomic(out / "advice.md", md)
     files["advice.md"] = out / "advice.md"
+    winner = v.winner
     write_json_atomic(
         out / "advice.json",
         {
@@ -519,6 +502,63 @@ def _answer(
         noise,
         v.answered,
     )
+
+
+def _write_settings(
+    out: Path, tuned: dict[str, dict[str, Any]], v: Verdict, budget: int, header: str
+) -> dict[str, Path]:
+    """Every method at its searched setting (tuned/METHOD.toml), and the answer's (advice.toml: the
+    winner, or none), each a config file for ``attendout finetune --config``."""
+    files: dict[str, Path] = {}
+    for method, options in tuned.items():
+        files[f"tuned/{method}.toml"] = write_setting(
+            out / "tuned" / f"{method}.toml", method, options, budget, f"{method} as advise tuned it"
+        )
+    winner = v.winner
+    files["advice.toml"] = write_setting(
+        out / "advice.toml",
+        winner.method if winner else "none",
+        winner.options if winner else {},
+        budget,
+        header,
+    )
+    return files
+
+
+def _provenance(
+    config: AdviseConfig,
+    plan: SearchPlan,
+    regime: RegimeReading | None,
+    noise: SearchNoise,
+    confirmation: Confirmation,
+) -> list[str]:
+    """advice.md's sentences on how the answer was reached: recipe and budget, seeds and splits, the
+    search's noise, the device."""
+    recipe = config.recipe
+    description = _model_description(confirmation)
+    probe = "" if regime is not None else " (given, not probed)"
+    return [
+        f"Task {recipe.task}; model {description}; budget {plan.epochs} epochs{probe} of batch {recipe.batch_size} "
+        f"({plan.steps_per_epoch} steps each), lr {recipe.learning_rate:g}, max length {recipe.max_length}.",
+        f"Search: seeds {', '.join(map(str, plan.seeds))}, objective {config.objective}, validation split carved "
+        f"from train ({recipe.validation_split:g} of it); confirmation: seeds "
+        f"{', '.join(map(str, confirmation.seeds))}, scored on {confirmation.split}.",
+        noise.sentence(_scale(confirmation.metric)),
+        f"Device: {_device(confirmation)}.",
+    ]
+
+
+def _described_files(out: Path, regime: RegimeReading | None, confirmation: Confirmation) -> dict[str, str]:
+    """advice.md's list of the study's files, each with what it holds."""
+    return {
+        "advice.toml": "the answer: `attendout finetune --config advice.toml ...` or "
+        "`attendout.apply(model, attendout.load_config('advice.toml'))`",
+        "tuned/METHOD.toml": "each method at its searched setting, in the same form",
+        "advice.png": "left: Δ per method with intervals; right: the search's scores by setting",
+        "confirm.toml": f"the confirmation grid: `attendout table {out / 'confirm.toml'} --results {out / 'confirm'}`",
+        "search.db": f"the Optuna studies (one per method); search/none/: {confirmation.plain} at the search seeds"
+        + (f"; regime.png: {confirmation.plain}'s curves" if regime is not None else ""),
+    }
 
 
 def _model_description(confirmation: Confirmation) -> str:
