@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from attendout import train
 from attendout.cli import main
+from attendout.run import train
 from attendout.run.checkpoints import single_class
 from conftest import toy_cli_args, toy_train_config
 
