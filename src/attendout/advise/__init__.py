@@ -5,10 +5,11 @@ See :mod:`attendout.advise.study` for the stages and the output folder.
 
 from .answer import Verdict, verdict
 from .confirm import Confirmation, ConfirmRow
+from .options import STAGES, AdviseConfig
 from .regime import RegimeReading, Trend, choose_budget, read_regime, read_trend
 from .search import MethodSearch
 from .spaces import DEFAULT_METHODS, SEARCH_SPACES, Range, search_space
-from .study import STAGES, Advice, AdviseConfig, advise
+from .study import Advice, advise
 
 __all__ = [
     "DEFAULT_METHODS",

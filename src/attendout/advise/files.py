@@ -181,6 +181,16 @@ def advice_figure(
     """Left: Δ per method with its intervals (confirmation). Right: the search's validation score by rate."""
     fig = Figure(figsize=(11, 0.45 * max(3, len(methods)) + 2.2), layout="constrained")
     left, right = fig.subplots(1, 2)
+    _confirmation_panel(left, confirmation, methods)
+    _search_panel(right, searches, methods, confirmation.metric, objective, se)
+    fig.suptitle(title, fontsize=10)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    return out
+
+
+def _confirmation_panel(left: Any, confirmation: Confirmation, methods: Sequence[str]) -> None:
+    """The figure's left panel: each method's Δ to none on fresh seeds, its intervals and p_Holm."""
     rows = {r.method: r for r in confirmation.rows}
     m = confirmation.metric
     k = metric_scale(m)
@@ -215,6 +225,17 @@ def advice_figure(
         fontsize=9,
     )
     left.grid(axis="x", alpha=0.3)
+
+
+def _search_panel(
+    right: Any,
+    searches: dict[str, MethodSearch],
+    methods: Sequence[str],
+    m: str,
+    objective: str,
+    se: float | None,
+) -> None:
+    """The figure's right panel: each method's trials, objective by its searched rate, and the one chosen."""
     any_log = False
     up = objective != "delta-loss" and higher_is_better(m)
     rates = any(not isinstance(next(iter(search_space(m).values())), Choice) for m in methods)
@@ -226,39 +247,7 @@ def advice_figure(
         if isinstance(rng, Choice) and rates:
             continue  # a choice (synthesizer's variant) has no place on a rate axis; its table row has it
         any_log |= rng.log
-        colour = method_colour(i + 1, False)
-        done = [
-            t
-            for t in s.trials
-            if t["state"] == "COMPLETE" and t["value"] is not None and option in t["params"]
-        ]
-        pruned = [t for t in s.trials if t["state"] == "PRUNED" and t["by_epoch"] and option in t["params"]]
-        if se is not None and math.isfinite(se) and done:  # the objective's standard error, measured
-            right.errorbar(
-                [t["params"][option] for t in done],
-                [t["value"] for t in done],
-                yerr=se,
-                fmt="none",
-                ecolor=colour,
-                alpha=0.5,
-                capsize=3,
-            )
-        right.plot(
-            [t["params"][option] for t in done],
-            [t["value"] for t in done],
-            "o",
-            color=colour,
-            label=f"{method} ({option})",
-        )
-        right.plot(
-            [t["params"][option] for t in pruned],
-            [(max if up else min)(t["by_epoch"].values()) for t in pruned],
-            "o",
-            mfc="none",
-            color=colour,
-        )
-        if s.options is not None and s.value is not None:
-            right.plot([s.options[option]], [s.value], "*", markersize=13, color=colour, mec="black")
+        _plot_trials(right, s, option, method_colour(i + 1, False), f"{method} ({option})", up, se)
     if any_log:
         from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
@@ -276,10 +265,39 @@ def advice_figure(
     right.grid(alpha=0.3)
     if right.lines:
         right.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    return out
+
+
+def _plot_trials(
+    right: Any, s: MethodSearch, option: str, colour: Any, label: str, up: bool, se: float | None
+) -> None:
+    """One method's trials on the search panel: complete (filled, ± ``se``), pruned (hollow, at their best
+    epoch so far) and the chosen setting (a star)."""
+    done = [
+        t for t in s.trials if t["state"] == "COMPLETE" and t["value"] is not None and option in t["params"]
+    ]
+    pruned = [t for t in s.trials if t["state"] == "PRUNED" and t["by_epoch"] and option in t["params"]]
+    if se is not None and math.isfinite(se) and done:  # the objective's standard error, measured
+        right.errorbar(
+            [t["params"][option] for t in done],
+            [t["value"] for t in done],
+            yerr=se,
+            fmt="none",
+            ecolor=colour,
+            alpha=0.5,
+            capsize=3,
+        )
+    right.plot(
+        [t["params"][option] for t in done], [t["value"] for t in done], "o", color=colour, label=label
+    )
+    right.plot(
+        [t["params"][option] for t in pruned],
+        [(max if up else min)(t["by_epoch"].values()) for t in pruned],
+        "o",
+        mfc="none",
+        color=colour,
+    )
+    if s.options is not None and s.value is not None:
+        right.plot([s.options[option]], [s.value], "*", markersize=13, color=colour, mec="black")
 
 
 def write_setting(path: Path, method: str, options: dict[str, Any], epochs: int, header: str) -> Path:

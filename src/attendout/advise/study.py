@@ -36,8 +36,8 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ from ..run.folder import LOG_FILE, RunDir, write_json_atomic
 from ..run.interrupt import check as raise_if_stopped
 from ..run.lock import RunBusyError, RunLock
 from ..run.train import finetune
-from .answer import verdict
+from .answer import Verdict, verdict
 from .confirm import (
     Confirmation,
     confirm_experiment,
@@ -58,164 +58,14 @@ from .confirm import (
     write_experiment,
 )
 from .files import advice_figure, advice_markdown, write_setting
-from .objective import OBJECTIVES, SearchNoise, search_noise, search_seeds
+from .objective import SearchNoise, search_noise
+from .options import STAGES, AdviseConfig
 from .regime import RegimeReading, read_regime
 from .search import MethodSearch, SearchPlan, epoch_run, run_search
 from .seeds import choose as choose_seeds
-from .spaces import DEFAULT_METHODS, search_space
 from .trend import plain_trend
 
 __all__ = ["STAGES", "AdviseConfig", "Advice", "advise"]
-
-STAGES = ("regime", "search", "confirm", "answer")
-
-
-@dataclass
-class AdviseConfig:
-    """A study: the recipe (task, model, data, optimiser) and how much to search and confirm."""
-
-    recipe: TrainConfig
-    output_dir: str = "advice"
-    methods: Sequence[str] = DEFAULT_METHODS
-    #: per method, options held fixed while its strength is searched (e.g. addrop: attribution "ga")
-    fixed_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    regime_epochs: int = 12
-    regime_run: str | None = None  # read plain fine-tuning's curves from this finished run instead
-    epochs: int | None = None  # the budget, instead of the one the regime stage reads
-    probe: bool | None = None  # run the regime probe (default: only when ``epochs`` is not given)
-    trials: int = 8  # per method
-    hours: float | None = None  # search time budget: summed time of finished trials, all invocations
-    sampler: str = "tpe"  # or "grid"
-    pruning: bool = True
-    storage: str | None = None  # Optuna storage URL; default sqlite:///OUTPUT/search.db
-    search_seed: int = 0
-    search_repeats: int = 2  # seeds per trial: search_seed, search_seed + 1000, ...
-    objective: str = "delta"  # attendout.advise.search.OBJECTIVES
-    #: confirmation seeds, never a search seed; "auto": a pilot's 5, then as many as detect ``detect`` (.seeds)
-    seeds: Sequence[int] | str = (1, 2, 3, 4, 5)
-    #: the smallest gain a user cares about, on the metric's scale (:mod:`.scales`): 0.02 is 2 points of
-    #: accuracy, 2.0 is 2 BLEU, 0.02 is a 2% fall of perplexity; default 2 points (or 2%)
-    detect: float | None = None
-    confirm_hours: float | None = None  # with seeds="auto": at most this much confirmation training
-    max_seeds: int = 20  # with seeds="auto"
-    #: a results root (e.g. an earlier `attendout bench` grid) whose finished runs with a confirmation
-    #: cell's exact configuration (fingerprint, seed included) are copied in instead of retrained
-    reuse_runs: str | None = None
-    alpha: float = 0.05
-    until: str = "answer"  # the last stage to run
-    stale_after: float = 900.0
-    poll: float = 30.0  # seconds between looks at the trials other processes run (search)
-    progress: bool = True
-    echo: Callable[[str], None] = print
-    command: str = ""  # the command line that made the study, for advice.md
-
-    def __post_init__(self) -> None:
-        self.methods = tuple(dict.fromkeys(self.methods))
-        if not self.methods:
-            raise ValueError("advise needs at least one method to compare with plain fine-tuning")
-        for method in self.methods:
-            search_space(method)  # a method without a searchable strength: a clear error now
-        unknown = sorted(set(self.fixed_options) - set(self.methods))
-        if unknown:
-            raise ValueError(
-                f"fixed options for {unknown[0]!r}, which is not among the methods {list(self.methods)}"
-            )
-        for method in self.methods:
-            searched = set(self.fixed_options.get(method, {})) & set(search_space(method))
-            if searched:
-                raise ValueError(
-                    f"{method}: option {sorted(searched)[0]!r} is searched; it cannot also be fixed"
-                )
-            if self.fixed_options.get(method):  # a typo or a bad value: now, not after the probe
-                from ..methods.registry import get_method_config
-
-                try:
-                    get_method_config(method, **self.fixed_options[method])
-                except (TypeError, ValueError) as error:
-                    raise ValueError(f"--method-option {method}.*: {error}") from None
-        if isinstance(self.seeds, str):
-            if self.seeds != "auto":
-                raise ValueError(f"advise: seeds must be a list of seeds or 'auto', got {self.seeds!r}")
-        else:
-            self.seeds = tuple(self.seeds)
-        checks = [
-            (self.trials >= 1, "trials", self.trials, "at least 1"),
-            (self.hours is None or self.hours > 0, "hours", self.hours, "positive"),
-            (self.sampler in ("tpe", "grid"), "sampler", self.sampler, "tpe or grid"),
-            (self.regime_epochs >= 2, "regime_epochs", self.regime_epochs, "at least 2"),
-            (self.epochs is None or self.epochs >= 1, "epochs", self.epochs, "at least 1"),
-            (
-                self.seeds == "auto" or len(self.seeds) >= 2,
-                "seeds",
-                self.seeds,
-                "at least 2 seeds (a paired test needs them)",
-            ),
-            (
-                self.seeds == "auto" or len(set(self.seeds)) == len(self.seeds),
-                "seeds",
-                self.seeds,
-                "distinct",
-            ),
-            (self.search_repeats >= 1, "search_repeats", self.search_repeats, "at least 1"),
-            (self.objective in OBJECTIVES, "objective", self.objective, " or ".join(OBJECTIVES)),
-            (self.detect is None or self.detect > 0, "detect", self.detect, "positive"),
-            (
-                self.confirm_hours is None or self.confirm_hours > 0,
-                "confirm_hours",
-                self.confirm_hours,
-                "positive",
-            ),
-            (self.max_seeds >= 2, "max_seeds", self.max_seeds, "at least 2"),
-            (0 < self.alpha < 1, "alpha", self.alpha, "in (0, 1)"),
-            (self.until in STAGES, "until", self.until, " or ".join(STAGES)),
-        ]
-        for ok, name, value, rule in checks:
-            if not ok:
-                raise ValueError(f"advise: {name} must be {rule}, got {value!r}")
-        taken = set(search_seeds(self.search_seed, self.search_repeats))
-        if self.seeds != "auto" and taken & set(self.seeds):
-            raise ValueError(
-                f"advise: the confirmation seeds {list(self.seeds)} include the search seed "
-                f"{min(taken & set(self.seeds))} (search seeds: {sorted(taken)}): a setting must be confirmed "
-                "on runs it was not chosen on"
-            )
-        if self.probe is False and self.epochs is None and self.regime_run is None:
-            raise ValueError("advise: without the regime probe the budget must be given (epochs)")
-        if self.recipe.method != "none":
-            raise ValueError(
-                f"advise: the recipe's method must be none (the methods are {list(self.methods)})"
-            )
-
-    @property
-    def probes(self) -> bool:
-        """Whether the regime stage reads a plain run's curves (trained, or ``regime_run``)."""
-        if self.regime_run is not None:
-            return True
-        return self.epochs is None if self.probe is None else self.probe
-
-    @property
-    def out(self) -> Path:
-        return Path(self.output_dir)
-
-    @property
-    def storage_url(self) -> str:
-        return self.storage or f"sqlite:///{(self.out / 'search.db').resolve()}"
-
-    def identity(self) -> dict[str, Any]:
-        """What the stored results depend on: a rerun with other values would mix two studies."""
-        return {
-            "recipe": config_fingerprint(self.recipe),
-            "task": self.recipe.task,
-            "model": self.recipe.model,
-            "search_seed": self.search_seed,
-            "sampler": self.sampler,
-            "regime_epochs": self.regime_epochs if self.regime_run is None and self.probes else None,
-            "regime_run": self.regime_run,
-            "epochs": self.epochs,
-            "search_repeats": self.search_repeats,
-            "objective": self.objective,
-            "fixed_options": self.fixed_options,
-        }
 
 
 @dataclass
@@ -327,8 +177,6 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
 
 def advise(config: AdviseConfig) -> Advice:
     """Run (or resume) every stage up to ``config.until``; see the module docstring."""
-    from ..bench.spec import config_fingerprint
-
     _check_identity(config)
     if config.until != "regime":  # the storage opens (a bad URL, a missing driver) before anything trains
         from .storage import open_storage
@@ -341,7 +189,30 @@ def advise(config: AdviseConfig) -> Advice:
         config.echo(
             f"advise: regime: not probed; the budget is the {budget} epoch(s) given (--probe reads it)"
         )
-    plan = SearchPlan(
+    plan = _search_plan(config, budget, steps_per_epoch, metric)
+    files: dict[str, Path] = {}
+    if config.until == "regime":
+        return Advice(regime, {}, None, regime.sentence if regime else "regime: not probed", None, files)
+    searches = run_search(plan)
+    noise = search_noise(plan, searches)
+    config.echo(f"advise: {noise.sentence(_scale(metric))}")
+    tuned = {m: s.options for m, s in searches.items() if s.options is not None}
+    for m, s in searches.items():
+        if s.options is None:
+            config.echo(f"advise: search: {m} has no finished trial; it is left out of the confirmation")
+    searched = ", ".join(f"{m}: {s.finished} trials" for m, s in searches.items())
+    if config.until == "search" or not tuned:
+        sentence = f"search: {searched}" + ("" if tuned else "; no method has a finished trial to confirm")
+        return Advice(regime, searches, None, sentence, None, files, noise)
+    confirmation = _confirm(config, plan, searches, tuned)
+    if config.until == "confirm":
+        return Advice(regime, searches, confirmation, "confirmed; run the answer stage", None, files, noise)
+    return _answer(config, plan, regime, searches, noise, confirmation, tuned)
+
+
+def _search_plan(config: AdviseConfig, budget: int, steps_per_epoch: int, metric: str) -> SearchPlan:
+    """Stage 2's plan: the study's search options, at the budget the regime stage chose."""
+    return SearchPlan(
         base=_search_recipe(config.recipe),
         out=config.out,
         storage=config.storage_url,
@@ -364,20 +235,17 @@ def advise(config: AdviseConfig) -> Advice:
         progress=config.progress,
         echo=config.echo,
     )
-    files: dict[str, Path] = {}
-    if config.until == "regime":
-        return Advice(regime, {}, None, regime.sentence if regime else "regime: not probed", None, files)
-    searches = run_search(plan)
-    noise = search_noise(plan, searches)
-    config.echo(f"advise: {noise.sentence(_scale(metric))}")
-    tuned = {m: s.options for m, s in searches.items() if s.options is not None}
-    for m, s in searches.items():
-        if s.options is None:
-            config.echo(f"advise: search: {m} has no finished trial; it is left out of the confirmation")
-    searched = ", ".join(f"{m}: {s.finished} trials" for m, s in searches.items())
-    if config.until == "search" or not tuned:
-        sentence = f"search: {searched}" + ("" if tuned else "; no method has a finished trial to confirm")
-        return Advice(regime, searches, None, sentence, None, files, noise)
+
+
+def _confirm(
+    config: AdviseConfig,
+    plan: SearchPlan,
+    searches: dict[str, MethodSearch],
+    tuned: dict[str, dict[str, Any]],
+) -> Confirmation:
+    """Stage 3: the searched settings against plain fine-tuning on fresh seeds (``config.seeds``, or as many
+    as a pilot's noise asks for), run (or resumed) and read."""
+    budget, steps_per_epoch = plan.epochs, plan.steps_per_epoch
     tuning = (
         f"attendout advise: each method's setting searched with Optuna ({config.sampler}, up to {config.trials} "
         f"trials, search seeds {', '.join(map(str, plan.seeds))}, objective {config.objective}) on the validation "
@@ -411,10 +279,7 @@ def advise(config: AdviseConfig) -> Advice:
         pilot=confirm,
         echo=config.echo,
     )
-    confirmation = confirm(seeds)
-    if config.until == "confirm":
-        return Advice(regime, searches, confirmation, "confirmed; run the answer stage", None, files, noise)
-    return _answer(config, plan, regime, searches, noise, confirmation, tuned)
+    return confirm(seeds)
 
 
 def _scale(metric: str) -> float:
@@ -432,67 +297,35 @@ def _answer(
     confirmation: Confirmation,
     tuned: dict[str, dict[str, Any]],
 ) -> Advice:
+    """Stage 4: the verdict, and the files that give it: the settings, advice.png, advice.md, advice.json."""
+    from ..run.folder import write_text_atomic
     from ..version import __version__
 
     out = config.out
-    budget, steps_per_epoch = plan.epochs, plan.steps_per_epoch
     trend = plain_trend(config, plan, regime)
     v = verdict(confirmation, config.alpha, detect=config.detect, trend=trend)
     recipe = config.recipe
     header = f"attendout advise {__version__}: {recipe.task} with {recipe.model}\n{v.sentence}"
-    files: dict[str, Path] = {}
-    for method, options in tuned.items():
-        files[f"tuned/{method}.toml"] = write_setting(
-            out / "tuned" / f"{method}.toml", method, options, budget, f"{method} as advise tuned it"
-        )
-    winner = v.winner
-    files["advice.toml"] = write_setting(
-        out / "advice.toml",
-        winner.method if winner else "none",
-        winner.options if winner else {},
-        budget,
-        header,
-    )
+    files = _write_settings(out, tuned, v, plan.epochs, header)
     title = f"attendout advise: {recipe.task}, {recipe.model}"
     files["advice.png"] = advice_figure(
         out / "advice.png", confirmation, searches, list(config.methods), title, config.objective, noise.se
     )
-    description = _model_description(confirmation)
-    probe = "" if regime is not None else " (given, not probed)"
-    provenance = [
-        f"Task {recipe.task}; model {description}; budget {budget} epochs{probe} of batch {recipe.batch_size} "
-        f"({steps_per_epoch} steps each), lr {recipe.learning_rate:g}, max length {recipe.max_length}.",
-        f"Search: seeds {', '.join(map(str, plan.seeds))}, objective {config.objective}, validation split carved "
-        f"from train ({recipe.validation_split:g} of it); confirmation: seeds "
-        f"{', '.join(map(str, confirmation.seeds))}, scored on {confirmation.split}.",
-        noise.sentence(_scale(confirmation.metric)),
-        f"Device: {_device(confirmation)}.",
-    ]
-    described = {
-        "advice.toml": "the answer: `attendout finetune --config advice.toml ...` or "
-        "`attendout.apply(model, attendout.load_config('advice.toml'))`",
-        "tuned/METHOD.toml": "each method at its searched setting, in the same form",
-        "advice.png": "left: Δ per method with intervals; right: the search's scores by setting",
-        "confirm.toml": f"the confirmation grid: `attendout table {out / 'confirm.toml'} --results {out / 'confirm'}`",
-        "search.db": f"the Optuna studies (one per method); search/none/: {confirmation.plain} at the search seeds"
-        + (f"; regime.png: {confirmation.plain}'s curves" if regime is not None else ""),
-    }
     md = advice_markdown(
         title=title,
         verdict=v,
         regime=regime,
         searches=searches,
         confirmation=confirmation,
-        provenance=provenance,
-        files=described,
+        provenance=_provenance(config, plan, regime, noise, confirmation),
+        files=_described_files(out, regime, confirmation),
         commands=[config.command or "attendout.advise.advise(AdviseConfig(...)) from Python"],
         noise=noise,
         trend=trend,
     )
-    from ..run.folder import write_text_atomic
-
     write_text_atomic(out / "advice.md", md)
     files["advice.md"] = out / "advice.md"
+    winner = v.winner
     write_json_atomic(
         out / "advice.json",
         {
@@ -519,6 +352,63 @@ def _answer(
         noise,
         v.answered,
     )
+
+
+def _write_settings(
+    out: Path, tuned: dict[str, dict[str, Any]], v: Verdict, budget: int, header: str
+) -> dict[str, Path]:
+    """Every method at its searched setting (tuned/METHOD.toml), and the answer's (advice.toml: the
+    winner, or none), each a config file for ``attendout finetune --config``."""
+    files: dict[str, Path] = {}
+    for method, options in tuned.items():
+        files[f"tuned/{method}.toml"] = write_setting(
+            out / "tuned" / f"{method}.toml", method, options, budget, f"{method} as advise tuned it"
+        )
+    winner = v.winner
+    files["advice.toml"] = write_setting(
+        out / "advice.toml",
+        winner.method if winner else "none",
+        winner.options if winner else {},
+        budget,
+        header,
+    )
+    return files
+
+
+def _provenance(
+    config: AdviseConfig,
+    plan: SearchPlan,
+    regime: RegimeReading | None,
+    noise: SearchNoise,
+    confirmation: Confirmation,
+) -> list[str]:
+    """advice.md's sentences on how the answer was reached: recipe and budget, seeds and splits, the
+    search's noise, the device."""
+    recipe = config.recipe
+    description = _model_description(confirmation)
+    probe = "" if regime is not None else " (given, not probed)"
+    return [
+        f"Task {recipe.task}; model {description}; budget {plan.epochs} epochs{probe} of batch {recipe.batch_size} "
+        f"({plan.steps_per_epoch} steps each), lr {recipe.learning_rate:g}, max length {recipe.max_length}.",
+        f"Search: seeds {', '.join(map(str, plan.seeds))}, objective {config.objective}, validation split carved "
+        f"from train ({recipe.validation_split:g} of it); confirmation: seeds "
+        f"{', '.join(map(str, confirmation.seeds))}, scored on {confirmation.split}.",
+        noise.sentence(_scale(confirmation.metric)),
+        f"Device: {_device(confirmation)}.",
+    ]
+
+
+def _described_files(out: Path, regime: RegimeReading | None, confirmation: Confirmation) -> dict[str, str]:
+    """advice.md's list of the study's files, each with what it holds."""
+    return {
+        "advice.toml": "the answer: `attendout finetune --config advice.toml ...` or "
+        "`attendout.apply(model, attendout.load_config('advice.toml'))`",
+        "tuned/METHOD.toml": "each method at its searched setting, in the same form",
+        "advice.png": "left: Δ per method with intervals; right: the search's scores by setting",
+        "confirm.toml": f"the confirmation grid: `attendout table {out / 'confirm.toml'} --results {out / 'confirm'}`",
+        "search.db": f"the Optuna studies (one per method); search/none/: {confirmation.plain} at the search seeds"
+        + (f"; regime.png: {confirmation.plain}'s curves" if regime is not None else ""),
+    }
 
 
 def _model_description(confirmation: Confirmation) -> str:

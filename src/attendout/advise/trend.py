@@ -13,8 +13,8 @@ from .objective import measured, reference_dir
 from .regime import RegimeReading, Trend, read_trend
 
 if TYPE_CHECKING:
+    from .options import AdviseConfig
     from .search import SearchPlan
-    from .study import AdviseConfig
 
 __all__ = ["plain_trend"]
 

@@ -37,8 +37,9 @@ from ..bench.raytasks import RayLauncher, need_ray
 from ..bench.runner import launching
 from ..bench.slurm import SlurmLauncher, preemptible
 from ..run.interrupt import Stopped
+from .options import STAGES, AdviseConfig
 from .storage import redacted
-from .study import STAGES, Advice, AdviseConfig, advise
+from .study import Advice, advise
 
 __all__ = ["SearchWorker", "advise_launched", "check_storage", "search_workers"]
 

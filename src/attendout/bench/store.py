@@ -10,6 +10,8 @@ Layout (``ROOT`` is the results root, e.g. ``results/cpu-small``)::
     ROOT/.bench/events.jsonl             start / done / failed / takeover events of every job
     ROOT/.bench/failed/KEY.json          the last failure of a cell (retried on the next run)
 
+A claim file and its primitives are :mod:`.claims`'s; the event log and the failures, :mod:`.joblog`'s.
+
 Guarantees, for any number of jobs on any number of machines sharing ``ROOT``:
 
 * A cell is finished if and only if its folder exists: a job trains in ``.work/`` and publishes
@@ -39,14 +41,24 @@ import json
 import os
 import secrets
 import shutil
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..run.folder import RunDir, write_json_atomic
+from ..run.folder import RunDir
 from ..run.lock import Owner, process_start_time, this_host
+from .claims import (
+    HEARTBEAT_S,
+    STALE_AFTER_S,
+    Claim,
+    ClaimInfo,
+    create_exclusive,
+    read_claim,
+    remove_aside,
+    take_over,
+    unreadable_and_old,
+)
+from .joblog import JobLog
 from .spec import Budget, Cell, Experiment, ExperimentError
 
 __all__ = [
@@ -60,9 +72,6 @@ __all__ = [
     "read_predictions",
 ]
 
-HEARTBEAT_S = 30.0  # the claim's mtime is refreshed this often while its cell trains
-STALE_AFTER_S = 900.0  # a claim from another host is stale after this long without a heartbeat
-_UNREADABLE_GRACE_S = 60.0  # an unreadable claim younger than this is assumed to be being written
 GITIGNORE = ".work/\n.claims/\n.bench/\nmodel/\n"
 
 
@@ -71,68 +80,6 @@ def default_results_root(experiment: Experiment, budget: Budget | None = None) -
     experiment's name), suffixed by the budget overrides."""
     suffix = budget.suffix() if budget is not None else ""
     return Path("results") / f"{experiment.results_name}{suffix}"
-
-
-@dataclass(frozen=True)
-class ClaimInfo:
-    """The content of a claim file."""
-
-    cell: str
-    host: str
-    pid: int
-    token: str
-    pid_start: str | None
-    started: float
-    work_dir: str
-
-    def owner(self) -> str:
-        return f"pid {self.pid} on {self.host}"
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ClaimInfo:
-        return cls(
-            cell=str(data["cell"]),
-            host=str(data["host"]),
-            pid=int(data["pid"]),
-            token=str(data["token"]),
-            pid_start=data.get("pid_start"),
-            started=float(data["started"]),
-            work_dir=str(data["work_dir"]),
-        )
-
-
-@dataclass
-class Claim:
-    """A claim this process holds on a cell; refresh it with :meth:`start_heartbeat` while training."""
-
-    path: Path
-    info: ClaimInfo
-    work_dir: Path
-    _stop: threading.Event | None = None
-    _thread: threading.Thread | None = None
-
-    def start_heartbeat(self, interval: float = HEARTBEAT_S) -> None:
-        """Touch the claim every ``interval`` seconds from a daemon thread until :meth:`release`."""
-        self._stop = threading.Event()
-
-        def beat(stop: threading.Event) -> None:
-            while not stop.wait(interval):
-                with contextlib.suppress(OSError):
-                    os.utime(self.path)
-
-        self._thread = threading.Thread(target=beat, args=(self._stop,), daemon=True, name="claim-heartbeat")
-        self._thread.start()
-
-    def release(self) -> None:
-        """Stop the heartbeat and remove the claim file if it is still ours."""
-        if self._stop is not None:
-            self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        current = _read_claim(self.path)
-        if current is not None and current.token == self.info.token:
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
 
 
 class ResultsStore:
@@ -169,13 +116,13 @@ class ResultsStore:
             folder.mkdir(parents=True, exist_ok=True)
         gitignore = self.root / ".gitignore"
         if not gitignore.exists():
-            _create_exclusive(gitignore, GITIGNORE)
+            create_exclusive(gitignore, GITIGNORE)
         # The manifest names the results folder's owner: the experiment itself, or the one whose folder it
         # shares (``results = ...``); cells are told apart by key and configuration fingerprint.
         owner = experiment.results_name
         manifest = {"experiment": owner, "file": str(experiment.path), "budget": budget.overrides()}
         path = self.root / "experiment.json"
-        if not _create_exclusive(path, json.dumps(manifest, indent=2) + "\n"):
+        if not create_exclusive(path, json.dumps(manifest, indent=2) + "\n"):
             existing = self.manifest()
             if existing.get("experiment") != owner or existing.get("budget", {}) != budget.overrides():
                 raise ExperimentError(
@@ -218,20 +165,13 @@ class ResultsStore:
             if record.get("fingerprint") == cell.fingerprint:
                 return "done", ""
             return "stale", f"finished with another configuration (fingerprint {record.get('fingerprint')})"
-        claim = _read_claim(self.claim_path(cell))
+        claim = read_claim(self.claim_path(cell))
         if claim is not None and not self.claim_is_stale(claim, self.claim_path(cell)):
             return "running", claim.owner()
         failure = self.failure(cell)
         if failure is not None:
             return "failed", failure.get("error", "")
         return "todo", "" if claim is None else f"stale claim of {claim.owner()}"
-
-    def failure(self, cell: Cell) -> dict[str, Any] | None:
-        path = self.bench_root / "failed" / f"{cell.flat_key}.json"
-        try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
 
     # claims -----------------------------------------------------------------------------------
     def claim_is_stale(self, info: ClaimInfo, path: Path) -> bool:
@@ -261,16 +201,16 @@ class ResultsStore:
         )
         content = json.dumps(info.__dict__, indent=2) + "\n"
         for _ in range(5):
-            if _create_exclusive(path, content):
+            if create_exclusive(path, content):
                 return Claim(path=path, info=info, work_dir=work)
-            current = _read_claim(path)
+            current = read_claim(path)
             if current is None:
-                if _unreadable_and_old(path):
-                    _remove_aside(path, token)
+                if unreadable_and_old(path):
+                    remove_aside(path, token)
                 continue  # vanished or being written: look again
             if not self.claim_is_stale(current, path):
                 return None
-            if self._take_over(path, current, token):
+            if take_over(path, current, token):
                 self.event("takeover", cell, previous_owner=current.owner(), previous_work=current.work_dir)
                 if not has_checkpoint(self.work_root / current.work_dir):  # else it resumes: adopt_work
                     shutil.rmtree(self.work_root / current.work_dir, ignore_errors=True)
@@ -307,22 +247,6 @@ class ResultsStore:
             else:
                 shutil.rmtree(folder, ignore_errors=True)
         return adopted
-
-    def _take_over(self, path: Path, stale: ClaimInfo, token: str) -> bool:
-        """Move the stale claim aside; if what moved is not the claim judged stale, put it back."""
-        aside = path.with_name(f"{path.name}.stale-{token}")
-        try:
-            os.rename(path, aside)
-        except FileNotFoundError:
-            return False
-        moved = _read_claim(aside)
-        if moved is not None and moved.token != stale.token:  # a fresh claim appeared meanwhile
-            with contextlib.suppress(FileExistsError):
-                os.link(aside, path)
-            aside.unlink(missing_ok=True)
-            return False
-        aside.unlink(missing_ok=True)
-        return True
 
     # publication ------------------------------------------------------------------------------
     def publish(self, cell: Cell, work: Path, replace_stale: bool = False) -> bool:
@@ -362,12 +286,12 @@ class ResultsStore:
             return removed
         claimed = set()
         for claim_file in self.claims_root.glob("*.json"):
-            info = _read_claim(claim_file)
+            info = read_claim(claim_file)
             if info is None:
                 continue
             published = RunDir(self.root / info.cell).finished
             if published and self.claim_is_stale(info, claim_file):
-                _remove_aside(claim_file, secrets.token_hex(4))
+                remove_aside(claim_file, secrets.token_hex(4))
                 removed.append(claim_file.name)
             else:
                 claimed.add(info.work_dir)
@@ -386,35 +310,27 @@ class ResultsStore:
             removed.append(folder.name)
         return removed
 
-    # the event log ----------------------------------------------------------------------------
+    # the job log -------------------------------------------------------------------------------
+    @property
+    def log(self) -> JobLog:
+        """``.bench/``: the events of every job and each cell's last failure, as this process writes them."""
+        return JobLog(self.bench_root, self.host, self.pid)
+
     def event(self, kind: str, cell: Cell | None = None, **fields: Any) -> None:
         """Append one line to .bench/events.jsonl (single O_APPEND write: lines never interleave)."""
-        record = {"time": round(time.time(), 3), "event": kind, "host": self.host, "pid": self.pid}
-        if cell is not None:
-            record["cell"] = cell.key
-        record.update(fields)
-        line = (json.dumps(record, default=str) + "\n").encode()
-        self.bench_root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.bench_root / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        self.log.event(kind, cell, **fields)
 
     def events(self) -> list[dict[str, Any]]:
-        path = self.bench_root / "events.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return self.log.events()
+
+    def failure(self, cell: Cell) -> dict[str, Any] | None:
+        return self.log.failure(cell)
 
     def record_failure(self, cell: Cell, error: str) -> None:
-        write_json_atomic(
-            self.bench_root / "failed" / f"{cell.flat_key}.json",
-            {"cell": cell.key, "error": error, "time": time.time(), "host": self.host, "pid": self.pid},
-        )
+        self.log.record_failure(cell, error)
 
     def clear_failure(self, cell: Cell) -> None:
-        (self.bench_root / "failed" / f"{cell.flat_key}.json").unlink(missing_ok=True)
+        self.log.clear_failure(cell)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -471,50 +387,3 @@ def has_checkpoint(work: Path) -> bool:
 def checkpoint_step(work: Path) -> int | None:
     """The training step of the checkpoint in ``work`` (None if it has none, or does not say)."""
     return RunDir(work).state().checkpoint.step
-
-
-def _create_exclusive(path: Path, content: str) -> bool:
-    """Create ``path`` with ``content`` unless it exists; readers never see a partial file.
-
-    The content goes to a temporary file that is hard-linked to ``path`` (``link`` fails if the name
-    exists, atomically, also on NFS). File systems without hard links fall back to ``O_EXCL``.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    tmp.write_text(content)
-    try:
-        os.link(tmp, path)
-        return True
-    except FileExistsError:
-        return False
-    except OSError:  # no hard links here
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as f:
-            f.write(content)
-        return True
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _read_claim(path: Path) -> ClaimInfo | None:
-    try:
-        return ClaimInfo.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _unreadable_and_old(path: Path) -> bool:
-    try:
-        return time.time() - path.stat().st_mtime > _UNREADABLE_GRACE_S
-    except FileNotFoundError:
-        return False
-
-
-def _remove_aside(path: Path, token: str) -> None:
-    aside = path.with_name(f"{path.name}.broken-{token}")
-    with contextlib.suppress(FileNotFoundError):
-        os.rename(path, aside)
-        aside.unlink(missing_ok=True)

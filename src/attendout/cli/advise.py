@@ -1,15 +1,16 @@
-"""``attendout advise``: its flags, made into an :class:`~attendout.advise.study.AdviseConfig` for
+"""``attendout advise``: its flags, made into an :class:`~attendout.advise.options.AdviseConfig` for
 :func:`attendout.advise.advise`."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
+from collections.abc import Callable
 from typing import Any
 
-from ..advise.objective import OBJECTIVES, search_seeds
-from ..advise.spaces import DEFAULT_METHODS, SEARCH_SPACES
-from ..advise.study import STAGES, AdviseConfig
+from ..advise.objective import search_seeds
+from ..advise.options import AdviseConfig
+from ..advise.spaces import SEARCH_SPACES
 from .flags import (
     add_dataclass_options,
     add_file_options,
@@ -43,24 +44,63 @@ _SET_BY_ADVISE = {
 }
 
 
+def _add_method_option(group: argparse._ArgumentGroup) -> None:
+    """``--method-option METHOD.OPTION=VALUE``: AdviseConfig's ``fixed_options``, one at a time."""
+    group.add_argument(
+        "--method-option",
+        action="append",
+        default=[],
+        metavar="METHOD.OPTION=VALUE",
+        help="hold an option of a method fixed while its strength is searched, e.g. addrop.attribution=rd "
+        "(repeatable)",
+    )
+
+
+def _add_confirm_seeds(group: argparse._ArgumentGroup) -> None:
+    """``--confirm-seeds LIST``: AdviseConfig's ``seeds`` named one by one, instead of ``--seeds``' count."""
+    group.add_argument(
+        "--confirm-seeds", default=None, metavar="LIST", help="the confirmation's seeds, comma-separated"
+    )
+
+
+#: The study's flags by group, in the order ``--help`` lists them: a name is the flag of that
+#: AdviseConfig field (its help, metavar and choices are the field's metadata); a function adds the flags
+#: that are no field's own.
+_STUDY_FLAGS: tuple[tuple[str, tuple[str | Callable[[argparse._ArgumentGroup], None], ...]], ...] = (
+    ("the study", ("output_dir", "methods", _add_method_option, "until")),
+    ("stage 1: regime", ("regime_epochs", "regime_run", "epochs", "probe")),
+    (
+        "stage 2: search",
+        ("trials", "hours", "sampler", "pruning", "storage", "search_seed", "search_repeats", "objective"),
+    ),
+    (
+        "stage 3: confirm",
+        ("seeds", "detect", "confirm_hours", "max_seeds", _add_confirm_seeds, "reuse_runs", "alpha"),
+    ),
+    ("running", (add_threads, "progress", "stale_after")),
+)
+
+_DESCRIPTION = (
+    "Which attention regulariser, at what strength, for your model and data. Four stages, each "
+    "resumed by rerunning the same command: (1) regime: plain fine-tuning for --regime-epochs on the "
+    "validation split carved from train; the budget is read off its curves; (2) search: each method's "
+    "strength searched with Optuna on that validation split only, each trial scored as its paired "
+    "difference to plain fine-tuning over --search-repeats seeds, with per-epoch pruning; (3) confirm: "
+    "each method's best setting against plain fine-tuning on fresh seeds (never the search's), scored "
+    "on your evaluation split: paired t-tests with Holm, bootstrap intervals, the detectable "
+    "difference, the cost; (4) answer: advice.md (one sentence first: a recommendation, or why none is "
+    "possible: plain fine-tuning at its chance floor, a design that cannot detect --detect; an answer at "
+    "a budget where plain fine-tuning still learns says so first), advice.png, and advice.toml, which `attendout finetune --config` and "
+    "attendout.load_config take as it is."
+)
+
+
 def advise_parser() -> argparse.ArgumentParser:
     from ..config import TrainConfig
 
     parser = argparse.ArgumentParser(
         prog="attendout advise",
-        description=(
-            "Which attention regulariser, at what strength, for your model and data. Four stages, each "
-            "resumed by rerunning the same command: (1) regime: plain fine-tuning for --regime-epochs on the "
-            "validation split carved from train; the budget is read off its curves; (2) search: each method's "
-            "strength searched with Optuna on that validation split only, each trial scored as its paired "
-            "difference to plain fine-tuning over --search-repeats seeds, with per-epoch pruning; (3) confirm: "
-            "each method's best setting against plain fine-tuning on fresh seeds (never the search's), scored "
-            "on your evaluation split: paired t-tests with Holm, bootstrap intervals, the detectable "
-            "difference, the cost; (4) answer: advice.md (one sentence first: a recommendation, or why none is "
-            "possible: plain fine-tuning at its chance floor, a design that cannot detect --detect; an answer at "
-            "a budget where plain fine-tuning still learns says so first), advice.png, and advice.toml, which `attendout finetune --config` and "
-            "attendout.load_config take as it is."
-        ),
+        description=_DESCRIPTION,
         epilog=(
             "searched options and ranges: "
             + "; ".join(
@@ -73,145 +113,13 @@ def advise_parser() -> argparse.ArgumentParser:
     recipe = parser.add_argument_group("the recipe (as for attendout finetune; the same for every run)")
     add_dataclass_options(recipe, TrainConfig, skip=_SET_BY_ADVISE)
     add_file_options(recipe)
-    study = parser.add_argument_group("the study")
-    study.add_argument("--output-dir", default="advice", help="the study's folder (default: advice)")
-    study.add_argument(
-        "--methods",
-        default=",".join(DEFAULT_METHODS),
-        help=f"methods to compare with plain fine-tuning, comma-separated (default: {','.join(DEFAULT_METHODS)})",
-    )
-    study.add_argument(
-        "--method-option",
-        action="append",
-        default=[],
-        metavar="METHOD.OPTION=VALUE",
-        help="hold an option of a method fixed while its strength is searched, e.g. addrop.attribution=rd "
-        "(repeatable)",
-    )
-    study.add_argument(
-        "--until", choices=STAGES, default="answer", help="stop after this stage (default: answer)"
-    )
-    regime = parser.add_argument_group("stage 1: regime")
-    regime.add_argument(
-        "--regime-epochs",
-        type=int,
-        default=12,
-        help="epochs of the plain run the budget is read from (default: 12)",
-    )
-    regime.add_argument(
-        "--regime-run",
-        default=None,
-        metavar="RUN_DIR",
-        help="read plain fine-tuning's curves from this finished run (one validation per epoch) instead of training one",
-    )
-    regime.add_argument(
-        "--epochs",
-        type=int,
-        default=None,
-        help="the budget of every run, instead of the one read off the curves (the probe is then skipped "
-        "unless --probe asks for it)",
-    )
-    regime.add_argument(
-        "--probe",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="train (or read) plain fine-tuning's long run first (default: only without --epochs); with "
-        "--epochs it is read to tell whether that budget undertrains",
-    )
-    search = parser.add_argument_group("stage 2: search")
-    search.add_argument("--trials", type=int, default=8, help="trials per method (default: 8)")
-    search.add_argument(
-        "--hours",
-        type=float,
-        default=None,
-        help="stop starting trials once the finished ones took this long, over every invocation (default: no limit)",
-    )
-    search.add_argument(
-        "--sampler", choices=("tpe", "grid"), default="tpe", help="Optuna's TPE, or each method's small grid"
-    )
-    search.add_argument(
-        "--pruning",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="stop trials below the median early",
-    )
-    search.add_argument(
-        "--storage",
-        default=None,
-        help="Optuna storage URL shared by processes or machines (default: sqlite:///OUTPUT_DIR/search.db); "
-        "postgresql://... needs psycopg ('pip install attendout[postgres]') or psycopg2",
-    )
-    search.add_argument("--search-seed", type=int, default=0, help="the first search seed (default: 0)")
-    search.add_argument(
-        "--search-repeats",
-        type=int,
-        default=2,
-        metavar="K",
-        help="seeds per trial: --search-seed, +1000, ... (default: 2; the spread of a trial's seeds is the "
-        "objective's measured noise)",
-    )
-    search.add_argument(
-        "--objective",
-        choices=tuple(OBJECTIVES),
-        default="delta",
-        help="a trial's score: delta (its best validation metric minus plain fine-tuning's at the same seed; "
-        "default), delta-loss (the same for the lowest validation loss), score (the validation metric "
-        "itself, v0.4's)",
-    )
-    confirm = parser.add_argument_group("stage 3: confirm")
-    confirm.add_argument(
-        "--seeds",
-        default="5",
-        metavar="N|auto",
-        help="fresh seeds of the confirmation: 1..N, skipping the search seeds (default: 5); auto: as many as "
-        "detect a gain of --detect with 80%% power at the 90%% upper bound of the noise a pilot of 5 fresh "
-        "seeds measures on the evaluation split (the pilot's runs are the first seeds), at most --max-seeds "
-        "and within --confirm-hours",
-    )
-    confirm.add_argument(
-        "--detect",
-        type=float,
-        default=None,
-        metavar="GAIN",
-        help="the smallest gain you care about: in the metric's units for scores (default 2 points: 0.02 of "
-        "accuracy or MCC, 2 BLEU), a share for perplexity and the loss (default 0.02: a 2%% fall); the answer "
-        "says when the design could not detect it",
-    )
-    confirm.add_argument(
-        "--confirm-hours",
-        type=float,
-        default=None,
-        help="with --seeds auto: at most this much confirmation training (from the search's time per run)",
-    )
-    confirm.add_argument(
-        "--max-seeds", type=int, default=20, help="with --seeds auto: at most this many (default: 20)"
-    )
-    confirm.add_argument(
-        "--confirm-seeds", default=None, metavar="LIST", help="the confirmation's seeds, comma-separated"
-    )
-    confirm.add_argument(
-        "--reuse-runs",
-        default=None,
-        metavar="RESULTS_ROOT",
-        help="copy in finished runs (e.g. of an earlier `attendout bench` grid) whose configuration, seed "
-        "included, is exactly a confirmation cell's, instead of training them again",
-    )
-    confirm.add_argument("--alpha", type=float, default=0.05, help="significance level (default: 0.05)")
-    run = parser.add_argument_group("running")
-    add_threads(run)
-    run.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="progress bars with ETA (stderr)",
-    )
-    run.add_argument(
-        "--stale-after",
-        type=float,
-        default=900.0,
-        metavar="SECONDS",
-        help="a trial or run of another host without a heartbeat for this long is taken over (default: 900)",
-    )
+    for title, flags in _STUDY_FLAGS:
+        group = parser.add_argument_group(title)
+        for flag in flags:
+            if callable(flag):
+                flag(group)
+            else:
+                add_dataclass_options(group, AdviseConfig, only=(flag,))
     add_launch_options(
         parser,
         "advise: the search runs as several Optuna workers on one study: --jobs N processes here, or "

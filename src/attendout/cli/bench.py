@@ -27,6 +27,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--results", default=None, help="results root (default: results/NAME, suffixed by budget overrides)"
     )
     parser.add_argument("--dry-run", action="store_true", help="list and check every cell; train nothing")
+    _add_selection(parser)
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="local data folder for every cell (default: the file's, else $ATTENDOUT_DATA)",
+    )
+    _add_budget_overrides(parser)
+    _add_cell_running(parser)
+    _add_results_handling(parser)
+    parser.add_argument(
+        "--experiments-dir", default="experiments", help="where experiment names are looked up"
+    )
+    add_launch_options(parser)
+    return parser
+
+
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    """Which of the grid's cells this job runs: a shard, some tasks, methods or seeds."""
     parser.add_argument(
         "--shard", default=None, metavar="K/N", help="run only cells K, K+N, K+2N, ... (1 <= K <= N)"
     )
@@ -39,11 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--seeds", default=None, metavar="SEEDS", help="run only these seeds (comma-separated)"
     )
-    parser.add_argument(
-        "--data-dir",
-        default=None,
-        help="local data folder for every cell (default: the file's, else $ATTENDOUT_DATA)",
-    )
+
+
+def _add_budget_overrides(parser: argparse.ArgumentParser) -> None:
+    """The experiment's training budget, replaced in every cell (and the results root's name suffixed)."""
     budget = parser.add_argument_group("budget overrides (replace the experiment's value in every cell)")
     budget.add_argument("--max-train-samples", type=int, default=None, help="subsample every training set")
     budget.add_argument(
@@ -51,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     budget.add_argument("--epochs", type=float, default=None, help="training epochs")
     budget.add_argument("--max-steps", type=int, default=None, help="training steps (overrides epochs)")
+
+
+def _add_cell_running(parser: argparse.ArgumentParser) -> None:
+    """How each cell runs here, none of it part of a cell's identity: weights kept, device, memory, threads."""
     parser.add_argument(
         "--save-model", action="store_true", help="keep each cell's best model (default: no weights)"
     )
@@ -66,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
         "device's memory (same updates; not part of a cell's identity, like --device)",
     )
     add_threads(parser)
+
+
+def _add_results_handling(parser: argparse.ArgumentParser) -> None:
+    """What this job does with the results root's other cells: stale ones, other jobs' claims, runs to reuse."""
     parser.add_argument(
         "--rerun-stale", action="store_true", help="retrain finished cells whose configuration has changed"
     )
@@ -87,11 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="before training, copy in the finished runs under this folder (e.g. another grid's results) whose "
         "configuration, seed included, is exactly a missing cell's (repeatable)",
     )
-    parser.add_argument(
-        "--experiments-dir", default="experiments", help="where experiment names are looked up"
-    )
-    add_launch_options(parser)
-    return parser
 
 
 def main(argv: list[str]) -> int:

@@ -14,6 +14,7 @@ import dataclasses
 import os
 import types
 import typing
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -71,16 +72,24 @@ def add_dataclass_options(
     cls: type,
     skip: set[str] = frozenset(),
     prefix: str = "",
+    only: Sequence[str] | None = None,
 ) -> None:
-    """One ``--flag`` per dataclass field, typed from its annotation, help from its metadata; the
-    metavar is the field's name (``--p P``, not the prefixed destination ``METHOD__P``)."""
+    """One ``--flag`` per dataclass field (``only``: these fields, in this order), typed from its
+    annotation, help from its metadata; the metavar is the field's name (``--p P``, not the prefixed
+    destination ``METHOD__P``). Other metadata a field may have: ``metavar``, ``choices`` (then no
+    metavar unless given), ``flag_default`` (the flag's default where the field's is not what a user
+    types, e.g. a tuple given as comma-separated text) and ``hide_default`` (no "(default: X)" in
+    the help)."""
     hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name in fields if only is None else only:
+        if name in skip:
             continue
+        f = fields[name]
         kind = _base_type(hints[f.name])
         default = f.default if f.default is not dataclasses.MISSING else None
-        help_text = f.metadata.get("help", "")
+        default = f.metadata.get("flag_default", default)
+        help_text = f.metadata.get("help", "").replace("%", "%%")  # argparse formats help with %
         dest = prefix + f.name
         if kind is bool:
             parser.add_argument(
@@ -91,13 +100,15 @@ def add_dataclass_options(
                 help=help_text,
             )
         else:  # strings and lists are given as text; the config's checks parse them
+            choices = f.metadata.get("choices")
             parser.add_argument(
                 _option(f.name),
                 dest=dest,
                 type=kind if kind in (int, float) else str,
                 default=default,
-                metavar=f.name.upper(),
-                help=_with_default(help_text, default),
+                choices=choices,
+                metavar=f.metadata.get("metavar", None if choices else f.name.upper()),
+                help=help_text if f.metadata.get("hide_default") else _with_default(help_text, default),
             )
 
 

@@ -9,12 +9,8 @@ from pathlib import Path
 from ..report.table import write_report
 
 
-def main(argv: list[str]) -> int:
-    """``attendout table``: print or write the Markdown/CSV table and the figures of a grid."""
-    from ..bench.parse import load_experiment
-    from ..bench.store import default_results_root
-    from ..report.comparison import build_table
-
+def table_parser() -> argparse.ArgumentParser:
+    """The flags of ``attendout table``: the grid, where to write, and the statistics' settings."""
     parser = argparse.ArgumentParser(
         prog="attendout table",
         description=(
@@ -51,8 +47,40 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--experiments-dir", default="experiments", help="where experiment names are looked up"
     )
-    args = parser.parse_args(argv)
+    return parser
 
+
+def _output_paths(args: argparse.Namespace) -> dict[str, Path | None]:
+    """Where each output goes (:func:`write_report`'s arguments): its own flag, else under ``--out``,
+    else nowhere (the Markdown is then printed)."""
+    paths = {
+        "markdown": args.markdown,
+        "csv": args.csv,
+        "bars": args.bar_chart,
+        "deltas": args.delta_chart,
+        "curves": args.curves,
+    }
+    chosen = {name: Path(value) if value else None for name, value in paths.items()}
+    if args.out:
+        out = Path(args.out)
+        under_out = {
+            "markdown": out / "table.md",
+            "csv": out / "table.csv",
+            "bars": out / "bars.png",
+            "deltas": out / "deltas.png",
+            "curves": out,
+        }
+        chosen = {name: chosen[name] or under_out[name] for name in chosen}
+    return chosen
+
+
+def main(argv: list[str]) -> int:
+    """``attendout table``: print or write the Markdown/CSV table and the figures of a grid."""
+    from ..bench.parse import load_experiment
+    from ..bench.store import default_results_root
+    from ..report.comparison import build_table
+
+    args = table_parser().parse_args(argv)
     experiment = load_experiment(args.experiment, args.experiments_dir)
     root = Path(args.results) if args.results else default_results_root(experiment)
     if not root.is_dir():
@@ -70,23 +98,9 @@ def main(argv: list[str]) -> int:
     )
     if not table.runs:
         raise ValueError(f"no finished cell of {experiment.name} in {root}")
-
-    markdown_path = Path(args.markdown) if args.markdown else None
-    csv_path = Path(args.csv) if args.csv else None
-    bars = Path(args.bar_chart) if args.bar_chart else None
-    deltas = Path(args.delta_chart) if args.delta_chart else None
-    curves_dir = Path(args.curves) if args.curves else None
-    if args.out:
-        out = Path(args.out)
-        markdown_path = markdown_path or out / "table.md"
-        csv_path = csv_path or out / "table.csv"
-        bars = bars or out / "bars.png"
-        deltas = deltas or out / "deltas.png"
-        curves_dir = curves_dir or out
-    markdown, written = write_report(
-        table, markdown=markdown_path, csv=csv_path, bars=bars, deltas=deltas, curves=curves_dir
-    )
-    if markdown_path is None:
+    paths = _output_paths(args)
+    markdown, written = write_report(table, **paths)
+    if paths["markdown"] is None:
         print(markdown, end="")
     for path in written:
         print(f"wrote {path}")

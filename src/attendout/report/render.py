@@ -13,7 +13,7 @@ import math
 
 from ..bench.spec import ModelSpec, TaskSpec
 from ..tasks.metrics import higher_is_better
-from .comparison import ComparisonTable, Row, direction, metric_scale
+from .comparison import ComparisonTable, Row, RunRecord, direction, metric_scale
 
 __all__ = ["CSV_COLUMNS", "protocol_lines", "to_csv", "to_markdown"]
 
@@ -78,25 +78,7 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
     for model in e.models:
         lines.append(f"- Model {model.label}: {models.get(model.id) or model.name}.")
     for task in e.tasks:
-        task_runs = [r for r in runs if r.cell.task.id == task.id]
-        if not task_runs:
-            lines.append(f"- {task.label}: no finished cell yet.")
-            continue
-        first = task_runs[0]
-        sizes = first.config.get("sizes", {})
-        c = first.config.get("config", {})
-        steps = first.config.get("total_steps")
-        budget = (
-            f"{steps} steps of batch {c.get('batch_size')}"
-            if c.get("max_steps")
-            else f"{c.get('epochs'):g} epochs ({steps} steps of batch {c.get('batch_size')})"
-        )
-        size_text = ", ".join(f"{k} {v:,}" for k, v in sizes.items())
-        every = f"{c['eval_steps']} steps and every epoch" if c.get("eval_steps") else "epoch"
-        lines.append(
-            f"- {task.label}: {size_text}; {budget}, lr {c.get('learning_rate')}, max length "
-            f"{c.get('max_length')}; validation every {every}; data: {first.results.get('data_source')}."
-        )
+        lines.append(_task_line(task, [r for r in runs if r.cell.task.id == task.id]))
     method_text = "; ".join(
         f"{m.label} = `{m.describe()}`" + (" (baseline)" if m.id == baseline.id else "") for m in e.methods
     )
@@ -105,6 +87,36 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
         lines.append(
             f"- Budget overrides of this run: {table.budget.overrides()} (not the experiment's own budget)."
         )
+    lines.append(_cells_line(table, runs))
+    lines.append(_scores_line(table, baseline.label))
+    return lines
+
+
+def _task_line(task: TaskSpec, task_runs: list[RunRecord]) -> str:
+    """A task's protocol line: its splits' sizes, budget, learning rate, validation and data source (from
+    its first finished cell)."""
+    if not task_runs:
+        return f"- {task.label}: no finished cell yet."
+    first = task_runs[0]
+    sizes = first.config.get("sizes", {})
+    c = first.config.get("config", {})
+    steps = first.config.get("total_steps")
+    budget = (
+        f"{steps} steps of batch {c.get('batch_size')}"
+        if c.get("max_steps")
+        else f"{c.get('epochs'):g} epochs ({steps} steps of batch {c.get('batch_size')})"
+    )
+    size_text = ", ".join(f"{k} {v:,}" for k, v in sizes.items())
+    every = f"{c['eval_steps']} steps and every epoch" if c.get("eval_steps") else "epoch"
+    return (
+        f"- {task.label}: {size_text}; {budget}, lr {c.get('learning_rate')}, max length "
+        f"{c.get('max_length')}; validation every {every}; data: {first.results.get('data_source')}."
+    )
+
+
+def _cells_line(table: ComparisonTable, runs: list[RunRecord]) -> str:
+    """The protocol line of the grid's state: cells finished (and the others'), their wall time and where
+    they ran."""
     done = table.status.get("done", 0)
     total = sum(table.status.values())
     others = ", ".join(f"{v} {k}" for k, v in sorted(table.status.items()) if k != "done")
@@ -117,12 +129,16 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
         device = next((r.config.get("device") for r in runs if r.config.get("device")), None)
         if device:
             hw_text += f", device {device}"
-    lines.append(
+    return (
         f"- Cells: {done} of {total} finished"
         + (f" ({others})" if others else "")
         + f"; wall time of the finished "
         f"cells {wall / 3600:.2f} h{hw_text}."
     )
+
+
+def _scores_line(table: ComparisonTable, baseline: str) -> str:
+    """The protocol line on how to read the scores: units, direction, Δ and the tests' marks."""
     metrics = list(dict.fromkeys(r.metric for r in table.rows if r.metric != "?"))
     lower = [m for m in metrics if not higher_is_better(m)]
     sign = (
@@ -130,13 +146,12 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
         if lower
         else ""
     )
-    lines.append(
+    return (
         f"- Scores ({'; '.join(_unit(m) for m in metrics) or 'none yet'}): mean ± standard deviation over seeds; "
         f"bold: the best mean of a column in its metric's direction. Δ is the mean paired difference (method "
-        f"minus {baseline.label}, same seed).{sign} Marks: paired t-test over seeds, two-sided, Holm-corrected "
+        f"minus {baseline}, same seed).{sign} Marks: paired t-test over seeds, two-sided, Holm-corrected "
         f"over the {table.family_size} comparisons of this table: * p_Holm < 0.05, ** p_Holm < 0.01."
     )
-    return lines
 
 
 def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -> str:

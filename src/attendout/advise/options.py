@@ -1,0 +1,271 @@
+"""What a study is asked to do: :class:`AdviseConfig` (the recipe, and how much to search and confirm),
+its checks, and the help of the ``attendout advise`` flag of each of its fields; the stages that run it
+are :mod:`.study`'s."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..bench.spec import config_fingerprint
+from ..config import TrainConfig
+from .objective import OBJECTIVES, search_seeds
+from .spaces import DEFAULT_METHODS, search_space
+
+__all__ = ["STAGES", "AdviseConfig"]
+
+STAGES = ("regime", "search", "confirm", "answer")
+
+
+def _flag(help_text: str, **more: Any) -> dict[str, Any]:
+    """A field's metadata: the help of its ``attendout advise`` flag, and how the flag shows it
+    (:func:`attendout.cli.flags.add_dataclass_options`)."""
+    return {"help": help_text, **more}
+
+
+@dataclass
+class AdviseConfig:
+    """A study: the recipe (task, model, data, optimiser) and how much to search and confirm. Field help
+    texts are the CLI's (``attendout advise``)."""
+
+    recipe: TrainConfig
+    output_dir: str = field(default="advice", metadata=_flag("the study's folder"))
+    methods: Sequence[str] = field(
+        default=DEFAULT_METHODS,
+        metadata=_flag(
+            "methods to compare with plain fine-tuning, comma-separated",
+            flag_default=",".join(DEFAULT_METHODS),
+        ),
+    )
+    #: per method, options held fixed while its strength is searched (e.g. addrop: attribution "ga")
+    fixed_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    regime_epochs: int = field(default=12, metadata=_flag("epochs of the plain run the budget is read from"))
+    regime_run: str | None = field(  # read plain fine-tuning's curves from this finished run instead
+        default=None,
+        metadata=_flag(
+            "read plain fine-tuning's curves from this finished run (one validation per epoch) instead of "
+            "training one",
+            metavar="RUN_DIR",
+            hide_default=True,
+        ),
+    )
+    epochs: int | None = field(  # the budget, instead of the one the regime stage reads
+        default=None,
+        metadata=_flag(
+            "the budget of every run, instead of the one read off the curves (the probe is then skipped "
+            "unless --probe asks for it)",
+            hide_default=True,
+        ),
+    )
+    probe: bool | None = field(  # run the regime probe (default: only when ``epochs`` is not given)
+        default=None,
+        metadata=_flag(
+            "train (or read) plain fine-tuning's long run first (default: only without --epochs); with "
+            "--epochs it is read to tell whether that budget undertrains"
+        ),
+    )
+    trials: int = field(default=8, metadata=_flag("trials per method"))
+    hours: float | None = field(  # search time budget: summed time of finished trials, all invocations
+        default=None,
+        metadata=_flag(
+            "stop starting trials once the finished ones took this long, over every invocation (default: no "
+            "limit)"
+        ),
+    )
+    sampler: str = field(
+        default="tpe",
+        metadata=_flag(
+            "Optuna's TPE, or each method's small grid", choices=("tpe", "grid"), hide_default=True
+        ),
+    )
+    pruning: bool = field(default=True, metadata=_flag("stop trials below the median early"))
+    storage: str | None = field(  # Optuna storage URL; default sqlite:///OUTPUT/search.db
+        default=None,
+        metadata=_flag(
+            "Optuna storage URL shared by processes or machines (default: sqlite:///OUTPUT_DIR/search.db); "
+            "postgresql://... needs psycopg ('pip install attendout[postgres]') or psycopg2"
+        ),
+    )
+    search_seed: int = field(default=0, metadata=_flag("the first search seed"))
+    search_repeats: int = field(  # seeds per trial: search_seed, search_seed + 1000, ...
+        default=2,
+        metadata=_flag(
+            "seeds per trial: --search-seed, +1000, ... (default: 2; the spread of a trial's seeds is the "
+            "objective's measured noise)",
+            metavar="K",
+        ),
+    )
+    objective: str = field(  # attendout.advise.search.OBJECTIVES
+        default="delta",
+        metadata=_flag(
+            "a trial's score: delta (its best validation metric minus plain fine-tuning's at the same seed; "
+            "default), delta-loss (the same for the lowest validation loss), score (the validation metric "
+            "itself, v0.4's)",
+            choices=tuple(OBJECTIVES),
+        ),
+    )
+    #: confirmation seeds, never a search seed; "auto": a pilot's 5, then as many as detect ``detect`` (.seeds)
+    seeds: Sequence[int] | str = field(
+        default=(1, 2, 3, 4, 5),
+        metadata=_flag(
+            "fresh seeds of the confirmation: 1..N, skipping the search seeds (default: 5); auto: as many as "
+            "detect a gain of --detect with 80% power at the 90% upper bound of the noise a pilot of 5 fresh "
+            "seeds measures on the evaluation split (the pilot's runs are the first seeds), at most --max-seeds "
+            "and within --confirm-hours",
+            metavar="N|auto",
+            flag_default="5",
+        ),
+    )
+    #: the smallest gain a user cares about, on the metric's scale (:mod:`.scales`): 0.02 is 2 points of
+    #: accuracy, 2.0 is 2 BLEU, 0.02 is a 2% fall of perplexity; default 2 points (or 2%)
+    detect: float | None = field(
+        default=None,
+        metadata=_flag(
+            "the smallest gain you care about: in the metric's units for scores (default 2 points: 0.02 of "
+            "accuracy or MCC, 2 BLEU), a share for perplexity and the loss (default 0.02: a 2% fall); the answer "
+            "says when the design could not detect it",
+            metavar="GAIN",
+        ),
+    )
+    confirm_hours: float | None = field(
+        default=None,
+        metadata=_flag(
+            "with --seeds auto: at most this much confirmation training (from the search's time per run)",
+            hide_default=True,
+        ),
+    )
+    max_seeds: int = field(default=20, metadata=_flag("with --seeds auto: at most this many"))
+    #: a results root (e.g. an earlier `attendout bench` grid) whose finished runs with a confirmation
+    #: cell's exact configuration (fingerprint, seed included) are copied in instead of retrained
+    reuse_runs: str | None = field(
+        default=None,
+        metadata=_flag(
+            "copy in finished runs (e.g. of an earlier `attendout bench` grid) whose configuration, seed "
+            "included, is exactly a confirmation cell's, instead of training them again",
+            metavar="RESULTS_ROOT",
+            hide_default=True,
+        ),
+    )
+    alpha: float = field(default=0.05, metadata=_flag("significance level"))
+    until: str = field(default="answer", metadata=_flag("stop after this stage", choices=STAGES))
+    stale_after: float = field(
+        default=900.0,
+        metadata=_flag(
+            "a trial or run of another host without a heartbeat for this long is taken over (default: 900)",
+            metavar="SECONDS",
+        ),
+    )
+    poll: float = 30.0  # seconds between looks at the trials other processes run (search)
+    progress: bool = field(default=True, metadata=_flag("progress bars with ETA (stderr)"))
+    echo: Callable[[str], None] = print
+    command: str = ""  # the command line that made the study, for advice.md
+
+    def __post_init__(self) -> None:
+        self.methods = tuple(dict.fromkeys(self.methods))
+        if not self.methods:
+            raise ValueError("advise needs at least one method to compare with plain fine-tuning")
+        for method in self.methods:
+            search_space(method)  # a method without a searchable strength: a clear error now
+        unknown = sorted(set(self.fixed_options) - set(self.methods))
+        if unknown:
+            raise ValueError(
+                f"fixed options for {unknown[0]!r}, which is not among the methods {list(self.methods)}"
+            )
+        for method in self.methods:
+            searched = set(self.fixed_options.get(method, {})) & set(search_space(method))
+            if searched:
+                raise ValueError(
+                    f"{method}: option {sorted(searched)[0]!r} is searched; it cannot also be fixed"
+                )
+            if self.fixed_options.get(method):  # a typo or a bad value: now, not after the probe
+                from ..methods.registry import get_method_config
+
+                try:
+                    get_method_config(method, **self.fixed_options[method])
+                except (TypeError, ValueError) as error:
+                    raise ValueError(f"--method-option {method}.*: {error}") from None
+        if isinstance(self.seeds, str):
+            if self.seeds != "auto":
+                raise ValueError(f"advise: seeds must be a list of seeds or 'auto', got {self.seeds!r}")
+        else:
+            self.seeds = tuple(self.seeds)
+        checks = [
+            (self.trials >= 1, "trials", self.trials, "at least 1"),
+            (self.hours is None or self.hours > 0, "hours", self.hours, "positive"),
+            (self.sampler in ("tpe", "grid"), "sampler", self.sampler, "tpe or grid"),
+            (self.regime_epochs >= 2, "regime_epochs", self.regime_epochs, "at least 2"),
+            (self.epochs is None or self.epochs >= 1, "epochs", self.epochs, "at least 1"),
+            (
+                self.seeds == "auto" or len(self.seeds) >= 2,
+                "seeds",
+                self.seeds,
+                "at least 2 seeds (a paired test needs them)",
+            ),
+            (
+                self.seeds == "auto" or len(set(self.seeds)) == len(self.seeds),
+                "seeds",
+                self.seeds,
+                "distinct",
+            ),
+            (self.search_repeats >= 1, "search_repeats", self.search_repeats, "at least 1"),
+            (self.objective in OBJECTIVES, "objective", self.objective, " or ".join(OBJECTIVES)),
+            (self.detect is None or self.detect > 0, "detect", self.detect, "positive"),
+            (
+                self.confirm_hours is None or self.confirm_hours > 0,
+                "confirm_hours",
+                self.confirm_hours,
+                "positive",
+            ),
+            (self.max_seeds >= 2, "max_seeds", self.max_seeds, "at least 2"),
+            (0 < self.alpha < 1, "alpha", self.alpha, "in (0, 1)"),
+            (self.until in STAGES, "until", self.until, " or ".join(STAGES)),
+        ]
+        for ok, name, value, rule in checks:
+            if not ok:
+                raise ValueError(f"advise: {name} must be {rule}, got {value!r}")
+        taken = set(search_seeds(self.search_seed, self.search_repeats))
+        if self.seeds != "auto" and taken & set(self.seeds):
+            raise ValueError(
+                f"advise: the confirmation seeds {list(self.seeds)} include the search seed "
+                f"{min(taken & set(self.seeds))} (search seeds: {sorted(taken)}): a setting must be confirmed "
+                "on runs it was not chosen on"
+            )
+        if self.probe is False and self.epochs is None and self.regime_run is None:
+            raise ValueError("advise: without the regime probe the budget must be given (epochs)")
+        if self.recipe.method != "none":
+            raise ValueError(
+                f"advise: the recipe's method must be none (the methods are {list(self.methods)})"
+            )
+
+    @property
+    def probes(self) -> bool:
+        """Whether the regime stage reads a plain run's curves (trained, or ``regime_run``)."""
+        if self.regime_run is not None:
+            return True
+        return self.epochs is None if self.probe is None else self.probe
+
+    @property
+    def out(self) -> Path:
+        return Path(self.output_dir)
+
+    @property
+    def storage_url(self) -> str:
+        return self.storage or f"sqlite:///{(self.out / 'search.db').resolve()}"
+
+    def identity(self) -> dict[str, Any]:
+        """What the stored results depend on: a rerun with other values would mix two studies."""
+        return {
+            "recipe": config_fingerprint(self.recipe),
+            "task": self.recipe.task,
+            "model": self.recipe.model,
+            "search_seed": self.search_seed,
+            "sampler": self.sampler,
+            "regime_epochs": self.regime_epochs if self.regime_run is None and self.probes else None,
+            "regime_run": self.regime_run,
+            "epochs": self.epochs,
+            "search_repeats": self.search_repeats,
+            "objective": self.objective,
+            "fixed_options": self.fixed_options,
+        }
