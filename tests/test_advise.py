@@ -19,9 +19,10 @@ from attendout.advise import AdviseConfig, advise, choose_budget, read_regime, s
 from attendout.advise import objective as objective_mod
 from attendout.advise import search as search_mod
 from attendout.advise.confirm import Confirmation, ConfirmRow
+from attendout.advise.plan import SearchPlan
 from attendout.advise.power import Noise, pooled_df, seeds_needed
 from attendout.advise.regime import FLAT, LEARNING, PLATEAU, UNKNOWN, read_trend
-from attendout.advise.search import SearchPlan, reclaim_stale, run_search, search_results
+from attendout.advise.search import reclaim_stale, run_search, search_results
 from attendout.advise.spaces import SEARCH_SPACES, Choice, describe, grid_of, suggest
 from attendout.advise.storage import open_storage
 from attendout.cli import main

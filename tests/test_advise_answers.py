@@ -11,9 +11,9 @@ import pytest
 from attendout.advise import verdict
 from attendout.advise.confirm import Confirmation, ConfirmRow, confirm_experiment, plain_name, split_floor
 from attendout.advise.files import advice_markdown
+from attendout.advise.plan import MethodSearch
 from attendout.advise.regime import FLAT, LEARNING, UNKNOWN, read_trend
 from attendout.advise.scales import chance_margin, default_detect, in_metric_units
-from attendout.advise.search import MethodSearch
 from attendout.report.stats import chance_floor, paired_t_test
 from attendout.tasks import metrics as metrics_mod
 

@@ -27,8 +27,8 @@ from scipy import stats
 from attendout.advise.answer import verdict
 from attendout.advise.confirm import Confirmation, ConfirmRow
 from attendout.advise.objective import SearchNoise, chance_to_find, search_noise
+from attendout.advise.plan import MethodSearch, SearchPlan
 from attendout.advise.power import CONFIDENCE, comparison_sd, seeds_needed
-from attendout.advise.search import MethodSearch, SearchPlan
 from attendout.advise.seeds import PILOT, auto_count
 from attendout.report.stats import detectable_difference, holm, paired_t_test
 

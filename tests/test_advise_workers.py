@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import attendout.advise.search as search_mod
-from attendout.advise.search import SearchPlan, run_search, search_results
+from attendout.advise.plan import SearchPlan
+from attendout.advise.search import run_search, search_results
 from attendout.advise.storage import open_storage
 from attendout.config import TrainConfig
 

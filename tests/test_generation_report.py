@@ -16,8 +16,9 @@ import pytest
 from attendout.advise import verdict
 from attendout.advise.confirm import Confirmation, ConfirmRow
 from attendout.advise.objective import study_direction
+from attendout.advise.plan import SearchPlan
 from attendout.advise.regime import read_regime
-from attendout.advise.search import SearchPlan, _study, search_results
+from attendout.advise.search import _study, search_results
 from attendout.advise.storage import open_storage
 from attendout.bench import Budget, ResultsStore, load_experiment
 from attendout.config import TrainConfig

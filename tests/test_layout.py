@@ -29,13 +29,9 @@ MAX_ROOT_MODULES = 8
 #: Import circles not undone yet, each in files that were being edited elsewhere when issue 58 checked
 #: circles through ``if TYPE_CHECKING:`` imports: each closes through a type imported for annotations
 #: only. A new circle fails; one undone fails until it is taken off here.
-#: run.state imports RunDir and CheckpointStatus from run.folder, which imports run.state;
-#: advise.objective imports MethodSearch and SearchPlan from advise.search, which imports it;
-#: advise.trend imports AdviseConfig from advise.study, which imports it.
+#: run.state imports RunDir and CheckpointStatus from run.folder, which imports run.state.
 KNOWN_CIRCLES: set[frozenset[str]] = {
     frozenset({"attendout.run.folder", "attendout.run.state"}),
-    frozenset({"attendout.advise.objective", "attendout.advise.search"}),
-    frozenset({"attendout.advise.study", "attendout.advise.trend"}),
 }
 
 

@@ -6,8 +6,8 @@ See :mod:`attendout.advise.study` for the stages and the output folder.
 from .answer import Verdict, verdict
 from .confirm import Confirmation, ConfirmRow
 from .options import STAGES, AdviseConfig
+from .plan import MethodSearch
 from .regime import RegimeReading, Trend, choose_budget, read_regime, read_trend
-from .search import MethodSearch
 from .spaces import DEFAULT_METHODS, SEARCH_SPACES, Range, search_space
 from .study import Advice, advise
 

@@ -18,9 +18,9 @@ from ..tasks.metrics import higher_is_better
 from .answer import Verdict, format_p, format_points, gain
 from .confirm import Confirmation, ConfirmRow
 from .objective import SearchNoise
+from .plan import MethodSearch
 from .regime import RegimeReading, Trend
 from .scales import CHANCE_POINTS, describe_amount, points
-from .search import MethodSearch
 from .spaces import Choice, describe, search_space
 
 __all__ = ["advice_figure", "advice_markdown", "markdown_cell", "write_setting"]

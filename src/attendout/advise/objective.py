@@ -26,20 +26,16 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..report.stats import pooled_sd
 from ..run.folder import RunDir
 from ..tasks.metrics import higher_is_better
+from .plan import OBJECTIVES, MethodSearch, SearchPlan
 from .power import comparison_sd
 from .scales import plain_name
 
-if TYPE_CHECKING:
-    from .search import MethodSearch, SearchPlan
-
 __all__ = [
-    "OBJECTIVES",
-    "SEED_STRIDE",
     "Measured",
     "SearchNoise",
     "chance_to_find",
@@ -50,24 +46,9 @@ __all__ = [
     "score",
     "score_at",
     "search_noise",
-    "search_seeds",
     "study_direction",
     "validations",
 ]
-
-#: the search seeds of ``repeats`` runs a trial: search_seed, search_seed + SEED_STRIDE, ...
-SEED_STRIDE = 1000
-#: what a trial's score is, by ``SearchPlan.objective`` (see the module docstring)
-OBJECTIVES = {
-    "delta": "the method's best validation {metric} minus {plain}'s at the same seed",
-    "delta-loss": "the method's lowest validation loss minus {plain}'s at the same seed",
-    "score": "the method's best validation {metric}",
-}
-
-
-def search_seeds(search_seed: int, repeats: int) -> tuple[int, ...]:
-    """The seeds every trial (and plain fine-tuning's reference) is trained at."""
-    return tuple(search_seed + SEED_STRIDE * r for r in range(repeats))
 
 
 def study_direction(metric: str, objective: str = "score") -> str:

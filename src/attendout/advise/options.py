@@ -11,7 +11,7 @@ from typing import Any
 
 from ..bench.spec import config_fingerprint
 from ..config import TrainConfig
-from .objective import OBJECTIVES, search_seeds
+from .plan import OBJECTIVES, search_seeds
 from .spaces import DEFAULT_METHODS, search_space
 
 __all__ = ["STAGES", "AdviseConfig"]

@@ -37,7 +37,6 @@ import math
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,6 @@ from ..run.lock import Owner, exclusive
 from ..run.optim import TrainingError
 from ..run.train import finetune
 from .objective import (
-    OBJECTIVES,
     Measured,
     measured,
     objective_better,
@@ -58,14 +56,14 @@ from .objective import (
     reference_dir,
     score,
     score_at,
-    search_seeds,
     study_direction,
     validations,
 )
-from .spaces import grid_size, queue_grid, shown, suggest
+from .plan import MethodSearch, SearchPlan
+from .spaces import queue_grid, shown, suggest
 from .storage import asking, open_storage, redacted
 
-__all__ = ["MethodSearch", "SearchPlan", "run_search", "search_results"]
+__all__ = ["run_search", "search_results"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,66 +73,6 @@ PRUNE_AFTER = 0.5
 TPE_STARTUP = 4
 #: seconds a trial just asked, whose process has not yet written who it is, counts as running
 ASK_GRACE = 60.0
-
-
-@dataclass
-class SearchPlan:
-    """What every trial shares: the recipe, the budget, where trials go, how they are sampled."""
-
-    base: TrainConfig  # the recipe: task, model, data, optimiser (method and seed are set per trial)
-    out: Path
-    storage: str
-    methods: tuple[str, ...]
-    epochs: int
-    steps_per_epoch: int
-    metric: str
-    trials: int = 8
-    hours: float | None = None
-    sampler: str = "tpe"
-    pruning: bool = True
-    search_seed: int = 0
-    repeats: int = 2  # seeds per trial (search_seeds)
-    objective: str = "delta"  # OBJECTIVES
-    recipe_key: str = ""  # the recipe's fingerprint (task, data, model): part of the sampler's seed
-    fixed_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> options not searched
-    stale_after: float = 900.0
-    poll: float = 30.0  # seconds between looks at trials other processes run, once this one has none left
-    progress: bool = True
-    echo: Callable[[str], None] = print
-
-    def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
-        if self.repeats < 1:
-            raise ValueError(f"repeats (seeds per trial) must be at least 1, got {self.repeats!r}")
-
-    @property
-    def seeds(self) -> tuple[int, ...]:
-        return search_seeds(self.search_seed, self.repeats)
-
-    @property
-    def paired(self) -> bool:
-        """Whether a trial's score is a difference to plain fine-tuning (which is then trained per seed)."""
-        return self.objective != "score"
-
-    def trials_of(self, method: str) -> int:
-        """The trials ``method`` gets: ``trials``, or its whole grid if that is smaller (grid sampler)."""
-        return min(self.trials, grid_size(method)) if self.sampler == "grid" else self.trials
-
-
-@dataclass
-class MethodSearch:
-    """One method's study after the search: its trials and its best setting (None if none finished)."""
-
-    method: str
-    options: dict[str, Any] | None
-    value: float | None
-    trial: int | None
-    trials: list[dict[str, Any]]  # per trial: number, state, params, value, by_epoch, by_seed, seconds
-
-    @property
-    def finished(self) -> int:
-        return sum(1 for t in self.trials if t["state"] in ("COMPLETE", "PRUNED") or t.get("error"))
 
 
 def _sampler(plan: SearchPlan, method: str, trial_number: int) -> Any:

@@ -28,7 +28,7 @@ from .scales import default_detect, describe_amount, in_metric_units
 
 if TYPE_CHECKING:
     from .confirm import Confirmation
-    from .search import MethodSearch, SearchPlan
+    from .plan import MethodSearch, SearchPlan
 
 __all__ = ["PILOT", "auto_count", "fresh_seeds", "seconds_per_run"]
 

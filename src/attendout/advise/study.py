@@ -60,8 +60,9 @@ from .confirm import (
 from .files import advice_figure, advice_markdown, write_setting
 from .objective import SearchNoise, search_noise
 from .options import STAGES, AdviseConfig
+from .plan import MethodSearch, SearchPlan
 from .regime import RegimeReading, read_regime
-from .search import MethodSearch, SearchPlan, epoch_run, run_search
+from .search import epoch_run, run_search
 from .seeds import choose as choose_seeds
 from .trend import plain_trend
 

@@ -14,7 +14,7 @@ from .regime import RegimeReading, Trend, read_trend
 
 if TYPE_CHECKING:
     from .options import AdviseConfig
-    from .search import SearchPlan
+    from .plan import SearchPlan
 
 __all__ = ["plain_trend"]
 

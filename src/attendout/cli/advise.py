@@ -8,8 +8,8 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from ..advise.objective import search_seeds
 from ..advise.options import AdviseConfig
+from ..advise.plan import search_seeds
 from ..advise.spaces import SEARCH_SPACES
 from .flags import (
     add_dataclass_options,
