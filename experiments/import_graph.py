@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 def room_of(module: str) -> str:
-    """``attendout.methods.addrop.config`` -> ``methods``; ``attendout.run.train`` -> ``train``."""
+    """``attendout.methods.addrop.config`` -> ``methods``; ``attendout.run.loop`` -> ``loop``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "attendout"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attendout.run.train import Trainer
+from attendout.run.loop import TrainingLoop
 from conftest import no_dropout, save_tiny_model_dir, toy_cli_args, toy_train_config
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -70,7 +70,7 @@ def test_two_processes_make_the_updates_of_one_with_the_whole_batch(runs):
     by that order)."""
     from transformers import AutoModelForSequenceClassification
 
-    one = Trainer(
+    one = TrainingLoop(
         toy_train_config(runs, max_steps=4, warmup_ratio=0.0, output_dir=str(runs["tmp"] / "none-1"))
     )
     start = {k: v.clone() for k, v in one.model.state_dict().items()}

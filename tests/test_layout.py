@@ -96,7 +96,7 @@ def describe(circle: frozenset[str], graph: dict[str, set[str]]) -> str:
 
 def test_the_checks_see_the_package():
     graph = import_graph(top_level_only=False)
-    assert {"attendout", "attendout.run.train", "attendout.attention.hook"} <= graph.keys()
+    assert {"attendout", "attendout.run.loop", "attendout.attention.hook"} <= graph.keys()
     assert "attendout.attention.paths" in graph["attendout.attention.hook"]
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
 
