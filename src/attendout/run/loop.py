@@ -13,7 +13,7 @@ nondeterministic kernels may make the continuation differ slightly).
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import logging
 import math
 import time
@@ -21,30 +21,21 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import torch
-from torch import nn
 from tqdm.auto import tqdm
 
 from ..config import TrainConfig
-from ..contract import LoopContext, StepInfo
+from ..contract import StepInfo
 from ..encoding.classification import Encoded, predict_batches
 from ..methods.registry import build_strategy
 from ..tasks import CLASSIFICATION, LM, better, compute_metrics
-from .devices import (
-    check_batches_fit_processes,
-    data_parallel,
-    mixed_precision,
-    process_group,
-    rng_state,
-    set_rng_state,
-    shard,
-)
+from .devices import check_batches_fit_processes, mixed_precision, process_group, rng_state, shard
 from .evalstop import EvaluationStopped
-from .folder import CHECKPOINT_DIR, CHECKPOINT_FORMAT
+from .folder import CHECKPOINT_DIR
 from .interrupt import Stopped, agreed, deferred
-from .optim import adamw, linear_schedule, micro_batches, update
+from .optim import micro_batches, update
 from .record import config_record, results_record
-from .runfolder import RunFolder, TrainState, checkpoint_config, single_class
-from .setup import set_up
+from .runfolder import RunFolder, TrainState, checkpoint_contents, restore_checkpoint, single_class
+from .setup import budget, loop_context, make_optimizer, set_up, wrap_model
 
 logger = logging.getLogger(__name__)
 
@@ -61,66 +52,29 @@ class TrainingLoop:
         self.run = RunFolder(c, self.distributed, on_log)  # refuses a folder that cannot take the run
         self.inputs = inputs = set_up(c, self.device, self.run.is_main)
         self.task, self.model, self.tokenizer = inputs.task, inputs.model, inputs.tokenizer
-        self.train_set, self.validation_set, self.eval_sets = (
-            inputs.train_set,
-            inputs.validation_set,
-            inputs.eval_sets,
-        )
-        self.steps_per_epoch = math.ceil(len(self.train_set) / c.batch_size)
-        self.total_steps = (
-            c.max_steps
-            if c.max_steps is not None  # 0: the model is evaluated as it is (a zero-shot floor)
-            else max(1, math.ceil(c.epochs * self.steps_per_epoch))
-        )
+        self.train_set, self.validation_set = inputs.train_set, inputs.validation_set
+        self.eval_sets = inputs.eval_sets
+        self.steps_per_epoch, self.total_steps = budget(c, len(self.train_set))
         check_batches_fit_processes(len(self.train_set), c.batch_size, self.distributed.world_size)
         self.strategy = build_strategy(inputs.method)
         self.strategy.attach(self.model, max_length=c.longest(self.task.kind))  # Synthesizer's default l_max
+        self.make_optimizer = functools.partial(make_optimizer, c, self.strategy, self.total_steps)
+        self.wrap = functools.partial(wrap_model, self.distributed, self.device, inputs.method, self.model)
         self.train_model = self.wrap(self.model)  # DDP over several processes; the model itself in one
         self.optimizer, self.scheduler = self.make_optimizer(self.model)
         self.autocast_dtype, self.scaler = mixed_precision(c.precision, self.device)
         self.state = TrainState()
-        self.loop = self.loop_context()
+        self.loop = loop_context(self)  # what the loop gives the method
         self.strategy.start(self.loop)
         self.running: list[Any] = []  # losses since the last log line
-        self.best_state: dict[str, Any] | None = None  # the best model's weights (without save_model)
         self.elapsed_before = 0.0  # training seconds before a resume
         self.started: float | None = None  # when fit() began
         # Only now, with data and model loaded and the method applied, touch the run folder.
         with self.run.taking():
             checkpoint = self.run.take(self.device)
             if checkpoint is not None:
-                self.restore(checkpoint)
+                restore_checkpoint(self, checkpoint)
             self.run.write_config(lambda: config_record(self))
-
-    # the training pieces ----------------------------------------------------------------------
-    def make_optimizer(self, model: nn.Module) -> tuple[torch.optim.Optimizer, Any]:
-        """AdamW over the method's parameter groups of ``model``, with the warm-up/decay schedule."""
-        c = self.config
-        optimizer = adamw(self.strategy.param_groups(model, c.weight_decay), lr=c.learning_rate)
-        scheduler = linear_schedule(optimizer, int(c.warmup_ratio * self.total_steps), self.total_steps)
-        return optimizer, scheduler
-
-    def wrap(self, model: nn.Module) -> nn.Module:
-        """``model`` as this loop trains it: in DistributedDataParallel over several processes."""
-        if self.distributed.world_size == 1:
-            return model
-        unused = self.inputs.method.unused_parameters
-        if unused and self.run.is_main and model is self.model:
-            logger.info("DDP looks for unused parameters (find_unused_parameters=True): %s", unused)
-        return data_parallel(model, self.device, find_unused=bool(unused))
-
-    def loop_context(self) -> LoopContext:
-        """What this loop gives a method (see :mod:`attendout.contract`)."""
-        c = self.config
-        return LoopContext(
-            device=self.device, total_steps=max(1, self.total_steps),  # 0 (zero-shot): no step is taken
-            steps_per_epoch=self.steps_per_epoch, optimizer=self.optimizer, scheduler=self.scheduler,
-            make_optimizer=self.make_optimizer, autocast_dtype=self.autocast_dtype,
-            max_grad_norm=c.max_grad_norm, seed=c.seed, data_seed=c.data_seed, task=self.task,
-            validation=self.validation_set, splits=self.eval_sets, eval_batch_size=c.eval_batch_size,
-            loss_scale=self.scaler.get_scale if self.scaler.is_enabled() else None,
-            distributed=self.distributed, wrap=self.wrap, loop="attendout",
-        )  # fmt: skip
 
     # checkpoints ------------------------------------------------------------------------------
     def save_checkpoint(self, rng: dict[str, Any] | None = None) -> None:
@@ -131,39 +85,7 @@ class TrainingLoop:
             "total_steps": self.total_steps,
             "best_step": self.state.best_step,
         }
-        self.run.save_checkpoint(lambda: self.checkpoint(rng), self.state.step, summary)
-
-    def checkpoint(self, rng: dict[str, Any] | None = None) -> dict[str, Any]:
-        """What a checkpoint holds (its format: :data:`~attendout.run.folder.CHECKPOINT_FORMAT`)."""
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "config": checkpoint_config(self.config),
-            "state": dataclasses.asdict(self.state),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "strategy": self.strategy.state_dict(),
-            "best_state": self.best_state,
-            "running": [float(x) for x in self.running],
-            "elapsed": self.elapsed_before + (0.0 if self.started is None else time.time() - self.started),
-            "rng": rng if rng is not None else rng_state(self.device),
-        }
-
-    def restore(self, checkpoint: dict[str, Any]) -> None:
-        """Go on from ``checkpoint`` (:meth:`checkpoint`'s), as if the run had never stopped."""
-        self.state = TrainState(**checkpoint["state"])
-        self.model.load_state_dict(checkpoint["model"])
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
-        self.scheduler.load_state_dict(checkpoint["scheduler"])
-        self.scaler.load_state_dict(checkpoint["scaler"])
-        self.strategy.load_state_dict(checkpoint["strategy"])
-        if checkpoint["best_state"] is not None:
-            self.best_state = checkpoint["best_state"]
-        self.running = [torch.tensor(x, device=self.device) for x in checkpoint["running"]]  # beside new ones
-        self.elapsed_before = float(checkpoint["elapsed"])
-        set_rng_state(checkpoint["rng"], self.device)
-        logger.info("resuming %s at step %d of %d", self.run.path, self.state.step, self.total_steps)
+        self.run.save_checkpoint(lambda: checkpoint_contents(self, rng), self.state.step, summary)
 
     # training ---------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -213,14 +135,9 @@ class TrainingLoop:
             loss = torch.stack(self.running).mean().item()
             self.running.clear()
             bar.set_postfix(loss=f"{loss:.4f}")
+            epoch = self.epoch_progress
             self.run.log(
-                {
-                    "step": self.state.step,
-                    "epoch": self.epoch_progress,
-                    "loss": loss,
-                    "lr": lr,
-                    **self.strategy.stats(),
-                }
+                {"step": self.state.step, "epoch": epoch, "loss": loss, "lr": lr, **self.strategy.stats()}
             )
         if c.eval_steps and self.state.step % c.eval_steps == 0:
             self.validate()
@@ -326,15 +243,16 @@ class TrainingLoop:
         self.state.validated_at = self.state.step
         main = self.task.metrics[0]
         value = metrics[main]  # better in its own direction (perplexity: lower)
-        if (
-            self.state.best_step is None or self.config.model_selection == "last"
-        ):  # "last": the latest is kept
+        # the first validation, or with model_selection "last" any: the latest model is the one kept
+        if self.state.best_step is None or self.config.model_selection == "last":
             improved = not math.isnan(value)
         else:
             improved = better(main, value, self.state.best_score)
         self.state.evals_since_best = 0 if improved else self.state.evals_since_best + 1
         if improved:
-            self.keep_best(metrics, value)
+            self.state.best_score, self.state.best_validation = value, metrics
+            self.state.best_step = self.state.step
+            self.run.keep_best(self.state.step, self.strategy, self.tokenizer)
         record = {
             "step": self.state.step,
             "epoch": self.epoch_progress,
@@ -348,33 +266,10 @@ class TrainingLoop:
             self.save_checkpoint()  # the kept best model is never newer than the state that resumes
         return metrics
 
-    def keep_best(self, metrics: dict[str, float], score: float) -> None:
-        """The model now is the best so far: RUN_DIR/model (``save_model``), or its weights in memory."""
-        self.state.best_score, self.state.best_step, self.state.best_validation = (
-            score,
-            self.state.step,
-            metrics,
-        )
-        if self.config.save_model:
-            self.run.save_model(
-                self.state.step, lambda folder: self.strategy.save_model(folder, self.tokenizer)
-            )
-        else:
-            weights = self.strategy.eval_model().state_dict().items()
-            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in weights}
-
-    def restore_best(self) -> None:
-        """The best model back in place of the last (the main process saved it)."""
-        self.distributed.barrier()  # the main process has written the best model
-        if self.config.save_model:
-            self.strategy.load_best(self.run.best_model(self.state.best_step))
-        else:
-            self.strategy.eval_model().load_state_dict(self.best_state)
-
     def finish(self, train_time: float) -> dict[str, Any]:
         """Evaluate the best model on every evaluation split, write predictions and results.json."""
         if self.state.best_step != self.state.step:
-            self.restore_best()
+            self.run.restore_best(self.state.best_step, self.strategy)
         evaluations, one_class = {}, {}
         try:  # a stop ends it at the next batch, with a checkpoint: a resume evaluates every split again
             for name, data in self.eval_sets.items():

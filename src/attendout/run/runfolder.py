@@ -33,10 +33,12 @@ checkpoint. How the checkpoint and every other file are written and read whole i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,9 +48,11 @@ import numpy as np
 import torch
 
 from ..config import NEUTRAL_OPTIONS, RESUME_MUST_MATCH, TrainConfig
+from .devices import rng_state, set_rng_state
 from .folder import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
+    CHECKPOINT_FORMAT,
     LOG_FILE,
     MANIFEST,
     MODEL_DIR,
@@ -82,10 +86,12 @@ __all__ = [
     "TrainState",
     "check_run_dir",
     "checkpoint_config",
+    "checkpoint_contents",
     "find_checkpoint",
     "prepare_run_dir",
     "read_resumable",
     "remove_checkpoint",
+    "restore_checkpoint",
     "setting_up",
     "single_class",
     "write_split_predictions",
@@ -253,6 +259,43 @@ def read_resumable(
     return checkpoint
 
 
+def checkpoint_contents(loop: Any, rng: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a checkpoint of ``loop`` (:class:`~attendout.run.loop.TrainingLoop`) holds now (its format:
+    :data:`~attendout.run.folder.CHECKPOINT_FORMAT`); ``rng``: the random generators' state to record
+    (default: as they are now)."""
+    elapsed = loop.elapsed_before + (0.0 if loop.started is None else time.time() - loop.started)
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "config": checkpoint_config(loop.config),
+        "state": dataclasses.asdict(loop.state),
+        "model": loop.model.state_dict(),
+        "optimizer": loop.optimizer.state_dict(),
+        "scheduler": loop.scheduler.state_dict(),
+        "scaler": loop.scaler.state_dict(),
+        "strategy": loop.strategy.state_dict(),
+        "best_state": loop.run.best_state,
+        "running": [float(x) for x in loop.running],
+        "elapsed": elapsed,
+        "rng": rng if rng is not None else rng_state(loop.device),
+    }
+
+
+def restore_checkpoint(loop: Any, checkpoint: dict[str, Any]) -> None:
+    """``loop`` set to go on from ``checkpoint`` (:func:`checkpoint_contents`'s), as if it had never stopped."""
+    loop.state = TrainState(**checkpoint["state"])
+    loop.model.load_state_dict(checkpoint["model"])
+    loop.optimizer.load_state_dict(checkpoint["optimizer"])
+    loop.scheduler.load_state_dict(checkpoint["scheduler"])
+    loop.scaler.load_state_dict(checkpoint["scaler"])
+    loop.strategy.load_state_dict(checkpoint["strategy"])
+    if checkpoint["best_state"] is not None:
+        loop.run.best_state = checkpoint["best_state"]
+    loop.running = [torch.tensor(x, device=loop.device) for x in checkpoint["running"]]  # beside new ones
+    loop.elapsed_before = float(checkpoint["elapsed"])
+    set_rng_state(checkpoint["rng"], loop.device)
+    logger.info("resuming %s at step %d of %d", loop.run.path, loop.state.step, loop.total_steps)
+
+
 def remove_checkpoint(out: Path) -> None:
     """Remove the checkpoint of a finished run (and any temporary name of it): nothing to resume."""
     for name in CHECKPOINT_FOLDERS:
@@ -324,6 +367,7 @@ class RunFolder:
         self.lock = RunLock(self.path)
         self.resumed_at: int | None = None  # the step of the checkpoint this run resumed from
         self.checkpointed_at: int | None = None  # the step of this run's last whole checkpoint
+        self.best_state: dict[str, Any] | None = None  # the best model's weights, without save_model
         check_run_dir(self.path, config.overwrite, config.resume, busy=self.is_main)  # before any load
 
     @contextlib.contextmanager
@@ -410,15 +454,24 @@ class RunFolder:
                 write_checkpoint(folder, contents(), summary)
         self.checkpointed_at = step
 
-    def save_model(self, step: int, save: Callable[[Path], None]) -> None:
-        """The best model so far (of ``step``) to RUN_DIR/model, by ``save(folder)`` (main process)."""
-        if self.is_main:
+    def keep_best(self, step: int, strategy: Any, tokenizer: Any) -> None:
+        """The model of ``strategy`` now (of ``step``) is the best so far: saved to RUN_DIR/model by the
+        main process (``save_model``), else its weights kept in memory (and in each checkpoint)."""
+        if not self.config.save_model:
+            weights = strategy.eval_model().state_dict().items()
+            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in weights}
+        elif self.is_main:
             target = self.dir.model_dir
             with self.writing(f"the best model (step {step}) to {target}"):
-                save(target)
+                strategy.save_model(target, tokenizer)
 
-    def best_model(self, step: int | None) -> Path:
-        """RUN_DIR/model, the best model (of ``step``) the run saved, checked whole."""
+    def restore_best(self, step: int | None, strategy: Any) -> None:
+        """The best model (of ``step``) back in ``strategy``'s model: RUN_DIR/model, checked whole, or
+        the weights kept in memory."""
+        self.distributed.barrier()  # the main process has written the best model
+        if not self.config.save_model:
+            strategy.eval_model().load_state_dict(self.best_state)
+            return
         model = self.dir.model_dir
         problem = verify_folder(model, unchecked_ok=True)
         if problem is not None:
@@ -426,7 +479,7 @@ class RunFolder:
                 f"the best model (step {step}) in {model} is incomplete or corrupt "
                 f"({problem}): it changed after it was saved; {self.kept()}"
             )
-        return model
+        strategy.load_best(model)
 
     def write_predictions(
         self, split: str, preds: Any, scores: Any, labels: Any, kind: str, sources: Any

@@ -1,20 +1,27 @@
-"""A run's set-up: its data read, split and encoded, its model and tokenizer loaded, its method's config.
+"""A run's set-up: its data read, split and encoded, its model loaded, and the pieces it trains with.
 
 :func:`set_up` does it all, in order, for the loop (:mod:`attendout.run.loop`), before the run folder is
 touched: :func:`~attendout.run.data.load_data` reads the task's data from the sources a config names, :func:`load_model` loads
 the model (pretrained, or for the generation kinds from scratch), and the model's and the method's
-limits are checked before anything is encoded. What it gives is :class:`RunInputs`.
+limits are checked before anything is encoded. What it gives is :class:`RunInputs`. The loop then makes
+its training pieces here: the budget in steps (:func:`budget`), AdamW with its schedule
+(:func:`make_optimizer`), the model in DDP over several processes (:func:`wrap_model`), and what the loop
+gives the method (:func:`loop_context`).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
 from ..config import TrainConfig, scratch_size, split_for_training
+from ..contract import LoopContext
 from ..encoding.classification import Encoded, encode, truncation_summary
 from ..encoding.generation import GenerationOptions, score_unigram_floor
 from ..methods import MethodConfig
@@ -22,10 +29,23 @@ from ..models.generation import load_for_generation
 from ..models.loading import load_for_task
 from ..tasks import Examples, Task, is_generation
 from .data import load_data
-from .devices import set_seed
+from .devices import data_parallel, set_seed
 from .limits import check_lengths
+from .optim import adamw, linear_schedule
 
-__all__ = ["RunInputs", "encode_examples", "load_model", "say", "set_up"]
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "RunInputs",
+    "budget",
+    "encode_examples",
+    "load_model",
+    "loop_context",
+    "make_optimizer",
+    "say",
+    "set_up",
+    "wrap_model",
+]
 
 
 def load_model(config: TrainConfig, task: Task, train: Examples) -> tuple[Any, Any, str]:
@@ -123,4 +143,52 @@ def set_up(config: TrainConfig, device: torch.device, is_main: bool = True) -> R
     return RunInputs(
         task, data.source, train, validation, evals, model, tokenizer, description, method,
         train_set, validation_set, eval_sets,
+    )  # fmt: skip
+
+
+# the training pieces --------------------------------------------------------------------------------
+
+
+def budget(config: TrainConfig, train_rows: int) -> tuple[int, int]:
+    """(steps per epoch, total steps) of a run over ``train_rows`` training rows: ``max_steps``, or
+    ``epochs`` passes (0 steps: the model is evaluated as it is, a zero-shot floor)."""
+    steps_per_epoch = math.ceil(train_rows / config.batch_size)
+    if config.max_steps is not None:
+        return steps_per_epoch, config.max_steps
+    return steps_per_epoch, max(1, math.ceil(config.epochs * steps_per_epoch))
+
+
+def make_optimizer(
+    config: TrainConfig, strategy: Any, total_steps: int, model: nn.Module
+) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW over the method's (``strategy``'s) parameter groups of ``model``, with the warm-up/decay schedule."""
+    optimizer = adamw(strategy.param_groups(model, config.weight_decay), lr=config.learning_rate)
+    scheduler = linear_schedule(optimizer, int(config.warmup_ratio * total_steps), total_steps)
+    return optimizer, scheduler
+
+
+def wrap_model(
+    distributed: Any, device: torch.device, method: MethodConfig, trained: nn.Module, model: nn.Module
+) -> nn.Module:
+    """``model`` as the loop trains it: in DistributedDataParallel over several processes (``trained``:
+    the run's own model, whose unused parameters the main process names once)."""
+    if distributed.world_size == 1:
+        return model
+    unused = method.unused_parameters
+    if unused and distributed.is_main and model is trained:
+        logger.info("DDP looks for unused parameters (find_unused_parameters=True): %s", unused)
+    return data_parallel(model, device, find_unused=bool(unused))
+
+
+def loop_context(loop: Any) -> LoopContext:
+    """What the loop (:class:`~attendout.run.loop.TrainingLoop`) gives a method (see :mod:`attendout.contract`)."""
+    c = loop.config
+    return LoopContext(
+        device=loop.device, total_steps=max(1, loop.total_steps),  # 0 (zero-shot): no step is taken
+        steps_per_epoch=loop.steps_per_epoch, optimizer=loop.optimizer, scheduler=loop.scheduler,
+        make_optimizer=loop.make_optimizer, autocast_dtype=loop.autocast_dtype,
+        max_grad_norm=c.max_grad_norm, seed=c.seed, data_seed=c.data_seed, task=loop.task,
+        validation=loop.validation_set, splits=loop.eval_sets, eval_batch_size=c.eval_batch_size,
+        loss_scale=loop.scaler.get_scale if loop.scaler.is_enabled() else None,
+        distributed=loop.distributed, wrap=loop.wrap, loop="attendout",
     )  # fmt: skip
