@@ -3,8 +3,10 @@
 :class:`RunFolder` is the run object the loop (:mod:`attendout.run.loop`) writes through: before
 anything loads it refuses a folder that cannot take the run; then it takes the folder's lock, reads the
 checkpoint a resume goes on from and clears what an older run left; while the run trains it writes the
-config, the log, the checkpoints and the best model's place; at the end, the predictions and results,
-and it removes the checkpoint. A write that fails is one line naming it and what is intact.
+config, the log, the checkpoints and the best model so far (RUN_DIR/model, or its weights in memory); at
+the end, the predictions and results, and it removes the checkpoint. A write that fails is one line
+naming it and what is intact. What a checkpoint holds is :func:`checkpoint_contents`'s, and
+:func:`restore_checkpoint` sets a loop to go on from one.
 
 What a run leaves in its directory:
 
