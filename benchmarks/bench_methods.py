@@ -1,6 +1,6 @@
 """Training-step time and peak memory of each method, relative to `none`, measured in one run.
 
-Every method trains through the real fine-tuning loop (``Trainer.train_step``, so methods with their
+Every method trains through the real fine-tuning loop (``TrainingLoop.train_step``, so methods with their
 own training strategy are measured as they train) on the same batches (texts of random vocabulary
 words with random lengths between half the length and the length, seeded), in its own child process (peak memory of a process cannot be reset), and the repeats are interleaved
 (none, attn-dropout, ..., none, attn-dropout, ...) so that a slow spell of the machine hits every
@@ -73,7 +73,7 @@ def child(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     from attendout.config import TrainConfig
     from attendout.models.loading import resolve_model
-    from attendout.run.train import Trainer
+    from attendout.run.loop import TrainingLoop
 
     path, _ = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -85,7 +85,7 @@ def child(args: argparse.Namespace) -> None:
         )  # the same texts for every method
         entry, _, micro = args.child.partition("@")  # METHOD@N: the same step over micro-batches of N
         method = "none" if entry == "stock" else entry
-        trainer = Trainer(
+        trainer = TrainingLoop(
             TrainConfig(
                 task="file",
                 train_file=data,

@@ -54,10 +54,10 @@ P_TO_MASK: tuple[tuple[str, str, str], ...] = (
     ),
     ("attendout.cli.flags", "add_dataclass_options", "--p was made from ScoresDropoutConfig's field p"),
     ("attendout.cli.flags", "train_config", "TrainConfig(method_options={'p': 0.1})"),
-    ("attendout.config", "TrainConfig.method_config", "the run's method config, asked by the trainer"),
+    ("attendout.config", "TrainConfig.method_config", "the method's config, made once as the config is checked"),
     ("attendout.methods.registry", "get_method_config", "the config class of 'scores-dropout', made with p"),
     ("attendout.methods.dropout.config", "ScoresDropoutConfig", "p checked (a probability)"),
-    ("attendout.run.train", "Trainer.__init__", "build_strategy(method_config), then strategy.attach(model)"),
+    ("attendout.run.loop", "TrainingLoop.__init__", "build_strategy(inputs.method), then strategy.attach(model)"),
     ("attendout.methods.registry", "build_strategy", "the method's strategy (the default: TrainingStrategy)"),
     (
         "attendout.methods.base",

@@ -5,7 +5,7 @@ attention variant from scratch. attendout mostly inserts synthesizers into a *pr
 where the dot-product attention has a head start; this script compares the variants on equal terms:
 one small randomly initialised BERT (same initial weights for every variant, same data, same order,
 same steps), its attention replaced by each variant, trained through the real fine-tuning loop
-(``attendout.run.train``) on a single-sentence task (SST-2 subsample, scored on SST-2 dev) or on a pair task
+(``attendout.run.loop``) on a single-sentence task (SST-2 subsample, scored on SST-2 dev) or on a pair task
 (QNLI: question + sentence; only its dev file is available offline, so it is split here by a stable
 hash of the example index, 80% for training and 20% held out as "dev"). The paper finds pair tasks
 suffer most without dot-product attention: a synthesizer that ignores the tokens (random) cannot align
@@ -126,7 +126,7 @@ def method_of(variant: str, lr: float, rank: int) -> tuple[str, dict]:
 
 def run_one(args: argparse.Namespace, base: Path, data: dict, variant: str, seed: int) -> dict:
     from attendout.config import TrainConfig
-    from attendout.run.train import Trainer
+    from attendout.run.loop import TrainingLoop
 
     method, options = method_of(variant, args.learning_rate, args.rank)
     config = TrainConfig(
@@ -150,7 +150,7 @@ def run_one(args: argparse.Namespace, base: Path, data: dict, variant: str, seed
         output_dir=str(Path(args.out) / variant / f"seed{seed}"),
     )
     started = time.time()
-    trainer = Trainer(config)
+    trainer = TrainingLoop(config)
     synth_params = sum(
         t.numel()
         for name, t in trainer.model.state_dict().items()

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from attendout.config import TrainConfig
-from attendout.run.train import Trainer
+from attendout.run.loop import TrainingLoop
 
 
 class Interrupted(Exception):
@@ -26,7 +26,7 @@ def main() -> None:
     torch.set_num_threads(1)
     spec = json.loads(sys.argv[1])
     for job in spec["jobs"]:
-        trainer = Trainer(TrainConfig(**job["config"]))
+        trainer = TrainingLoop(TrainConfig(**job["config"]))
         if "interrupt_at" in job:
             step = trainer.train_step
 
@@ -40,8 +40,8 @@ def main() -> None:
                 trainer.fit()
             except Interrupted:
                 pass
-            trainer = Trainer(TrainConfig(**{**job["config"], "resume": True}))
-            assert trainer.resumed_at is not None, "no checkpoint to resume from"
+            trainer = TrainingLoop(TrainConfig(**{**job["config"], "resume": True}))
+            assert trainer.run.resumed_at is not None, "no checkpoint to resume from"
         trainer.fit()
         dump = {"model": trainer.model.state_dict(), "processes": trainer.distributed.world_size}
         strategy = trainer.strategy

@@ -30,7 +30,7 @@ from attendout.methods.addrop import (
     sample_drops,
     task_settings,
 )
-from attendout.run.train import Trainer
+from attendout.run.loop import TrainingLoop
 from attendout.tasks import get_task
 from conftest import FAMILIES, make_batch, no_dropout, panels, tiny_model, toy_cli_args, toy_train_config
 
@@ -476,7 +476,7 @@ def config(tiny_run, **overrides) -> TrainConfig:
 
 
 def test_training_pass_runs_with_dropout_on_after_an_eval_mode_attribution(tiny_run):
-    trainer = Trainer(config(tiny_run))
+    trainer = TrainingLoop(config(tiny_run))
     seen: list[tuple[bool, ...]] = []  # per forward: every dropout module's mode
     dropouts = [m for m in trainer.model.modules() if isinstance(m, nn.Dropout)]
     attention = get_controller(trainer.model).attention_modules
@@ -496,7 +496,7 @@ def test_training_pass_runs_with_dropout_on_after_an_eval_mode_attribution(tiny_
     stats = trainer.strategy.stats()
     assert stats["addrop/active"] == 1.0 and abs(stats["addrop/drop_rate_in_candidates"] - 0.2) < 0.1
 
-    kept = Trainer(config(tiny_run, method_options={"cross_tuning": "off", "attribution_dropout": True}))
+    kept = TrainingLoop(config(tiny_run, method_options={"cross_tuning": "off", "attribution_dropout": True}))
     kept_dropouts = [m for m in kept.model.modules() if isinstance(m, nn.Dropout)]
     kept.model.bert.encoder.layer[0].attention.register_forward_pre_hook(
         lambda *_: seen.append(tuple(m.training for m in kept_dropouts))
@@ -521,7 +521,7 @@ def test_cross_tuning_alternates_by_steps_and_by_epochs():
 
 def test_cross_tuning_in_the_loop_by_epoch_and_by_step(tiny_run):
     # 86 training examples, batch 32: 3 steps per epoch; 3 epochs -> finetune, addrop, finetune
-    trainer = Trainer(
+    trainer = TrainingLoop(
         config(
             tiny_run,
             method_options={},
@@ -540,7 +540,7 @@ def test_cross_tuning_in_the_loop_by_epoch_and_by_step(tiny_run):
     # ceil(0.3 n) of the n keys of each row: a little above 0.3 for these rows of 7-12 keys
     assert "addrop/candidate_fraction" not in lines[0] and 0.3 < lines[1]["addrop/candidate_fraction"] < 0.45
 
-    trainer = Trainer(
+    trainer = TrainingLoop(
         config(
             tiny_run,
             method_options={"cross_tuning": "step", "period": 1, "start": "addrop"},
@@ -557,7 +557,7 @@ def test_cross_tuning_in_the_loop_by_epoch_and_by_step(tiny_run):
 
 def test_never_active_schedule_warns(tiny_run, caplog):
     with caplog.at_level("WARNING"):
-        Trainer(config(tiny_run, method_options={}, max_steps=3))
+        TrainingLoop(config(tiny_run, method_options={}, max_steps=3))
     assert "AD-DROP never acts" in caplog.text
     assert "--cross-tuning step" in caplog.text and "--start addrop" in caplog.text  # attendout's CLI: flags
 
@@ -709,7 +709,7 @@ def test_a_cli_run_records_the_tasks_settings_and_an_explicit_value_wins(monkeyp
     def capture(config):
         raise Captured(config)
 
-    monkeypatch.setattr("attendout.run.train.finetune", capture)
+    monkeypatch.setattr("attendout.run.loop.finetune", capture)
     with pytest.raises(Captured) as caught:
         main(["finetune", "--task", "conll2003", "--method", "addrop", "--q", "0.3"])
     options = caught.value.args[0].method_options

@@ -516,11 +516,13 @@ def test_the_search_never_reads_the_evaluation_split(tiny_run, monkeypatch):
         "\n".join([lines[0]] + [f"{t.rsplit(',', 1)[0]},{1 - int(t[-1])}" for t in lines[1:]]) + "\n"
     )
     encoded: list[int] = []
-    from attendout.run import train
+    from attendout.run import setup
 
-    real_encode = train.Trainer.encode
+    real_encode = setup.encode_examples
     monkeypatch.setattr(
-        train.Trainer, "encode", lambda self, ex: encoded.append(len(ex)) or real_encode(self, ex)
+        setup,
+        "encode_examples",
+        lambda c, task, tok, ex: encoded.append(len(ex)) or real_encode(c, task, tok, ex),
     )
     found = {}
     for name, dev in (("dev", tiny_run["dev"]), ("planted", str(flipped))):
@@ -587,9 +589,9 @@ def test_advise_end_to_end_writes_its_answer_and_a_rerun_trains_nothing(tiny_run
     tuned = load_config(out / "tuned" / "scores-dropout.toml")
     assert tuned.p == advice.searches["scores-dropout"].options["p"]
     # a second invocation resumes: nothing trains again
-    from attendout.run import train
+    from attendout.run import loop
 
-    monkeypatch.setattr(train.Trainer, "fit", lambda self: pytest.fail("a finished run trained again"))
+    monkeypatch.setattr(loop.TrainingLoop, "fit", lambda self: pytest.fail("a finished run trained again"))
     again = advise(tiny_study(tiny_run, out))
     assert again.sentence == advice.sentence
 
@@ -1068,10 +1070,10 @@ def test_a_second_worker_waits_for_the_probe_another_process_trains(tiny_run, mo
 
     monkeypatch.setattr(study_mod, "PROBE_POLL", 0.0)
     monkeypatch.setattr("time.sleep", other_worker_finishes)
-    from attendout.run import train
+    from attendout.run import loop
 
     monkeypatch.setattr(
-        train.Trainer, "fit", lambda self: pytest.fail("the waiting worker trained the probe")
+        loop.TrainingLoop, "fit", lambda self: pytest.fail("the waiting worker trained the probe")
     )
     again = advise(tiny_study(tiny_run, out, until="regime", echo=lines.append))
     assert any(

@@ -19,8 +19,8 @@ from attendout.methods.attendout.game import GameScores, score_gap
 from attendout.methods.attendout.generator import Generator, reinforce_loss, unit_mask
 from attendout.methods.attendout.policy import GeneratorPolicy, rate_log_prob
 from attendout.methods.scheduled.schedule import fit_piecewise_linear, schedule_value
+from attendout.run.loop import TrainingLoop
 from attendout.run.optim import update
-from attendout.run.train import Trainer
 from conftest import FAMILIES, save_tiny_model_dir, toy_cli_args, toy_train_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -36,12 +36,14 @@ def padded_inputs(batch: int = 4, length: int = 10, dim: int = 16, seed: int = 0
     return x, valid
 
 
-def make_trainer(tiny_run, **options) -> Trainer:
+def make_trainer(tiny_run, **options) -> TrainingLoop:
     method_options = {"dropout_steps": 100, "eval_samples": 8, **options}
-    return Trainer(toy_train_config(tiny_run, method="attendout", method_options=method_options, max_steps=8))
+    return TrainingLoop(
+        toy_train_config(tiny_run, method="attendout", method_options=method_options, max_steps=8)
+    )
 
 
-def train_steps(trainer: Trainer, count: int) -> list[dict]:
+def train_steps(trainer: TrainingLoop, count: int) -> list[dict]:
     batches = list(trainer.train_set.batches(trainer.config.batch_size))[:count]
     for batch in batches:
         trainer.train_step(batch)

@@ -200,7 +200,7 @@ def _oom_once(folder: Path) -> Path:
 import os
 from pathlib import Path
 import torch
-import attendout.run.train as train
+import attendout.run.loop as train
 
 _real = train.finetune
 MARK = Path({str(folder / "ran-out")!r})

@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from attendout.run.folder import CHECKPOINT_DIR, CHECKPOINT_FILE, CHECKPOINT_FORMAT, MANIFEST, load_checkpoint
-from attendout.run.train import Trainer, finetune
+from attendout.run.loop import TrainingLoop, finetune
 from test_resume import KILL_AT, Killed, kill_at, run_config
 
 
 def test_a_checkpoint_is_plain_data_and_a_format_1_checkpoint_still_resumes_exactly(tiny_run):
     whole = finetune(run_config(tiny_run, "whole", "none", {}))
     with pytest.raises(Killed):
-        Trainer(run_config(tiny_run, "old", "none", {}), on_log=kill_at(KILL_AT)).fit()
+        TrainingLoop(run_config(tiny_run, "old", "none", {}), on_log=kill_at(KILL_AT)).fit()
     path = tiny_run["tmp"] / "old" / CHECKPOINT_DIR / CHECKPOINT_FILE
     state = torch.load(path, weights_only=True)  # no allow-list needed: tensors and plain values only
     assert state["format"] == CHECKPOINT_FORMAT == 3
@@ -37,7 +37,7 @@ def test_a_checkpoint_is_plain_data_and_a_format_1_checkpoint_still_resumes_exac
     with pytest.raises(Exception, match="Weights only load failed"):
         torch.load(path, weights_only=True)  # numpy's array is a global ...
     assert load_checkpoint(path)["format"] == 1  # ... which load_checkpoint allows, and nothing else
-    resumed = Trainer(run_config(tiny_run, "old", "none", {}, resume=True))
+    resumed = TrainingLoop(run_config(tiny_run, "old", "none", {}, resume=True))
     assert resumed.state.step == 4
     results = resumed.fit()
     assert results["eval"] == whole["eval"] and results["validation"] == whole["validation"]

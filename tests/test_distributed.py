@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attendout.run.train import Trainer
+from attendout.run.loop import TrainingLoop
 from conftest import no_dropout, save_tiny_model_dir, toy_cli_args, toy_train_config
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -20,7 +20,11 @@ ATTENDOUT = Path(sys.executable).with_name("attendout")
 
 
 def torchrun(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(WORKER.parent)}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(WORKER.parent), *sys.path]),
+    }
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -70,7 +74,7 @@ def test_two_processes_make_the_updates_of_one_with_the_whole_batch(runs):
     by that order)."""
     from transformers import AutoModelForSequenceClassification
 
-    one = Trainer(
+    one = TrainingLoop(
         toy_train_config(runs, max_steps=4, warmup_ratio=0.0, output_dir=str(runs["tmp"] / "none-1"))
     )
     start = {k: v.clone() for k, v in one.model.state_dict().items()}

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from attendout.report.results import format_results
-from attendout.run.train import Trainer, finetune
+from attendout.run.loop import TrainingLoop, finetune
 from conftest import toy_train_config
 
 # Validation scores by step (every 2 steps): best at step 4, then three worse ones.
@@ -17,7 +17,7 @@ SCORES = {2: 0.5, 4: 0.6, 6: 0.55, 8: 0.58, 10: 0.52, 12: 0.51}
 @pytest.fixture
 def scripted_validation(monkeypatch):
     """The validation split scores SCORES[step]; every other split is evaluated for real."""
-    evaluate = Trainer.evaluate
+    evaluate = TrainingLoop.evaluate
 
     def scripted(self, data):
         metrics, predictions, scores = evaluate(self, data)
@@ -25,7 +25,7 @@ def scripted_validation(monkeypatch):
             metrics = {**metrics, self.task.metrics[0]: SCORES[self.state.step]}
         return metrics, predictions, scores
 
-    monkeypatch.setattr(Trainer, "evaluate", scripted)
+    monkeypatch.setattr(TrainingLoop, "evaluate", scripted)
 
 
 def run_config(tiny_run, **overrides):
@@ -70,8 +70,8 @@ def test_a_resumed_run_keeps_counting_from_its_checkpoint(tiny_run, scripted_val
 
     config = run_config(tiny_run, early_stopping_patience=2, checkpoint_steps=1)
     with pytest.raises(Killed):
-        Trainer(config, on_log=kill_at_7).fit()
-    resumed = Trainer(run_config(tiny_run, early_stopping_patience=2, checkpoint_steps=1, resume=True))
+        TrainingLoop(config, on_log=kill_at_7).fit()
+    resumed = TrainingLoop(run_config(tiny_run, early_stopping_patience=2, checkpoint_steps=1, resume=True))
     assert resumed.state.step == 6 and resumed.state.evals_since_best == 1
     assert resumed.fit()["stopped_early"] == {"step": 8, "patience": 2}
 

@@ -11,12 +11,12 @@ import signal
 
 import pytest
 
-import attendout.run.train as train_mod
+import attendout.run.loop as train_mod
 from attendout.cli import main
 from attendout.config import TrainConfig
 from attendout.run.folder import CHECKPOINT_DIR
 from attendout.run.interrupt import Stopped
-from attendout.run.train import Trainer, finetune
+from attendout.run.loop import TrainingLoop, finetune
 
 SOURCES = [f"the {a} {b} on the {c}" for a in ("cat", "dog") for b in ("sat", "ran") for c in ("mat", "log")]
 TARGETS = [
@@ -47,7 +47,7 @@ def decoding_stops_at(monkeypatch, *, evaluation: int, batch: int, signum=signal
     """SIGTERM arrives in this process during the ``batch``-th decoded batch of the ``evaluation``-th
     evaluation of the run (validations first, the final evaluation last); counts what was decoded."""
     seen = {"evaluations": 0, "batches": []}
-    evaluate = Trainer.evaluate
+    evaluate = TrainingLoop.evaluate
 
     def evaluate_and_count(self, data):
         seen["evaluations"] += 1
@@ -67,7 +67,7 @@ def decoding_stops_at(monkeypatch, *, evaluation: int, batch: int, signum=signal
         finally:
             del model.generate
 
-    monkeypatch.setattr(Trainer, "evaluate", evaluate_and_count)
+    monkeypatch.setattr(TrainingLoop, "evaluate", evaluate_and_count)
     return seen
 
 
@@ -96,7 +96,7 @@ def test_a_stop_during_decoding_ends_it_at_the_next_batch_and_resumes_to_the_sam
     whole = finetune(config(mt, "whole"))
     seen = decoding_stops_at(monkeypatch, evaluation=evaluation, batch=2)
     with pytest.raises(Stopped) as stopped:
-        Trainer(config(mt, "stopped")).fit()
+        TrainingLoop(config(mt, "stopped")).fit()
     stop = stopped.value
     assert seen["evaluations"] == evaluation and seen["batches"][-1] == 2  # batch 3 was never decoded
     assert (stop.signum, stop.exit_code, stop.step, stop.total) == (signal.SIGTERM, 143, step, 6)
@@ -106,7 +106,7 @@ def test_a_stop_during_decoding_ends_it_at_the_next_batch_and_resumes_to_the_sam
     assert state["step"] == step and not (run / "results.json").exists()
     monkeypatch.undo()
 
-    resumed = Trainer(config(mt, "stopped", resume=True))
+    resumed = TrainingLoop(config(mt, "stopped", resume=True))
     assert resumed.state.step == step and resumed.state.validation_due == (evaluation < 3)
     same_as_whole(mt, resumed.fit(), whole)
 
@@ -144,5 +144,5 @@ def test_a_stop_between_batches_is_checked_in_every_process_together(monkeypatch
     class Fake:
         distributed = object()
 
-    Trainer.stop_between_batches(Fake())
+    TrainingLoop.stop_between_batches(Fake())
     assert asked == [Fake.distributed]

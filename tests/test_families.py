@@ -17,7 +17,7 @@ from attendout.cli import main
 from attendout.config import TrainConfig
 from attendout.contract import ForwardEdits
 from attendout.hf import Trainer as MethodTrainer
-from attendout.run.train import Trainer
+from attendout.run.loop import TrainingLoop
 from conftest import (
     FAMILIES,
     make_batch,
@@ -237,7 +237,7 @@ def test_transformers_trainer_runs_addrop_on_a_new_family(toy, family, tmp_path)
         label_column="label", model=toy["models"][family], batch_size=16, max_steps=2, max_length=16,
         progress=False, output_dir=str(tmp_path / "data"),
     )  # fmt: skip
-    data = Trainer(TrainConfig(**config))  # attendout's loop only tokenises here
+    data = TrainingLoop(TrainConfig(**config))  # attendout's loop only tokenises here
     trainer = MethodTrainer(
         model=AutoModelForSequenceClassification.from_pretrained(toy["models"][family]),
         args=hf_args(tmp_path, max_steps=2),

@@ -43,7 +43,8 @@ def hit():
 
 
 import attendout.run.folder as rundir
-import attendout.run.train as train
+import attendout.run.loop as train
+import attendout.run.runfolder as runfolder
 
 if kind == "checkpoint":  # half of state.pt's temporary file written, then killed (before the rename)
     import io
@@ -71,7 +72,7 @@ elif kind == "model":  # inside a model save: its folder written under the tempo
 
     rundir.os.replace = killing_replace
 elif kind == "results":  # half of results.json's temporary file written
-    write = train.write_json_atomic
+    write = runfolder.write_json_atomic
 
     def half_results(path, data):
         if path.name == "results.json" and hit():
@@ -79,16 +80,16 @@ elif kind == "results":  # half of results.json's temporary file written
             die()
         write(path, data)
 
-    train.write_json_atomic = half_results
+    runfolder.write_json_atomic = half_results
 elif kind == "eval":  # inside an evaluation (validation or a final split)
-    evaluate = train.Trainer.evaluate
+    evaluate = train.TrainingLoop.evaluate
 
     def killing_evaluate(self, data):
         if hit():
             die()
         return evaluate(self, data)
 
-    train.Trainer.evaluate = killing_evaluate
+    train.TrainingLoop.evaluate = killing_evaluate
 elif kind == "game":  # inside an AttendOut game, between scoring the Defender and the Attacker
     from attendout.methods.attendout.strategy import AttendOutStrategy
 
@@ -102,14 +103,14 @@ elif kind == "game":  # inside an AttendOut game, between scoring the Defender a
 
     AttendOutStrategy.score = killing_score
 elif kind == "step":  # right after the log line of step `at`
-    log = train.Trainer.log
+    log = runfolder.RunFolder.log
 
     def killing_log(self, record):
         log(self, record)
         if record.get("step") == at and "loss" in record:
             die()
 
-    train.Trainer.log = killing_log
+    runfolder.RunFolder.log = killing_log
 elif kind:
     raise SystemExit(f"unknown fault {fault!r}")
 

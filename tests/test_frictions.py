@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+import attendout.run.loop as train
 from attendout.cli import main
-from attendout.run import train
-from attendout.run.checkpoints import single_class
+from attendout.run.runfolder import single_class
 from conftest import toy_cli_args, toy_train_config
 
 HEAVY = ("torch", "transformers", "matplotlib", "optuna")

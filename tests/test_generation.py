@@ -18,7 +18,7 @@ from torch import nn
 from attendout.config import TrainConfig
 from attendout.encoding.generation import LMEncoded, Seq2SeqEncoded
 from attendout.models.tokenizer import train_tokenizer
-from attendout.run.train import finetune
+from attendout.run.loop import finetune
 from attendout.tasks import DataError, better, compute_metrics, get_task, higher_is_better, load_task_data
 
 DATA = Path(os.environ.get("ATTENDOUT_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))

@@ -12,7 +12,7 @@ import pytest
 
 from attendout.config import TrainConfig
 from attendout.run.limits import LimitError
-from attendout.run.train import finetune
+from attendout.run.loop import finetune
 from test_generation import GERMAN, SENTENCES  # the tiny parallel corpus both files train on
 
 

@@ -17,7 +17,7 @@ from attendout.config import TrainConfig
 from attendout.predict.base import PredictError
 from attendout.predict.classification import Predictor
 from attendout.predict.generation import GenerationPredictor
-from attendout.run.train import Trainer
+from attendout.run.loop import TrainingLoop
 from attendout.tasks import DataError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -33,8 +33,8 @@ def sentences(n: int) -> list[str]:
     return [f"{SUBJECTS[i % 4]} {VERBS[(i // 4) % 4]} {OBJECTS[(i // 16) % 4]}" for i in range(n)]
 
 
-def trained(config: TrainConfig) -> tuple[Trainer, dict]:
-    trainer = Trainer(config)
+def trained(config: TrainConfig) -> tuple[TrainingLoop, dict]:
+    trainer = TrainingLoop(config)
     return trainer, trainer.fit()
 
 

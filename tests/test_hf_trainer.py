@@ -12,7 +12,7 @@ import attendout
 from attendout.attention import get_controller
 from attendout.hf import Trainer as MethodTrainer
 from attendout.methods import METHODS
-from attendout.run.train import Trainer
+from attendout.run.loop import TrainingLoop
 from conftest import make_batch, no_dropout, save_tiny_model_dir, tiny_model, toy_train_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -60,7 +60,7 @@ def hf_trainer(
 
     ``model_init``: the model comes from ``model_init`` (a fresh one at each ``train()``), not ``model``.
     """
-    data = Trainer(toy_train_config(tiny_run))  # for its tokenised splits
+    data = TrainingLoop(toy_train_config(tiny_run))  # for its tokenised splits
 
     def load():
         return AutoModelForSequenceClassification.from_pretrained(tiny_run["model"])
@@ -150,7 +150,7 @@ def test_the_stock_trainer_cannot_train_plainly_in_silence(tiny_run, method, mes
     """``apply`` alone, then the stock Trainer: the first training forward raises, naming the way out."""
     model = AutoModelForSequenceClassification.from_pretrained(tiny_run["model"])
     attendout.apply(model, method)
-    data = Trainer(toy_train_config(tiny_run))
+    data = TrainingLoop(toy_train_config(tiny_run))
     trainer = transformers.Trainer(
         model=model,
         args=hf_args(tiny_run["tmp"]),
@@ -171,7 +171,7 @@ def test_none_reaches_the_weights_of_attendouts_own_loop(tiny_run):
     """
     model_dir = save_tiny_model_dir(tiny_run["tmp"] / "still", "bert", **no_dropout("bert"))
     run = {**tiny_run, "model": model_dir}
-    ours = Trainer(toy_train_config(run, max_steps=5, warmup_ratio=0.0, save_model=False))
+    ours = TrainingLoop(toy_train_config(run, max_steps=5, warmup_ratio=0.0, save_model=False))
     order = torch.randperm(len(ours.train_set), generator=torch.Generator().manual_seed(0)).tolist()
     start = {k: v.clone() for k, v in ours.model.state_dict().items()}
     ours.fit()

@@ -20,15 +20,15 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-import attendout.config as config_mod
-import attendout.run.train as train_mod
+import attendout.run.runfolder as runfolder_mod
+import attendout.run.setup as setup_mod
 from attendout.cli import main
 from attendout.methods.addrop import ADDrop
 from attendout.methods.attendout.strategy import AttendOutStrategy
 from attendout.run import interrupt
 from attendout.run.folder import CHECKPOINT_DIR
 from attendout.run.interrupt import Stopped
-from attendout.run.train import Trainer, finetune
+from attendout.run.loop import TrainingLoop, finetune
 from conftest import toy_cli_args
 from test_resume import read_log, run_config
 
@@ -59,7 +59,7 @@ def patch(monkeypatch, owner, name: str, at: int, action) -> None:
     monkeypatch.setattr(owner, name, on_call(at, action)(getattr(owner, name)))
 
 
-def signal_in_forward(trainer: Trainer, at: int, signum: int) -> None:
+def signal_in_forward(trainer: TrainingLoop, at: int, signum: int) -> None:
     """The signal arrives inside the ``at``-th training forward (mid-step)."""
     calls = {"n": 0}
 
@@ -98,13 +98,13 @@ def test_a_signal_stops_at_a_whole_step_with_a_checkpoint_and_the_run_resumes_to
     whole = finetune(run_config(tiny_run, "whole", method, options))
     # no checkpoint until the stop (the stop writes one), but when the stop lands in a checkpoint write
     every = 2 if where == "checkpoint write" else None
-    trainer = Trainer(run_config(tiny_run, "stopped", method, options, checkpoint_steps=every))
+    trainer = TrainingLoop(run_config(tiny_run, "stopped", method, options, checkpoint_steps=every))
     if where == "mid-step":
         signal_in_forward(trainer, at=5, signum=signum)
     elif where == "validation":
-        patch(monkeypatch, Trainer, "evaluate", 2, lambda: send(signum))  # the validation at step 6
+        patch(monkeypatch, TrainingLoop, "evaluate", 2, lambda: send(signum))  # the validation at step 6
     elif where == "checkpoint write":
-        patch(monkeypatch, train_mod, "write_checkpoint", 2, lambda: send(signum))  # at step 3's best
+        patch(monkeypatch, runfolder_mod, "write_checkpoint", 2, lambda: send(signum))  # at step 3's best
     elif where == "attendout game":
         patch(monkeypatch, AttendOutStrategy, "score", 3, lambda: send(signum))
     else:
@@ -124,13 +124,15 @@ def test_a_signal_stops_at_a_whole_step_with_a_checkpoint_and_the_run_resumes_to
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     monkeypatch.undo()
 
-    resumed = Trainer(run_config(tiny_run, "stopped", method, options, checkpoint_steps=every, resume=True))
+    resumed = TrainingLoop(
+        run_config(tiny_run, "stopped", method, options, checkpoint_steps=every, resume=True)
+    )
     assert resumed.state.step == stop.step
     same_as_whole(run, tiny_run["tmp"] / "whole", resumed.fit(), whole)
 
 
 def test_the_first_signal_says_what_happens_and_where_it_stopped(tiny_run, capsys):
-    trainer = Trainer(run_config(tiny_run, "stopped", "none", {}))
+    trainer = TrainingLoop(run_config(tiny_run, "stopped", "none", {}))
     signal_in_forward(trainer, at=3, signum=signal.SIGINT)
     with pytest.raises(Stopped, match=r"stopped by SIGINT at step 3 of 9; the checkpoint in .* is complete"):
         trainer.fit()
@@ -142,7 +144,9 @@ def test_the_first_signal_says_what_happens_and_where_it_stopped(tiny_run, capsy
 
 def test_a_second_signal_stops_at_once_leaving_the_last_complete_checkpoint(tiny_run, monkeypatch):
     whole = finetune(run_config(tiny_run, "whole", "none", {}))
-    trainer = Trainer(run_config(tiny_run, "stopped", "none", {}))  # checkpoints every 2 steps and at a best
+    trainer = TrainingLoop(
+        run_config(tiny_run, "stopped", "none", {})
+    )  # checkpoints every 2 steps and at a best
     run = tiny_run["tmp"] / "stopped"
     state = run / CHECKPOINT_DIR / "state.json"
     before = []
@@ -151,14 +155,14 @@ def test_a_second_signal_stops_at_once_leaving_the_last_complete_checkpoint(tiny
         before.append(state.read_text())
         send(times=2)  # inside a checkpoint write: the second raises before the new one is swapped in
 
-    patch(monkeypatch, train_mod, "write_checkpoint", 3, twice)
+    patch(monkeypatch, runfolder_mod, "write_checkpoint", 3, twice)
     with pytest.raises(Stopped) as stopped:
         trainer.fit()
     assert stopped.value.checkpoint is None  # stopped where it was, not at a step
     assert state.read_text() == before[0]  # the last complete checkpoint, untouched
     step = json.loads(before[0])["step"]
     monkeypatch.undo()
-    resumed = Trainer(run_config(tiny_run, "stopped", "none", {}, resume=True))
+    resumed = TrainingLoop(run_config(tiny_run, "stopped", "none", {}, resume=True))
     assert resumed.state.step == step
     same_as_whole(run, tiny_run["tmp"] / "whole", resumed.fit(), whole)
 
@@ -178,7 +182,7 @@ def test_a_handler_of_the_callers_own_is_left_alone(tiny_run):
     seen = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
     try:
-        trainer = Trainer(run_config(tiny_run, "mine", "none", {}))
+        trainer = TrainingLoop(run_config(tiny_run, "mine", "none", {}))
         signal_in_forward(trainer, at=2, signum=signal.SIGTERM)
         results = trainer.fit()  # the caller's handler saw it; the run went on
         assert seen == [signal.SIGTERM] and results["total_steps"] == 9
@@ -189,12 +193,12 @@ def test_a_handler_of_the_callers_own_is_left_alone(tiny_run):
 DRIVER = r"""
 import os, signal, sys
 import torch
-import attendout.run.train as train
+import attendout.run.loop as train
 
 torch.set_num_threads(1)
 if os.environ.get("STOP_WITH"):  # the signal arrives during the second validation (step 6 of 9)
     signum = getattr(signal, os.environ["STOP_WITH"])
-    evaluate = train.Trainer.evaluate
+    evaluate = train.TrainingLoop.evaluate
     calls = {"n": 0}
 
     def evaluate_and_stop(self, data):
@@ -203,7 +207,7 @@ if os.environ.get("STOP_WITH"):  # the signal arrives during the second validati
             os.kill(os.getpid(), signum)
         return evaluate(self, data)
 
-    train.Trainer.evaluate = evaluate_and_stop
+    train.TrainingLoop.evaluate = evaluate_and_stop
 from attendout.cli import main
 
 sys.exit(main(sys.argv[1:]))
@@ -246,7 +250,7 @@ def test_a_stop_before_training_says_nothing_was_saved(tiny_run, monkeypatch, ca
     def stop_while_loading(*args, **kwargs):
         send(signal.SIGINT)
 
-    monkeypatch.setattr(config_mod, "load_for_task", stop_while_loading)
+    monkeypatch.setattr(setup_mod, "load_for_task", stop_while_loading)
     assert main(toy_cli_args(tiny_run)) == 130
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith(
@@ -255,7 +259,7 @@ def test_a_stop_before_training_says_nothing_was_saved(tiny_run, monkeypatch, ca
 
 
 class SignalAt(TrainerCallback):
-    """Sends ``signum`` to this process as the Trainer begins step ``step`` (1-based)."""
+    """Sends ``signum`` to this process as the loop begins step ``step`` (1-based)."""
 
     def __init__(self, step: int, signum: int = signal.SIGINT) -> None:
         self.step, self.signum = step, signum

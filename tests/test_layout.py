@@ -58,7 +58,7 @@ def describe(circle: frozenset[str], graph: dict[str, set[str]]) -> str:
 
 def test_the_checks_see_the_package():
     graph = graph_tool.module_graph(MODULES)
-    assert {"attendout", "attendout.run.train", "attendout.attention.hook"} <= graph.keys()
+    assert {"attendout", "attendout.run.loop", "attendout.attention.hook"} <= graph.keys()
     assert "attendout.attention.paths" in graph["attendout.attention.hook"]
     # a name imported through a lazy __init__ is an arrow to the module that defines it
     assert graph_tool.home(MODULES, "attendout.run", "finetune") == "attendout.run.train"

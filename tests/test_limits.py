@@ -26,7 +26,7 @@ from attendout.attention import supported_model_types
 from attendout.cli import main
 from attendout.methods import get_method_config
 from attendout.run.limits import POSITIONS, LimitError, check_length, position_limit
-from attendout.run.train import Trainer
+from attendout.run.loop import TrainingLoop
 from conftest import VOCAB, tiny_config, toy_cli_args, toy_train_config
 from test_decoders import LLAMA, tiny_t5_config
 
@@ -141,11 +141,11 @@ def test_a_methods_limits_are_checked_with_the_models():
 def test_the_loop_refuses_a_length_beyond_the_model_before_it_writes_anything(tiny_run):
     config = toy_train_config(tiny_run, max_length=65)  # the tiny model embeds 64 positions
     with pytest.raises(LimitError, match="--max-length 65 is more than .* 64 learned positions"):
-        Trainer(config)
+        TrainingLoop(config)
     assert not (tiny_run["tmp"] / "run").exists()
     options = {"variant": "dense+dot", "l_max": 8}
     with pytest.raises(LimitError, match="l_max 8 is less than --max-length 16"):
-        Trainer(toy_train_config(tiny_run, method="synthesizer", method_options=options))
+        TrainingLoop(toy_train_config(tiny_run, method="synthesizer", method_options=options))
 
 
 def test_the_cli_says_it_in_one_sentence(tiny_run, capsys):

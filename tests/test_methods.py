@@ -11,7 +11,7 @@ import attendout
 from attendout.cli import main
 from attendout.methods import METHODS, ScheduledConfig, get_method_config
 from attendout.methods.scheduled.schedule import schedule_value
-from attendout.run.train import Trainer
+from attendout.run.loop import TrainingLoop
 from conftest import make_batch, no_dropout, tiny_model, toy_train_config
 
 PAPER_METHODS = {
@@ -184,7 +184,7 @@ def test_drophead_rate_follows_the_v_schedule(bert):
 
 def test_drophead_schedule_in_the_loop_and_the_help(tiny_run, capsys):
     """attendout's loop gives the progress: the logged rate of each step is the V at step / total."""
-    trainer = Trainer(
+    trainer = TrainingLoop(
         toy_train_config(
             tiny_run, method="drophead", method_options={"p": 0.2, "warmup": 0.25}, max_steps=8, log_steps=1
         )

@@ -13,8 +13,8 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
+from attendout.run.loop import TrainingLoop, finetune
 from attendout.run.optim import TrainingError
-from attendout.run.train import Trainer, finetune
 from conftest import no_dropout, save_tiny_model_dir, toy_train_config
 
 
@@ -78,7 +78,7 @@ def test_micro_batches_reach_the_weights_of_whole_batches(tiny_run, method, opti
 
 
 def test_micro_batches_cover_the_batch_once_in_order(tiny_run):
-    trainer = Trainer(toy_train_config(tiny_run, micro_batch_size=3))
+    trainer = TrainingLoop(toy_train_config(tiny_run, micro_batch_size=3))
     batch = next(trainer.train_set.batches(8))
     parts = trainer.micro_batches(batch)
     assert [(rows.start, rows.stop) for rows, _ in parts] == [(0, 3), (3, 6), (6, 8)]
@@ -90,7 +90,7 @@ def test_micro_batches_cover_the_batch_once_in_order(tiny_run):
 
 
 def test_a_nan_micro_batch_stops_before_any_weight_changes(tiny_run):
-    trainer = Trainer(toy_train_config(tiny_run, micro_batch_size=4))
+    trainer = TrainingLoop(toy_train_config(tiny_run, micro_batch_size=4))
     batch = next(trainer.train_set.batches(16))
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     calls = []

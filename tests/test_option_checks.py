@@ -143,14 +143,16 @@ def test_a_device_this_machine_lacks_is_refused_before_any_data_is_read(tiny_run
         TrainConfig(device="gpu")
     check_device_name("cuda:1")  # its form is fine: a config made on a GPU machine still reads here
 
-    def no_data(self):
+    def no_data(config):
         raise AssertionError("data read before the device was checked")
 
-    monkeypatch.setattr(TrainConfig, "load_data", no_data)
-    from attendout.run.train import Trainer
+    import attendout.run.setup as run_setup
+    from attendout.run.loop import TrainingLoop
+
+    monkeypatch.setattr(run_setup, "load_data", no_data)
 
     with pytest.raises(ValueError, match="device 'cuda:0' is not available"):
-        Trainer(toy_train_config(tiny_run, device="cuda:0"))
+        TrainingLoop(toy_train_config(tiny_run, device="cuda:0"))
 
 
 # ---------------------------------------------------------------------------------------------------

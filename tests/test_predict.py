@@ -11,7 +11,7 @@ import pytest
 from attendout.cli import main
 from attendout.predict.base import PredictError
 from attendout.predict.classification import Predictor, write_predictions
-from attendout.run.train import finetune
+from attendout.run.loop import finetune
 from attendout.tasks import DataError, Examples
 from conftest import toy_train_config
 

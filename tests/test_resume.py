@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from attendout.run.checkpoints import RunExistsError
 from attendout.run.folder import CHECKPOINT_DIR, CHECKPOINT_FILE
+from attendout.run.loop import TrainingLoop, finetune
 from attendout.run.optim import TrainingError
-from attendout.run.train import Trainer, finetune
+from attendout.run.runfolder import RunExistsError
 from conftest import toy_train_config
 
 KILL_AT = 5  # the step after which the "killed" run stops; its last checkpoint is at step 4
@@ -75,12 +75,12 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_numbers(tiny_run, method
 
     killed = run_config(tiny_run, "killed", method, options)
     with pytest.raises(Killed):
-        Trainer(killed, on_log=kill_at(KILL_AT)).fit()
+        TrainingLoop(killed, on_log=kill_at(KILL_AT)).fit()
     run = tiny_run["tmp"] / "killed"
     assert (run / CHECKPOINT_DIR / CHECKPOINT_FILE).is_file() and not (run / "results.json").exists()
     assert max(r["step"] for r in read_log(run)) == KILL_AT
 
-    resumed = Trainer(run_config(tiny_run, "killed", method, options, resume=True))
+    resumed = TrainingLoop(run_config(tiny_run, "killed", method, options, resume=True))
     assert resumed.state.step == 4
     results = resumed.fit()
 
@@ -106,34 +106,34 @@ def test_without_a_checkpoint_resume_starts_afresh(tiny_run, caplog):
 
 def test_a_run_without_resume_refuses_an_unfinished_runs_checkpoint_unless_told_to_overwrite(tiny_run):
     with pytest.raises(Killed):
-        Trainer(run_config(tiny_run, "again", "none", {}), on_log=kill_at(KILL_AT)).fit()
+        TrainingLoop(run_config(tiny_run, "again", "none", {}), on_log=kill_at(KILL_AT)).fit()
     checkpoint = tiny_run["tmp"] / "again" / CHECKPOINT_DIR
     before = (checkpoint / CHECKPOINT_FILE).read_bytes()
     with pytest.raises(
         RunExistsError, match=r"unfinished run with a checkpoint of step 4 .*--resume.*--overwrite"
     ):
-        Trainer(run_config(tiny_run, "again", "none", {}, checkpoint_steps=None))
+        TrainingLoop(run_config(tiny_run, "again", "none", {}, checkpoint_steps=None))
     assert (checkpoint / CHECKPOINT_FILE).read_bytes() == before  # the user's run, untouched
-    trainer = Trainer(run_config(tiny_run, "again", "none", {}, checkpoint_steps=None, overwrite=True))
+    trainer = TrainingLoop(run_config(tiny_run, "again", "none", {}, checkpoint_steps=None, overwrite=True))
     assert trainer.state.step == 0 and not checkpoint.exists()
 
 
 def test_resuming_with_other_settings_or_a_broken_checkpoint_is_a_clear_error(tiny_run):
     with pytest.raises(Killed):
-        Trainer(run_config(tiny_run, "run", "none", {}), on_log=kill_at(KILL_AT)).fit()
+        TrainingLoop(run_config(tiny_run, "run", "none", {}), on_log=kill_at(KILL_AT)).fit()
     with pytest.raises(TrainingError, match=r"other settings \(learning_rate 5e-05 -> 0.001\)"):
-        Trainer(run_config(tiny_run, "run", "none", {}, resume=True, learning_rate=1e-3))
+        TrainingLoop(run_config(tiny_run, "run", "none", {}, resume=True, learning_rate=1e-3))
     # save_model decides where the best model so far is kept: it must match (RESUME_MUST_MATCH)
     with pytest.raises(TrainingError, match=r"other settings \(save_model True -> False\)"):
-        Trainer(run_config(tiny_run, "run", "none", {}, resume=True, save_model=False))
+        TrainingLoop(run_config(tiny_run, "run", "none", {}, resume=True, save_model=False))
     # The paths, devices, batch splits and the checkpoint interval may change between the two.
     free = dict(checkpoint_steps=3, progress=True, micro_batch_size=4, eval_batch_size=8)
-    resumed = Trainer(run_config(tiny_run, "run", "none", {}, resume=True, **free))
+    resumed = TrainingLoop(run_config(tiny_run, "run", "none", {}, resume=True, **free))
     assert resumed.state.step == 4
     state = tiny_run["tmp"] / "run" / CHECKPOINT_DIR / CHECKPOINT_FILE
     state.write_bytes(state.read_bytes()[:100])
     with pytest.raises(TrainingError, match=r"cannot resume .*state.pt has 100 bytes.*\(truncated\)"):
-        Trainer(run_config(tiny_run, "run", "none", {}, resume=True))
+        TrainingLoop(run_config(tiny_run, "run", "none", {}, resume=True))
 
 
 def test_the_cli_resumes_and_says_so(tiny_run, capsys):
@@ -142,7 +142,7 @@ def test_the_cli_resumes_and_says_so(tiny_run, capsys):
 
     settings = {"max_steps": 9, "checkpoint_steps": 2, "log_steps": 1}
     with pytest.raises(Killed):
-        Trainer(toy_train_config(tiny_run, **settings), on_log=kill_at(KILL_AT)).fit()
+        TrainingLoop(toy_train_config(tiny_run, **settings), on_log=kill_at(KILL_AT)).fit()
     flags = ["--max-steps", "9", "--checkpoint-steps", "2", "--log-steps", "1"]
     assert main(toy_cli_args(tiny_run, *flags, "--resume")) == 0
     out = capsys.readouterr().out

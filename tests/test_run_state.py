@@ -28,11 +28,11 @@ from attendout.config import TrainConfig
 from attendout.predict.base import UnfinishedRunError
 from attendout.predict.classification import Predictor, write_predictions
 from attendout.predict.generation import GenerationPredictor
-from attendout.run.checkpoints import checkpoint_config
 from attendout.run.folder import CHECKPOINT_DIR, CHECKPOINT_FILE, RunDir
 from attendout.run.interrupt import Stopped
+from attendout.run.loop import TrainingLoop, finetune
+from attendout.run.runfolder import checkpoint_config
 from attendout.run.state import RUN_KINDS
-from attendout.run.train import Trainer, finetune
 from attendout.tasks import Examples
 from conftest import toy_train_config
 from test_interrupt import signal_in_forward
@@ -45,7 +45,7 @@ TWO = Examples(text_a=["good fun", "bad dull"], text_b=None, labels=None)
 
 def stop_at(config: TrainConfig, step: int) -> Stopped:
     """Train ``config`` and stop it by SIGINT inside the forward of ``step``: it stops after that step."""
-    trainer = Trainer(config)
+    trainer = TrainingLoop(config)
     signal_in_forward(trainer, at=step, signum=signal.SIGINT)
     with pytest.raises(Stopped) as stopped:
         trainer.fit()

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import attendout.config as config_module
 import attendout.run.folder as rundir
 import attendout.run.lock as runlock
-import attendout.run.train as train_module
+import attendout.run.runfolder as run_folder
+import attendout.run.setup as run_setup
 from attendout.cli import main
 from attendout.config import TrainConfig
 from attendout.run.folder import (
@@ -36,7 +36,7 @@ from attendout.run.folder import (
     verify_folder,
     write_checkpoint,
 )
-from attendout.run.train import Trainer, finetune
+from attendout.run.loop import TrainingLoop, finetune
 from conftest import save_tiny_model_dir, snapshot, toy_train_config, write_sentiment_csv
 
 # --------------------------------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def killed_run(toy, out: Path, method: str = "none", options: dict | None = None
             raise Killed
 
     with pytest.raises(Killed):
-        Trainer(config(toy, out, method, options), on_log=on_log).fit()
+        TrainingLoop(config(toy, out, method, options), on_log=on_log).fit()
     return out
 
 
@@ -157,7 +157,7 @@ def test_an_unwritable_output_dir_is_refused_before_anything_is_loaded(toy, tmp_
     out = tmp_path / "ro" / "run"
     access = os.access
     monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != out.parent and access(p, mode, **kw))
-    monkeypatch.setattr(config_module, "load_for_task", lambda *a, **kw: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(run_setup, "load_for_task", lambda *a, **kw: pytest.fail("the model was loaded"))
     refused(
         capsys, cli_args(toy, out), tmp_path, 2, f"--output-dir {out} cannot be written", "permission denied"
     )
@@ -260,7 +260,7 @@ def fill_disk_at(monkeypatch, point: str, call: int) -> None:
                 file = open(path, mode, *args, **kwargs)
                 return FullDisk(file, 10) if Path(path).name == "log.jsonl" and due() else file
 
-            monkeypatch.setattr(train_module, "open", log_open, raising=False)
+            monkeypatch.setattr(run_folder, "open", log_open, raising=False)
         return
     folder, _, name = point.rpartition("/")
     write_atomic = rundir._write_atomic
@@ -561,7 +561,7 @@ def test_every_methods_checkpoint_is_refused_corrupt_and_resumes_intact(
     flags = ["--method", method, *(f"--{k.replace('_', '-')}={v}" for k, v in options.items()), "--resume"]
     refused(capsys, cli_args(toy, out, *flags), out, 1, "state.pt has other bytes than when it was written")
     (folder / CHECKPOINT_FILE).write_bytes(intact)
-    resumed = Trainer(config(toy, out, method, options, resume=True))
+    resumed = TrainingLoop(config(toy, out, method, options, resume=True))
     assert resumed.state.step == 4
     results = resumed.fit()
     assert results["resumed"]["step"] == 4 and not folder.exists()

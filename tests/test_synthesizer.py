@@ -19,7 +19,7 @@ from attendout.methods.synthesizer import (
     SynthesizerLayer,
     get_synthesizer,
 )
-from attendout.run.train import Trainer
+from attendout.run.loop import TrainingLoop
 from conftest import SCORE_FAMILIES, make_batch, no_dropout, tiny_model, toy_train_config
 
 MIXTURES = [v for v in VARIANTS if v.endswith("+dot")]
@@ -354,7 +354,7 @@ def test_a_checkpoint_saved_before_issue_50_loads_in_the_forms_of_then(tmp_path)
 
 def test_the_loop_trains_saves_and_restores_a_synthesized_model(tiny_run):
     options = {"variant": "random+dot", "fixed": True, "synthesizer_lr": 0.01}
-    trainer = Trainer(
+    trainer = TrainingLoop(
         toy_train_config(tiny_run, method="synthesizer", method_options=options, max_steps=4, eval_steps=2)
     )
     synthesizer = get_synthesizer(trainer.model)

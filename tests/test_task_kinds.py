@@ -26,7 +26,7 @@ from attendout.encoding.classification import (
 from attendout.methods import list_methods
 from attendout.methods.addrop import attribute
 from attendout.report.results import format_truncation
-from attendout.run.train import Trainer, finetune
+from attendout.run.loop import TrainingLoop, finetune
 from attendout.tasks import (
     MULTIPLE_CHOICE,
     TOKEN_CLASSIFICATION,
@@ -284,7 +284,7 @@ PLAIN = textwrap.dedent(
     [("toy-tags", "token", "ForTokenClassification"), ("toy-choice", "choice", "ForMultipleChoice")],
 )
 def test_saved_models_give_the_same_logits_in_plain_transformers(model_dir, tmp_path, task, kind, head):
-    trainer = Trainer(config(model_dir, tmp_path, task, "scores-dropout"))
+    trainer = TrainingLoop(config(model_dir, tmp_path, task, "scores-dropout"))
     trainer.fit()
     saved = tmp_path / f"{task}-scores-dropout" / "model"
     assert json.loads((saved / "config.json").read_text())["architectures"] == [f"Bert{head}"]
@@ -310,7 +310,7 @@ def test_saved_models_give_the_same_logits_in_plain_transformers(model_dir, tmp_
 
 
 def test_a_sentence_classifiers_head_is_not_reused_for_a_token_task(model_dir, tmp_path, caplog):
-    trainer = Trainer(config(model_dir, tmp_path, "toy-tags"))
+    trainer = TrainingLoop(config(model_dir, tmp_path, "toy-tags"))
     assert type(trainer.model).__name__ == "BertForTokenClassification"
     assert trainer.model.config.num_labels == 5
     assert "head (BertForSequenceClassification) is not used" in caplog.text
@@ -424,7 +424,7 @@ def test_addrop_attributes_the_predicted_choice_of_a_multiple_choice_model():
 
 
 def test_attendout_scores_a_token_sample_by_its_gold_tags_mean_log_probability(model_dir, tmp_path):
-    trainer = Trainer(
+    trainer = TrainingLoop(
         config(model_dir, tmp_path, "toy-tags", "attendout", method_options={"eval_samples": 8})
     )
     strategy = trainer.strategy
@@ -441,7 +441,7 @@ def test_attendout_scores_a_token_sample_by_its_gold_tags_mean_log_probability(m
 
 
 def test_attendout_scores_a_choice_sample_by_its_gold_options_log_probability(model_dir, tmp_path):
-    trainer = Trainer(
+    trainer = TrainingLoop(
         config(model_dir, tmp_path, "toy-choice", "attendout", method_options={"eval_samples": 8})
     )
     strategy = trainer.strategy
@@ -495,7 +495,7 @@ def test_cli_applies_a_tasks_own_defaults_unless_told_otherwise(monkeypatch):
         seen["c"] = config
         raise Seen  # stop before any data is read (a Ctrl-C would be a stop the command reports)
 
-    monkeypatch.setattr("attendout.run.train.finetune", fake)
+    monkeypatch.setattr("attendout.run.loop.finetune", fake)
     for argv, expected in [
         (["--task", "conll2003"], (8, 1e-4, 128)),
         (["--task", "conll2003", "--batch-size", "32"], (32, 1e-4, 128)),
@@ -578,7 +578,7 @@ def test_hf_trainer_trains_a_token_classifier_with_the_methods(model_dir, tmp_pa
     from attendout.hf import Trainer as MethodTrainer
     from test_hf_trainer import hf_args, logged
 
-    data = Trainer(config(model_dir, tmp_path, "toy-tags"))  # for its tokenised splits
+    data = TrainingLoop(config(model_dir, tmp_path, "toy-tags"))  # for its tokenised splits
 
     def rows(encoded):
         return [{**encoded.features[i], "labels": encoded.token_labels[i]} for i in range(len(encoded))]

@@ -14,9 +14,9 @@ import attendout
 from attendout.attention import AttentionEdit, AttentionMethod
 from attendout.config import TrainConfig
 from attendout.methods import MethodConfig, register_method
-from attendout.run.checkpoints import RunExistsError
+from attendout.run.loop import TrainingLoop, finetune
 from attendout.run.optim import TrainingError
-from attendout.run.train import Trainer, finetune
+from attendout.run.runfolder import RunExistsError
 from conftest import toy_train_config
 
 
@@ -81,7 +81,7 @@ print(json.dumps(logits.tolist()))
 
 
 def test_checkpoint_gives_the_same_logits_in_plain_transformers(tiny_run):
-    trainer = Trainer(config(tiny_run, method="attn-layerdrop", method_options={}))
+    trainer = TrainingLoop(config(tiny_run, method="attn-layerdrop", method_options={}))
     trainer.fit()
     batch = trainer.eval_sets["dev"].batch(list(range(8)))
     batch.pop("labels")
@@ -108,8 +108,8 @@ def test_checkpoint_gives_the_same_logits_in_plain_transformers(tiny_run):
 
 def test_data_seed_fixes_the_split_independently_of_the_model_seed(tiny_run):
     def split(**kw):
-        trainer = Trainer(config(tiny_run, **kw))
-        return trainer.train_examples.text_a, trainer.validation_examples.text_a
+        trainer = TrainingLoop(config(tiny_run, **kw))
+        return trainer.inputs.train_examples.text_a, trainer.inputs.validation_examples.text_a
 
     a = split(seed=1, data_seed=0, max_train_samples=40)
     b = split(seed=2, data_seed=0, max_train_samples=40, output_dir=str(tiny_run["tmp"] / "b"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from attendout.config import TrainConfig
-from attendout.run.train import finetune
+from attendout.run.loop import finetune
 from attendout.tasks import DataError, load_task_data
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "attendout"

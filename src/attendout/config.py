@@ -4,47 +4,48 @@
 experiment cell, a config file's ``[training]`` table); :data:`NEUTRAL_OPTIONS` are the fields that are no
 part of a run's recipe (and :data:`RESUME_MUST_MATCH` the ones a resume must still share).
 :func:`split_for_training` carves a run's validation split and subsamples, as the loop
-(:mod:`attendout.run.train`) and ``attendout predict`` both need them.
+(:mod:`attendout.run.setup`) and ``attendout predict`` both need them.
+
+The config is plain data: making one checks its values (the validation steps below, in order) and loads
+nothing; a run's set-up (:mod:`attendout.run.setup`) reads the data and the model it names.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .encoding.classification import TRUNCATIONS
 from .methods import MethodConfig, get_method_config
-from .models.generation import ScratchSize, load_for_generation
-from .models.loading import load_for_task
-from .run.devices import check_device_name
-from .tasks import (
-    LM,
-    SEQ2SEQ,
-    Examples,
-    Task,
-    TaskData,
-    carve_validation,
-    is_generation,
-    load_task_data,
-    subsample,
-)
+from .models.size import ScratchSize
+from .tasks import LM, SEQ2SEQ, Examples, TaskData, carve_validation, subsample
 from .tasks.checks import check_training_splits
 from .tasks.defaults import task_defaults
 from .typecheck import check_fields
 
 __all__ = [
+    "DEVICE_TYPES",
     "NEUTRAL_OPTIONS",
     "RESUME_MUST_MATCH",
+    "TRUNCATIONS",
     "TrainConfig",
+    "check_device_name",
     "split_for_training",
 ]
+
+#: How texts longer than max_length are cut (``truncation``; :mod:`attendout.encoding.classification` cuts them).
+TRUNCATIONS = ("auto", "head-tail", "head", "sliding")
+#: The device types a ``device`` setting may name (besides "auto").
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+_DEVICE_NAME = re.compile(r"(cpu|cuda|mps)(?::(0|[1-9][0-9]*))?")
 
 #: The TrainConfig fields that are not part of a run's recipe, each with why: they leave its numbers
 #: alone, or change them only as running on another machine would (float rounding; with the model's
 #: dropout on, micro-batches draw other random masks). The one list: a checkpoint may be resumed with
-#: other values of them (:func:`attendout.run.checkpoints.checkpoint_config`, less RESUME_MUST_MATCH), and they are left
+#: other values of them (:func:`attendout.run.runfolder.checkpoint_config`, less RESUME_MUST_MATCH), and they are left
 #: out of an experiment cell's identity (``attendout.bench.spec.FINGERPRINT_EXCLUDE``, all of them).
 NEUTRAL_OPTIONS: dict[str, str] = {
     "output_dir": "where the run is written",
@@ -276,129 +277,13 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_fields(self)  # every field its declared type (a bool is no number), before any range
         check_device_name(self.device)  # its form; whether this machine has it: pick_device, before any data
-        checks = [
-            (self.batch_size >= 1, "batch_size", self.batch_size, "at least 1"),
-            (self.weight_decay >= 0, "weight_decay", self.weight_decay, "at least 0"),
-            (self.max_grad_norm >= 0, "max_grad_norm", self.max_grad_norm, "at least 0 (0 = no clipping)"),
-            (self.seed >= 0, "seed", self.seed, "at least 0"),
-            (self.data_seed >= 0, "data_seed", self.data_seed, "at least 0"),
-            *(
-                (value is None or value >= 1, name, value, "at least 1")
-                for name, value in (
-                    ("max_train_samples", self.max_train_samples),
-                    ("max_eval_samples", self.max_eval_samples),
-                )
-            ),
-            *(
-                (value is None or value >= 0, name, value, "at least 0 (a 0-based column)")
-                for name, value in (("token_column", self.token_column), ("tag_column", self.tag_column))
-            ),
-            *(
-                (value >= 1, name, value, "at least 1")
-                for name, value in (
-                    ("model_layers", self.model_layers),
-                    ("model_hidden", self.model_hidden),
-                    ("model_heads", self.model_heads),
-                    ("vocab_size", self.vocab_size),
-                )
-            ),
-            (
-                self.micro_batch_size is None or self.micro_batch_size >= 1,
-                "micro_batch_size",
-                self.micro_batch_size,
-                "at least 1",
-            ),
-            (self.eval_batch_size >= 1, "eval_batch_size", self.eval_batch_size, "at least 1"),
-            (self.learning_rate > 0, "learning_rate", self.learning_rate, "positive"),
-            (self.epochs > 0, "epochs", self.epochs, "positive"),
-            (self.max_steps is None or self.max_steps >= 0, "max_steps", self.max_steps, "at least 0"),
-            (0 <= self.warmup_ratio < 1, "warmup_ratio", self.warmup_ratio, "in [0, 1)"),
-            (0 < self.validation_split < 1, "validation_split", self.validation_split, "in (0, 1)"),
-            (self.max_length >= 8, "max_length", self.max_length, "at least 8"),
-            (self.log_steps >= 1, "log_steps", self.log_steps, "at least 1"),
-            (self.eval_steps is None or self.eval_steps >= 1, "eval_steps", self.eval_steps, "at least 1"),
-            (
-                self.early_stopping_patience is None or self.early_stopping_patience >= 1,
-                "early_stopping_patience",
-                self.early_stopping_patience,
-                "at least 1",
-            ),
-            (
-                self.checkpoint_steps is None or self.checkpoint_steps >= 1,
-                "checkpoint_steps",
-                self.checkpoint_steps,
-                "at least 1",
-            ),
-            (self.precision in ("fp32", "bf16", "fp16"), "precision", self.precision, "fp32, bf16 or fp16"),
-            (self.truncation in TRUNCATIONS, "truncation", self.truncation, " or ".join(TRUNCATIONS)),
-            (
-                self.window_stride is None or self.truncation == "sliding",
-                "window_stride",
-                self.window_stride,
-                "left out unless truncation is 'sliding'",
-            ),
-            (
-                self.window_stride is None or 0 <= self.window_stride < self.max_length - 2,
-                "window_stride",
-                self.window_stride,
-                f"in [0, max_length - 2) = [0, {self.max_length - 2}) (a window holds two special pieces)",
-            ),
-        ]
-        for ok, name, value, rule in checks:
-            if not ok:
-                raise ValueError(f"{name} must be {rule}, got {value!r}")
-        if self.model_selection not in ("best", "last"):
-            raise ValueError(f"model_selection must be 'best' or 'last', got {self.model_selection!r}")
-        if self.model_selection == "last" and self.early_stopping_patience is not None:
-            raise ValueError(
-                "early_stopping_patience stops at the best validation, which model_selection 'last' does not keep: "
-                "use one or the other"
-            )
-        if self.max_steps == 0 and self.method != "none":
-            raise ValueError(
-                f"max_steps 0 evaluates the model as it is, untrained, where method {self.method!r} cannot act: "
-                "use method 'none' for a zero-shot floor"
-            )
-        checks = [
-            (self.block_size is None or self.block_size >= 2, "block_size", self.block_size, "at least 2"),
-            (
-                self.model_init in ("pretrained", "scratch"),
-                "model_init",
-                self.model_init,
-                "'pretrained' or 'scratch'",
-            ),
-            (self.num_beams >= 1, "num_beams", self.num_beams, "at least 1"),
-            (
-                self.max_new_tokens is None or self.max_new_tokens >= 1,
-                "max_new_tokens",
-                self.max_new_tokens,
-                "at least 1",
-            ),
-        ]
-        for ok, name, value, rule in checks:
-            if not ok:
-                raise ValueError(f"{name} must be {rule}, got {value!r}")
-        if self.model_init == "scratch":
-            ScratchSize(
-                self.model_layers, self.model_hidden, self.model_heads, self.vocab_size
-            )  # its own checks
-        if (self.source_column is None) != (self.target_column is None):
-            raise ValueError(
-                "source_column and target_column go together (a seq2seq file's two text columns)"
-            )
-        if self.source_column is not None and self.text_columns:
-            raise ValueError("give either text_columns or source_column/target_column, not both")
-        kinds = {"classification": "classification", "regression": "regression"}
-        kinds.update(token="token_classification", token_classification="token_classification")
-        if self.label_kind is not None:
-            if self.label_kind not in kinds:
-                raise ValueError(
-                    f"label_kind must be classification, regression or token (token_classification), "
-                    f"got {self.label_kind!r}"
-                )
-            self.label_kind = kinds[self.label_kind]
-        # Fail on a bad method name or option now, not after loading data and model.
-        self.method_config()
+        _check_rules([*_count_rules(self), *_schedule_rules(self)])
+        _check_selection(self)
+        _check_rules(_generation_rules(self))
+        _check_scratch_size(self)
+        _check_file_columns(self)
+        self.label_kind = _label_kind(self.label_kind)
+        self.method_config()  # a bad method name or option fails now, not after loading data and model
 
     @classmethod
     def for_task(cls, task: str, **values: Any) -> TrainConfig:
@@ -407,7 +292,12 @@ class TrainConfig:
         return cls(task=task, **{**task_defaults(task), **values})
 
     def method_config(self) -> MethodConfig:
-        return get_method_config(self.method, **self.method_options)
+        """The config of ``method`` with ``method_options``: made once, the one a run applies and records
+        (made again only where either changed since)."""
+        made = getattr(self, "_method", None)
+        if made is None or made[:2] != (self.method, self.method_options):
+            made = self._method = _method_made(self.method, self.method_options)
+        return made[2]
 
     def longest(self, kind: str) -> int:
         """The longest sequence a run of task kind ``kind`` sends through its model: ``max_length``, or
@@ -419,49 +309,6 @@ class TrainConfig:
             return max(self.max_length, self.max_new_tokens or 0)
         return self.max_length
 
-    def load_data(self) -> tuple[Task, TaskData]:
-        """The task and its data, from the sources this config names."""
-        token_files = {"token_column": self.token_column, "tag_column": self.tag_column}
-        return load_task_data(
-            self.task,
-            data_dir=self.data_dir,
-            hub=self.hub,
-            train_file=self.train_file,
-            eval_files=self.eval_files,
-            text_columns=(
-                [self.source_column, self.target_column]
-                if self.source_column is not None
-                else self.text_columns
-            ),
-            metrics=None
-            if self.metrics is None
-            else [m.strip() for m in self.metrics.split(",") if m.strip()],
-            label_column=self.label_column,
-            kind=self.label_kind,
-            drop_bad_rows=self.drop_bad_rows,
-            **{k: v for k, v in token_files.items() if v is not None},
-        )
-
-    def load_model(self, task: Task, train: Examples) -> tuple[Any, Any, str]:
-        """(model, tokenizer, description) for ``task``: a pretrained encoder with the task's head, or for the
-        generation kinds a pretrained or from-scratch decoder or encoder-decoder (``train``: the split a
-        scratch tokenizer is trained on)."""
-        if is_generation(task.kind):
-            return load_for_generation(
-                self.model,
-                task,
-                init=self.model_init,
-                size=ScratchSize(self.model_layers, self.model_hidden, self.model_heads, self.vocab_size),
-                positions=self.longest(task.kind),
-                train=train,
-            )
-        if self.model_init != "pretrained":
-            raise ValueError(
-                f"model_init {self.model_init!r} is for the generation tasks (lm, seq2seq); task {task.name!r} "
-                f"is {task.kind}: fine-tune a pretrained encoder"
-            )
-        return load_for_task(self.model, task, ignore_mismatched_head=self.ignore_mismatched_head)
-
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["method_options"] = self.method_config().to_dict()
@@ -470,14 +317,200 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         """The config :meth:`to_dict` wrote (a run's config.json); an unknown field is an error."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown training option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
+        _check_known(values)
         options = {k: v for k, v in (values.get("method_options") or {}).items() if k != "name"}
         return cls(**{**values, "method_options": options})
+
+
+def _method_made(method: str, options: dict[str, Any]) -> tuple[str, dict[str, Any], MethodConfig]:
+    """(method, a copy of its options, its config made of them): what :meth:`TrainConfig.method_config` keeps."""
+    return method, copy.deepcopy(options), get_method_config(method, **options)
+
+
+def _check_known(values: dict[str, Any]) -> None:
+    """Refuse a field a TrainConfig does not have (a config.json of another version, a typo)."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown training option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+
+
+# validation: TrainConfig.__post_init__'s steps, in order; the first broken rule is the error ----------
+
+
+def check_device_name(name: str) -> None:
+    """Refuse a ``device`` setting that names no device: "auto", "cpu", "cuda", "cuda:N" or "mps".
+
+    Only its form (as ``torch.device`` reads it): whether this machine has it is
+    :func:`attendout.run.devices.pick_device`'s check (a run's config.json made on a GPU machine must
+    still be readable on one without).
+    """
+    if name == "auto":
+        return
+    match = _DEVICE_NAME.fullmatch(name) if isinstance(name, str) else None
+    if match is None or (match.group(2) is not None and int(match.group(2)) >= 2**31):
+        raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {name!r}")
+
+
+def _check_rules(rules: list[tuple[bool, str, Any, str]]) -> None:
+    """Raise for the first rule of ``rules`` (ok, field, value, what it must be) that is broken."""
+    for ok, name, value, rule in rules:
+        if not ok:
+            raise ValueError(f"{name} must be {rule}, got {value!r}")
+
+
+def _count_rules(c: TrainConfig) -> list[tuple[bool, str, Any, str]]:
+    """The rules of the counts, seeds and sizes."""
+    return [
+        (c.batch_size >= 1, "batch_size", c.batch_size, "at least 1"),
+        (c.weight_decay >= 0, "weight_decay", c.weight_decay, "at least 0"),
+        (c.max_grad_norm >= 0, "max_grad_norm", c.max_grad_norm, "at least 0 (0 = no clipping)"),
+        (c.seed >= 0, "seed", c.seed, "at least 0"),
+        (c.data_seed >= 0, "data_seed", c.data_seed, "at least 0"),
+        *(
+            (value is None or value >= 1, name, value, "at least 1")
+            for name, value in (
+                ("max_train_samples", c.max_train_samples),
+                ("max_eval_samples", c.max_eval_samples),
+            )
+        ),
+        *(
+            (value is None or value >= 0, name, value, "at least 0 (a 0-based column)")
+            for name, value in (("token_column", c.token_column), ("tag_column", c.tag_column))
+        ),
+        *(
+            (value >= 1, name, value, "at least 1")
+            for name, value in (
+                ("model_layers", c.model_layers),
+                ("model_hidden", c.model_hidden),
+                ("model_heads", c.model_heads),
+                ("vocab_size", c.vocab_size),
+            )
+        ),
+        (
+            c.micro_batch_size is None or c.micro_batch_size >= 1,
+            "micro_batch_size",
+            c.micro_batch_size,
+            "at least 1",
+        ),
+        (c.eval_batch_size >= 1, "eval_batch_size", c.eval_batch_size, "at least 1"),
+    ]
+
+
+def _schedule_rules(c: TrainConfig) -> list[tuple[bool, str, Any, str]]:
+    """The rules of the budget, the schedule, the splits, the lengths and the run's rhythm."""
+    return [
+        (c.learning_rate > 0, "learning_rate", c.learning_rate, "positive"),
+        (c.epochs > 0, "epochs", c.epochs, "positive"),
+        (c.max_steps is None or c.max_steps >= 0, "max_steps", c.max_steps, "at least 0"),
+        (0 <= c.warmup_ratio < 1, "warmup_ratio", c.warmup_ratio, "in [0, 1)"),
+        (0 < c.validation_split < 1, "validation_split", c.validation_split, "in (0, 1)"),
+        (c.max_length >= 8, "max_length", c.max_length, "at least 8"),
+        (c.log_steps >= 1, "log_steps", c.log_steps, "at least 1"),
+        (c.eval_steps is None or c.eval_steps >= 1, "eval_steps", c.eval_steps, "at least 1"),
+        (
+            c.early_stopping_patience is None or c.early_stopping_patience >= 1,
+            "early_stopping_patience",
+            c.early_stopping_patience,
+            "at least 1",
+        ),
+        (
+            c.checkpoint_steps is None or c.checkpoint_steps >= 1,
+            "checkpoint_steps",
+            c.checkpoint_steps,
+            "at least 1",
+        ),
+        (c.precision in ("fp32", "bf16", "fp16"), "precision", c.precision, "fp32, bf16 or fp16"),
+        (c.truncation in TRUNCATIONS, "truncation", c.truncation, " or ".join(TRUNCATIONS)),
+        (
+            c.window_stride is None or c.truncation == "sliding",
+            "window_stride",
+            c.window_stride,
+            "left out unless truncation is 'sliding'",
+        ),
+        (
+            c.window_stride is None or 0 <= c.window_stride < c.max_length - 2,
+            "window_stride",
+            c.window_stride,
+            f"in [0, max_length - 2) = [0, {c.max_length - 2}) (a window holds two special pieces)",
+        ),
+    ]
+
+
+def _check_selection(c: TrainConfig) -> None:
+    """Which model the run keeps, and whether a zero-shot run's method can act."""
+    if c.model_selection not in ("best", "last"):
+        raise ValueError(f"model_selection must be 'best' or 'last', got {c.model_selection!r}")
+    if c.model_selection == "last" and c.early_stopping_patience is not None:
+        raise ValueError(
+            "early_stopping_patience stops at the best validation, which model_selection 'last' does not keep: "
+            "use one or the other"
+        )
+    if c.max_steps == 0 and c.method != "none":
+        raise ValueError(
+            f"max_steps 0 evaluates the model as it is, untrained, where method {c.method!r} cannot act: "
+            "use method 'none' for a zero-shot floor"
+        )
+
+
+def _generation_rules(c: TrainConfig) -> list[tuple[bool, str, Any, str]]:
+    """The rules of the generation kinds' options (lm, seq2seq)."""
+    return [
+        (c.block_size is None or c.block_size >= 2, "block_size", c.block_size, "at least 2"),
+        (c.model_init in ("pretrained", "scratch"), "model_init", c.model_init, "'pretrained' or 'scratch'"),
+        (c.num_beams >= 1, "num_beams", c.num_beams, "at least 1"),
+        (
+            c.max_new_tokens is None or c.max_new_tokens >= 1,
+            "max_new_tokens",
+            c.max_new_tokens,
+            "at least 1",
+        ),
+    ]
+
+
+def _check_scratch_size(c: TrainConfig) -> None:
+    """A model from scratch: its size's own checks (:class:`~attendout.models.size.ScratchSize`)."""
+    if c.model_init == "scratch":
+        scratch_size(c)
+
+
+def scratch_size(c: TrainConfig) -> ScratchSize:
+    """The size of the model from scratch that ``c`` describes."""
+    return ScratchSize(c.model_layers, c.model_hidden, c.model_heads, c.vocab_size)
+
+
+def _check_file_columns(c: TrainConfig) -> None:
+    """A seq2seq file's two text columns go together, and not with ``text_columns``."""
+    if (c.source_column is None) != (c.target_column is None):
+        raise ValueError("source_column and target_column go together (a seq2seq file's two text columns)")
+    if c.source_column is not None and c.text_columns:
+        raise ValueError("give either text_columns or source_column/target_column, not both")
+
+
+#: label_kind's values and the kinds they name.
+_LABEL_KINDS = {
+    "classification": "classification",
+    "regression": "regression",
+    "token": "token_classification",
+    "token_classification": "token_classification",
+}
+
+
+def _label_kind(label_kind: str | None) -> str | None:
+    """``label_kind`` by its full name (token: token_classification); an unknown one is an error."""
+    if label_kind is None:
+        return None
+    if label_kind not in _LABEL_KINDS:
+        raise ValueError(
+            f"label_kind must be classification, regression or token (token_classification), "
+            f"got {label_kind!r}"
+        )
+    return _LABEL_KINDS[label_kind]
+
+
+# the splits ---------------------------------------------------------------------------------------
 
 
 def split_for_training(

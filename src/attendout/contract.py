@@ -1,6 +1,6 @@
 """The contract between a method and the loop that trains with it, whichever loop that is.
 
-attendout's own loop (:mod:`attendout.run.train`), ``transformers.Trainer`` (:mod:`attendout.hf`) and a
+attendout's own loop (:mod:`attendout.run.loop`), ``transformers.Trainer`` (:mod:`attendout.hf`) and a
 hand-written PyTorch loop drive a method the same way, through its
 :class:`~attendout.methods.base.TrainingStrategy`:
 

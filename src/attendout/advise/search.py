@@ -46,8 +46,8 @@ from ..config import TrainConfig
 from ..run.folder import CHECKPOINT_DIR, RunDir
 from ..run.interrupt import check as raise_if_stopped
 from ..run.lock import Owner, exclusive
+from ..run.loop import finetune
 from ..run.optim import TrainingError
-from ..run.train import finetune
 from .objective import (
     Measured,
     measured,

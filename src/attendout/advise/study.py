@@ -43,10 +43,11 @@ from typing import Any
 
 from ..bench.spec import config_fingerprint
 from ..config import TrainConfig, split_for_training
+from ..run.data import load_data
 from ..run.folder import LOG_FILE, RunDir, write_json_atomic
 from ..run.interrupt import check as raise_if_stopped
 from ..run.lock import RunBusyError, RunLock
-from ..run.train import finetune
+from ..run.loop import finetune
 from .answer import Verdict, verdict
 from .confirm import (
     Confirmation,
@@ -93,7 +94,7 @@ def _search_recipe(recipe: TrainConfig) -> TrainConfig:
 
 def _steps_per_epoch(recipe: TrainConfig) -> tuple[int, str]:
     """Training batches per epoch and the task's main metric (from the data as the trainer splits it)."""
-    task, data = recipe.load_data()
+    task, data = load_data(recipe)
     train, _, _ = split_for_training(data, recipe, task.label_names)
     return math.ceil(len(train) / recipe.batch_size), task.metrics[0]
 

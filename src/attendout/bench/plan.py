@@ -235,6 +235,7 @@ def _check_model(name: str, scratch: bool = False) -> CellCheck:
 def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:
     """Load a task's data as the Trainer will (local sources only) and report its sizes."""
     from ..config import split_for_training
+    from ..run.data import load_data
     from ..tasks import LM, DataError
 
     config = cell.config
@@ -250,7 +251,7 @@ def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:
     if not check_data:
         return CellCheck(note="data not checked (--no-data-check)")
     try:
-        task, data = config.load_data()
+        task, data = load_data(config)
         train, validation, evals = split_for_training(data, config, task.label_names)
     except DataError as error:
         return CellCheck(error=f"data: {error}")

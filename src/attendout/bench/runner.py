@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import TrainConfig
-from ..run import CELL_FILE, RESULTS_FILE, CheckpointError, RunDir, StorageError, finetune
-from ..run import check as raise_if_stopped
+from ..run.folder import CELL_FILE, RESULTS_FILE, CheckpointError, RunDir, StorageError
+from ..run.interrupt import check as raise_if_stopped
+from ..run.loop import finetune
 from .plan import GridPlan
 from .spec import Cell, ExperimentError, config_fingerprint
 from .store import HEARTBEAT_S, Claim, ResultsStore, compact_predictions, has_checkpoint
@@ -176,11 +177,11 @@ def run_cells(
 ) -> RunSummary:
     """Train every cell of this job's shard that is neither finished nor claimed by a live job.
 
-    ``train(config, on_log)`` runs one configuration (default: :func:`attendout.run.train.finetune`);
+    ``train(config, on_log)`` runs one configuration (default: :func:`attendout.run.loop.finetune`);
     ``echo`` gets one line per cell event and per validation of a training cell. Raises :class:`ExperimentError` before training anything if a cell is
     invalid, or if finished cells are stale and ``rerun_stale`` is not set. ``launcher`` (default: the
     one of the enclosing :func:`launching` block, else none) runs the cells in processes of their own
-    instead of this loop (``train`` is then :func:`attendout.run.train.finetune`).
+    instead of this loop (``train`` is then :func:`attendout.run.loop.finetune`).
     """
     job = BenchJob(
         plan=plan,

@@ -2,7 +2,7 @@
 
 ``attendout --help`` lists them with one line each (:data:`COMMANDS`). Each command is a module of this
 package whose ``main(argv)`` parses its flags and calls an engine that knows nothing of argparse
-(:func:`attendout.run.train.finetune`, :func:`attendout.advise.advise`, :func:`attendout.bench.run_cells`,
+(:func:`attendout.run.loop.finetune`, :func:`attendout.advise.advise`, :func:`attendout.bench.run_cells`,
 ...); the flags several commands share, and where the recipe flags become a TrainConfig, are
 :mod:`attendout.cli.flags`.
 
@@ -117,7 +117,7 @@ _USAGE_ERRORS = (
     ("attendout.tasks.base", "DataError"),
     ("attendout.attention.families", "UnsupportedModelError"),
     ("attendout.models.loading", "ModelNotFoundError"),
-    ("attendout.run.checkpoints", "RunExistsError"),
+    ("attendout.run.runfolder", "RunExistsError"),
     ("attendout.run.lock", "RunBusyError"),
 )
 

@@ -1,5 +1,5 @@
 """``attendout finetune``: its flags, a config file's values under them, and the call to
-:func:`attendout.run.train.finetune`; back the other way, the command line of a run's recorded options
+:func:`attendout.run.loop.finetune`; back the other way, the command line of a run's recorded options
 (:func:`finetune_argv`) and what to run to go on with a stopped run (:func:`go_on`; from a run
 directory's state: :func:`how_to_finish`)."""
 
@@ -158,7 +158,7 @@ def finetune_argv(values: Mapping[str, Any], output_dir: str | os.PathLike) -> l
     (a value set in Python that no flag gives, such as AD-DROP's ``layers="task"`` left unsettled; a
     method or option unknown here)."""
     from ..config import TrainConfig
-    from ..run.checkpoints import checkpoint_config
+    from ..run.runfolder import checkpoint_config
 
     argv = _finetune_flags(values, output_dir)
     if argv is None:
@@ -265,7 +265,7 @@ def go_on(argv: list[str], resumable: bool) -> str:
 
 def main(argv: list[str]) -> int:
     from ..report.results import format_results, format_truncation
-    from ..run.train import finetune
+    from ..run.loop import finetune
 
     config, threads = config_from_args(argv)
     set_threads(threads)

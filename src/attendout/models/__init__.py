@@ -3,6 +3,7 @@
 * :mod:`.loading`: the packaged MiniLM, local folders and the hub; a checkpoint's head made to meet the task.
 * :mod:`.offline`: the pretrained models that set up offline (``make models``).
 * :mod:`.generation`: decoders and encoder-decoders of the generation kinds, pretrained or from scratch.
+* :mod:`.size`: the size of a model from scratch, plain data a run's config checks.
 * :mod:`.tokenizer`: the byte-level BPE a model from scratch reads, trained on the task's own text.
 
 The names below are imported from their modules on first use.
@@ -24,7 +25,7 @@ _NAMES = {
     "Part": ".offline",
     "SCRATCH_ARCHITECTURES": ".generation",
     "SPECIAL_TOKENS": ".tokenizer",
-    "ScratchSize": ".generation",
+    "ScratchSize": ".size",
     "end_of_sequence": ".generation",
     "load_for_generation": ".generation",
     "load_for_task": ".loading",

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from torch import nn
 
 from ..tasks import LM, SEQ2SEQ, Examples, Task
 from .loading import ModelNotFoundError, check_finite, check_model_folder, load_tokenizer, resolve_model
+from .size import ScratchSize
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
 __all__ = [
@@ -40,23 +40,6 @@ logger = logging.getLogger(__name__)
 
 INITS = ("pretrained", "scratch")
 AUTO_CLASSES = {LM: "AutoModelForCausalLM", SEQ2SEQ: "AutoModelForSeq2SeqLM"}
-
-
-@dataclass(frozen=True)
-class ScratchSize:
-    """The size of a model from scratch: the feed-forward width is ``4 * hidden``."""
-
-    layers: int = 2
-    hidden: int = 128
-    heads: int = 4
-    vocab_size: int = 8000
-
-    def __post_init__(self) -> None:
-        for name in ("layers", "hidden", "heads", "vocab_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
 
 
 def _decoder(size: ScratchSize, positions: int) -> dict[str, Any]:

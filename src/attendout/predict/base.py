@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import TrainConfig, split_for_training
+from ..run.data import load_data
 from ..run.devices import autocast_dtype, pick_device
 from ..run.folder import RunDir
 from ..run.state import RunState
@@ -114,7 +115,7 @@ def run_split(settings: dict[str, Any], name: str, data_dir: str | None, source:
     if data_dir is not None:
         values["data_dir"] = str(data_dir)
     config = TrainConfig.from_dict(values)
-    task, data = config.load_data()
+    task, data = load_data(config)
     train, validation, evals = split_for_training(data, config, task.label_names)
     splits = {"train": train, "validation": validation, **evals}
     if name not in splits:

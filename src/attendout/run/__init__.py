@@ -1,8 +1,11 @@
-"""The training run: the loop, its run folder and checkpoints, stops and limits, devices and the optimiser.
+"""The training run: the loop, its set-up and run folder, stops and limits, devices and the optimiser.
 
-* :mod:`.train`: the fine-tuning loop (``finetune``), for every method and task kind.
-* :mod:`.folder`, :mod:`.checkpoints`, :mod:`.record`, :mod:`.state`, :mod:`.lock`: the run folder's files,
-  its resumable checkpoint, what a run records of itself, where it stands, and who owns it.
+* :mod:`.loop`: the fine-tuning loop (``finetune``): fit, step, validate, stop; for every method and task kind.
+* :mod:`.setup`, :mod:`.data`: a run's set-up: its data read, split and encoded, its model, its method.
+* :mod:`.runfolder`: the run object that owns the run folder over the run's life (lock, config, log,
+  checkpoints, resume, predictions, results).
+* :mod:`.folder`, :mod:`.record`, :mod:`.state`, :mod:`.lock`: the run folder's files written whole, what a
+  run records of itself, where it stands, and who owns it.
 * :mod:`.interrupt`, :mod:`.evalstop`: a stop at the next whole step (Ctrl-C, SIGTERM) or evaluation batch.
 * :mod:`.limits`: a model's and a method's limits, checked before anything trains.
 * :mod:`.devices`, :mod:`.optim`: where a run computes; AdamW, the schedule, one accumulated update.
@@ -39,17 +42,19 @@ _NAMES = {
     "RESULTS_FILE": ".folder",
     "RUN_CONFIG_FILE": ".folder",
     "RUN_KINDS": ".state",
-    "RUN_OUTPUTS": ".checkpoints",
+    "RUN_OUTPUTS": ".runfolder",
     "RunBusyError": ".lock",
     "RunDir": ".folder",
-    "RunExistsError": ".checkpoints",
+    "RunExistsError": ".runfolder",
+    "RunFolder": ".runfolder",
+    "RunInputs": ".setup",
     "RunLock": ".lock",
     "RunState": ".state",
     "STOPPED": ".state",
     "Stopped": ".interrupt",
     "StorageError": ".folder",
-    "TrainState": ".checkpoints",
-    "Trainer": ".train",
+    "TrainState": ".runfolder",
+    "TrainingLoop": ".loop",
     "TrainingError": ".optim",
     "UNFINISHED": ".state",
     "adamw": ".optim",
@@ -62,8 +67,8 @@ _NAMES = {
     "check_length": ".limits",
     "check_lengths": ".limits",
     "check_output_dir": ".folder",
-    "check_run_dir": ".checkpoints",
-    "checkpoint_config": ".checkpoints",
+    "check_run_dir": ".runfolder",
+    "checkpoint_config": ".runfolder",
     "checkpoint_status": ".folder",
     "concat_batches": ".optim",
     "config_record": ".record",
@@ -72,10 +77,11 @@ _NAMES = {
     "describe_os_error": ".folder",
     "environment": ".devices",
     "exclusive": ".lock",
-    "find_checkpoint": ".checkpoints",
-    "finetune": ".train",
+    "find_checkpoint": ".runfolder",
+    "finetune": ".loop",
     "handling": ".interrupt",
     "linear_schedule": ".optim",
+    "load_data": ".data",
     "load_checkpoint": ".folder",
     "micro_batches": ".optim",
     "mixed_precision": ".devices",
@@ -85,31 +91,32 @@ _NAMES = {
     "pick_device": ".devices",
     "pid_alive": ".lock",
     "position_limit": ".limits",
-    "prepare_run_dir": ".checkpoints",
+    "prepare_run_dir": ".runfolder",
     "process_group": ".devices",
     "process_start_time": ".lock",
     "read_checkpoint": ".folder",
-    "read_resumable": ".checkpoints",
+    "read_resumable": ".runfolder",
     "read_state": ".state",
     "recover_folder": ".folder",
-    "remove_checkpoint": ".checkpoints",
+    "remove_checkpoint": ".runfolder",
     "requested": ".interrupt",
     "results_record": ".record",
     "rng_state": ".devices",
     "save_model_atomic": ".folder",
     "set_rng_state": ".devices",
     "set_seed": ".devices",
-    "setting_up": ".checkpoints",
+    "set_up": ".setup",
+    "setting_up": ".runfolder",
     "sha256_of": ".folder",
     "shard": ".devices",
-    "single_class": ".checkpoints",
+    "single_class": ".runfolder",
     "this_host": ".lock",
     "update": ".optim",
     "verify_folder": ".folder",
     "write_checkpoint": ".folder",
     "write_folder_atomic": ".folder",
     "write_json_atomic": ".folder",
-    "write_split_predictions": ".checkpoints",
+    "write_split_predictions": ".runfolder",
     "write_text_atomic": ".folder",
 }
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..config import DEVICE_TYPES, check_device_name
 from ..contract import Distributed
 from ..version import __version__
 
@@ -81,26 +82,6 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     np.random.set_state((name, keys, pos, has_gauss, cached))
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
-
-
-#: The device types a ``device`` setting may name (besides "auto").
-DEVICE_TYPES = ("cpu", "cuda", "mps")
-
-
-def check_device_name(name: str) -> None:
-    """Refuse a ``device`` setting that names no device: "auto", "cpu", "cuda", "cuda:N" or "mps".
-
-    Only its form: whether this machine has it is :func:`pick_device`'s check (a run's config.json made
-    on a GPU machine must still be readable on one without).
-    """
-    if name == "auto":
-        return
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError, ValueError):
-        device = None
-    if device is None or device.type not in DEVICE_TYPES:
-        raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {name!r}")
 
 
 def available_devices() -> list[str]:

@@ -2,7 +2,7 @@
 
 A validation or the final evaluation of a generation task decodes for a long time. Inside the loop
 (:func:`attendout.run.interrupt.deferred`), a stop requested then ends it before its next batch: the loop
-(:mod:`attendout.run.train`) writes a checkpoint of the state from before that evaluation began and raises
+(:mod:`attendout.run.loop`) writes a checkpoint of the state from before that evaluation began and raises
 :class:`EvaluationStopped` naming the checkpoint and the evaluation. A resumed run runs that evaluation
 again from its start: a validation before the step's training goes on, the final evaluation on every
 evaluation split (nothing of a part done is kept), and so reaches the uninterrupted run's numbers.

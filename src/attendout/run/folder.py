@@ -300,7 +300,7 @@ class RunDir:
 
     def write_cell(self, record: dict[str, Any]) -> None:
         """The bench cell's record, written whole. (results.json and config.json have one writer, the
-        loop: :mod:`attendout.run.train` writes them with :func:`write_json_atomic` at these paths.)"""
+        run folder: :class:`attendout.run.runfolder.RunFolder` writes them with :func:`write_json_atomic` at these paths.)"""
         write_json_atomic(self.cell, record)
 
 

@@ -1,6 +1,14 @@
-"""A run starting in its run directory, or resuming there from its checkpoint.
+"""A run's folder over the run's life: taken, checked, written, checkpointed, resumed from, finished.
 
-What a run leaves in its directory (the loop, :mod:`attendout.run.train`, writes it):
+:class:`RunFolder` is the run object the loop (:mod:`attendout.run.loop`) writes through: before
+anything loads it refuses a folder that cannot take the run; then it takes the folder's lock, reads the
+checkpoint a resume goes on from and clears what an older run left; while the run trains it writes the
+config, the log, the checkpoints and the best model so far (RUN_DIR/model, or its weights in memory); at
+the end, the predictions and results, and it removes the checkpoint. A write that fails is one line
+naming it and what is intact. What a checkpoint holds is :func:`checkpoint_contents`'s, and
+:func:`restore_checkpoint` sets a loop to go on from one.
+
+What a run leaves in its directory:
 
     RUN_DIR/config.json            the full configuration, data sizes, versions
     RUN_DIR/log.jsonl              one line per logged step (loss, lr, the method's statistics) and per evaluation
@@ -27,11 +35,13 @@ checkpoint. How the checkpoint and every other file are written and read whole i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,9 +50,11 @@ import numpy as np
 import torch
 
 from ..config import NEUTRAL_OPTIONS, RESUME_MUST_MATCH, TrainConfig
+from .devices import rng_state, set_rng_state
 from .folder import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
+    CHECKPOINT_FORMAT,
     LOG_FILE,
     MANIFEST,
     MODEL_DIR,
@@ -52,27 +64,36 @@ from .folder import (
     CheckpointError,
     CheckpointStatus,
     RunDir,
+    StorageError,
     check_output_dir,
+    describe_os_error,
+    os_error_remedy,
     output_dir_failure,
     read_checkpoint,
     recover_folder,
     verify_folder,
+    write_checkpoint,
+    write_json_atomic,
     write_text_atomic,
 )
 from .lock import RunBusyError, RunLock
+from .optim import TrainingError
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "RUN_OUTPUTS",
     "RunExistsError",
+    "RunFolder",
     "TrainState",
     "check_run_dir",
     "checkpoint_config",
+    "checkpoint_contents",
     "find_checkpoint",
     "prepare_run_dir",
     "read_resumable",
     "remove_checkpoint",
+    "restore_checkpoint",
     "setting_up",
     "single_class",
     "write_split_predictions",
@@ -240,6 +261,43 @@ def read_resumable(
     return checkpoint
 
 
+def checkpoint_contents(loop: Any, rng: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a checkpoint of ``loop`` (:class:`~attendout.run.loop.TrainingLoop`) holds now (its format:
+    :data:`~attendout.run.folder.CHECKPOINT_FORMAT`); ``rng``: the random generators' state to record
+    (default: as they are now)."""
+    elapsed = loop.elapsed_before + (0.0 if loop.started is None else time.time() - loop.started)
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "config": checkpoint_config(loop.config),
+        "state": dataclasses.asdict(loop.state),
+        "model": loop.model.state_dict(),
+        "optimizer": loop.optimizer.state_dict(),
+        "scheduler": loop.scheduler.state_dict(),
+        "scaler": loop.scaler.state_dict(),
+        "strategy": loop.strategy.state_dict(),
+        "best_state": loop.run.best_state,
+        "running": [float(x) for x in loop.running],
+        "elapsed": elapsed,
+        "rng": rng if rng is not None else rng_state(loop.device),
+    }
+
+
+def restore_checkpoint(loop: Any, checkpoint: dict[str, Any]) -> None:
+    """``loop`` set to go on from ``checkpoint`` (:func:`checkpoint_contents`'s), as if it had never stopped."""
+    loop.state = TrainState(**checkpoint["state"])
+    loop.model.load_state_dict(checkpoint["model"])
+    loop.optimizer.load_state_dict(checkpoint["optimizer"])
+    loop.scheduler.load_state_dict(checkpoint["scheduler"])
+    loop.scaler.load_state_dict(checkpoint["scaler"])
+    loop.strategy.load_state_dict(checkpoint["strategy"])
+    if checkpoint["best_state"] is not None:
+        loop.run.best_state = checkpoint["best_state"]
+    loop.running = [torch.tensor(x, device=loop.device) for x in checkpoint["running"]]  # beside new ones
+    loop.elapsed_before = float(checkpoint["elapsed"])
+    set_rng_state(checkpoint["rng"], loop.device)
+    logger.info("resuming %s at step %d of %d", loop.run.path, loop.state.step, loop.total_steps)
+
+
 def remove_checkpoint(out: Path) -> None:
     """Remove the checkpoint of a finished run (and any temporary name of it): nothing to resume."""
     for name in CHECKPOINT_FOLDERS:
@@ -290,3 +348,153 @@ def single_class(split: str, preds: Any, label_names: Any = None, warn: bool = T
             split,
         )
     return {split: name}
+
+
+class RunFolder:
+    """The run folder of one run (``config.output_dir``) over the run's life; only the main process of
+    ``distributed`` writes it. Made before anything is loaded: it refuses a folder that cannot take the run."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        distributed: Any,
+        on_log: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.dir = RunDir(config.output_dir)  # the run folder's files by name
+        self.path = self.dir.path
+        self.distributed = distributed
+        self.is_main = distributed.is_main  # only the main process writes the run folder
+        self.on_log = on_log  # sees every log.jsonl record
+        self.lock = RunLock(self.path)
+        self.resumed_at: int | None = None  # the step of the checkpoint this run resumed from
+        self.checkpointed_at: int | None = None  # the step of this run's last whole checkpoint
+        self.best_state: dict[str, Any] | None = None  # the best model's weights, without save_model
+        check_run_dir(self.path, config.overwrite, config.resume, busy=self.is_main)  # before any load
+
+    @contextlib.contextmanager
+    def taking(self) -> Iterator[None]:
+        """Around taking the folder (:meth:`take`) and what the run does before it trains: a failed write
+        is the folder's fault (a clear error), and any failure gives the folder back."""
+        try:
+            with setting_up(self.path):
+                yield
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def take(self, device: Any) -> dict[str, Any] | None:
+        """One writer at a time (the main process's lock, until :meth:`release`); on a resume, the
+        checkpoint the run goes on from (None: it starts afresh); the folder made ready for the run."""
+        c = self.config
+        if self.is_main:
+            self.lock.acquire()
+        checkpoint = read_resumable(self.path, c, device, self.is_main) if c.resume else None
+        self.distributed.barrier()  # every process has read the checkpoint before the main one moves on
+        check_run_dir(self.path, c.overwrite, c.resume, busy=False)  # the main process holds it
+        if checkpoint is not None:
+            self.resumed_at = checkpoint["state"]["step"]
+        if self.is_main:
+            prepare_run_dir(self.path, c.overwrite, self.resumed_at)
+        return checkpoint
+
+    def release(self) -> None:
+        """Give the folder back: the run finished, failed or was interrupted."""
+        self.lock.release()
+
+    def write_config(self, record: Callable[[], dict[str, Any]]) -> None:
+        """RUN_DIR/config.json: ``record()`` (built by the main process only)."""
+        if self.is_main:
+            write_json_atomic(self.dir.config, record())
+
+    @contextlib.contextmanager
+    def writing(self, what: str) -> Iterator[None]:
+        """A write that fails during training (a full disk): one line naming it and what is intact."""
+        try:
+            yield
+        except OSError as error:
+            raise StorageError(
+                f"could not write {what} ({describe_os_error(error)}); {self.kept()}; {os_error_remedy(error)}, "
+                f"then {self.again()}"
+            ) from None
+
+    def saved_at(self) -> int | None:
+        """The step of the last whole checkpoint (this run's, or the one it resumed from)."""
+        return self.checkpointed_at if self.checkpointed_at is not None else self.resumed_at
+
+    def kept(self) -> str:
+        """What a failure leaves intact: the checkpoint of a step, or none."""
+        saved = self.saved_at()
+        if saved is not None:
+            return f"the checkpoint of step {saved} in {self.path / CHECKPOINT_DIR} is intact"
+        return "no checkpoint had been written (--checkpoint-steps)"
+
+    def again(self) -> str:
+        """What to run after a failure that left the run folder as it was."""
+        if self.saved_at() is not None:
+            return "run the same command with --resume"
+        return "run the same command again"
+
+    def log(self, record: dict[str, Any]) -> None:
+        """A line of RUN_DIR/log.jsonl (main process), shown to ``on_log``."""
+        if not self.is_main:
+            return
+        with self.writing(f"a line of {self.dir.log}"), open(self.dir.log, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.on_log is not None:
+            self.on_log(record)
+
+    def save_checkpoint(
+        self, contents: Callable[[], dict[str, Any]], step: int, summary: dict[str, Any]
+    ) -> None:
+        """The training state of ``step`` (``contents()``, built by the main process only) to
+        RUN_DIR/checkpoint (state.pt, state.json, then manifest.json), swapped in whole: a failed or killed
+        save leaves the previous checkpoint."""
+        if self.is_main:
+            folder = self.dir.checkpoint_dir
+            with self.writing(f"the checkpoint of step {step} to {folder}"):
+                write_checkpoint(folder, contents(), summary)
+        self.checkpointed_at = step
+
+    def keep_best(self, step: int, strategy: Any, tokenizer: Any) -> None:
+        """The model of ``strategy`` now (of ``step``) is the best so far: saved to RUN_DIR/model by the
+        main process (``save_model``), else its weights kept in memory (and in each checkpoint)."""
+        if not self.config.save_model:
+            weights = strategy.eval_model().state_dict().items()
+            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in weights}
+        elif self.is_main:
+            target = self.dir.model_dir
+            with self.writing(f"the best model (step {step}) to {target}"):
+                strategy.save_model(target, tokenizer)
+
+    def restore_best(self, step: int | None, strategy: Any) -> None:
+        """The best model (of ``step``) back in ``strategy``'s model: RUN_DIR/model, checked whole, or
+        the weights kept in memory."""
+        self.distributed.barrier()  # the main process has written the best model
+        if not self.config.save_model:
+            strategy.eval_model().load_state_dict(self.best_state)
+            return
+        model = self.dir.model_dir
+        problem = verify_folder(model, unchecked_ok=True)
+        if problem is not None:
+            raise TrainingError(
+                f"the best model (step {step}) in {model} is incomplete or corrupt "
+                f"({problem}): it changed after it was saved; {self.kept()}"
+            )
+        strategy.load_best(model)
+
+    def write_predictions(
+        self, split: str, preds: Any, scores: Any, labels: Any, kind: str, sources: Any
+    ) -> None:
+        """RUN_DIR/predictions/SPLIT.jsonl (main process; :func:`write_split_predictions`)."""
+        if self.is_main:
+            path = self.dir.prediction(split)
+            with self.writing(str(path)):
+                write_split_predictions(path, preds, scores, labels, kind, sources)
+
+    def finish(self, results: dict[str, Any]) -> None:
+        """RUN_DIR/results.json, written last (main process): the run is finished, its checkpoint removed."""
+        if self.is_main:
+            with self.writing(f"{self.dir.results}"):
+                write_json_atomic(self.dir.results, results)
+            remove_checkpoint(self.path)  # finished: nothing to resume
