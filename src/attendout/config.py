@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .methods import MethodConfig, get_method_config
-from .models.size import ScratchSize
-from .tasks import LM, SEQ2SEQ, Examples, TaskData, carve_validation, subsample
-from .tasks.checks import check_training_splits
+from .models import ScratchSize
+from .tasks import LM, SEQ2SEQ, Examples, TaskData, carve_validation, check_training_splits, subsample
 from .tasks.defaults import task_defaults
 from .typecheck import check_fields
 

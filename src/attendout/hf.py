@@ -70,11 +70,9 @@ from transformers import TrainerCallback
 from .attention.deberta import install_hooks as _deberta  # noqa: F401  (importing it registers DeBERTa's route)
 from .attention.mpnet import install_hooks as _mpnet  # noqa: F401  (importing it registers MPNet's route)
 from .contract import Distributed, LoopContext, StepInfo
-from .methods.base import TrainingStrategy
-from .methods.config import MethodConfig
-from .methods.registry import METHODS, build_strategy, get_method_config
-from .run.interrupt import Stopped, agreed, deferred, requested
-from .run.limits import check_length
+from .methods import METHODS, MethodConfig, TrainingStrategy, get_method_config
+from .methods.registry import build_strategy
+from .run import Stopped, agreed, check_length, deferred, requested
 
 __all__ = ["CollatedSource", "Seq2SeqTrainer", "Trainer"]
 

@@ -39,7 +39,7 @@ import math
 from dataclasses import dataclass
 
 from ..report.comparison import metric_scale
-from ..tasks.metrics import higher_is_better
+from ..tasks import higher_is_better
 from .confirm import Confirmation, ConfirmRow
 from .power import seeds_range
 from .regime import UNKNOWN, Trend

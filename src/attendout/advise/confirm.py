@@ -22,11 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..bench.parse import load_experiment
-from ..bench.plan import prepare_cells
-from ..bench.runner import reuse_runs, run_cells
-from ..bench.spec import RESERVED_TRAINING_KEYS, Budget, Experiment
-from ..bench.store import ResultsStore
+from ..bench import Budget, Experiment, ResultsStore, load_experiment, prepare_cells, run_cells
+from ..bench.runner import reuse_runs
+from ..bench.spec import RESERVED_TRAINING_KEYS
 from ..config import NEUTRAL_OPTIONS, TrainConfig
 from ..configfile import dumps_toml
 from ..report.comparison import ComparisonTable, build_table
@@ -40,7 +38,7 @@ from ..report.stats import (
     holm,
     pooled_sd,
 )
-from ..run.interrupt import check as raise_if_stopped
+from ..run import check as raise_if_stopped
 from .power import CONFIDENCE, Noise, pooled_df
 from .scales import plain_name
 from .spaces import describe
@@ -244,7 +242,7 @@ def confirm_experiment(
 
 
 def write_experiment(path: Path, data: dict[str, Any]) -> Experiment:
-    from ..run.folder import write_text_atomic
+    from ..run import write_text_atomic
 
     header = (
         "The confirmation grid of attendout advise (written by it; rerun advise to change it).\n"

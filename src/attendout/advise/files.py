@@ -11,10 +11,10 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from ..configfile import save_config
-from ..methods.registry import get_method_config
+from ..methods import get_method_config
 from ..report.comparison import metric_scale
 from ..report.figures import method_colour
-from ..tasks.metrics import higher_is_better
+from ..tasks import higher_is_better
 from .answer import Verdict, format_p, format_points, gain
 from .confirm import Confirmation, ConfirmRow
 from .objective import SearchNoise

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ..report.stats import pooled_sd
-from ..run.folder import RunDir
-from ..tasks.metrics import higher_is_better
+from ..run import RunDir
+from ..tasks import higher_is_better
 from .plan import OBJECTIVES, MethodSearch, SearchPlan
 from .power import comparison_sd
 from .scales import plain_name

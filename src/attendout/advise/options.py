@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..bench.spec import config_fingerprint
+from ..bench import config_fingerprint
 from ..config import TrainConfig
 from .plan import OBJECTIVES, search_seeds
 from .spaces import DEFAULT_METHODS, search_space
@@ -180,7 +180,7 @@ class AdviseConfig:
                     f"{method}: option {sorted(searched)[0]!r} is searched; it cannot also be fixed"
                 )
             if self.fixed_options.get(method):  # a typo or a bad value: now, not after the probe
-                from ..methods.registry import get_method_config
+                from ..methods import get_method_config
 
                 try:
                     get_method_config(method, **self.fixed_options[method])

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..report.regime import EpochCurves
-from ..tasks.metrics import higher_is_better
+from ..tasks import higher_is_better
 
 __all__ = [
     "FLAT",

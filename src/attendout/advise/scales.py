@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from ..report.comparison import metric_scale
-from ..tasks.metrics import higher_is_better
+from ..tasks import higher_is_better
 
 __all__ = [
     "CHANCE_POINTS",

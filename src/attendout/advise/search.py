@@ -43,11 +43,8 @@ from typing import Any
 
 from ..bench.store import has_checkpoint
 from ..config import TrainConfig
-from ..run.folder import CHECKPOINT_DIR, RunDir
-from ..run.interrupt import check as raise_if_stopped
-from ..run.lock import Owner, exclusive
-from ..run.loop import finetune
-from ..run.optim import TrainingError
+from ..run import CHECKPOINT_DIR, Owner, RunDir, TrainingError, exclusive, finetune
+from ..run import check as raise_if_stopped
 from .objective import (
     Measured,
     measured,

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..run.lock import exclusive
+from ..run import exclusive
 
 __all__ = ["DRIVERS", "asking", "open_storage", "with_driver"]
 

@@ -41,19 +41,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..bench.spec import config_fingerprint
+from ..bench import config_fingerprint
 from ..config import TrainConfig, split_for_training
-from ..run.data import load_data
-from ..run.folder import LOG_FILE, RunDir, write_json_atomic
-from ..run.interrupt import check as raise_if_stopped
-from ..run.lock import RunBusyError, RunLock
-from ..run.loop import finetune
+from ..run import LOG_FILE, RunBusyError, RunDir, RunLock, finetune, load_data, write_json_atomic
+from ..run import check as raise_if_stopped
 from .answer import Verdict, verdict
 from .confirm import (
     Confirmation,
     confirm_experiment,
     dumps,
-    plain_name,
     read_confirmation,
     run_confirmation,
     write_experiment,
@@ -63,6 +59,7 @@ from .objective import SearchNoise, search_noise
 from .options import STAGES, AdviseConfig
 from .plan import MethodSearch, SearchPlan
 from .regime import RegimeReading, read_regime
+from .scales import plain_name
 from .search import epoch_run, run_search
 from .seeds import choose as choose_seeds
 from .trend import plain_trend
@@ -300,7 +297,7 @@ def _answer(
     tuned: dict[str, dict[str, Any]],
 ) -> Advice:
     """Stage 4: the verdict, and the files that give it: the settings, advice.png, advice.md, advice.json."""
-    from ..run.folder import write_text_atomic
+    from ..run import write_text_atomic
     from ..version import __version__
 
     out = config.out

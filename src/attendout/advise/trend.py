@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..run.folder import RunDir
-from .confirm import plain_name
+from ..run import RunDir
 from .objective import measured, reference_dir
 from .regime import RegimeReading, Trend, read_trend
+from .scales import plain_name
 
 if TYPE_CHECKING:
     from .options import AdviseConfig

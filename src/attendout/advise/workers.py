@@ -36,7 +36,7 @@ from ..bench.launch import LaunchOptions, make_launcher
 from ..bench.raytasks import RayLauncher, need_ray
 from ..bench.runner import launching
 from ..bench.slurm import SlurmLauncher, preemptible
-from ..run.interrupt import Stopped
+from ..run import Stopped
 from .options import STAGES, AdviseConfig
 from .storage import redacted
 from .study import Advice, advise

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .claims import HEARTBEAT_S, STALE_AFTER_S
 from .plan import GridPlan
 from .runner import BenchJob
 from .spec import ExperimentError
-from .store import HEARTBEAT_S, STALE_AFTER_S, ResultsStore
+from .store import ResultsStore
 
 __all__ = ["CellTask"]
 

@@ -235,7 +235,7 @@ def _check_model(name: str, scratch: bool = False) -> CellCheck:
 def _check_task_data(cell: Cell, check_data: bool) -> CellCheck:
     """Load a task's data as the Trainer will (local sources only) and report its sizes."""
     from ..config import split_for_training
-    from ..run.data import load_data
+    from ..run import load_data
     from ..tasks import LM, DataError
 
     config = cell.config

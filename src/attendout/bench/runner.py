@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import TrainConfig
-from ..run.folder import CELL_FILE, RESULTS_FILE, CheckpointError, RunDir, StorageError
-from ..run.interrupt import check as raise_if_stopped
-from ..run.loop import finetune
+from ..run import CELL_FILE, RESULTS_FILE, CheckpointError, RunDir, StorageError, finetune
+from ..run import check as raise_if_stopped
+from .claims import HEARTBEAT_S, Claim
 from .plan import GridPlan
 from .spec import Cell, ExperimentError, config_fingerprint
-from .store import HEARTBEAT_S, Claim, ResultsStore, compact_predictions, has_checkpoint
+from .store import ResultsStore, compact_predictions, has_checkpoint
 
 __all__ = [
     "BenchJob",

@@ -45,8 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..run.folder import RunDir
-from ..run.lock import Owner, process_start_time, this_host
+from ..run import Owner, RunDir, process_start_time, this_host
 from .claims import (
     HEARTBEAT_S,
     STALE_AFTER_S,

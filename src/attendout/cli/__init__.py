@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if command not in _LIGHT_COMMANDS:
         quiet_transformers()
-    from ..run.interrupt import Stopped, handling
+    from ..run import Stopped, handling
 
     try:
         import_user_methods()
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(
             error, OSError
         ):  # a file that cannot be read or written: a full disk, a path through a file
-            from ..run.folder import describe_os_error
+            from ..run import describe_os_error
 
             print(f"attendout: error: {describe_os_error(error)}", file=sys.stderr)
             return 1

@@ -8,9 +8,8 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from ..advise.options import AdviseConfig
+from ..advise import SEARCH_SPACES, AdviseConfig
 from ..advise.plan import search_seeds
-from ..advise.spaces import SEARCH_SPACES
 from .flags import (
     add_dataclass_options,
     add_file_options,

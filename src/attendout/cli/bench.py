@@ -116,12 +116,21 @@ def _add_results_handling(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str]) -> int:
     """``attendout bench``: returns 0 if every cell of the shard ran or was done, 1 if any failed, 2 if invalid."""
+    from ..bench import (
+        Budget,
+        ExperimentError,
+        ResultsStore,
+        default_results_root,
+        format_listing,
+        load_experiment,
+        parse_shard,
+        prepare_cells,
+        run_cells,
+    )
+    from ..bench.claims import STALE_AFTER_S
     from ..bench.launch import LaunchOptions, make_launcher
-    from ..bench.parse import load_experiment
-    from ..bench.plan import format_listing, parse_selection, parse_shard, prepare_cells
-    from ..bench.runner import reuse_runs, run_cells
-    from ..bench.spec import Budget, ExperimentError
-    from ..bench.store import STALE_AFTER_S, ResultsStore, default_results_root
+    from ..bench.plan import parse_selection
+    from ..bench.runner import reuse_runs
 
     args = build_parser().parse_args(argv)
     experiment = load_experiment(args.experiment, args.experiments_dir)

@@ -25,7 +25,7 @@ from .flags import (
 )
 
 if TYPE_CHECKING:
-    from ..run.state import RunState
+    from ..run import RunState
 
 
 def parser_for(method: str | None) -> argparse.ArgumentParser:
@@ -158,7 +158,7 @@ def finetune_argv(values: Mapping[str, Any], output_dir: str | os.PathLike) -> l
     (a value set in Python that no flag gives, such as AD-DROP's ``layers="task"`` left unsettled; a
     method or option unknown here)."""
     from ..config import TrainConfig
-    from ..run.runfolder import checkpoint_config
+    from ..run import checkpoint_config
 
     argv = _finetune_flags(values, output_dir)
     if argv is None:
@@ -240,7 +240,7 @@ def how_to_finish(state: RunState) -> str:
     command = finishing_command(state)
     if command is not None:
         return go_on(command[2:], resumable=state.resumable)
-    from ..run.folder import RunDir
+    from ..run import RunDir
 
     why = (
         f"{RunDir(state.path).config} cannot be read"
@@ -265,7 +265,7 @@ def go_on(argv: list[str], resumable: bool) -> str:
 
 def main(argv: list[str]) -> int:
     from ..report.results import format_results, format_truncation
-    from ..run.loop import finetune
+    from ..run import finetune
 
     config, threads = config_from_args(argv)
     set_threads(threads)

@@ -9,7 +9,7 @@ from .flags import add_dataclass_options, dataclass_from_args
 
 def main(argv: list[str]) -> int:
     """Draw AD-DROP's view of one example: attention map, attribution, candidates, drops (002 Figure 1)."""
-    from ..methods.addrop import ADDropConfig
+    from ..methods import ADDropConfig
     from ..report.inspect import inspect_text, load_for_inspection, plot_inspection
 
     parser = argparse.ArgumentParser(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..models.offline import MODELS_VARIABLE, OFFLINE_MODELS
+    from ..models import MODELS_VARIABLE, OFFLINE_MODELS
 
     parser = argparse.ArgumentParser(
         prog="attendout models",
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _list() -> int:
-    from ..models.offline import OFFLINE_MODELS, model_folder
+    from ..models import OFFLINE_MODELS, model_folder
 
     for name, model in OFFLINE_MODELS.items():
         folder = model_folder(name)
@@ -60,7 +60,7 @@ def _list() -> int:
 
 
 def main(argv: list[str]) -> int:
-    from ..models.offline import OFFLINE_MODELS, OfflineModelError, setup_model
+    from ..models import OFFLINE_MODELS, OfflineModelError, setup_model
 
     args = build_parser().parse_args(argv)
     if args.command in (None, "list"):

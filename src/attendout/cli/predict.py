@@ -87,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Label a file, or score a split of the run's own data, with a fine-tuned model."""
-    from ..predict.base import write_rows
-    from ..predict.classification import Predictor, prediction_rows, write_predictions
+    from ..predict import Predictor, write_predictions, write_rows
+    from ..predict.classification import prediction_rows
 
     args = build_parser().parse_args(argv)
     set_threads(args.threads)
@@ -109,7 +109,7 @@ def main(argv: list[str]) -> int:
         allow_unfinished=args.allow_unfinished,
     )
     if not isinstance(predictor, Predictor):  # a generation run (lm, seq2seq)
-        from ..predict.generation import predict_main
+        from ..predict import predict_main
 
         return predict_main(predictor, args)
     generation_only = {"--prompt": args.prompt, "--source-column": args.source_column}

@@ -76,8 +76,7 @@ def _output_paths(args: argparse.Namespace) -> dict[str, Path | None]:
 
 def main(argv: list[str]) -> int:
     """``attendout table``: print or write the Markdown/CSV table and the figures of a grid."""
-    from ..bench.parse import load_experiment
-    from ..bench.store import default_results_root
+    from ..bench import default_results_root, load_experiment
     from ..report.comparison import build_table
 
     args = table_parser().parse_args(argv)

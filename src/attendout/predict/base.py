@@ -18,10 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import TrainConfig, split_for_training
-from ..run.data import load_data
-from ..run.devices import autocast_dtype, pick_device
-from ..run.folder import RunDir
-from ..run.state import RunState
+from ..run import RunDir, RunState, autocast_dtype, load_data, pick_device
 from ..tasks import Examples, Task
 
 if TYPE_CHECKING:

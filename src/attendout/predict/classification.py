@@ -34,9 +34,8 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from ..encoding.classification import encode, predict_batches
-from ..run.limits import LimitError, check_length, position_limit
-from ..run.state import RunState
+from ..encoding import encode, predict_batches
+from ..run import LimitError, RunState, check_length, position_limit
 from ..tasks import (
     CLASSIFICATION,
     MULTIPLE_CHOICE,
@@ -136,7 +135,7 @@ def _model_task(model: nn.Module, name: str) -> Task:
 
 def _synthesizer_config(model: nn.Module) -> Any:
     """The config of the synthesizer ``model`` carries, or None."""
-    from ..methods.synthesizer.method import get_synthesizer
+    from ..methods.synthesizer import get_synthesizer
 
     synthesizer = get_synthesizer(model)
     return None if synthesizer is None else synthesizer.resolved_config()
@@ -237,7 +236,7 @@ class Predictor(BasePredictor):
         :class:`~attendout.predict.base.UnfinishedRunError` (its state, its model's step, the command that
         finishes it), unless ``allow_unfinished``: then a warning, and the predictions record its state.
         """
-        from ..methods.synthesizer.checkpoint import load_model
+        from ..methods.synthesizer import load_model
 
         path, settings, model_dir = cls.locate(path)
         generation = settings is not None and is_generation(settings["task"].get("kind", ""))
@@ -418,7 +417,8 @@ def read_tagged_inputs(
     path: str | os.PathLike, task: Task, *, token_column: int = 0, tag_column: int | None = None
 ) -> TokenExamples:
     """Sentences of a CoNLL-style column file for a token classifier; gold tags from ``tag_column``."""
-    from ..tasks.tokens import is_iob, read_conll, to_token_examples
+    from ..tasks import read_conll
+    from ..tasks.tokens import is_iob, to_token_examples
 
     sentences = read_conll(
         path,

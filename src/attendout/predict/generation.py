@@ -33,18 +33,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..encoding.generation import GenerationOptions, LMEncoded, Seq2SeqEncoded
-from ..models.generation import end_of_sequence
-from ..run.state import RunState
-from ..tasks import LM, SEQ2SEQ, DataError, Examples, Task, compute_metrics
-from ..tasks.generation import (
-    LM_FILE_TASK,
-    SEQ2SEQ_FILE_TASK,
-    Seq2SeqExamples,
-    is_generation,
-    read_documents,
-    read_parallel,
-)
+from ..encoding import GenerationOptions, LMEncoded, Seq2SeqEncoded
+from ..models import end_of_sequence
+from ..run import RunState
+from ..tasks import LM, SEQ2SEQ, DataError, Examples, Seq2SeqExamples, Task, compute_metrics, is_generation
+from ..tasks.generation import LM_FILE_TASK, SEQ2SEQ_FILE_TASK, read_documents, read_parallel
 from .base import (
     BasePredictor,
     PredictError,
@@ -85,7 +78,7 @@ def generation_kind(model_dir: str | os.PathLike) -> str | None:
 def _load_model(model_dir: Path, kind: str) -> nn.Module:
     import transformers
 
-    from ..methods.synthesizer.checkpoint import is_synthesized_checkpoint, load_synthesized
+    from ..methods.synthesizer import is_synthesized_checkpoint, load_synthesized
     from ..models.loading import check_finite
 
     if is_synthesized_checkpoint(model_dir):
@@ -375,8 +368,8 @@ def _check_lengths(
 ) -> None:
     """The lengths predict sends through ``model`` (:func:`~attendout.run.limits.check_lengths`), before any
     work: a scored block or a source, and the tokens decoded (for lm: beside a prompt)."""
-    from ..methods.synthesizer.method import get_synthesizer
-    from ..run.limits import check_lengths
+    from ..methods.synthesizer import get_synthesizer
+    from ..run import check_lengths
 
     synthesizer = get_synthesizer(model)
     check_lengths(
@@ -388,7 +381,7 @@ def _check_lengths(
 def _context(model: nn.Module) -> int | None:
     """The most positions a decoder takes (GPT-2's ``n_positions``..., or a synthesizer's ``l_max`` where
     fewer), or None (relative positions: T5)."""
-    from ..methods.synthesizer.method import get_synthesizer
+    from ..methods.synthesizer import get_synthesizer
 
     config = model.config
     if getattr(config, "is_encoder_decoder", False):
@@ -411,7 +404,8 @@ def read_sources(
     (``target_given``: it must be); ``SOURCE_FILE,TARGET_FILE``: two line-aligned text files; any other
     file: plain text, one source per line (blank lines are an error: each line is one input).
     """
-    from ..tasks.generation import _format, _read_lines
+    from ..tasks.generation import read_lines as _read_lines
+    from ..tasks.generation import text_format as _format
     from ..tasks.readers import read_file
 
     spec = str(path)

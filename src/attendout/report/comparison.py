@@ -25,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from ..bench.spec import Budget, Cell, Experiment, MethodSpec, ModelSpec, TaskSpec
-from ..bench.store import ResultsStore, read_predictions
-from ..run.folder import RunDir
-from ..tasks.metrics import METRICS, better, higher_is_better, sequences_array
+from ..bench import Budget, Cell, Experiment, MethodSpec, ModelSpec, ResultsStore, TaskSpec
+from ..bench.store import read_predictions
+from ..run import RunDir
+from ..tasks import METRICS, better, higher_is_better
+from ..tasks.metrics import sequences_array
 from .stats import (
     BootstrapInterval,
     PairedTest,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure
 
-from ..tasks.metrics import higher_is_better
+from ..tasks import higher_is_better
 from .curves import convergence_figure
 
 if TYPE_CHECKING:  # table.py imports this module to draw its figures

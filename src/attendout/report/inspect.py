@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..methods.addrop.attribution import attribute, candidate_region, sample_drops
-from ..run.folder import RunDir
+from ..methods.addrop import attribute, candidate_region, sample_drops
+from ..run import RunDir
 
 __all__ = ["Inspection", "inspect_text", "plot_inspection"]
 
@@ -211,7 +211,8 @@ def load_for_inspection(name: str, num_labels: int = 2, seed: int = 0) -> tuple[
     from transformers import AutoConfig, AutoModelForSequenceClassification
     from transformers.utils import CONFIG_NAME
 
-    from ..models.loading import head_class, load_tokenizer, resolve_model
+    from ..models import resolve_model
+    from ..models.loading import head_class, load_tokenizer
 
     if (RunDir(name).model_dir / CONFIG_NAME).is_file():
         name = str(RunDir(name).model_dir)  # a run directory of `attendout finetune`

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..run.folder import CELL_FILE, LOG_FILE, RUN_CONFIG_FILE, RunDir
-from ..tasks.metrics import higher_is_better
+from ..run import CELL_FILE, LOG_FILE, RUN_CONFIG_FILE, RunDir
+from ..tasks import higher_is_better
 from .curves import main_metric, read_log
 
 __all__ = ["EpochCurves", "epoch_curves", "regime_figure", "regime_summary", "run_task_id"]

@@ -11,8 +11,8 @@ import io
 import json
 import math
 
-from ..bench.spec import ModelSpec, TaskSpec
-from ..tasks.metrics import higher_is_better
+from ..bench import ModelSpec, TaskSpec
+from ..tasks import higher_is_better
 from .comparison import ComparisonTable, Row, RunRecord, direction, metric_scale
 
 __all__ = ["CSV_COLUMNS", "protocol_lines", "to_csv", "to_markdown"]

@@ -34,15 +34,8 @@ from typing import Any
 import numpy as np
 from scipy import optimize, stats
 
-from ..tasks.metrics import (
-    METRIC_KINDS,
-    METRICS,
-    SEQUENCE_METRICS,
-    from_counts,
-    higher_is_better,
-    sequence_counts,
-    sequences_array,
-)
+from ..tasks import METRICS, higher_is_better
+from ..tasks.metrics import METRIC_KINDS, SEQUENCE_METRICS, from_counts, sequence_counts, sequences_array
 
 __all__ = [
     "TEXT_METRICS",

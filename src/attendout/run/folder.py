@@ -38,7 +38,7 @@ from torch import nn
 from ..version import __version__
 from .lock import LOCK_FILE
 from .optim import TrainingError
-from .state import RunState, read_state
+from .state import CheckpointStatus, RunState, read_state
 
 __all__ = [
     "CELL_FILE",
@@ -54,7 +54,6 @@ __all__ = [
     "RESULTS_FILE",
     "RUN_CONFIG_FILE",
     "CheckpointError",
-    "CheckpointStatus",
     "OutputDirError",
     "RunDir",
     "StorageError",
@@ -488,21 +487,6 @@ def write_checkpoint(folder: Path, state: dict[str, Any], summary: dict[str, Any
         write_json_atomic(tmp / CHECKPOINT_SUMMARY, {**summary, "format": CHECKPOINT_FORMAT})
 
     write_folder_atomic(folder, fill, step=summary["step"])
-
-
-@dataclass
-class CheckpointStatus:
-    """What a checkpoint folder holds. ``kind``: ``none`` (nothing to resume from), ``complete`` (its
-    manifest agrees with its files), ``unchecked`` (written before manifests: state.pt and no
-    manifest), ``broken`` (incomplete or corrupt: ``problem`` says why). ``step``: its step, if known."""
-
-    kind: str
-    step: int | None = None
-    problem: str | None = None
-
-    @property
-    def resumable(self) -> bool:
-        return self.kind in ("complete", "unchecked")
 
 
 def _summary_step(folder: Path) -> tuple[int | None, int | None]:

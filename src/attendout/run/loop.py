@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from ..config import TrainConfig
 from ..contract import StepInfo
-from ..encoding.classification import Encoded, predict_batches
+from ..encoding import Encoded, predict_batches
 from ..methods.registry import build_strategy
 from ..tasks import CLASSIFICATION, LM, better, compute_metrics
 from .devices import check_batches_fit_processes, mixed_precision, process_group, rng_state, shard

@@ -62,7 +62,6 @@ from .folder import (
     RESULTS_FILE,
     RUN_CONFIG_FILE,
     CheckpointError,
-    CheckpointStatus,
     RunDir,
     StorageError,
     check_output_dir,
@@ -78,6 +77,7 @@ from .folder import (
 )
 from .lock import RunBusyError, RunLock
 from .optim import TrainingError
+from .state import CheckpointStatus
 
 logger = logging.getLogger(__name__)
 

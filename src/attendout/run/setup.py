@@ -22,11 +22,9 @@ from torch import nn
 
 from ..config import TrainConfig, scratch_size, split_for_training
 from ..contract import LoopContext
-from ..encoding.classification import Encoded, encode, truncation_summary
-from ..encoding.generation import GenerationOptions, score_unigram_floor
+from ..encoding import Encoded, GenerationOptions, encode, score_unigram_floor, truncation_summary
 from ..methods import MethodConfig
-from ..models.generation import load_for_generation
-from ..models.loading import load_for_task
+from ..models import load_for_generation, load_for_task
 from ..tasks import Examples, Task, is_generation
 from .data import load_data
 from .devices import data_parallel, set_seed

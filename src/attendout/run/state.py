@@ -20,14 +20,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .lock import RunLock
 
-if TYPE_CHECKING:
-    from .folder import CheckpointStatus, RunDir
-
-__all__ = ["FINISHED", "RUN_KINDS", "STOPPED", "UNFINISHED", "RunState", "read_state"]
+__all__ = [
+    "FINISHED",
+    "RUN_KINDS",
+    "STOPPED",
+    "UNFINISHED",
+    "CheckpointStatus",
+    "RunFiles",
+    "RunState",
+    "read_state",
+]
 
 FINISHED, STOPPED, UNFINISHED = "finished", "stopped", "unfinished"
 #: The kinds of :class:`RunState`, in the order :meth:`RunDir.state` tells them apart.
@@ -45,6 +51,40 @@ def _read_dict(path: Path) -> dict[str, Any]:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass
+class CheckpointStatus:
+    """What a checkpoint folder holds. ``kind``: ``none`` (nothing to resume from), ``complete`` (its
+    manifest agrees with its files), ``unchecked`` (written before manifests: state.pt and no
+    manifest), ``broken`` (incomplete or corrupt: ``problem`` says why). ``step``: its step, if known."""
+
+    kind: str
+    step: int | None = None
+    problem: str | None = None
+
+    @property
+    def resumable(self) -> bool:
+        return self.kind in ("complete", "unchecked")
+
+
+class RunFiles(Protocol):
+    """The files of a run directory that its state is read from (:class:`attendout.run.folder.RunDir`)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def model_dir(self) -> Path: ...
+
+    @property
+    def results(self) -> Path: ...
+
+    @property
+    def config(self) -> Path: ...
+
+    @property
+    def log(self) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -141,7 +181,7 @@ class RunState:
         }
 
 
-def read_state(run: RunDir, checkpoint: CheckpointStatus, summary: Path) -> RunState:
+def read_state(run: RunFiles, checkpoint: CheckpointStatus, summary: Path) -> RunState:
     """The state of ``run`` (:meth:`RunDir.state` calls it): ``checkpoint`` is what the checkpoint folder a
     resume reads holds, ``summary`` that folder's state.json (its step, total steps and best step).
 

@@ -426,9 +426,3 @@ register_task(WIKITEXT2, load_wikitext2, replace=True)
 register_task(MULTI30K, load_multi30k, replace=True)
 register_task(MULTI30K_EN_FR, load_multi30k, replace=True)
 register_task(WMT16_EN_RO, load_wmt16_en_ro, replace=True)
-
-
-# The names predict/generation.py still imports (issue 58: it moves to read_lines and text_format when
-# the fixer runs over the merged tree; then these go).
-_read_lines = read_lines
-_format = text_format
