@@ -709,7 +709,7 @@ def test_a_cli_run_records_the_tasks_settings_and_an_explicit_value_wins(monkeyp
     def capture(config):
         raise Captured(config)
 
-    monkeypatch.setattr("attendout.run.loop.finetune", capture)
+    monkeypatch.setattr("attendout.run.finetune", capture)
     with pytest.raises(Captured) as caught:
         main(["finetune", "--task", "conll2003", "--method", "addrop", "--q", "0.3"])
     options = caught.value.args[0].method_options

@@ -495,7 +495,7 @@ def test_cli_applies_a_tasks_own_defaults_unless_told_otherwise(monkeypatch):
         seen["c"] = config
         raise Seen  # stop before any data is read (a Ctrl-C would be a stop the command reports)
 
-    monkeypatch.setattr("attendout.run.loop.finetune", fake)
+    monkeypatch.setattr("attendout.run.finetune", fake)
     for argv, expected in [
         (["--task", "conll2003"], (8, 1e-4, 128)),
         (["--task", "conll2003", "--batch-size", "32"], (32, 1e-4, 128)),
