@@ -277,9 +277,21 @@ def module_graph(
         for imp in info.imports:
             if (imp.deferred and not deferred) or (imp.type_checking and not type_checking):
                 continue
+            if imp.type_checking and _restates_lazy_table(info, imp):
+                continue  # an __init__'s lazy names spelled out for type checkers: its importers' arrows go home
             edges |= targets(modules, module, imp)
         graph[module] = edges - {module}
     return graph
+
+
+def _restates_lazy_table(info: Module, imp: Import) -> bool:
+    """Whether ``imp`` (in a package ``__init__``, under ``if TYPE_CHECKING:``) only names what the package's
+    lazy table already maps (for type checkers and the API reference): no arrow of its own."""
+    return (
+        info.is_package
+        and isinstance(imp.node, ast.ImportFrom)
+        and all((alias.asname or alias.name) in info.lazy for alias in imp.node.names)
+    )
 
 
 def room_of(module: str) -> str:

@@ -10,6 +10,8 @@ The names below are imported from their modules on first use.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..lazy import lazy_names
 
 #: name -> the module that defines it
@@ -20,7 +22,6 @@ _NAMES = {
     "GenerationOptions": ".generation",
     "LMEncoded": ".generation",
     "Seq2SeqEncoded": ".generation",
-    "TRUNCATIONS": ".classification",
     "TokenEncoded": ".classification",
     "Windows": ".classification",
     "encode": ".classification",
@@ -30,5 +31,33 @@ _NAMES = {
     "truncation_summary": ".classification",
 }
 
-__all__ = sorted(_NAMES)
+if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
+    from .batches import Batches
+    from .classification import (
+        ChoiceEncoded,
+        Encoded,
+        TokenEncoded,
+        Windows,
+        encode,
+        head_tail_sizes,
+        predict_batches,
+        truncation_summary,
+    )
+    from .generation import GenerationOptions, LMEncoded, Seq2SeqEncoded, score_unigram_floor
+
+__all__ = [
+    "Batches",
+    "ChoiceEncoded",
+    "Encoded",
+    "GenerationOptions",
+    "LMEncoded",
+    "Seq2SeqEncoded",
+    "TokenEncoded",
+    "Windows",
+    "encode",
+    "head_tail_sizes",
+    "predict_batches",
+    "score_unigram_floor",
+    "truncation_summary",
+]
 __getattr__ = lazy_names(__name__, _NAMES)

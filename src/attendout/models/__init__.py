@@ -11,6 +11,8 @@ The names below are imported from their modules on first use.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..lazy import lazy_names
 
 #: name -> the module that defines it
@@ -41,5 +43,56 @@ _NAMES = {
     "train_tokenizer": ".tokenizer",
 }
 
-__all__ = sorted(_NAMES)
+if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
+    from .generation import (
+        AUTO_CLASSES,
+        INITS,
+        SCRATCH_ARCHITECTURES,
+        end_of_sequence,
+        load_for_generation,
+        scratch_config,
+    )
+    from .loading import ModelNotFoundError, load_for_task, packaged_model_path, resolve_model
+    from .offline import (
+        MODELS_VARIABLE,
+        OFFLINE_MODELS,
+        OfflineModel,
+        OfflineModelError,
+        Part,
+        model_folder,
+        models_home,
+        not_set_up,
+        offline_model,
+        repair_hint,
+        setup_model,
+    )
+    from .size import ScratchSize
+    from .tokenizer import SPECIAL_TOKENS, train_tokenizer
+
+__all__ = [
+    "AUTO_CLASSES",
+    "INITS",
+    "MODELS_VARIABLE",
+    "ModelNotFoundError",
+    "OFFLINE_MODELS",
+    "OfflineModel",
+    "OfflineModelError",
+    "Part",
+    "SCRATCH_ARCHITECTURES",
+    "SPECIAL_TOKENS",
+    "ScratchSize",
+    "end_of_sequence",
+    "load_for_generation",
+    "load_for_task",
+    "model_folder",
+    "models_home",
+    "not_set_up",
+    "offline_model",
+    "packaged_model_path",
+    "repair_hint",
+    "resolve_model",
+    "scratch_config",
+    "setup_model",
+    "train_tokenizer",
+]
 __getattr__ = lazy_names(__name__, _NAMES)

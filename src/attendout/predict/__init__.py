@@ -14,6 +14,8 @@ The names below are imported from their modules on first use.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..lazy import lazy_names
 
 #: name -> the module that defines it
@@ -40,5 +42,43 @@ _NAMES = {
     "write_rows_atomic": ".base",
 }
 
-__all__ = sorted(_NAMES)
+if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
+    from .base import (
+        OUTPUT_FORMATS,
+        BasePredictor,
+        PredictError,
+        UnfinishedRunError,
+        check_finished,
+        check_output_path,
+        run_settings,
+        run_split,
+        task_from_settings,
+        write_rows,
+        write_rows_atomic,
+    )
+    from .classification import Predictions, Predictor, read_inputs, write_predictions
+    from .generation import GenerationPredictor, Generations, generation_kind, predict_main, read_sources
+
+__all__ = [
+    "BasePredictor",
+    "GenerationPredictor",
+    "Generations",
+    "OUTPUT_FORMATS",
+    "PredictError",
+    "Predictions",
+    "Predictor",
+    "UnfinishedRunError",
+    "check_finished",
+    "check_output_path",
+    "generation_kind",
+    "predict_main",
+    "read_inputs",
+    "read_sources",
+    "run_settings",
+    "run_split",
+    "task_from_settings",
+    "write_predictions",
+    "write_rows",
+    "write_rows_atomic",
+]
 __getattr__ = lazy_names(__name__, _NAMES)
