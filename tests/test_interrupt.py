@@ -303,3 +303,30 @@ def test_transformers_trainer_says_a_stateful_methods_checkpoint_cannot_be_resum
         trainer.train()
     assert caught.value.checkpoint is None and caught.value.step == 2
     assert "cannot be resumed from" in caplog.text
+
+
+def test_a_stop_dropped_by_a_garbage_collection_callback_prints_no_traceback(capsys):
+    """A signal landing in a finaliser raises there, where Python can only report it: within handling()
+    the stop is remembered (check() raises it again) and nothing is printed; other such errors still are."""
+    import gc
+
+    class Finalised:
+        def __init__(self, error):
+            self.error = error
+
+        def __del__(self):
+            raise self.error
+
+    seen = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = ours = lambda unraisable: seen.append(type(unraisable.exc_value).__name__)
+    try:
+        with interrupt.handling():
+            Finalised(interrupt.Stopped(signal.SIGTERM))
+            Finalised(ValueError("a real finaliser bug"))
+            gc.collect()
+        hook_after = sys.unraisablehook
+    finally:
+        sys.unraisablehook = previous
+    assert seen == ["ValueError"] and hook_after is ours  # the caller's hook is back after the block
+    assert "Traceback" not in capsys.readouterr().err

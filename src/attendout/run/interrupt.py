@@ -9,7 +9,8 @@ raises :class:`Stopped` at once, wherever the process is: every file attendout w
 whole, so the last complete checkpoint is left as it was.
 
 A signal can land where Python drops the exception it raises (a garbage-collection callback prints it
-and goes on), so each is also remembered: :func:`check` raises it again at the next safe point.
+and goes on), so each is also remembered: :func:`check` raises it again at the next safe point; within
+:func:`handling` such a dropped stop prints nothing (no traceback for a stop that is not lost).
 
 The command line installs these handlers for the command's duration (:func:`handling`) and turns
 :class:`Stopped` into one line and exit status 128 + the signal's number (130 for SIGINT, 143 for
@@ -20,6 +21,7 @@ signal has its default handler (a handler of the caller's own is left alone), th
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import sys
 import threading
@@ -108,13 +110,23 @@ def handling(extra: tuple[int, ...] = ()) -> Iterator[None]:
     for signum in signals:
         signal.signal(signum, _handle)
     _installed = True
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = functools.partial(_quiet_stop, unraisable)
     try:
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        sys.unraisablehook = unraisable
         _installed = False
         _requested.clear()
+
+
+def _quiet_stop(hook: Any, unraisable: Any) -> None:
+    """A stop raised where Python cannot raise it (a garbage-collection callback) is remembered and raised
+    again at the next safe point (:func:`check`): no traceback for it; anything else to ``hook``."""
+    if not isinstance(unraisable.exc_value, Stopped):
+        hook(unraisable)
 
 
 def requested() -> int | None:
