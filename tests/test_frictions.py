@@ -33,6 +33,20 @@ def test_import_attendout_and_the_cli_help_import_no_heavy_package():
     assert heavy_modules_after("from attendout.cli import main; main(['--help'])") == []
 
 
+def test_a_run_config_is_data_it_imports_no_heavy_package_and_loads_nothing():
+    """Issue 58: TrainConfig is plain data: building and checking one (the method's config included) and
+    writing it as a dict import no torch or transformers; loading is the run's set-up, not the config's."""
+    code = (
+        "from attendout.config import TrainConfig\n"
+        "c = TrainConfig(task='sst2', method='scores-dropout', method_options={'p': 0.2})\n"
+        "assert c.to_dict()['method_options']['p'] == 0.2"
+    )
+    assert heavy_modules_after(code) == []
+    from attendout.config import TrainConfig
+
+    assert not [name for name in vars(TrainConfig) if name.startswith("load")]
+
+
 @pytest.mark.parametrize("command", ["methods", "tasks"])
 def test_listing_methods_and_tasks_imports_no_heavy_package(command):
     # the configs are data: listing them needs no torch (benchmarks/bench_startup.py times it)
