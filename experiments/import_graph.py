@@ -23,9 +23,11 @@ cannot be put on floors: they are printed as one loop, with the arrows that clos
 
 **Hops from ``--p`` to the mask.** :data:`P_TO_MASK` is the trace of the value of the command line's
 ``--p`` (``attendout finetune --method scores-dropout --p 0.1``) until the attention mask is drawn: the
-functions that hold it, in the order they run. Its *hops* are the steps from one module to another (a
-call, or the value handed back), its *files* the distinct modules; each step is marked imported, imports
-the caller, or through an object (the hook calling a method it was given). The trace is kept by hand and
+functions that read it or make something of it, in the order they run (an object that holds it, carried
+unopened from a caller to its callee, adds no step). Its *hops* are the steps from one module to another,
+its *calls* those that are not the value handed back, its *files* the distinct modules; each step is marked
+imported, imports the caller, handed back, or through an object (the hook calling a method it was given).
+The trace is kept by hand and
 checked against the source (every function must still be where it is named: ``tests/test_layout.py``).
 ``--path A B`` prints the shortest chain of imports from A to B.
 """
@@ -37,48 +39,134 @@ import ast
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 PACKAGE = "attendout"
 DEFAULT_SRC = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 
+
+class Step(NamedTuple):
+    """One function of a trace: where it is, what it does with the value, whether the value came back to it."""
+
+    module: str
+    function: str
+    what: str
+    back: bool = False
+
+
 #: The value of ``--p`` from the command line to the drawn mask (``attendout finetune --method scores-dropout
-#: --p 0.1``), as the calls that carry it, in order: (module, the function or method that has the value,
-#: what it does with it). A hop is a step to another module (a call, or the value handed back); the files
-#: are the distinct modules. :func:`check_trace` checks that each function still exists where it is named.
-P_TO_MASK: tuple[tuple[str, str, str], ...] = (
-    ("attendout.cli", "main", "attendout finetune ...: the finetune command's main"),
-    (
+#: --p 0.1``), as the functions that hold it, in the order they run: (module, the function or method, what it
+#: does with it, whether the value came back to it from the step before). Every function the value passes
+#: through is listed, a value handed back included (``back``): a hop is any step to another module, a call a
+#: hop that is not a return. :func:`check_trace` checks that each function still exists where it is named.
+P_TO_MASK: tuple[Step, ...] = (
+    Step("attendout.cli", "main", "attendout finetune ...: the finetune command's main"),
+    Step("attendout.cli.finetune", "config_from_args", "the method's parser reads --p into method_options"),
+    Step(
+        "attendout.methods.registry", "get_method_config", "the config class of 'scores-dropout', made with p"
+    ),
+    Step(
+        "attendout.methods.dropout.config", "ScoresDropoutConfig", "p checked (a probability): the one config"
+    ),
+    Step(
+        "attendout.methods.config",
+        "MethodConfig.for_task",
+        "settled for the task (no option of it depends on one)",
+    ),
+    Step(
         "attendout.cli.finetune",
         "config_from_args",
-        "the method's parser (parser_for) reads --p into method_options",
+        "train_config(values, method_made=the config)",
+        back=True,
     ),
-    ("attendout.cli.flags", "add_dataclass_options", "--p was made from ScoresDropoutConfig's field p"),
-    ("attendout.cli.flags", "train_config", "TrainConfig(method_options={'p': 0.1})"),
-    ("attendout.config", "TrainConfig.method_config", "the method's config, made once as the config is checked"),
-    ("attendout.methods.registry", "get_method_config", "the config class of 'scores-dropout', made with p"),
-    ("attendout.methods.dropout.config", "ScoresDropoutConfig", "p checked (a probability)"),
-    ("attendout.run.loop", "TrainingLoop.__init__", "build_strategy(inputs.method), then strategy.attach(model)"),
-    ("attendout.methods.registry", "build_strategy", "the method's strategy (the default: TrainingStrategy)"),
-    (
+    Step(
+        "attendout.cli.flags", "train_config", "TrainConfig(method_options={'p': 0.1, ...}, method_made=...)"
+    ),
+    Step(
+        "attendout.config", "TrainConfig.__post_init__", "keeps the config made (method_config() returns it)"
+    ),
+    Step(
+        "attendout.run.loop",
+        "TrainingLoop.__init__",
+        "prepare(model, inputs.method): the method on the model",
+    ),
+    Step(
         "attendout.methods.base",
-        "TrainingStrategy.attach",
-        "apply(model, config): install the hook, build the method",
+        "prepare",
+        "the strategy registered for the config (default TrainingStrategy)",
     ),
-    ("attendout.methods.registry", "build_method", "the method's part registered for the config"),
-    ("attendout.methods.dropout.method", "scores_dropout", "ScoresDropout(p)"),
-    ("attendout.methods.base", "_attach", "controller.add(method)"),
-    ("attendout.attention.controller", "Controller.add", "the method joins the model's controller"),
-    ("attendout.attention.hook", "edited_attention", "a training forward: what acts on the call"),
-    ("attendout.attention.call", "combine_edits", "asks each acting method for its edit"),
-    ("attendout.methods.dropout.method", "ScoresDropout.edit", "AttentionEdit(random_drops=RandomDrops(p))"),
-    (
+    Step("attendout.methods.base", "TrainingStrategy.attach", "apply(model, config)"),
+    Step(
+        "attendout.methods.base",
+        "_attach",
+        "the method's part, found by name (method_parts), made with the config",
+    ),
+    Step("attendout.methods.dropout.method", "scores_dropout", "ScoresDropout(p)"),
+    Step("attendout.methods.base", "_attach", "controller.add(method)", back=True),
+    Step("attendout.attention.controller", "Controller.add", "the method joins the model's controller"),
+    Step("attendout.attention.hook", "edited_attention", "a training forward: what acts on the call"),
+    Step("attendout.attention.call", "combine_edits", "asks each acting method for its edit"),
+    Step(
+        "attendout.methods.dropout.method", "ScoresDropout.edit", "AttentionEdit(random_drops=RandomDrops(p))"
+    ),
+    Step("attendout.attention.call", "combine_edits", "CombinedEdits(random=[RandomDrops(p)])", back=True),
+    Step(
         "attendout.attention.hook",
         "edited_attention",
         "the fused path (masked_sdpa) is given combined.drops(call)",
+        back=True,
     ),
-    ("attendout.attention.call", "CombinedEdits.drops", "the drops of the call: RandomDrops.draw"),
-    ("attendout.attention.masks", "bernoulli_drop", "the mask: each score dropped with probability p"),
+    Step("attendout.attention.call", "CombinedEdits.drops", "the drops of the call: RandomDrops.draw"),
+    Step("attendout.attention.masks", "bernoulli_drop", "the mask: each score dropped with probability p"),
 )
+
+
+#: The same trace in the code issue 58 read (commit c8b604a: ``train.Trainer``, the config made three
+#: times, the registry entered from both sides of ``attach``), by the same rules. Check it against that
+#: code: ``git worktree add /tmp/c8b604a c8b604a && python experiments/import_graph.py --src
+#: /tmp/c8b604a/src/attendout --trace c8b604a``.
+P_TO_MASK_C8B604A: tuple[Step, ...] = (
+    Step("attendout.cli", "main", "attendout finetune ...: the finetune command's main"),
+    Step("attendout.cli.finetune", "config_from_args", "parser reads --p"),
+    Step(
+        "attendout.methods.registry",
+        "settle_for_task",
+        "settle_for_task makes config 1 to settle it for the task",
+    ),
+    Step("attendout.methods.registry", "get_method_config", "made with p"),
+    Step("attendout.methods.dropout.config", "ScoresDropoutConfig", "p checked: config 1"),
+    Step("attendout.methods.config", "MethodConfig.for_task", "settled for the task"),
+    Step("attendout.methods.registry", "settle_for_task", "options written out", back=True),
+    Step("attendout.cli.finetune", "config_from_args", "train_config(method_options=...)", back=True),
+    Step("attendout.cli.flags", "train_config", "TrainConfig(method_options=...)"),
+    Step(
+        "attendout.config",
+        "TrainConfig.method_config",
+        "__post_init__ makes config 2 to check it, then drops it",
+    ),
+    Step("attendout.methods.registry", "get_method_config", "made with p"),
+    Step("attendout.methods.dropout.config", "ScoresDropoutConfig", "p checked: config 2"),
+    Step("attendout.train", "Trainer.__init__", "config.method_config()"),
+    Step("attendout.config", "TrainConfig.method_config", "made again: config 3"),
+    Step("attendout.methods.registry", "get_method_config", "made with p"),
+    Step("attendout.methods.dropout.config", "ScoresDropoutConfig", "p checked: config 3, the one applied"),
+    Step("attendout.train", "Trainer.__init__", "build_strategy(method_config), attach", back=True),
+    Step("attendout.methods.registry", "build_strategy", "the strategy registered for the config"),
+    Step("attendout.methods.base", "TrainingStrategy.attach", "apply(model, config)"),
+    Step("attendout.methods.registry", "build_method", "the method's part registered for the config"),
+    Step("attendout.methods.dropout.method", "scores_dropout", "ScoresDropout(p)"),
+    Step("attendout.methods.base", "_attach", "controller.add", back=True),
+    Step("attendout.attention.controller", "Controller.add", "the method joins the model's controller"),
+    Step("attendout.attention.hook", "edited_attention", "a training forward: what acts on the call"),
+    Step("attendout.attention.call", "combine_edits", "asks each acting method for its edit"),
+    Step("attendout.methods.dropout.method", "ScoresDropout.edit", "RandomDrops(p)"),
+    Step("attendout.attention.call", "combine_edits", "CombinedEdits(random=[RandomDrops(p)])", back=True),
+    Step("attendout.attention.hook", "edited_attention", "_masked_sdpa(combined.drops(call))", back=True),
+    Step("attendout.attention.call", "CombinedEdits.drops", "RandomDrops.draw"),
+    Step("attendout.attention.masks", "bernoulli_drop", "the mask: each score dropped with probability p"),
+)
+
+TRACES = {"now": P_TO_MASK, "c8b604a": P_TO_MASK_C8B604A}
 
 
 def module_name(path: Path, src: Path) -> str:
@@ -415,26 +503,31 @@ def check_trace(modules: dict[str, Module], trace=P_TO_MASK) -> list[str]:
     """What no longer holds in a trace: a module or function that is not where it is named."""
     return [
         f"{module}.{function}"
-        for module, function, _ in trace
+        for module, function, *_ in trace
         if module not in modules or not defines(modules[module], function)
     ]
 
 
-def hops(trace=P_TO_MASK) -> tuple[int, int]:
-    """(hops, files) of a trace: the steps from one module to another, and the distinct modules."""
-    steps = sum(1 for a, b in zip(trace, trace[1:], strict=False) if a[0] != b[0])
-    return steps, len({module for module, _, _ in trace})
+def hops(trace=P_TO_MASK) -> tuple[int, int, int]:
+    """(hops, calls, files) of a trace: the steps from one module to another, those of them that are not a
+    value handed back, and the distinct modules."""
+    moves = [b for a, b in zip(trace, trace[1:], strict=False) if a.module != b.module]
+    return len(moves), sum(1 for b in moves if not b.back), len({step.module for step in trace})
 
 
-def print_chain(modules: dict[str, Module], edges: dict[str, set[str]]) -> None:
-    count, files = hops()
-    print(f"hops from --p to the mask: {count} hops across {files} files")
-    for index, (module, function, what) in enumerate(P_TO_MASK):
+def print_chain(modules: dict[str, Module], edges: dict[str, set[str]], trace=P_TO_MASK) -> None:
+    count, calls, files = hops(trace)
+    print(
+        f"hops from --p to the mask: {count} hops ({calls} calls, {count - calls} values handed back) across {files} files"
+    )
+    for index, (module, function, what, back) in enumerate(trace):
         link = ""
         if index:
-            before = P_TO_MASK[index - 1][0]
+            before = trace[index - 1].module
             if before == module:
                 link = "(same module)"
+            elif back:
+                link = "(handed back)"
             elif module in edges.get(before, ()):
                 link = "(imported)"
             elif before in edges.get(module, ()):
@@ -442,7 +535,7 @@ def print_chain(modules: dict[str, Module], edges: dict[str, set[str]]) -> None:
             else:
                 link = "(handed back, or through an object)"
         print(f"  {index:2d}. {module}.{function} {link}: {what}")
-    broken = check_trace(modules)
+    broken = check_trace(modules, trace)
     if broken:
         print(f"  NOT FOUND (update P_TO_MASK): {', '.join(broken)}")
 
@@ -455,6 +548,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--path", nargs=2, metavar=("FROM", "TO"), help="the shortest import chain FROM -> TO"
+    )
+    parser.add_argument(
+        "--trace", choices=sorted(TRACES), default="now", help="which trace of --p to follow (default: now)"
     )
     args = parser.parse_args()
     src = Path(args.src)
@@ -480,7 +576,7 @@ def main() -> None:
     )
     for cycle in module_loops:
         print(f"  circle: {', '.join(sorted(cycle))}")
-    print_chain(modules, every)
+    print_chain(modules, every, TRACES[args.trace])
     chain = shortest_path(every, "attendout.cli", P_TO_MASK[-1][0])
     if chain:
         print(f"shortest import chain from {chain[0]} to {chain[-1]}: {len(chain) - 1} hops")

@@ -163,3 +163,43 @@ def test_a_csv_cell_longer_than_pythons_default_field_limit_is_read(tmp_path):
     raw = read_file(path, text_columns=["text"], label_column="label")
     assert len(raw.texts[0][0]) == len(text) and raw.labels == ["1", "0"]
     assert csv.field_size_limit() == before
+
+
+def test_a_finetune_makes_the_methods_config_once_and_applies_that_one(tiny_run, monkeypatch, capsys):
+    """From ``--p`` to the mask the method's config is made once (the CLI settles it for the task) and the
+    loop applies that object; before, the CLI, the run's config and the loop each made their own."""
+    from attendout.methods import ScoresDropoutConfig, base
+
+    made, applied = [], []
+    real_init, real_prepare = ScoresDropoutConfig.__post_init__, base.prepare
+
+    def counted(self):
+        made.append(self)
+        real_init(self)
+
+    def seen(model, config, **kwargs):
+        applied.append(config)
+        return real_prepare(model, config, **kwargs)
+
+    monkeypatch.setattr(ScoresDropoutConfig, "__post_init__", counted)
+    monkeypatch.setattr(train, "prepare", seen)
+    argv = toy_cli_args(tiny_run, "--max-steps", "1", "--method", "scores-dropout", "--p", "0.3")
+    assert main(argv) == 0, capsys.readouterr().err
+    assert len(made) == 1 and applied == made and applied[0] is made[0]
+    assert made[0].p == 0.3
+    record = json.loads((tiny_run["tmp"] / "run" / "config.json").read_text())
+    assert record["config"]["method_options"] == {"name": "scores-dropout", "p": 0.3, "layers": None}
+
+
+def test_a_method_config_made_by_the_caller_must_be_the_one_the_run_config_names():
+    from attendout.config import TrainConfig
+    from attendout.methods import DropHeadConfig, ScoresDropoutConfig
+
+    made = ScoresDropoutConfig(p=0.3)
+    config = TrainConfig(method="scores-dropout", method_options={"p": 0.3}, method_made=made)
+    assert config.method_config() is made
+    with pytest.raises(ValueError, match="not the config of method 'scores-dropout'.*differs in p"):
+        TrainConfig(method="scores-dropout", method_options={"p": 0.1}, method_made=made)
+    with pytest.raises(ValueError, match="not the config of method 'drophead'"):
+        TrainConfig(method="drophead", method_options={}, method_made=made)
+    assert TrainConfig(method="drophead").method_config() == DropHeadConfig()

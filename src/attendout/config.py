@@ -16,7 +16,7 @@ import copy
 import dataclasses
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from .methods import MethodConfig, get_method_config
@@ -272,8 +272,10 @@ class TrainConfig:
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda, cuda:N or mps"})
     precision: str = field(default="fp32", metadata={"help": "fp32, bf16 or fp16 (mixed precision, GPU)"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    #: the method's config made by the caller (the CLI, settling it for the task): kept, not made again
+    method_made: InitVar[MethodConfig | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, method_made: MethodConfig | None = None) -> None:
         check_fields(self)  # every field its declared type (a bool is no number), before any range
         check_device_name(self.device)  # its form; whether this machine has it: pick_device, before any data
         _check_rules([*_count_rules(self), *_schedule_rules(self)])
@@ -282,6 +284,7 @@ class TrainConfig:
         _check_scratch_size(self)
         _check_file_columns(self)
         self.label_kind = _label_kind(self.label_kind)
+        _keep_made(self, method_made)
         self.method_config()  # a bad method name or option fails now, not after loading data and model
 
     @classmethod
@@ -324,6 +327,21 @@ class TrainConfig:
 def _method_made(method: str, options: dict[str, Any]) -> tuple[str, dict[str, Any], MethodConfig]:
     """(method, a copy of its options, its config made of them): what :meth:`TrainConfig.method_config` keeps."""
     return method, copy.deepcopy(options), get_method_config(method, **options)
+
+
+def _keep_made(config: TrainConfig, made: MethodConfig | None) -> None:
+    """Keep the method's config the caller made (``method_made``) as the one :meth:`TrainConfig.method_config`
+    returns, where it is the config of ``config.method`` with every one of ``config.method_options``."""
+    if made is None:
+        return
+    given = made.to_dict() if isinstance(made, MethodConfig) else {}
+    wrong = [k for k, v in config.method_options.items() if k not in given or given[k] != v]
+    if given.get("name") != config.method or wrong:
+        raise ValueError(
+            f"method_made ({made!r}) is not the config of method {config.method!r} with options "
+            f"{config.method_options!r}" + (f" (it differs in {', '.join(wrong)})" if wrong else "")
+        )
+    config._method = (config.method, copy.deepcopy(config.method_options), made)
 
 
 def _check_known(values: dict[str, Any]) -> None:

@@ -70,7 +70,7 @@ from transformers import TrainerCallback
 from .attention.deberta import install_hooks as _deberta  # noqa: F401  (importing it registers DeBERTa's route)
 from .attention.mpnet import install_hooks as _mpnet  # noqa: F401  (importing it registers MPNet's route)
 from .contract import Distributed, LoopContext, StepInfo
-from .methods import METHODS, MethodConfig, TrainingStrategy, get_method_config
+from .methods import METHODS, MethodConfig, TrainingStrategy, get_method_config, prepare
 from .methods.registry import build_strategy
 from .run import Stopped, agreed, check_length, deferred, requested
 
@@ -181,8 +181,7 @@ class Trainer(transformers.Trainer):
             )
         self.method_config = config
         self._find_unused_parameters(config)
-        self.strategy: TrainingStrategy = build_strategy(config)
-        self.strategy.attach(self.model, max_length=max_length)
+        self.strategy: TrainingStrategy = prepare(self.model, config, max_length=max_length)
         self.validation_dataset = validation_dataset
         self.task = task
         self._micro_batches: list[dict[str, torch.Tensor]] = []
@@ -201,8 +200,7 @@ class Trainer(transformers.Trainer):
         self._drop_strategy()
         self.method_config = config
         self._find_unused_parameters(config)
-        self.strategy = build_strategy(config)
-        self.strategy.attach(self.model, max_length=self._max_length)
+        self.strategy = prepare(self.model, config, max_length=self._max_length)
         self._micro_batches = []
         self._started = False
 

@@ -111,7 +111,7 @@ def _method_and_file(argv: list[str]) -> tuple[str, dict[str, Any]]:
 
 def config_from_args(argv: list[str]) -> tuple[Any, int | None]:
     """(the :class:`~attendout.config.TrainConfig` of ``attendout finetune ARGV``, its ``--threads``)."""
-    from ..methods import settle_for_task
+    from ..methods import get_method_config
 
     argv = _expand_attention(argv)
     method, from_file = _method_and_file(argv)
@@ -121,13 +121,22 @@ def config_from_args(argv: list[str]) -> tuple[Any, int | None]:
     args = parser.parse_args(argv)
     values = vars(args)
     method_options = {k[len("method__") :]: v for k, v in values.items() if k.startswith("method__")}
+    try:  # made once, here: options that depend on the task (AD-DROP's layers) settled for config.json
+        made = get_method_config(method, **method_options).for_task(values.get("task"))
+    except (ValueError, TypeError):  # the config's own checks report it, in their order
+        made = None
     config = train_config(
         values,
-        # options that depend on the task (AD-DROP's layers) are settled now, so config.json records them
-        method_options=settle_for_task(method, method_options, values.get("task")),
+        method_options=method_options if made is None else _options_of(made),
+        method_made=made,
         eval_files=parse_eval_files(values.get("eval_file")) or from_file.get("eval_files"),
     )
     return config, args.threads
+
+
+def _options_of(made: Any) -> dict[str, Any]:
+    """Every option of the method's config ``made``, by name (what config.json records of it)."""
+    return {k: v for k, v in made.to_dict().items() if k != "name"}
 
 
 #: TrainConfig fields :func:`finetune_argv` writes first or last, or leaves to its caller (how a run starts).

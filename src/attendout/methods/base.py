@@ -33,7 +33,7 @@ from ..attention.deberta import install_hooks as _deberta  # noqa: F401  (regist
 from ..attention.mpnet import install_hooks as _mpnet  # noqa: F401  (registers MPNet's attention route)
 from ..contract import LoopContext, StepInfo
 from .config import MethodConfig
-from .registry import build_method, build_strategy, get_method_config
+from .registry import get_method_config, method_parts
 
 
 class MethodHandle:
@@ -169,8 +169,12 @@ class TrainingStrategy:
         model.load_state_dict(best.state_dict())
 
 
-def prepare(model: nn.Module, config: MethodConfig | str, **options: Any) -> TrainingStrategy:
-    """The method's training strategy, attached to ``model``: the entry point for any loop.
+def prepare(
+    model: nn.Module, config: MethodConfig | str, *, max_length: int | None = None, **options: Any
+) -> TrainingStrategy:
+    """The method's training strategy, attached to ``model``: the entry point for any loop (this
+    package's own and ``attendout.hf.Trainer`` included). ``max_length``: the loop's longest input, if
+    it knows it (Synthesizer's default ``l_max``).
 
     >>> strategy = attendout.prepare(model, "addrop")
     >>> optimizer = torch.optim.AdamW(strategy.param_groups(model, 0.01), lr=5e-5)
@@ -180,8 +184,8 @@ def prepare(model: nn.Module, config: MethodConfig | str, **options: Any) -> Tra
         config = get_method_config(config, **options)
     elif options:
         raise TypeError("pass options either in the config or as keywords with a method name, not both")
-    strategy = build_strategy(config)
-    strategy.attach(model)
+    strategy = (method_parts(config).strategy or TrainingStrategy)(config)
+    strategy.attach(model, max_length=max_length)
     return strategy
 
 
@@ -256,7 +260,7 @@ def apply(
 
 def _attach(model: nn.Module, config: MethodConfig) -> MethodHandle:
     controller = install(model)
-    method = build_method(config)
+    method = method_parts(config).method(config)
     controller.add(method)
     method.applied_config = config  # what _refuse_stacking reads; leaves the controller with the method
     return MethodHandle(model, controller, config, method)

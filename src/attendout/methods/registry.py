@@ -29,6 +29,7 @@ __all__ = [
     "build_strategy",
     "get_method_config",
     "list_methods",
+    "method_parts",
     "register_method",
     "settle_for_task",
     "unregister_method",
@@ -127,14 +128,30 @@ def _parts(config: MethodConfig) -> _Parts:
     return parts
 
 
+@dataclass(frozen=True)
+class MethodParts:
+    """What makes a registered method act, imported: ``method(config)`` makes the attention method and
+    ``strategy(config)`` the training strategy (None: registered without one, the default fits)."""
+
+    method: Callable[[Any], Any]
+    strategy: Callable[[Any], Any] | None
+
+
+def method_parts(config: MethodConfig) -> MethodParts:
+    """The parts registered for ``config``'s method. The caller makes them from the config: the
+    registry finds them by name and never holds the config's values (:func:`~attendout.methods.base.prepare`)."""
+    parts = _parts(config)
+    return MethodParts(_resolve(parts.method), None if parts.strategy is None else _resolve(parts.strategy))
+
+
 def build_method(config: MethodConfig) -> Any:
     """The :class:`~attendout.attention.AttentionMethod` registered for ``config``, made from it."""
-    return _resolve(_parts(config).method)(config)
+    return method_parts(config).method(config)
 
 
 def build_strategy(config: MethodConfig) -> Any:
     """The :class:`~attendout.methods.base.TrainingStrategy` registered for ``config``, made from it."""
-    return _resolve(_parts(config).strategy or _DEFAULT_STRATEGY)(config)
+    return (method_parts(config).strategy or _resolve(_DEFAULT_STRATEGY))(config)
 
 
 def settle_for_task(method: str, options: Mapping[str, Any], task: str | None) -> dict[str, Any]:

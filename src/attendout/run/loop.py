@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from ..config import TrainConfig
 from ..contract import StepInfo
 from ..encoding import Encoded, predict_batches
-from ..methods.registry import build_strategy
+from ..methods import prepare
 from ..tasks import CLASSIFICATION, LM, better, compute_metrics
 from .devices import check_batches_fit_processes, mixed_precision, process_group, rng_state, shard
 from .evalstop import EvaluationStopped
@@ -56,8 +56,7 @@ class TrainingLoop:
         self.eval_sets = inputs.eval_sets
         self.steps_per_epoch, self.total_steps = budget(c, len(self.train_set))
         check_batches_fit_processes(len(self.train_set), c.batch_size, self.distributed.world_size)
-        self.strategy = build_strategy(inputs.method)
-        self.strategy.attach(self.model, max_length=c.longest(self.task.kind))  # Synthesizer's default l_max
+        self.strategy = prepare(self.model, inputs.method, max_length=c.longest(self.task.kind))
         self.make_optimizer = functools.partial(make_optimizer, c, self.strategy, self.total_steps)
         self.wrap = functools.partial(wrap_model, self.distributed, self.device, inputs.method, self.model)
         self.train_model = self.wrap(self.model)  # DDP over several processes; the model itself in one
