@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -405,3 +407,50 @@ def assert_same_outputs(results: dict[str, tuple]) -> None:
                 atol=max(1e-4 * size, 1e-6),
                 msg=lambda m, n=name, p=path: f"{p} {n}: {m}",
             )
+
+
+def hold_the_first_two_runs(folder: Path, monkeypatch, *, checkpointed: bool = False) -> None:
+    """A sitecustomize for worker processes (``bench --jobs``, ``advise --jobs``): a run that has logged a
+    training step (and with ``checkpointed``, written its first checkpoint) marks itself in ``folder`` and
+    waits, once per test, at most 120 s or until it is asked to stop, until two runs have, so that neither of
+    the first two can finish before both are under way, however slowly the other worker starts. A test that
+    stops them waits for :func:`runs_held` first."""
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(
+        f"""
+import os
+import time
+from pathlib import Path
+import attendout.run.loop as loop
+from attendout.run import interrupt
+
+_real = loop.finetune
+HERE = Path({str(folder)!r})
+
+def finetune(config, on_log=None):
+    work = Path(config.output_dir)
+    def waiting(record):
+        if on_log is not None:
+            on_log(record)
+        if (HERE / "passed").exists() or (HERE / f"run-{{os.getpid()}}").exists():
+            return
+        if {checkpointed!r} and not (work / "checkpoint" / "state.json").exists():
+            return
+        (HERE / f"run-{{os.getpid()}}").write_text(str(work))
+        deadline = time.time() + 120
+        while time.time() < deadline and interrupt.requested() is None:
+            if len(list(HERE.glob("run-*"))) >= 2:
+                (HERE / "passed").write_text("")
+                return
+            time.sleep(0.05)
+    return _real(config, waiting)
+
+loop.finetune = finetune
+"""
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), *sys.path]))
+
+
+def runs_held(folder: Path) -> bool:
+    """Whether two runs under :func:`hold_the_first_two_runs` are both under way (held or let go)."""
+    return len(list(folder.glob("run-*"))) >= 2

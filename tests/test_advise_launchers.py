@@ -20,6 +20,7 @@ import optuna
 import pytest
 
 from attendout.cli import main
+from conftest import hold_the_first_two_runs, runs_held
 
 METHOD = "scores-dropout"
 
@@ -63,8 +64,9 @@ def search_runs(out: Path) -> dict[str, bool]:
     }
 
 
-def test_advise_jobs_2_runs_two_search_trials_at_once_each_once(tiny_run, capsys):
+def test_advise_jobs_2_runs_two_search_trials_at_once_each_once(tiny_run, capsys, monkeypatch):
     out = tiny_run["tmp"] / "jobs"
+    hold_the_first_two_runs(tiny_run["tmp"] / "hook", monkeypatch)  # started together, however busy the machine
     assert main(advise_args(tiny_run, out, "--jobs", "2", "--until", "search")) == 0
     text = capsys.readouterr().out
     assert "advise: search: 2 workers on one study" in text
@@ -103,15 +105,17 @@ def test_advise_jobs_2_confirms_once_and_searches_as_a_serial_study(tiny_run, ca
     assert [v for _, v in parallel] == pytest.approx([v for _, v in alone], abs=1e-6)
 
 
-def test_ctrl_c_stops_every_search_worker_and_prints_one_command_that_goes_on(tiny_run):
+def test_ctrl_c_stops_every_search_worker_and_prints_one_command_that_goes_on(tiny_run, monkeypatch):
     out = tiny_run["tmp"] / "stopped"
+    hold = tiny_run["tmp"] / "hook"
+    hold_the_first_two_runs(hold, monkeypatch)  # neither trial can finish before both are training
     args = [
         sys.executable,
         "-m",
         "attendout.cli",
         *advise_args(tiny_run, out, "--jobs", "2", "--until", "search"),
     ]
-    args[args.index("--epochs") + 1] = "6"  # long enough to be stopped in training
+    args[args.index("--epochs") + 1] = "6"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     job = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     seen = set()
@@ -120,7 +124,10 @@ def test_ctrl_c_stops_every_search_worker_and_prints_one_command_that_goes_on(ti
             if line.startswith(f"search worker {index}/2: search {METHOD}: trial"):
                 seen.add(index)
         if seen == {1, 2}:
-            time.sleep(1.0)  # both are training
+            deadline = time.time() + 120
+            while not runs_held(hold) and time.time() < deadline:
+                time.sleep(0.05)
+            assert runs_held(hold), "the two trials never trained at the same time"
             job.send_signal(signal.SIGINT)
             break
     rest, err = job.communicate(timeout=180)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from attendout.cli import main
+from conftest import hold_the_first_two_runs
 from test_bench import assert_complete_cell, bench_process, events, finished_cells, write_experiment
 
 GRID = [  # seed-major: the order the grid runs its cells
@@ -96,42 +97,6 @@ def test_launcher_options_that_do_not_fit_are_refused_not_ignored(tiny_run, caps
     assert not root.exists()  # nothing ran serially instead
 
 
-def _both_checkpointed_first(folder: Path, monkeypatch) -> None:
-    """A sitecustomize for the workers: a run that has written its first checkpoint waits (once per test,
-    at most 120 s, or until it is asked to stop) until two runs have one, so that neither of the first
-    two cells can finish before both are checkpointed, however slowly the other worker starts."""
-    folder.mkdir()
-    (folder / "sitecustomize.py").write_text(
-        f"""
-import time
-from pathlib import Path
-import attendout.run.loop as loop
-from attendout.run import interrupt
-
-_real = loop.finetune
-PASSED = Path({str(folder / "passed")!r})
-
-def finetune(config, on_log=None):
-    work = Path(config.output_dir)
-    def waiting(record):
-        if on_log is not None:
-            on_log(record)
-        if PASSED.exists() or not (work / "checkpoint" / "state.json").exists():
-            return
-        deadline = time.time() + 120
-        while time.time() < deadline and interrupt.requested() is None:
-            if len(list(work.parent.glob("*/checkpoint/state.json"))) >= 2:
-                PASSED.write_text("")
-                return
-            time.sleep(0.05)
-    return _real(config, waiting)
-
-loop.finetune = finetune
-"""
-    )
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), *sys.path]))
-
-
 def test_jobs_2_overlaps_two_cells_and_a_killed_parent_is_finished_by_a_rerun_without_retraining(
     tiny_run, monkeypatch
 ):
@@ -141,7 +106,7 @@ def test_jobs_2_overlaps_two_cells_and_a_killed_parent_is_finished_by_a_rerun_wi
     path = write_experiment(tiny_run, seeds=(1, 2), max_steps=steps)
     root = tiny_run["tmp"] / "results"
     log = tiny_run["tmp"] / "parent.log"
-    _both_checkpointed_first(tiny_run["tmp"] / "hook", monkeypatch)
+    hold_the_first_two_runs(tiny_run["tmp"] / "hook", monkeypatch, checkpointed=True)
     started = time.time()
     parent = bench_process(path, root, "--jobs", "2", log=log)
 
@@ -211,7 +176,7 @@ def test_ctrl_c_stops_every_worker_with_a_checkpoint_and_prints_one_resume_comma
     path = write_experiment(tiny_run, seeds=(1,), max_steps=100)
     root = tiny_run["tmp"] / "results"
     log = tiny_run["tmp"] / "parent.log"
-    _both_checkpointed_first(tiny_run["tmp"] / "hook", monkeypatch)
+    hold_the_first_two_runs(tiny_run["tmp"] / "hook", monkeypatch, checkpointed=True)
     parent = bench_process(path, root, "--jobs", "2", log=log)
     wait_for(lambda: len(list(root.glob(".work/*/checkpoint/state.json"))) == 2, 240, "two checkpoints", log)
     os.kill(parent.pid, signal.SIGINT)

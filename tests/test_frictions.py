@@ -28,6 +28,14 @@ def heavy_modules_after(code: str) -> list[str]:
     return [m for m in out.stdout.strip().splitlines()[-1].removeprefix("heavy:").split(",") if m]
 
 
+def test_importing_the_loop_leaves_the_attention_hook_for_a_run():
+    # the hook imports transformers' attention code (seconds); a bench or advise worker imports the loop
+    # before it says which run it starts, and tests time their stops by that line
+    code = "import attendout.run.loop, sys\nprint('hook:', 'attendout.attention.hook' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().endswith("hook: False"), out.stdout + out.stderr[-2000:]
+
+
 def test_import_attendout_and_the_cli_help_import_no_heavy_package():
     assert heavy_modules_after("import attendout") == []
     assert heavy_modules_after("from attendout.cli import main; main(['--help'])") == []
@@ -168,6 +176,7 @@ def test_a_csv_cell_longer_than_pythons_default_field_limit_is_read(tmp_path):
 def test_a_finetune_makes_the_methods_config_once_and_applies_that_one(tiny_run, monkeypatch, capsys):
     """From ``--p`` to the mask the method's config is made once (the CLI settles it for the task) and the
     loop applies that object; before, the CLI, the run's config and the loop each made their own."""
+    import attendout.methods
     from attendout.methods import ScoresDropoutConfig, base
 
     made, applied = [], []
@@ -182,7 +191,7 @@ def test_a_finetune_makes_the_methods_config_once_and_applies_that_one(tiny_run,
         return real_prepare(model, config, **kwargs)
 
     monkeypatch.setattr(ScoresDropoutConfig, "__post_init__", counted)
-    monkeypatch.setattr(train, "prepare", seen)
+    monkeypatch.setattr(attendout.methods, "prepare", seen)
     argv = toy_cli_args(tiny_run, "--max-steps", "1", "--method", "scores-dropout", "--p", "0.3")
     assert main(argv) == 0, capsys.readouterr().err
     assert len(made) == 1 and applied == made and applied[0] is made[0]

@@ -26,7 +26,6 @@ from tqdm.auto import tqdm
 from ..config import TrainConfig
 from ..contract import StepInfo
 from ..encoding import Encoded, predict_batches
-from ..methods import prepare
 from ..tasks import CLASSIFICATION, LM, better, compute_metrics
 from .devices import check_batches_fit_processes, mixed_precision, process_group, rng_state, shard
 from .evalstop import EvaluationStopped
@@ -56,6 +55,8 @@ class TrainingLoop:
         self.eval_sets = inputs.eval_sets
         self.steps_per_epoch, self.total_steps = budget(c, len(self.train_set))
         check_batches_fit_processes(len(self.train_set), c.batch_size, self.distributed.world_size)
+        from ..methods import prepare  # here: the hook's import (transformers' attention) waits for a run
+
         self.strategy = prepare(self.model, inputs.method, max_length=c.longest(self.task.kind))
         self.make_optimizer = functools.partial(make_optimizer, c, self.strategy, self.total_steps)
         self.wrap = functools.partial(wrap_model, self.distributed, self.device, inputs.method, self.model)
