@@ -66,7 +66,9 @@ def search_runs(out: Path) -> dict[str, bool]:
 
 def test_advise_jobs_2_runs_two_search_trials_at_once_each_once(tiny_run, capsys, monkeypatch):
     out = tiny_run["tmp"] / "jobs"
-    hold_the_first_two_runs(tiny_run["tmp"] / "hook", monkeypatch)  # started together, however busy the machine
+    hold_the_first_two_runs(
+        tiny_run["tmp"] / "hook", monkeypatch
+    )  # started together, however busy the machine
     assert main(advise_args(tiny_run, out, "--jobs", "2", "--until", "search")) == 0
     text = capsys.readouterr().out
     assert "advise: search: 2 workers on one study" in text

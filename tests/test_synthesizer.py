@@ -271,7 +271,9 @@ def test_l_max_defaults_to_max_position_embeddings_and_layers_are_chosen():
 
 def test_prepare_gives_the_loops_longest_input_as_l_max_and_an_explicit_l_max_wins():
     # prepare is the loop's entry (TrainingLoop, hf.Trainer): its max_length reaches Synthesizer's default
-    assert get_synthesizer(attendout.prepare(tiny_model("bert"), "synthesizer", max_length=24).model).l_max == 24
+    assert (
+        get_synthesizer(attendout.prepare(tiny_model("bert"), "synthesizer", max_length=24).model).l_max == 24
+    )
     with pytest.raises(ValueError, match="does not say its maximum length; pass l_max"):
         attendout.prepare(tiny_model("bert"), "synthesizer")
     chosen = attendout.prepare(tiny_model("bert"), "synthesizer", max_length=24, l_max=32)
