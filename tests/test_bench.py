@@ -635,3 +635,18 @@ def test_a_failing_cell_is_recorded_the_grid_goes_on_and_a_rerun_retries_it(tiny
     summary = run_cells(plan, store, echo=lines.append, train=lambda c, on_log: fake_train(c, None))
     assert summary.trained == [failing] and len(summary.skipped_done) == 3
     assert store.status(cell)[0] == "done"
+
+
+@pytest.mark.parametrize("selection", ["best", "last"])
+def test_the_tables_protocol_says_which_model_of_each_run_it_reports(tiny_run, selection, capsys):
+    """A grid that keeps each run's final model (``model_selection = "last"``) must not be described as
+    choosing the best checkpoint (the addrop-opus-mt table was, before)."""
+    extra = f'model_selection = "{selection}"'
+    path = write_experiment(tiny_run, seeds=(1,), max_steps=4, extra=extra)
+    root = tiny_run["tmp"] / "results"
+    assert main(["bench", str(path), "--results", str(root), "--threads", "1"]) == 0
+    assert main(["table", str(path), "--results", str(root), "--out", str(root / "report")]) == 0
+    text = (root / "report" / "table.md").read_text()
+    final = "each run's final model is reported"
+    best = "the checkpoint with the best main metric on the validation split carved from train"
+    assert (final in text, best in text) == ((True, False) if selection == "last" else (False, True))

@@ -63,8 +63,7 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
         "**Protocol (the same for every method).** One data seed "
         f"({e.data_seed}) for the whole grid: the validation split carved from train, the training subsample "
         "and the batch order are identical in every cell. The same training budget per task for every method "
-        "(below). Model selection: the checkpoint with the best main metric on the validation split carved from "
-        "train; the dev splits are used for this table only. No option was tuned on dev. "
+        f"(below). {_selection_sentence(runs)}; the dev splits are used for this table only. No option was tuned on dev. "
         f"Seeds ({', '.join(map(str, e.seeds))}) vary the head initialisation, dropout and the method's own randomness."
     )
     lines.append("")
@@ -90,6 +89,23 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
     lines.append(_cells_line(table, runs))
     lines.append(_scores_line(table, baseline.label))
     return lines
+
+
+def _selection_sentence(runs: list[RunRecord]) -> str:
+    """Which model of each run the table reports: its best validation checkpoint, or its final model
+    (``model_selection = "last"``, as scripts that report their final epoch do), read from the runs."""
+    chosen = {(run.config.get("config") or {}).get("model_selection", "best") for run in runs}
+    if chosen == {"last"}:
+        return (
+            "Model selection: none: each run's final model is reported (the validation split carved from train "
+            "is scored for the curves only)"
+        )
+    if chosen <= {"best"}:
+        return "Model selection: the checkpoint with the best main metric on the validation split carved from train"
+    return (
+        "Model selection differs between cells: some report their best checkpoint on the validation split "
+        "carved from train, others their final model (see each run's config.json)"
+    )
 
 
 def _task_line(task: TaskSpec, task_runs: list[RunRecord]) -> str:
