@@ -876,3 +876,42 @@ def test_fp16_attribution_is_loss_scaled_like_the_training_loss(bert):
     bert.train()
     strategy.before_forward(bert, batch, attendout.StepInfo(0))
     assert strategy.method.scale_cap == 2.0**15
+
+
+@pytest.mark.parametrize(
+    ("cross_tuning", "period", "start", "per_epoch", "total"),
+    [
+        ("epoch", 1, "finetune", 63, 189),
+        ("epoch", 2, "finetune", 5, 30),
+        ("epoch", 1, "finetune", 6, 6),  # one epoch, plain: never acts
+        ("epoch", 1, "addrop", 6, 18),
+        ("step", 3, "finetune", 10, 20),
+        ("step", 3, "finetune", 10, 3),
+        ("off", 1, "finetune", 10, 20),
+    ],
+)
+def test_acts_after_is_the_first_step_the_schedule_makes_addrop_act(
+    cross_tuning, period, start, per_epoch, total
+):
+    """The config's closed form agrees with the schedule the strategy follows step by step."""
+    c = ADDropConfig(cross_tuning=cross_tuning, period=period, start=start)
+    first = next((s for s in range(total) if addrop_active(s, per_epoch, cross_tuning, period, start)), None)
+    assert c.acts_after(per_epoch, total) == first
+
+
+@pytest.mark.parametrize(("start", "flagged"), [("finetune", True), ("addrop", False)])
+def test_a_run_that_keeps_a_model_from_before_addrop_acted_says_so(tiny_run, caplog, start, flagged):
+    """One epoch of cross-tuning that starts plain is plain fine-tuning; its run says so, and the files
+    it leaves tell a reader the same. Starting with AD-DROP, the same run is not flagged."""
+    from attendout.run.record import kept_before_acting
+
+    run = tiny_run["tmp"] / "run"
+    options = {"layers": "all", "start": start}  # cross-tuning by epoch, the default
+    with caplog.at_level(logging.WARNING):
+        results = TrainingLoop(config(tiny_run, method_options=options, max_steps=None, epochs=1)).fit()
+    assert ("from before addrop first acted" in caplog.text) is flagged
+    saved = json.loads((run / "config.json").read_text())
+    assert kept_before_acting(json.loads((run / "results.json").read_text()), saved) is flagged
+    assert (
+        kept_before_acting({**results, "method": "none", "method_options": {"name": "none"}}, saved) is False
+    )

@@ -1080,3 +1080,20 @@ def test_a_second_worker_waits_for_the_probe_another_process_trains(tiny_run, mo
         "waiting for the probe another process is training (pid of the other worker)" in x for x in lines
     )
     assert again.regime == first.regime
+
+
+def test_an_answer_whose_runs_kept_models_from_before_addrop_acted_says_so_first(tiny_run):
+    """A budget of one epoch: AD-DROP's cross-tuning, plain first, never acts, so every AD-DROP run of the
+    study is plain fine-tuning. advice.md says so under its sentence; of scores dropout, which acts from
+    the first step, it says nothing."""
+    out = tiny_run["tmp"] / "advice"
+    study = tiny_study(
+        tiny_run, out, methods=("addrop", "scores-dropout"), epochs=1, trials=1, seeds=(1, 2),
+        fixed_options={"addrop": {"layers": "all"}},
+    )  # fmt: skip
+    advise(study)
+    text = (out / "advice.md").read_text()
+    caveats = [line for line in text.splitlines() if "first acted" in line]
+    assert len(caveats) == 1
+    assert caveats[0].startswith("**addrop: 2 of 2 search runs and 2 of 2 confirmation runs kept a model")
+    assert text.index(caveats[0]) < text.index("## Confirmed on")

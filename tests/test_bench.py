@@ -650,3 +650,29 @@ def test_the_tables_protocol_says_which_model_of_each_run_it_reports(tiny_run, s
     final = "each run's final model is reported"
     best = "the checkpoint with the best main metric on the validation split carved from train"
     assert (final in text, best in text) == ((True, False) if selection == "last" else (False, True))
+
+
+def test_the_table_names_the_cells_that_kept_a_model_from_before_their_method_acted(tiny_run):
+    """Four steps are less than an epoch: AD-DROP's cross-tuning, plain first, never acts, and the table
+    says so of its cells; started with AD-DROP (the control), the same cells are not named."""
+    methods = (
+        METHODS
+        + """
+[[methods]]
+id = "addrop-late"
+name = "addrop"
+options = { layers = "all" }
+
+[[methods]]
+id = "addrop-early"
+name = "addrop"
+options = { layers = "all", start = "addrop" }
+"""
+    )
+    path = write_experiment(tiny_run, methods=methods, seeds=(1,), max_steps=4)
+    root = tiny_run["tmp"] / "results"
+    assert main(["bench", str(path), "--results", str(root), "--threads", "1"]) == 0
+    assert main(["table", str(path), "--results", str(root), "--out", str(root / "report")]) == 0
+    text = (root / "report" / "table.md").read_text()
+    flagged = [line for line in text.splitlines() if "from before the method first acted" in line]
+    assert len(flagged) == 1 and "addrop-late: 1 of 1 cells" in flagged[0]

@@ -43,10 +43,13 @@ def advice_markdown(
     files: dict[str, str],
     commands: Sequence[str],
     trend: Trend | None = None,
+    caveats: Sequence[str] = (),
 ) -> str:
-    """``advice.md``: the sentence, the confirmation table, the search, the regime and the budget's trend,
-    how it was made."""
+    """``advice.md``: the sentence, what limits it (``caveats``, a paragraph each), the confirmation table,
+    the search, the regime and the budget's trend, how it was made."""
     lines = [f"# {title}", "", f"**{verdict.sentence}**", ""]
+    for caveat in caveats:
+        lines += [caveat, ""]
     lines += [f"- {line}" for line in provenance]
     lines += _confirmation_section(confirmation)
     lines += _search_section(searches, noise, confirmation.metric)

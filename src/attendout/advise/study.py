@@ -321,6 +321,7 @@ def _answer(
         commands=[config.command or "attendout.advise.advise(AdviseConfig(...)) from Python"],
         noise=noise,
         trend=trend,
+        caveats=_kept_before_acting(out, confirmation, list(config.methods)),
     )
     write_text_atomic(out / "advice.md", md)
     files["advice.md"] = out / "advice.md"
@@ -351,6 +352,42 @@ def _answer(
         noise,
         v.answered,
     )
+
+
+def _kept_before_acting(out: Path, confirmation: Confirmation, methods: list[str]) -> list[str]:
+    """advice.md's warning for each method some of whose runs (search or confirmation) kept a model from
+    before the method first acted (:func:`attendout.run.record.kept_before_acting`): those runs are plain
+    fine-tuning, so the search could not tell the method's settings apart there and the confirmation
+    compares plain fine-tuning with itself."""
+    from ..run.record import kept_before_acting
+
+    def read(path: Path) -> dict[str, Any]:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+    lines = []
+    for method in methods:
+        search = [
+            kept_before_acting(read(run / "results.json"), read(run / "config.json"))
+            for run in sorted((out / "search" / method).glob("trial-*/seed-*"))
+            if (run / "results.json").is_file()
+        ]
+        confirmed = [
+            kept_before_acting(run.results, run.config)
+            for run in (confirmation.table.runs.values() if confirmation.table is not None else ())
+            if run.cell.method.name == method
+        ]
+        if not any(search) and not any(confirmed):
+            continue
+        lines.append(
+            f"**{method}: {sum(search)} of {len(search)} search runs and {sum(confirmed)} of {len(confirmed)} "
+            f"confirmation runs kept a model from before {method} first acted.** Its first phase is plain (as "
+            "AD-DROP's cross-tuning's is), and the model kept is from that phase: those runs are plain fine-tuning "
+            "whatever the options, so the search could not tell the settings apart on them, and the confirmation "
+            f"measures model selection there, not {method}. To measure the method itself: a budget whose best "
+            "epoch comes after it acts, the final model (model_selection='last'), or a first phase that is not "
+            "plain (AD-DROP: start='addrop')."
+        )
+    return lines
 
 
 def _write_settings(

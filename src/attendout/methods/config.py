@@ -107,6 +107,13 @@ class MethodConfig:
                 f"(0..{count - 1}){stacks and ':' + stacks}"
             )
 
+    def acts_after(self, steps_per_epoch: int, total_steps: int) -> int | None:
+        """How many optimizer steps of a run pass before the method first changes one: 0 when it acts from
+        the first step (the default), None when it never acts within ``total_steps``. A model kept at or
+        before that step (the best validation of an early epoch) is plain fine-tuning's, whatever the
+        method's options (:func:`attendout.run.record.kept_before_acting`)."""
+        return 0
+
     def for_task(self, task: str | None) -> MethodConfig:
         """This config with its task-dependent defaults settled for the task named ``task``.
 

@@ -88,7 +88,28 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
         )
     lines.append(_cells_line(table, runs))
     lines.append(_scores_line(table, baseline.label))
+    lines += _before_acting_lines(runs)
     return lines
+
+
+def _before_acting_lines(runs: list[RunRecord]) -> list[str]:
+    """A protocol line for each method some of whose cells kept a model from before the method first
+    acted (:func:`attendout.run.record.kept_before_acting`): those cells score plain fine-tuning."""
+    from ..run.record import kept_before_acting
+
+    counts: dict[str, list[int]] = {}
+    for run in runs:
+        seen = counts.setdefault(run.cell.method.label, [0, 0])
+        seen[0] += kept_before_acting(run.results, run.config)
+        seen[1] += 1
+    return [
+        f"- **{label}: {kept} of {total} cells kept a model from before the method first acted** (its first "
+        "phase is plain, as AD-DROP's cross-tuning's is, and the model kept is from that phase): those "
+        "cells are plain fine-tuning whatever the method's options, and their Δ measures model selection, not "
+        "the method."
+        for label, (kept, total) in counts.items()
+        if kept
+    ]
 
 
 def _selection_sentence(runs: list[RunRecord]) -> str:

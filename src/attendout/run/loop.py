@@ -32,7 +32,7 @@ from .evalstop import EvaluationStopped
 from .folder import CHECKPOINT_DIR
 from .interrupt import Stopped, agreed, deferred
 from .optim import micro_batches, update
-from .record import config_record, results_record
+from .record import config_record, kept_before_acting_warning, results_record
 from .runfolder import RunFolder, TrainState, checkpoint_contents, restore_checkpoint, single_class
 from .setup import budget, loop_context, make_optimizer, set_up, wrap_model
 
@@ -283,6 +283,9 @@ class TrainingLoop:
         except EvaluationStopped as stop:
             self._stopped_evaluating(stop, "the final evaluation")
         results = results_record(self, evaluations, one_class, train_time)
+        warning = kept_before_acting_warning(results, self.steps_per_epoch, self.state.step)
+        if warning and self.run.is_main:
+            logger.warning(warning)
         self.run.log({"step": self.state.step, "eval": evaluations, "best_step": self.state.best_step})
         self.run.finish(results)
         self.distributed.barrier()  # no process returns before the run is complete on disk

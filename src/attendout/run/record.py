@@ -12,7 +12,7 @@ from typing import Any
 
 from .devices import environment
 
-__all__ = ["config_record", "results_record"]
+__all__ = ["config_record", "kept_before_acting", "kept_before_acting_warning", "results_record"]
 
 
 def config_record(loop: Any) -> dict[str, Any]:
@@ -67,3 +67,47 @@ def results_record(
     if resumed_at is not None:  # the time before the resume is in train_time_s too
         results["resumed"] = {"step": resumed_at, "train_time_before_s": round(loop.elapsed_before, 2)}
     return results
+
+
+def kept_before_acting(results: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether the model a run kept is from before its method first changed a training step, so that its
+    scores are plain fine-tuning's whatever the method's options: AD-DROP's cross-tuning starts with a
+    plain epoch, and model selection may keep that epoch's model
+    (:meth:`~attendout.methods.config.MethodConfig.acts_after`). ``results``, ``config``: the run's
+    results.json and config.json. False for plain fine-tuning, and where the files do not tell (a run
+    without its steps per epoch, a method or option this version does not know)."""
+    from ..methods import get_method_config
+
+    options = dict(results.get("method_options") or {})
+    name = options.pop("name", results.get("method"))
+    kept, total, per_epoch = (
+        results.get("best_step"),
+        results.get("total_steps"),
+        config.get("steps_per_epoch"),
+    )
+    if name in (None, "none") or not all(isinstance(n, int) for n in (kept, total, per_epoch)):
+        return False
+    try:
+        method = get_method_config(name, **options)
+    except (ValueError, TypeError):  # a method or option this version does not know
+        return False
+    acts_after = method.acts_after(per_epoch, total)
+    return acts_after is None or kept <= acts_after
+
+
+def kept_before_acting_warning(results: dict[str, Any], steps_per_epoch: int, last_step: int) -> str | None:
+    """The warning of a run whose kept model is from before its method first acted, or None
+    (:func:`kept_before_acting`); ``last_step``: the step the run ended at."""
+    if not kept_before_acting(results, {"steps_per_epoch": steps_per_epoch}):
+        return None
+    method, kept = results["method"], results["best_step"]
+    final = kept == last_step
+    return (
+        f"{method}: the model this run kept (step {kept}, {'the final one' if final else 'the best validation'}) "
+        f"is from before {method} first acted: its results are plain fine-tuning's ("
+        + (
+            "the run ended before the method acted)"
+            if final
+            else "model_selection='last' keeps the final model)"
+        )
+    )

@@ -147,6 +147,14 @@ class ADDropConfig(MethodConfig):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{self.name}: {name} must be an integer of at least 1, got {value!r}")
 
+    def acts_after(self, steps_per_epoch: int, total_steps: int) -> int | None:
+        """Cross-tuning that starts plain leaves AD-DROP out of its first phase (``period`` epochs or
+        steps): the steps before it acts; None if the run ends within that phase."""
+        if self.cross_tuning == "off" or self.start == "addrop":
+            return 0
+        length = self.period * (max(1, steps_per_epoch) if self.cross_tuning == "epoch" else 1)
+        return length if length < total_steps else None
+
     def for_task(self, task: str | None) -> ADDropConfig:
         """This config with ``layers="task"`` settled for the task named ``task`` (see :func:`task_layers`),
         and p, q and attribution left unset (None) taken from it (see :func:`task_settings`: the task's

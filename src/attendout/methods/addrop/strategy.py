@@ -68,7 +68,7 @@ class ADDropStrategy(TrainingStrategy):
                 length,
                 _option(loop, "period", "1"),
             )
-        if loop.total_steps <= length:
+        if c.acts_after(loop.steps_per_epoch, loop.total_steps) is None:
             logger.warning(
                 "addrop: with cross_tuning=%s, period=%d and start=finetune, AD-DROP never acts in this run "
                 "of %d steps (%d per epoch); use %s with a shorter %s, or %s",
