@@ -96,7 +96,10 @@ def bench_process(experiment: Path, root: Path, *extra: str, log: Path) -> multi
 
 
 def finished_cells(root: Path) -> list[str]:
-    return sorted(str(p.parent.relative_to(root)) for p in root.glob("*/*/*/seed-*/results.json"))
+    """The cells with results, MODEL/TASK/METHOD/seed-N. The hidden folders (``.work``, where running cells
+    replace their checkpoints) are not walked: a folder that vanishes mid-walk would fail the glob."""
+    models = [m for m in root.iterdir() if m.is_dir() and not m.name.startswith(".")] if root.is_dir() else []
+    return sorted(str(p.parent.relative_to(root)) for m in models for p in m.glob("*/*/seed-*/results.json"))
 
 
 def events(root: Path, kind: str) -> list[dict]:

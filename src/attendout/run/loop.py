@@ -283,8 +283,7 @@ class TrainingLoop:
         except EvaluationStopped as stop:
             self._stopped_evaluating(stop, "the final evaluation")
         results = results_record(self, evaluations, one_class, train_time)
-        warning = kept_before_acting_warning(results, self.steps_per_epoch, self.state.step)
-        if warning and self.run.is_main:
+        if self.run.is_main and (warning := kept_before_acting_warning(self)):
             logger.warning(warning)
         self.run.log({"step": self.state.step, "eval": evaluations, "best_step": self.state.best_step})
         self.run.finish(results)

@@ -12,7 +12,13 @@ from typing import Any
 
 from .devices import environment
 
-__all__ = ["config_record", "kept_before_acting", "kept_before_acting_warning", "results_record"]
+__all__ = [
+    "acted_after_kept",
+    "config_record",
+    "kept_before_acting",
+    "kept_before_acting_warning",
+    "results_record",
+]
 
 
 def config_record(loop: Any) -> dict[str, Any]:
@@ -72,39 +78,44 @@ def results_record(
 def kept_before_acting(results: dict[str, Any], config: dict[str, Any]) -> bool:
     """Whether the model a run kept is from before its method first changed a training step, so that its
     scores are plain fine-tuning's whatever the method's options: AD-DROP's cross-tuning starts with a
-    plain epoch, and model selection may keep that epoch's model
-    (:meth:`~attendout.methods.config.MethodConfig.acts_after`). ``results``, ``config``: the run's
-    results.json and config.json. False for plain fine-tuning, and where the files do not tell (a run
-    without its steps per epoch, a method or option this version does not know)."""
+    plain epoch, and model selection may keep that epoch's model (:func:`acted_after_kept`). ``results``,
+    ``config``: the run's results.json and config.json. False for plain fine-tuning, and where the files
+    do not tell (a run without its steps per epoch, a method or option this version does not know)."""
     from ..methods import get_method_config
 
     options = dict(results.get("method_options") or {})
     name = options.pop("name", results.get("method"))
-    kept, total, per_epoch = (
-        results.get("best_step"),
-        results.get("total_steps"),
-        config.get("steps_per_epoch"),
-    )
-    if name in (None, "none") or not all(isinstance(n, int) for n in (kept, total, per_epoch)):
+    if name in (None, "none"):
         return False
     try:
         method = get_method_config(name, **options)
     except (ValueError, TypeError):  # a method or option this version does not know
         return False
-    acts_after = method.acts_after(per_epoch, total)
+    return acted_after_kept(
+        method, results.get("best_step"), results.get("total_steps"), config.get("steps_per_epoch")
+    )
+
+
+def acted_after_kept(method: Any, kept: Any, total: Any, steps_per_epoch: Any) -> bool:
+    """Whether ``method`` (a :class:`~attendout.methods.MethodConfig`) first acts after the step ``kept`` of
+    a run of ``total`` steps, ``steps_per_epoch`` an epoch (False where a count is unknown or the method is
+    plain fine-tuning): :meth:`~attendout.methods.MethodConfig.acts_after`."""
+    if method.name == "none" or not all(isinstance(n, int) for n in (kept, total, steps_per_epoch)):
+        return False
+    acts_after = method.acts_after(steps_per_epoch, total)
     return acts_after is None or kept <= acts_after
 
 
-def kept_before_acting_warning(results: dict[str, Any], steps_per_epoch: int, last_step: int) -> str | None:
-    """The warning of a run whose kept model is from before its method first acted, or None
-    (:func:`kept_before_acting`); ``last_step``: the step the run ended at."""
-    if not kept_before_acting(results, {"steps_per_epoch": steps_per_epoch}):
+def kept_before_acting_warning(loop: Any) -> str | None:
+    """The warning of a run whose kept model is from before its method first acted
+    (:func:`acted_after_kept`), or None. ``loop``: the run's training loop, finishing."""
+    method, kept, last = loop.inputs.method, loop.state.best_step, loop.state.step
+    if not acted_after_kept(method, kept, loop.total_steps, loop.steps_per_epoch):
         return None
-    method, kept = results["method"], results["best_step"]
-    final = kept == last_step
+    final = kept == last  # the step the run ended at (early stopping: before the budget)
     return (
-        f"{method}: the model this run kept (step {kept}, {'the final one' if final else 'the best validation'}) "
-        f"is from before {method} first acted: its results are plain fine-tuning's ("
+        f"{method.name}: the model this run kept (step {kept}, {'the final one' if final else 'the best validation'}) "
+        f"is from before {method.name} first acted: its results are plain fine-tuning's ("
         + (
             "the run ended before the method acted)"
             if final
