@@ -1097,3 +1097,11 @@ def test_an_answer_whose_runs_kept_models_from_before_addrop_acted_says_so_first
     assert len(caveats) == 1
     assert caveats[0].startswith("**addrop: 2 of 2 search runs and 2 of 2 confirmation runs kept a model")
     assert text.index(caveats[0]) < text.index("## Confirmed on")
+    # the step each confirmation run kept, by method in seed order, as its results.json says
+    kept = {}
+    for path in sorted((out / "confirm").rglob("results.json")):
+        results = json.loads(path.read_text())
+        kept.setdefault(results["method"], {})[results["seed"]] = results["best_step"]
+    line = next(line for line in text.splitlines() if line.startswith("Models kept"))
+    for method, by_seed in kept.items():
+        assert f"{method} {', '.join(str(by_seed[s]) for s in sorted(by_seed))}" in line

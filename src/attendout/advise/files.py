@@ -137,7 +137,30 @@ def _confirmation_section(c: Confirmation) -> list[str]:
         "in by --reuse-runs were timed elsewhere, so a method (or none) whose runs were all copied has no ratio "
         "(–).",
         "",
+        *_kept_steps(c),
         _floor_sentence(c),
+        "",
+    ]
+
+
+def _kept_steps(c: Confirmation) -> list[str]:
+    """Which step's model each confirmation run kept, by method and seed: where model selection keeps the
+    best validation, a Δ that follows the kept epochs (a method whose runs kept a later epoch than none's)
+    is a difference of selection as much as of method."""
+    if c.table is None or not c.table.runs:
+        return []
+    kept: dict[str, dict[int, Any]] = {}
+    total = None
+    for run in c.table.runs.values():
+        kept.setdefault(run.cell.method.name, {})[run.cell.seed] = run.results.get("best_step")
+        total = total or run.results.get("total_steps")
+    steps = "; ".join(
+        f"{method} {', '.join(str(by_seed[seed]) for seed in sorted(by_seed))}"
+        for method, by_seed in kept.items()
+    )
+    return [
+        f"Models kept (the step of each run's model, seeds {', '.join(map(str, c.seeds))}; the budget is {total} "
+        f"steps): {steps}.",
         "",
     ]
 
