@@ -679,3 +679,60 @@ options = { layers = "all", start = "addrop" }
     text = (root / "report" / "table.md").read_text()
     flagged = [line for line in text.splitlines() if "from before the method first acted" in line]
     assert len(flagged) == 1 and "addrop-late: 1 of 1 cells" in flagged[0]
+
+
+def test_a_published_seq2seq_cell_keeps_its_sources_and_the_copy_floor_is_read_from_the_grid(tmp_path):
+    """advise's confirmation is a grid: the floor of BLEU (copying the source) needs the sources beside
+    each prediction, and the publication of a cell (compaction) had dropped them, so no grid had a floor."""
+    from attendout.advise.confirm import split_floor
+    from attendout.report.comparison import build_table
+    from attendout.report.stats import copy_floor
+
+    pairs = [
+        ("a red car", "ein rotes auto"),
+        ("the dog runs", "der hund rennt"),
+        ("a big house", "ein grosses haus"),
+    ]
+    (tmp_path / "pairs.tsv").write_text("src\ttgt\n" + "".join(f"{s}\t{t}\n" for s, t in pairs * 6))
+    (tmp_path / "dev.tsv").write_text("src\ttgt\n" + "".join(f"{s}\t{t}\n" for s, t in pairs))
+    path = tmp_path / "mt.toml"
+    path.write_text(
+        f"""
+[experiment]
+name = "mt"
+seeds = [1]
+
+[training]
+model_init = "scratch"
+model_layers = 1
+model_hidden = 32
+model_heads = 2
+vocab_size = 300
+max_length = 16
+max_new_tokens = 4
+batch_size = 4
+max_steps = 2
+validation_split = 0.2
+
+[[models]]
+id = "t5"
+name = "t5"
+
+[[tasks]]
+id = "mt"
+name = "seq2seq"
+train_file = "{tmp_path / "pairs.tsv"}"
+eval_files = {{ dev = "{tmp_path / "dev.tsv"}" }}
+text_columns = ["src", "tgt"]
+
+[[methods]]
+name = "none"
+"""
+    )
+    root = tmp_path / "results"
+    assert main(["bench", str(path), "--results", str(root), "--threads", "1"]) == 0
+    table = build_table(load_experiment(path), root)
+    floor = split_floor(list(table.runs.values()), "dev", "bleu")
+    assert floor is not None
+    expected = copy_floor("bleu", [s for s, _ in pairs], [t for _, t in pairs])
+    assert floor.score == pytest.approx(expected.score)

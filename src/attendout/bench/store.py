@@ -338,7 +338,9 @@ class ResultsStore:
 
 #: What a published cell keeps of each prediction: what the metrics, paired tests and bootstrap read.
 #: A run directory of ``attendout finetune`` keeps the class probabilities too ("score").
-COMPACT_FIELDS = ("index", "prediction", "label")
+#: What a published cell keeps of each prediction row: the source text too where the run stored one
+#: (seq2seq), which the copy-the-source floor of ``advise`` and ``attendout table`` reads.
+COMPACT_FIELDS = ("index", "prediction", "label", "source")
 
 
 def compact_predictions(folder: Path) -> int:
