@@ -384,7 +384,7 @@ def _kept_before_acting(out: Path, confirmation: Confirmation, methods: list[str
             "AD-DROP's cross-tuning's is), and the model kept is from that phase: those runs are plain fine-tuning "
             "whatever the options, so the search could not tell the settings apart on them, and the confirmation "
             f"measures model selection there, not {method}. To measure the method itself: a budget whose best "
-            "epoch comes after it acts, the final model (model_selection='last'), or a first phase that is not "
+            "epoch comes after it acts, the final model (model_selection='last' in the recipe, from Python), or a first phase that is not "
             "plain (AD-DROP: start='addrop')."
         )
     return lines
