@@ -391,6 +391,8 @@ def test_reuse_runs_copies_only_finished_runs_of_the_very_same_configuration(tin
 
 def test_presets_pass_the_dry_run_offline(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # a machine that never ran `make models`: its presets are listed all the same (issue 67)
+    monkeypatch.setenv("ATTENDOUT_MODELS", str(tmp_path / "no-models"))
     monkeypatch.chdir(REPO)
     presets = sorted((REPO / "experiments").glob("*.toml"))
     assert {p.stem for p in presets} >= {"paper-table1", "paper-table3", "paper-table4", "cpu-small"}
@@ -405,6 +407,14 @@ def test_presets_pass_the_dry_run_offline(tmp_path, monkeypatch, capsys):
         out = outs[preset.stem] = capsys.readouterr().out
         assert code == 0, out
         assert "INVALID" not in out
+        listed = set(re.findall(r"^\s+\d+\s+\S+\s+todo\s+([^/\s]+)/", out, re.M))
+        offline = listed & {"mpnet-base", "opus-mt-en-fr", "smollm2-135m"}
+        advice = [line for line in out.splitlines() if "make models" in line]
+        if offline:  # every cell listed as to do, and one line that says what to set up
+            assert len(advice) == 1 and advice[0].startswith("before training: "), out
+            assert set(advice[0].split("attendout models setup ")[1].rstrip(")").split()) == offline
+        else:
+            assert not advice, out
     # a task's own learning rate reaches its cells, and only its cells
     cells = [line for line in outs["cpu-small"].splitlines() if "minilm/" in line]
     assert all(("lr 0.0001" in line) == ("/mrpc/" in line) for line in cells), cells
@@ -423,6 +433,24 @@ def test_presets_pass_the_dry_run_offline(tmp_path, monkeypatch, capsys):
     cells = [line for line in capsys.readouterr().out.splitlines() if "minilm/" in line]
     assert len(cells) == 48 and all("lr 0.0001" in line for line in cells)
     assert all("1000 train examples" in line for line in cells if "/conll2003/" in line)
+
+
+def test_a_grid_whose_model_is_not_set_up_is_one_line_naming_the_set_up_and_writes_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    """Issue 67/69: a machine that never ran `make models`. The grid is not at fault: the line says what
+    to set up, not "fix the experiment file", and nothing is written before it."""
+    monkeypatch.setenv("ATTENDOUT_MODELS", str(tmp_path / "no-models"))
+    monkeypatch.chdir(REPO)
+    results = tmp_path / "grid"
+    code = main(["bench", "smollm2-movie-reviews", "--no-data-check", "--results", str(results)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err == (
+        "attendout: error: model smollm2-135m not set up on this machine; set it up with: make models "
+        "(or: attendout models setup smollm2-135m)"
+    )
+    assert not results.exists()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -299,6 +299,7 @@ IDLE = {
 }
 
 
+@pytest.mark.models
 @pytest.mark.parametrize("name", sorted(IDLE))
 def test_the_idle_hook_is_exact_on_each_real_model_in_eval_and_train_mode(name):
     import transformers
@@ -338,6 +339,7 @@ REAL_RUNS = {
 LOADERS = {"mpnet-base": "AutoModelForSequenceClassification", "opus-mt-en-fr": "AutoModelForSeq2SeqLM"}
 
 
+@pytest.mark.models
 @pytest.mark.slow  # real models: 20-60 s a run
 @pytest.mark.parametrize("method", ["scores-dropout", "addrop", "synthesizer"])
 @pytest.mark.parametrize("name", sorted(REAL_RUNS))

@@ -19,7 +19,7 @@ from ..config import TrainConfig
 from .spec import Budget, Cell, Experiment, ExperimentError
 from .store import ResultsStore
 
-__all__ = ["CellCheck", "GridPlan", "format_listing", "parse_selection", "parse_shard", "prepare_cells"]
+__all__ = ["CellCheck", "GridPlan", "format_listing", "set_up_first", "parse_selection", "parse_shard", "prepare_cells"]
 
 
 def parse_shard(text: str | None) -> tuple[int, int]:
@@ -43,6 +43,7 @@ class CellCheck:
     error: str | None = None
     steps: int | None = None
     model_config: Any = None  # a model's config, where it could be read without a download: its limits
+    set_up: str | None = None  # an offline model's short name that is not set up on this machine (yet)
 
 
 @dataclass
@@ -55,6 +56,7 @@ class GridPlan:
     shard: tuple[int, int] = (1, 1)
     notes: list[str] = field(default_factory=list)
     steps: dict[str, int] = field(default_factory=dict)  # cell key -> training steps, when known
+    not_set_up: list[str] = field(default_factory=list)  # offline models of the grid not set up here
     # --tasks/--methods/--seeds: "task", "method", "seed" -> the ids this job runs (absent: all)
     selection: dict[str, frozenset[str]] = field(default_factory=dict)
 
@@ -81,6 +83,13 @@ class GridPlan:
     @property
     def shard_cells(self) -> list[Cell]:
         return [c for c in self.cells if self.in_shard(c)]
+
+    @property
+    def models_to_set_up(self) -> list[str]:
+        """The offline models (short names) that the selected cells need and this machine has not set up:
+        a fact about the machine, not a fault of the grid (its cells stay listed as they are)."""
+        needed = {c.model.name for c in self.cells if self.selected(c) and c.config is not None}
+        return [name for name in self.not_set_up if name in needed]
 
     @property
     def invalid(self) -> list[Cell]:
@@ -139,6 +148,7 @@ def prepare_cells(
         if first is None:
             continue
         task_checks[task.id] = _check_task_data(first, check_data)
+    plan.not_set_up = [c.set_up for c in model_checks.values() if c.set_up is not None]
     for model_id, check in model_checks.items():
         if check.note:
             plan.notes.append(f"model {model_id}: {check.note}")
@@ -210,10 +220,12 @@ def _check_model(name: str, scratch: bool = False) -> CellCheck:
 
     A model from scratch (an architecture name or a config.json) is built by the run: nothing to load.
     """
-    from ..models import ModelNotFoundError, resolve_model
+    from ..models import ModelNotFoundError, model_folder, models_home, offline_model, resolve_model
 
     if scratch:
         return CellCheck(note=f"{name} from scratch (random weights, a tokenizer trained at run time)")
+    if offline_model(name) is not None and model_folder(name) is None:
+        return CellCheck(note=f"not set up on this machine (looked in {models_home() / name})", set_up=name)
     try:
         path, description = resolve_model(name)
     except ModelNotFoundError as error:
@@ -324,11 +336,21 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
         else ""
     )
     lines.append(f"summary{scope}: {sum(counts.values())} cells: {summary}")
+    if plan.models_to_set_up:
+        lines.append(f"before training: {set_up_first(plan.models_to_set_up)}")
     if remaining and remaining_known:
         lines.append(
             f"estimated time left for this shard: {remaining / 3600:.1f} h (mean time of finished cells per task)"
         )
     return "\n".join(lines), counts
+
+
+def set_up_first(names: list[str]) -> str:
+    """The one line that says which offline models a grid needs set up, and the command that does it."""
+    return (
+        f"model{'s' if len(names) > 1 else ''} {', '.join(names)} not set up on this machine; set "
+        f"{'them' if len(names) > 1 else 'it'} up with: make models (or: attendout models setup {' '.join(names)})"
+    )
 
 
 def _cell_summary(cell: Cell, steps: int | None) -> str:

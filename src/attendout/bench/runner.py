@@ -242,6 +242,10 @@ class BenchJob:
         return self.summary
 
     def _refuse_invalid_or_stale(self, cells: list[Cell]) -> None:
+        if self.plan.models_to_set_up:
+            from .plan import set_up_first
+
+            raise ExperimentError(set_up_first(self.plan.models_to_set_up))
         if self.plan.invalid:
             first = self.plan.invalid[0]
             raise ExperimentError(
