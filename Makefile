@@ -36,8 +36,11 @@ demo: $(STAMP)
 		--max-train-samples 2500 --epochs 2 --max-length 64 \
 		--output-dir runs/demo --overwrite
 
+# The default suite on every core (pytest-xdist; TEST_WORKERS=0 runs it in this one process). It needs no
+# `make models`: the tests of the real offline models are marked `models` (run them with `pytest -m models`).
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 # The long tests only (every method killed at every kill point: tests/test_faults.py, about 9 minutes).
 test-slow: $(STAMP)
@@ -55,7 +58,7 @@ test-matrix: $(STAMP)
 	@failed=""; \
 	for capability in $(CAPABILITIES); do for threads in $(THREAD_COUNTS); do \
 		echo "== ATEN_CPU_CAPABILITY=$$capability ATTENDOUT_TEST_THREADS=$$threads"; \
-		ATEN_CPU_CAPABILITY=$$capability ATTENDOUT_TEST_THREADS=$$threads $(BIN)/python -m pytest \
+		ATEN_CPU_CAPABILITY=$$capability ATTENDOUT_TEST_THREADS=$$threads $(BIN)/python -m pytest -n $(TEST_WORKERS) \
 			|| failed="$$failed $$capability/$$threads"; \
 	done; done; \
 	if [ -n "$$failed" ]; then echo "test-matrix: FAILED under$$failed"; exit 1; fi; \
