@@ -107,7 +107,7 @@ P_TO_MASK: tuple[Step, ...] = (
     Step("attendout.attention.hook", "edited_attention", "a training forward: what acts on the call"),
     Step("attendout.attention.call", "combine_edits", "asks each acting method for its edit"),
     Step(
-        "attendout.methods.dropout.method", "ScoresDropout.edit", "AttentionEdit(random_drops=RandomDrops(p))"
+        "attendout.methods.drops", "ScoresDropout.edit", "AttentionEdit(random_drops=RandomDrops(p))"
     ),
     Step("attendout.attention.call", "combine_edits", "CombinedEdits(random=[RandomDrops(p)])", back=True),
     Step(

@@ -12,7 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .run import LimitError, Stopped, check_length
+from .core.limits import LimitError, check_length
+from .run import Stopped
 from .version import __version__
 
 #: name -> the submodule that defines it, imported on first use (see ``__getattr__``)

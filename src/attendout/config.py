@@ -29,14 +29,12 @@ __all__ = [
     "DEVICE_TYPES",
     "NEUTRAL_OPTIONS",
     "RESUME_MUST_MATCH",
-    "TRUNCATIONS",
     "TrainConfig",
     "check_device_name",
     "split_for_training",
 ]
 
 #: How texts longer than max_length are cut (``truncation``; :mod:`attendout.encoding.classification` cuts them).
-TRUNCATIONS = ("auto", "head-tail", "head", "sliding")
 #: The device types a ``device`` setting may name (besides "auto").
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 _DEVICE_NAME = re.compile(r"(cpu|cuda|mps)(?::(0|[1-9][0-9]*))?")
@@ -418,6 +416,8 @@ def _count_rules(c: TrainConfig) -> list[tuple[bool, str, Any, str]]:
 
 def _schedule_rules(c: TrainConfig) -> list[tuple[bool, str, Any, str]]:
     """The rules of the budget, the schedule, the splits, the lengths and the run's rhythm."""
+    from .encoding.classification import TRUNCATIONS  # the encoding's own ways of cutting a text
+
     return [
         (c.learning_rate > 0, "learning_rate", c.learning_rate, "positive"),
         (c.epochs > 0, "epochs", c.epochs, "positive"),

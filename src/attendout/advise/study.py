@@ -43,8 +43,10 @@ from typing import Any
 
 from ..bench import config_fingerprint
 from ..config import TrainConfig, split_for_training
-from ..run import LOG_FILE, RunBusyError, RunDir, RunLock, finetune, load_data, write_json_atomic
+from ..core.folder import LOG_FILE, RunDir, write_json_atomic
+from ..core.lock import RunBusyError, RunLock
 from ..run import check as raise_if_stopped
+from ..run import finetune, load_data
 from .answer import Verdict, verdict
 from .confirm import (
     Confirmation,
@@ -297,7 +299,7 @@ def _answer(
     tuned: dict[str, dict[str, Any]],
 ) -> Advice:
     """Stage 4: the verdict, and the files that give it: the settings, advice.png, advice.md, advice.json."""
-    from ..run import write_text_atomic
+    from ..core.folder import write_text_atomic
     from ..version import __version__
 
     out = config.out

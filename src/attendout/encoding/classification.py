@@ -37,7 +37,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import TRUNCATIONS
 from ..tasks import LM, MULTIPLE_CHOICE, REGRESSION, SEQ2SEQ, TOKEN_CLASSIFICATION, Examples
 from .batches import Batches
 from .generation import GenerationOptions, LMEncoded, Seq2SeqEncoded
@@ -54,7 +53,8 @@ __all__ = [
     "truncation_summary",
 ]
 
-#: Truncation strategies for texts longer than max_length (see the module docstring).
+#: How a text longer than max_length is cut (see the module docstring).
+TRUNCATIONS = ("auto", "head-tail", "head", "sliding")
 IGNORE_INDEX = -100  # label of a word piece that is not a word's first (ignored by the loss)
 
 

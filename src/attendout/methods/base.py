@@ -102,7 +102,7 @@ class TrainingStrategy:
 
         A group with its own ``lr`` keeps it; the others get the loop's learning rate.
         """
-        from ..run import param_groups
+        from ..core.optim import param_groups
 
         return param_groups(model, weight_decay)
 
@@ -158,7 +158,7 @@ class TrainingStrategy:
         Default: ``save_pretrained``, a plain `transformers` checkpoint. Methods that change the
         architecture (Synthesizer) save their own documented form and load it in :meth:`load_best`.
         """
-        from ..run import save_model_atomic
+        from ..core.folder import save_model_atomic
 
         save_model_atomic(self.eval_model(), tokenizer, path)
 

@@ -25,13 +25,13 @@ from tqdm.auto import tqdm
 
 from ..config import TrainConfig
 from ..contract import StepInfo
+from ..core.folder import CHECKPOINT_DIR
+from ..core.optim import micro_batches, update
 from ..encoding import Encoded, predict_batches
 from ..tasks import CLASSIFICATION, LM, better, compute_metrics
 from .devices import check_batches_fit_processes, mixed_precision, process_group, rng_state, shard
 from .evalstop import EvaluationStopped
-from .folder import CHECKPOINT_DIR
 from .interrupt import Stopped, agreed, deferred
-from .optim import micro_batches, update
 from .record import config_record, kept_before_acting_warning, results_record
 from .runfolder import RunFolder, TrainState, checkpoint_contents, restore_checkpoint, single_class
 from .setup import budget, loop_context, make_optimizer, set_up, wrap_model
@@ -146,7 +146,7 @@ class TrainingLoop:
             self.save_checkpoint()
 
     def micro_batches(self, batch: dict[str, torch.Tensor]) -> list[tuple[slice, dict[str, torch.Tensor]]]:
-        """``batch`` cut into micro-batches of at most ``micro_batch_size`` rows (:func:`~attendout.run.optim.micro_batches`)."""
+        """``batch`` cut into micro-batches of at most ``micro_batch_size`` rows (:func:`~attendout.core.optim.micro_batches`)."""
         return micro_batches(batch, self.config.micro_batch_size)
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -29,7 +29,7 @@ unfinished one with a checkpoint, unless the run's ``overwrite`` or ``resume`` s
 settings (:func:`checkpoint_config`) and against the best model kept so far; :func:`prepare_run_dir`
 clears what an older run left (:data:`RUN_OUTPUTS`), or on a resume keeps the log up to the
 checkpoint. How the checkpoint and every other file are written and read whole is
-:mod:`attendout.run.folder`'s.
+:mod:`attendout.core.folder`'s.
 """
 
 from __future__ import annotations
@@ -50,8 +50,7 @@ import numpy as np
 import torch
 
 from ..config import NEUTRAL_OPTIONS, RESUME_MUST_MATCH, TrainConfig
-from .devices import rng_state, set_rng_state
-from .folder import (
+from ..core.folder import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
     CHECKPOINT_FORMAT,
@@ -75,9 +74,10 @@ from .folder import (
     write_json_atomic,
     write_text_atomic,
 )
-from .lock import RunBusyError, RunLock
-from .optim import TrainingError
-from .state import CheckpointStatus
+from ..core.lock import RunBusyError, RunLock
+from ..core.optim import TrainingError
+from ..core.state import CheckpointStatus
+from .devices import rng_state, set_rng_state
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +140,8 @@ def setting_up(out: Path) -> Iterator[None]:
 
 def find_checkpoint(out: Path) -> tuple[Path, CheckpointStatus]:
     """The checkpoint folder of the run directory ``out`` (``.checkpoint.old`` while a kill between two
-    renames left it there) and what it holds, by sizes (cheap; :func:`~attendout.run.folder.read_checkpoint`
-    reads every byte): :meth:`attendout.run.folder.RunDir.find_checkpoint`, which the run's state reads too."""
+    renames left it there) and what it holds, by sizes (cheap; :func:`~attendout.core.folder.read_checkpoint`
+    reads every byte): :meth:`attendout.core.folder.RunDir.find_checkpoint`, which the run's state reads too."""
     return RunDir(out).find_checkpoint()
 
 
@@ -263,7 +263,7 @@ def read_resumable(
 
 def checkpoint_contents(loop: Any, rng: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a checkpoint of ``loop`` (:class:`~attendout.run.loop.TrainingLoop`) holds now (its format:
-    :data:`~attendout.run.folder.CHECKPOINT_FORMAT`); ``rng``: the random generators' state to record
+    :data:`~attendout.core.folder.CHECKPOINT_FORMAT`); ``rng``: the random generators' state to record
     (default: as they are now)."""
     elapsed = loop.elapsed_before + (0.0 if loop.started is None else time.time() - loop.started)
     return {

@@ -22,14 +22,14 @@ from torch import nn
 
 from ..config import TrainConfig, scratch_size, split_for_training
 from ..contract import LoopContext
+from ..core.limits import check_lengths
+from ..core.optim import adamw, linear_schedule
 from ..encoding import Encoded, GenerationOptions, encode, score_unigram_floor, truncation_summary
 from ..methods import MethodConfig
 from ..models import load_for_generation, load_for_task
 from ..tasks import Examples, Task, is_generation
 from .data import load_data
 from .devices import data_parallel, set_seed
-from .limits import check_lengths
-from .optim import adamw, linear_schedule
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ Generator when the Attacker does better (REINFORCE, eq. 5) and re-initialises bo
 * :mod:`.scoring`   -- how a game scores D or A: per-sample scores and the main metric, in eval mode
 * :mod:`.stats`     -- :class:`~.stats.StepStatistics`, the drop probabilities and game statistics logged
 * :mod:`.strategy`  -- :class:`AttendOutStrategy`, the training loop's part: models, optimizers, cache
-* :mod:`.runlog`    -- :func:`read_drop_pattern`, a run's logged drop probabilities (plots, §7.2 fit)
+* :mod:`attendout.methods.droplog` -- :func:`read_drop_pattern`, a run's logged drop probabilities (plots,
+  §7.2 fit), shared with ``scheduled`` and ``drophead``
 """
 
 from typing import TYPE_CHECKING
@@ -31,6 +32,7 @@ register_method(
 )
 
 if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
+    from ..droplog import DROP_PROB_KEY, EXPLORED_PROB_KEY, DropPattern, read_drop_pattern
     from .game import score_gap
     from .generator import (
         Generator,
@@ -41,7 +43,6 @@ if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
     )
     from .method import MaskSlot
     from .policy import GeneratorPolicy, RunningStats, rate_log_prob
-    from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY, DropPattern, read_drop_pattern
     from .strategy import AttendOutStrategy, CachedAction, copy_optimizer_state
 
 __getattr__ = lazy_names(
@@ -61,7 +62,7 @@ __getattr__ = lazy_names(
         ),
         **dict.fromkeys(("GeneratorPolicy", "RunningStats", "rate_log_prob"), ".policy"),
         **dict.fromkeys(
-            ("DROP_PROB_KEY", "EXPLORED_PROB_KEY", "DropPattern", "read_drop_pattern"), ".runlog"
+            ("DROP_PROB_KEY", "EXPLORED_PROB_KEY", "DropPattern", "read_drop_pattern"), "..droplog"
         ),
         **dict.fromkeys(("AttendOutStrategy", "CachedAction", "copy_optimizer_state"), ".strategy"),
     },
