@@ -177,29 +177,6 @@ def test_every_module_says_its_one_idea():
     assert not long, f"over {MAX_LINES} lines: split along the module's own lines: {long}"
 
 
-#: A class or a function longer than this holds more than one idea (issue 58): split it along its own lines.
-MAX_CLASS_LINES, MAX_FUNCTION_LINES = 250, 80
-
-
-def test_no_class_or_function_too_long_to_read_in_one_sitting():
-    long = []
-    for info in MODULES.values():
-        for node in ast.walk(info.tree):
-            limit = (
-                MAX_CLASS_LINES
-                if isinstance(node, ast.ClassDef)
-                else MAX_FUNCTION_LINES
-                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-                else None
-            )
-            if limit is not None and node.end_lineno - node.lineno + 1 > limit:
-                lines = node.end_lineno - node.lineno + 1
-                long.append(
-                    f"{info.path.relative_to(SRC)}:{node.lineno} {node.name}: {lines} lines (at most {limit})"
-                )
-    assert not long, "\n".join(long)
-
-
 def test_the_root_holds_packages_and_a_few_modules():
     modules = sorted(p.name for p in ROOT.glob("*.py") if p.name != "__init__.py")
     assert len(modules) <= MAX_ROOT_MODULES, f"{len(modules)} modules at the root: {modules}"
