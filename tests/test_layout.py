@@ -177,6 +177,26 @@ def test_every_module_says_its_one_idea():
     assert not long, f"over {MAX_LINES} lines: split along the module's own lines: {long}"
 
 
+def test_only_the_loop_takes_the_loop():
+    """The loop owns its state (issue 71): no function outside run/loop.py takes the training loop itself
+    (a parameter ``loop`` untyped, typed ``Any`` or ``TrainingLoop``) to read or set its attributes; a
+    method gets the :class:`~attendout.contract.LoopContext`, a record gets the values it records."""
+    taking = []
+    for info in MODULES.values():
+        if info.path == ROOT / "run" / "loop.py":
+            continue
+        for node in ast.walk(info.tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+                kind = "" if arg.annotation is None else ast.unparse(arg.annotation).strip("'\"")
+                if arg.arg == "loop" and kind in ("", "Any", "TrainingLoop"):
+                    taking.append(
+                        f"{info.path.relative_to(SRC)}:{node.lineno} {node.name}(loop: {kind or '?'})"
+                    )
+    assert not taking, "\n".join(taking)
+
+
 def test_the_root_holds_packages_and_a_few_modules():
     modules = sorted(p.name for p in ROOT.glob("*.py") if p.name != "__init__.py")
     assert len(modules) <= MAX_ROOT_MODULES, f"{len(modules)} modules at the root: {modules}"
