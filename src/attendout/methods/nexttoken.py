@@ -22,6 +22,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from ..tasks.base import LM, SEQ2SEQ
+
 __all__ = [
     "IGNORE_INDEX",
     "LM",
@@ -33,7 +35,6 @@ __all__ = [
 ]
 
 IGNORE_INDEX = -100
-LM, SEQ2SEQ = "lm", "seq2seq"
 
 
 def generation_kind(model: nn.Module) -> str | None:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from .base import CLASSIFICATION, REGRESSION, TOKEN_CLASSIFICATION, DataError
+from .base import CLASSIFICATION, LM, REGRESSION, SEQ2SEQ, TOKEN_CLASSIFICATION, DataError, is_generation
 from .core import (
     Examples,
     LoadOptions,
@@ -518,7 +518,7 @@ def load_task_data(
         token_column=token_column,
         tag_column=tag_column,
     )
-    if resolved.kind in GENERATION_KINDS:  # their loaders read files, columns and metrics themselves
+    if is_generation(resolved.kind):  # their loaders read files, columns and metrics themselves
         return _load_generation(resolved, options)
     if train_file is not None or eval_files is not None or resolved.name == FILE_TASK.name:
         return load_files(resolved, options)
@@ -551,12 +551,13 @@ def _refuse_file_options(task: Task, options: LoadOptions) -> None:
         )
 
 
-GENERATION_KINDS = ("lm", "seq2seq")
+#: The tasks that read the user's files for a generation kind: named after their kind.
+FILE_GENERATION_TASKS = (LM, SEQ2SEQ)
 
 
 def _load_generation(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     """A language-modelling or seq2seq task: ``lm`` and ``seq2seq`` read files; the built-in ones their source."""
-    is_file_task = task.name in GENERATION_KINDS
+    is_file_task = task.name in FILE_GENERATION_TASKS
     if not is_file_task and (options.train_file or options.eval_files or options.text_columns):
         raise DataError(
             f"task {task.name!r} reads its own data; for your files use task {task.kind!r} "
