@@ -3,7 +3,7 @@ docstring per module, a small root. Read from the source with ``ast``; nothing i
 
 The import graph and the style are the scripts' (``experiments/import_graph.py``,
 ``experiments/import_style.py``): an import of a name through a package's ``__init__`` is an arrow to
-the module that defines it, read from the package's lazy tables and re-exports, so that a lazy
+the module that defines it, read from the package's ``__init__.pyi`` stub and re-exports, so that a lazy
 ``__init__`` hides no circle. ``python experiments/import_style.py --fix`` rewrites the imports that
 break the style.
 """
@@ -121,16 +121,16 @@ def test_the_style_fixer_rewrites_both_ways(tmp_path):
     (package / "run").mkdir(parents=True)
     (package / "__init__.py").write_text('"""Root."""\n')
     (package / "run" / "__init__.py").write_text(
-        '"""Run."""\n\nfrom ..lazy import lazy_names\n\n_NAMES = {"finetune": ".train"}\n'
-        "__all__ = sorted(_NAMES)\n__getattr__ = lazy_names(__name__, _NAMES)\n"
+        '"""Run."""\n\nimport lazy_loader\n\n'
+        "__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)\n"
     )
+    (package / "run" / "__init__.pyi").write_text("from .train import finetune\n")
     (package / "run" / "train.py").write_text('"""Train."""\n\n\ndef finetune():\n    pass\n')
     (package / "run" / "helper.py").write_text('"""Help."""\n\nfrom . import finetune\n')
     (package / "cli.py").write_text(
         '"""Cli."""\n\nfrom .run.train import finetune as go  # the loop\n\n\ndef main():\n'
         "    from .run.train import finetune\n\n    return finetune, go\n"
     )
-    (package / "lazy.py").write_text('"""Lazy."""\n\n\ndef lazy_names(package, names):\n    pass\n')
     assert style_tool.main(["--fix", "--no-ruff", "--src", str(package)]) == 0
     assert "from .run import finetune as go  # the loop\n" in (package / "cli.py").read_text()
     assert "    from .run import finetune\n" in (package / "cli.py").read_text()
@@ -252,3 +252,50 @@ def test_moved_public_paths_still_import_with_a_deprecation_warning():
         )
         for name, value in names.items():
             assert getattr(module, name) is value, (old, name)
+
+
+def _hand_kept_names(info) -> list[str]:
+    """What in a package ``__init__`` lists its names by hand: a literal ``__all__``, an ``if TYPE_CHECKING:``
+    block, a table of names to modules (``{"finetune": ".loop"}``, ``dict.fromkeys((...), ".loop")``)."""
+    found = ["a literal __all__"] if info.all is not None else []
+    for node in ast.walk(info.tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found.append(f"line {node.lineno}: an if TYPE_CHECKING: block")
+        modules = (
+            node.values
+            if isinstance(node, ast.Dict)
+            else node.args[1:]
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "dict.fromkeys"
+            else []
+        )
+        if any(isinstance(v, ast.Constant) and str(v.value).startswith(".") for v in modules):
+            found.append(f"line {node.lineno}: a table of names to modules")
+    return found
+
+
+def test_a_package_writes_its_names_once_in_its_stub():
+    """Issue 71: a package's public names are written once, in its ``__init__.pyi`` (``from .loop import
+    finetune``); its ``__init__.py`` exports them with ``lazy_loader.attach_stub`` and keeps no list or
+    table of them. Every name of every stub resolves, and ``__all__`` is the stub's names."""
+    import importlib
+    import warnings
+
+    hand_kept, unattached = [], []
+    for info in MODULES.values():
+        if not info.is_package:
+            continue
+        hand_kept += [f"{info.path.relative_to(SRC)}: {what}" for what in _hand_kept_names(info)]
+        attached = "lazy_loader.attach_stub(__name__, __file__)" in info.path.read_text()
+        if attached != info.path.with_suffix(".pyi").is_file():
+            unattached.append(f"{info.path.relative_to(SRC)}: a stub without attach_stub, or the other way")
+    assert not hand_kept, "write the names once, in the package's __init__.pyi:\n" + "\n".join(hand_kept)
+    assert not unattached, "\n".join(unattached)
+    stubbed = {module: info for module, info in MODULES.items() if info.lazy}
+    assert {"attendout", "attendout.methods", "attendout.run", "attendout.tasks"} <= stubbed.keys()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for module, info in stubbed.items():
+            package = importlib.import_module(module)
+            assert sorted(package.__all__) == sorted(info.lazy), module
+            for name in package.__all__:
+                assert getattr(package, name) is not None or name in package.__dict__, (module, name)

