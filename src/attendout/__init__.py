@@ -28,7 +28,8 @@ _ROUTES = (".attention.deberta", ".attention.mpnet")
 
 def __getattr__(name: str) -> Any:
     """Import a public name's module on first use (``lazy_loader``), the attention routes first."""
-    if name in __all__:
-        for route in _ROUTES:  # each registers its attention route with the hook
-            importlib.import_module(route, __name__)
+    if name not in __all__:  # Python's own words, as for any module
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    for route in _ROUTES:  # each registers its attention route with the hook
+        importlib.import_module(route, __name__)
     return _attached(name)

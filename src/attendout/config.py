@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
 from typing import Any
 
+from .encoding.truncation import TRUNCATIONS
 from .methods import MethodConfig, get_method_config
 from .models import ScratchSize
 from .tasks import LM, SEQ2SEQ, Examples, TaskData, carve_validation, check_training_splits, subsample
@@ -416,8 +417,6 @@ def _count_rules(c: TrainConfig) -> list[tuple[bool, str, Any, str]]:
 
 def _schedule_rules(c: TrainConfig) -> list[tuple[bool, str, Any, str]]:
     """The rules of the budget, the schedule, the splits, the lengths and the run's rhythm."""
-    from .encoding.classification import TRUNCATIONS  # the encoding's own ways of cutting a text
-
     return [
         (c.learning_rate > 0, "learning_rate", c.learning_rate, "positive"),
         (c.epochs > 0, "epochs", c.epochs, "positive"),

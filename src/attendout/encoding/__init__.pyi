@@ -6,8 +6,8 @@ from .classification import (
     TokenEncoded,
     Windows,
     encode,
-    head_tail_sizes,
     predict_batches,
     truncation_summary,
 )
 from .generation import GenerationOptions, LMEncoded, Seq2SeqEncoded, score_unigram_floor
+from .truncation import head_tail_sizes

@@ -22,12 +22,10 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from ..tasks.base import LM, SEQ2SEQ
+from ..tasks import LM, SEQ2SEQ
 
 __all__ = [
     "IGNORE_INDEX",
-    "LM",
-    "SEQ2SEQ",
     "generation_kind",
     "label_log_likelihood",
     "predicted_token_target",

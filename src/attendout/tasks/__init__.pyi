@@ -1,5 +1,14 @@
 # attendout.tasks's public names, by module: lazy_loader.attach_stub imports each on first use.
-from .base import CLASSIFICATION, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
+from .base import (
+    CLASSIFICATION,
+    LM,
+    MULTIPLE_CHOICE,
+    REGRESSION,
+    SEQ2SEQ,
+    TOKEN_CLASSIFICATION,
+    DataError,
+    is_generation,
+)
 from .checks import check_training_splits
 from .core import (
     ChoiceExamples,
@@ -18,7 +27,7 @@ from .core import (
     register_task,
     subsample,
 )
-from .generation import LM, SEQ2SEQ, Seq2SeqExamples, is_generation
+from .generation import Seq2SeqExamples
 from .loading import DEFAULT_TASK, FILE_TASK, load_task_data
 from .metrics import (
     LOWER_IS_BETTER,
