@@ -11,7 +11,9 @@ build time only, into what mkdocstrings renders:
 * a paragraph's closing ``::`` becomes ``:`` (the indented block after it is a code block already);
 * an aligned block of ``name:   description`` lines (a field list) becomes a bulleted list;
 * an attribute without a docstring takes its ``#:`` comment, and a dataclass field its
-  ``field(metadata={"help": ...})`` text (what ``--help`` prints), and shows its default as its value.
+  ``field(metadata={"help": ...})`` text (what ``--help`` prints), and shows its default as its value;
+* a package whose ``__init__.py`` takes its names from its ``__init__.pyi`` (``lazy_loader.attach_stub``,
+  an ``__all__`` no static reader sees) exports the names the stub imports, in the stub's order.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import ast
 import builtins
 import re
 import textwrap
+from pathlib import Path
 from typing import Any
 
 from griffe import Alias, Docstring, Extension, Module, Object, get_logger
@@ -72,6 +75,9 @@ class RstDocstrings(Extension):
         if pkg.name != "attendout":
             return
         self.root = pkg
+        for obj in _walk(pkg):
+            if obj.is_module:
+                self.export_stub_names(obj)
         self.public = self._public_paths(pkg)
         self.by_name: dict[str, list[str]] = {}
         for obj in _walk(pkg):
@@ -81,6 +87,22 @@ class RstDocstrings(Extension):
                 self.document_attribute(obj)
             if obj.docstring is not None:
                 obj.docstring.value = self.convert(obj, obj.docstring.value)
+
+    # -- a package's names from its stub (``__init__.pyi``, read by ``lazy_loader.attach_stub``) ------------
+    @staticmethod
+    def export_stub_names(module: Module) -> None:
+        """Set the ``__all__`` of a package whose ``__init__.py`` attaches its stub: the stub's names."""
+        paths = module.filepath if isinstance(module.filepath, list) else [module.filepath]
+        stub = next((Path(p).with_suffix(".pyi") for p in paths if Path(p).name == "__init__.py"), None)
+        if module.exports is not None or stub is None or not stub.is_file():
+            return
+        names = [
+            alias.asname or alias.name
+            for node in ast.parse(stub.read_text()).body
+            if isinstance(node, ast.ImportFrom) and node.level == 1
+            for alias in node.names
+        ]
+        module.exports = names
 
     # -- attributes: ``#:`` comments and dataclass fields' help ------------------------------------------
     def document_attribute(self, attr: Object) -> None:

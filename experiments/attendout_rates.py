@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from attendout.methods.attendout import read_drop_pattern
+from attendout.methods.droplog import read_drop_pattern
 
 
 def summary(run: Path) -> str:

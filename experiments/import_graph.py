@@ -10,8 +10,8 @@ Read from the source with ``ast``; nothing is imported. ``tests/test_layout.py``
 **Modules.** Every ``import`` / ``from ... import`` of a module of ``src/attendout`` is an arrow to the
 module that *defines* what it imports: ``from ..run import finetune`` is an arrow to ``attendout.run``
 (its ``__init__`` runs) and to ``attendout.run.train``, where ``finetune`` lives, read from the
-package's table of lazy names (``_NAMES``, ``_LAZY`` or the mapping given to ``lazy_names``) or followed
-through its re-exports. ``from . import paths`` is an arrow to the submodule alone. Imports under
+package's stub of lazy names (its ``__init__.pyi``, ``from .loop import finetune``, which
+``lazy_loader.attach_stub`` reads) or followed through its re-exports. ``from . import paths`` is an arrow to the submodule alone. Imports under
 ``if TYPE_CHECKING:`` and inside functions are arrows too, of their own kinds (``type_checking``,
 ``deferred``): never run at import time, but a dependency all the same.
 
@@ -107,7 +107,7 @@ P_TO_MASK: tuple[Step, ...] = (
     Step("attendout.attention.hook", "edited_attention", "a training forward: what acts on the call"),
     Step("attendout.attention.call", "combine_edits", "asks each acting method for its edit"),
     Step(
-        "attendout.methods.dropout.method", "ScoresDropout.edit", "AttentionEdit(random_drops=RandomDrops(p))"
+        "attendout.methods.drops", "ScoresDropout.edit", "AttentionEdit(random_drops=RandomDrops(p))"
     ),
     Step("attendout.attention.call", "combine_edits", "CombinedEdits(random=[RandomDrops(p)])", back=True),
     Step(
@@ -195,7 +195,7 @@ class Module:
     imports: list[Import] = field(default_factory=list)
     defined: set[str] = field(default_factory=set)  # bound at module level other than by an import
     imported: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (module, its name there)
-    lazy: dict[str, str] = field(default_factory=dict)  # name -> absolute module (PEP 562 tables)
+    lazy: dict[str, str] = field(default_factory=dict)  # name -> absolute module (its __init__.pyi)
     all: list[str] | None = None  # __all__, when a literal list
 
 
@@ -220,36 +220,9 @@ def _strings(node: ast.AST) -> list[str] | None:
     return None
 
 
-def _table(node: ast.AST, tables: dict[str, dict[str, str]]) -> dict[str, str] | None:
-    """A literal name -> module mapping: ``{...}`` (with ``**`` parts), ``dict.fromkeys((...), ".m")``,
-    or the name of one assigned before."""
-    if isinstance(node, ast.Name):
-        return tables.get(node.id)
-    if isinstance(node, ast.Call) and ast.unparse(node.func) == "dict.fromkeys" and len(node.args) == 2:
-        names, value = _strings(node.args[0]), node.args[1]
-        if names is not None and isinstance(value, ast.Constant) and isinstance(value.value, str):
-            return dict.fromkeys(names, value.value)
-        return None
-    if isinstance(node, ast.Dict):
-        found: dict[str, str] = {}
-        for key, value in zip(node.keys, node.values, strict=True):
-            if key is None:
-                part = _table(value, tables)
-                if part is None:
-                    return None
-                found.update(part)
-            elif isinstance(key, ast.Constant) and isinstance(value, ast.Constant):
-                found[key.value] = value.value
-            else:
-                return None
-        return found
-    return None
-
-
 def read_module(name: str, path: Path) -> Module:
     tree = ast.parse(path.read_text())
     module = Module(name, path, path.name == "__init__.py", tree)
-    tables: dict[str, dict[str, str]] = {}
 
     def visit(node: ast.AST, deferred: bool, type_checking: bool, top: bool) -> None:
         for child in ast.iter_child_nodes(node):
@@ -280,31 +253,33 @@ def read_module(name: str, path: Path) -> Module:
                     for leaf in ast.walk(target):
                         if isinstance(leaf, ast.Name):
                             module.defined.add(leaf.id)
-                    if isinstance(target, ast.Name) and child.value is not None:
-                        table = _table(child.value, tables)
-                        if table is not None:
-                            tables[target.id] = table
-                        if target.id == "__all__":
-                            module.all = _strings(child.value)
-                        if target.id in ("_NAMES", "_LAZY") and table is not None:
-                            module.lazy.update(table)
-                for call in ast.walk(child.value) if child.value is not None else ():
-                    if isinstance(call, ast.Call) and ast.unparse(call.func) == "lazy_names":
-                        table = _table(call.args[1], tables) if len(call.args) > 1 else None
-                        module.lazy.update(table or {})
+                    if isinstance(target, ast.Name) and target.id == "__all__" and child.value is not None:
+                        module.all = _strings(child.value)
             is_tc = isinstance(child, ast.If) and _is_type_checking(child)
             visit(child, deferred, type_checking or is_tc, top and not is_tc)
 
     visit(tree, False, False, True)
-    module.lazy = {
-        key: resolve(name, module.is_package, 1, value.lstrip(".")) for key, value in module.lazy.items()
-    }
+    module.lazy = stub_names(name, path)
     # names imported only for type checkers are still followed, to find where a name lives
     for imp in module.imports:
         if imp.type_checking and not imp.deferred and isinstance(imp.node, ast.ImportFrom):
             for alias in imp.node.names:
                 module.imported.setdefault(alias.asname or alias.name, (imp.source, alias.name))
     return module
+
+
+def stub_names(name: str, path: Path) -> dict[str, str]:
+    """A package's lazy names, read from the stub beside its ``__init__.py`` (``__init__.pyi``, what
+    ``lazy_loader.attach_stub`` reads): name -> the absolute module its ``from .module import name`` names."""
+    stub = path.with_suffix(".pyi")
+    if path.name != "__init__.py" or not stub.is_file():
+        return {}
+    found: dict[str, str] = {}
+    for node in ast.walk(ast.parse(stub.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            for alias in node.names:
+                found[alias.asname or alias.name] = resolve(name, True, 1, node.module)
+    return found
 
 
 def read_package(src: Path = DEFAULT_SRC) -> dict[str, Module]:
@@ -318,7 +293,7 @@ def read_package(src: Path = DEFAULT_SRC) -> dict[str, Module]:
 def home(
     modules: dict[str, Module], module: str, name: str, seen: frozenset[str] = frozenset()
 ) -> str | None:
-    """The module that defines ``name`` as ``module`` has it (following re-exports and lazy tables), the
+    """The module that defines ``name`` as ``module`` has it (following re-exports and lazy stubs), the
     submodule itself if ``name`` is one; None if it is not the package's (or not found)."""
     if module not in modules or module in seen:
         return None
@@ -365,21 +340,9 @@ def module_graph(
         for imp in info.imports:
             if (imp.deferred and not deferred) or (imp.type_checking and not type_checking):
                 continue
-            if imp.type_checking and _restates_lazy_table(info, imp):
-                continue  # an __init__'s lazy names spelled out for type checkers: its importers' arrows go home
             edges |= targets(modules, module, imp)
         graph[module] = edges - {module}
     return graph
-
-
-def _restates_lazy_table(info: Module, imp: Import) -> bool:
-    """Whether ``imp`` (in a package ``__init__``, under ``if TYPE_CHECKING:``) only names what the package's
-    lazy table already maps (for type checkers and the API reference): no arrow of its own."""
-    return (
-        info.is_package
-        and isinstance(imp.node, ast.ImportFrom)
-        and all((alias.asname or alias.name) in info.lazy for alias in imp.node.names)
-    )
 
 
 def room_of(module: str) -> str:

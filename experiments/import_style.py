@@ -9,12 +9,12 @@ The rules (``tests/test_layout.py`` checks them with :func:`violations`):
 
 * **Home or front door.** Every name a module imports from another module of the package comes from one
   place, its *source*: the outermost package on the way to the module that defines it (its home) whose
-  ``__init__`` exports it (``__all__`` or its table of lazy names) and that does not contain the
+  ``__init__`` exports it (``__all__`` or the lazy names of its ``__init__.pyi``) and that does not contain the
   importing module; else the home itself. So from outside a package a name comes through the
   package's ``__init__`` (``from ..run import finetune``), inside it from its home
   (``from .train import finetune``, never ``from . import finetune``), and a name a package does not
   export comes from its home. Which module defines a name is read with ``ast``, following re-exports
-  and lazy tables (``experiments/import_graph.py``).
+  and lazy stubs (``experiments/import_graph.py``).
 * **Private names stay private.** No module imports another module's underscored name
   (``from .paths import _masked_sdpa``), nor reads one off a module it imported
   (``paths._masked_sdpa``); dunder names (``__version__``) are not private.

@@ -27,10 +27,10 @@ from attendout.advise.spaces import SEARCH_SPACES, Choice, describe, grid_of, su
 from attendout.advise.storage import open_storage
 from attendout.cli import main
 from attendout.configfile import load_config, load_config_file, save_config
+from attendout.core.lock import process_start_time, this_host
 from attendout.methods import get_method_config
 from attendout.report.regime import EpochCurves
 from attendout.report.stats import detectable_difference, pooled_sd
-from attendout.run.lock import process_start_time, this_host
 from conftest import toy_cli_args, toy_train_config
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -1040,7 +1040,7 @@ def test_a_worker_waits_for_the_confirmation_runs_of_others_and_takes_over_a_dea
 def test_a_second_worker_waits_for_the_probe_another_process_trains(tiny_run, monkeypatch):
     """Issue 49: a worker started while another is in the regime stage waits, then reads its probe."""
     from attendout.advise import study as study_mod
-    from attendout.run.lock import LOCK_FILE
+    from attendout.core.lock import LOCK_FILE
 
     out = tiny_run["tmp"] / "shared-probe"
     first = advise(tiny_study(tiny_run, out, until="regime"))  # the probe another worker trained

@@ -208,7 +208,7 @@ def test_a_worker_takes_the_probe_folder_before_it_trains_the_probe(tmp_path):
     """Two workers started at once both saw the probe's folder free and both trained it: one failed on
     its lock ("in use by another run"). The worker that is to train it now takes the lock first."""
     from attendout.advise.study import _wait_for_probe
-    from attendout.run.lock import RunLock
+    from attendout.core.lock import RunLock
 
     run = tmp_path / "advice" / "regime"
     _wait_for_probe(SimpleNamespace(echo=print), run)
@@ -216,7 +216,7 @@ def test_a_worker_takes_the_probe_folder_before_it_trains_the_probe(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys; from attendout.run.lock import RunLock; print(RunLock(sys.argv[1]).holder())",
+            "import sys; from attendout.core.lock import RunLock; print(RunLock(sys.argv[1]).holder())",
             str(run),
         ],
         capture_output=True,

@@ -13,14 +13,14 @@ import attendout
 from attendout.attention import AttentionEdit, get_controller, record_attention, uninstall
 from attendout.cli import main
 from attendout.contract import ForwardEdits
+from attendout.core.optim import update
 from attendout.methods import AttendOutConfig, get_method_config
 from attendout.methods.attendout import generator as generator_mod
 from attendout.methods.attendout.game import GameScores, score_gap
 from attendout.methods.attendout.generator import Generator, reinforce_loss, unit_mask
 from attendout.methods.attendout.policy import GeneratorPolicy, rate_log_prob
-from attendout.methods.scheduled.schedule import fit_piecewise_linear, schedule_value
+from attendout.methods.schedules import fit_piecewise_linear, schedule_value
 from attendout.run.loop import TrainingLoop
-from attendout.run.optim import update
 from conftest import FAMILIES, save_tiny_model_dir, toy_cli_args, toy_train_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from attendout.cli import main
-from attendout.run.folder import CHECKPOINT_DIR, CHECKPOINT_FILE
-from attendout.run.lock import LOCK_FILE
+from attendout.core.folder import CHECKPOINT_DIR, CHECKPOINT_FILE
+from attendout.core.lock import LOCK_FILE
 from conftest import save_tiny_model_dir, snapshot, write_sentiment_csv
 
 

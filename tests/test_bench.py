@@ -20,7 +20,7 @@ import pytest
 from attendout.bench import Budget, ExperimentError, ResultsStore, load_experiment
 from attendout.bench.store import default_results_root
 from attendout.cli import main
-from attendout.run.lock import process_start_time
+from attendout.core.lock import process_start_time
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = """
@@ -640,7 +640,7 @@ def test_two_shards_at_the_same_time_complete_the_grid_exactly_once(tiny_run):
 
 def test_a_failing_cell_is_recorded_the_grid_goes_on_and_a_rerun_retries_it(tiny_run):
     from attendout.bench import prepare_cells, run_cells
-    from attendout.run.optim import TrainingError
+    from attendout.core.optim import TrainingError
 
     experiment = load_experiment(write_experiment(tiny_run))
     plan = prepare_cells(experiment, Budget(), check_data=False)

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from attendout.run.folder import CHECKPOINT_DIR, CHECKPOINT_FILE, CHECKPOINT_FORMAT, MANIFEST, load_checkpoint
+from attendout.core.folder import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_FILE,
+    CHECKPOINT_FORMAT,
+    MANIFEST,
+    load_checkpoint,
+)
 from attendout.run.loop import TrainingLoop, finetune
 from test_resume import KILL_AT, Killed, kill_at, run_config
 

@@ -14,7 +14,7 @@ import pytest
 import attendout.run.loop as train_mod
 from attendout.cli import main
 from attendout.config import TrainConfig
-from attendout.run.folder import CHECKPOINT_DIR
+from attendout.core.folder import CHECKPOINT_DIR
 from attendout.run.interrupt import Stopped
 from attendout.run.loop import TrainingLoop, finetune
 

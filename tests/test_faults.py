@@ -42,7 +42,7 @@ def hit():
     return calls["n"] == at
 
 
-import attendout.run.folder as rundir
+import attendout.core.folder as rundir
 import attendout.run.loop as train
 import attendout.run.runfolder as runfolder
 
@@ -232,7 +232,7 @@ def test_every_method_killed_at_every_kind_of_moment(toy, method, options):
 def test_a_kill_between_the_renames_of_a_model_save_is_recovered(tmp_path, monkeypatch):
     """save_model_atomic swaps folders with two renames; killed between them, the best model is only at
     .model.old: the next save (or a resume) puts it back."""
-    import attendout.run.folder as rundir
+    import attendout.core.folder as rundir
     from conftest import tiny_model
 
     class Tokenizer:

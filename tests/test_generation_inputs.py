@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from attendout.config import TrainConfig
-from attendout.run.limits import LimitError
+from attendout.core.limits import LimitError
 from attendout.run.loop import finetune
 from test_generation import GERMAN, SENTENCES  # the tiny parallel corpus both files train on
 

@@ -23,10 +23,10 @@ from transformers import TrainerCallback
 import attendout.run.runfolder as runfolder_mod
 import attendout.run.setup as setup_mod
 from attendout.cli import main
+from attendout.core.folder import CHECKPOINT_DIR
 from attendout.methods.addrop import ADDrop
 from attendout.methods.attendout.strategy import AttendOutStrategy
 from attendout.run import interrupt
-from attendout.run.folder import CHECKPOINT_DIR
 from attendout.run.interrupt import Stopped
 from attendout.run.loop import TrainingLoop, finetune
 from conftest import toy_cli_args

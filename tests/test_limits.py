@@ -24,8 +24,8 @@ from transformers import (
 
 from attendout.attention import supported_model_types
 from attendout.cli import main
+from attendout.core.limits import POSITIONS, LimitError, check_length, position_limit
 from attendout.methods import get_method_config
-from attendout.run.limits import POSITIONS, LimitError, check_length, position_limit
 from attendout.run.loop import TrainingLoop
 from conftest import VOCAB, tiny_config, toy_cli_args, toy_train_config
 from test_decoders import LLAMA, tiny_t5_config
@@ -95,7 +95,7 @@ def test_each_familys_limit_is_where_its_forward_stops_running(family, caplog):
     limit, hard = position_limit(config)
     if limit is None:  # nothing bounds the positions (T5's relative buckets): a long input runs
         assert family in ("t5", "mt5") and runs(config, 150)
-        with caplog.at_level(logging.WARNING, logger="attendout.run.limits"):
+        with caplog.at_level(logging.WARNING, logger="attendout.core.limits"):
             check_length(150, config)
         assert not caplog.records
         return
@@ -109,7 +109,7 @@ def test_each_familys_limit_is_where_its_forward_stops_running(family, caplog):
             check_length(limit + 1, config)
     else:  # computed positions: a longer input runs, and the length beyond training is a warning
         assert runs(config, limit + 1)
-        with caplog.at_level(logging.WARNING, logger="attendout.run.limits"):
+        with caplog.at_level(logging.WARNING, logger="attendout.core.limits"):
             check_length(limit + 1, config)
         assert f"more than the {limit} positions" in caplog.text
 
@@ -118,12 +118,12 @@ def test_a_tokenizers_model_max_length_below_the_length_is_a_warning(caplog):
     class Tokenizer:
         model_max_length = 32
 
-    with caplog.at_level(logging.WARNING, logger="attendout.run.limits"):
+    with caplog.at_level(logging.WARNING, logger="attendout.core.limits"):
         check_length(48, tiny_config("bert"), tokenizer=Tokenizer())
     assert "model_max_length 32" in caplog.text
     caplog.clear()
     Tokenizer.model_max_length = int(1e30)  # "no limit known"
-    with caplog.at_level(logging.WARNING, logger="attendout.run.limits"):
+    with caplog.at_level(logging.WARNING, logger="attendout.core.limits"):
         check_length(48, tiny_config("bert"), tokenizer=Tokenizer())
     assert not caplog.records
 

@@ -10,7 +10,7 @@ import torch
 import attendout
 from attendout.cli import main
 from attendout.methods import METHODS, ScheduledConfig, get_method_config
-from attendout.methods.scheduled.schedule import schedule_value
+from attendout.methods.schedules import schedule_value
 from attendout.run.loop import TrainingLoop
 from conftest import make_batch, no_dropout, tiny_model, toy_train_config
 

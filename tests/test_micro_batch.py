@@ -13,8 +13,8 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
+from attendout.core.optim import TrainingError
 from attendout.run.loop import TrainingLoop, finetune
-from attendout.run.optim import TrainingError
 from conftest import no_dropout, save_tiny_model_dir, toy_train_config
 
 

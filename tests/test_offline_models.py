@@ -169,7 +169,7 @@ def test_an_interrupted_setup_leaves_no_folder_and_the_next_run_finishes(registe
 
     with monkeypatch.context() as patch:
         patch.setattr(offline, "write_manifest", interrupted, raising=False)
-        patch.setattr("attendout.run.folder.write_manifest", interrupted)
+        patch.setattr("attendout.core.folder.write_manifest", interrupted)
         with pytest.raises(KeyboardInterrupt):
             setup_model(model.name, wheels=wheels, log=lambda line: None)
     home = tmp_path / "home"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from attendout.run.folder import CHECKPOINT_DIR, CHECKPOINT_FILE
+from attendout.core.folder import CHECKPOINT_DIR, CHECKPOINT_FILE
+from attendout.core.optim import TrainingError
 from attendout.run.loop import TrainingLoop, finetune
-from attendout.run.optim import TrainingError
 from attendout.run.runfolder import RunExistsError
 from conftest import toy_train_config
 

@@ -1,4 +1,4 @@
-"""Where a run directory stands (issue 61, part 1): one reader (:meth:`attendout.run.folder.RunDir.state`)
+"""Where a run directory stands (issue 61, part 1): one reader (:meth:`attendout.core.folder.RunDir.state`)
 tells a finished run from a stopped or unfinished one, and ``attendout predict`` / ``Predictor.load`` /
 the generation predictor refuse a run that is not finished (its state, its model's step, the command
 that finishes it), or with ``--allow-unfinished`` predict, warn, and record the run's state.
@@ -25,14 +25,14 @@ import pytest
 from attendout.cli import main
 from attendout.cli.finetune import config_from_args, finetune_argv, finishing_command, how_to_finish
 from attendout.config import TrainConfig
+from attendout.core.folder import CHECKPOINT_DIR, CHECKPOINT_FILE, RunDir
+from attendout.core.state import RUN_KINDS
 from attendout.predict.base import UnfinishedRunError
 from attendout.predict.classification import Predictor, write_predictions
 from attendout.predict.generation import GenerationPredictor
-from attendout.run.folder import CHECKPOINT_DIR, CHECKPOINT_FILE, RunDir
 from attendout.run.interrupt import Stopped
 from attendout.run.loop import TrainingLoop, finetune
 from attendout.run.runfolder import checkpoint_config
-from attendout.run.state import RUN_KINDS
 from attendout.tasks import Examples
 from conftest import toy_train_config
 from test_interrupt import signal_in_forward

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import attendout.run.folder as rundir
-import attendout.run.lock as runlock
+import attendout.core.folder as rundir
+import attendout.core.lock as runlock
 import attendout.run.runfolder as run_folder
 import attendout.run.setup as run_setup
 from attendout.cli import main
 from attendout.config import TrainConfig
-from attendout.run.folder import (
+from attendout.core.folder import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
     CHECKPOINT_SUMMARY,

@@ -13,9 +13,9 @@ import torch
 import attendout
 from attendout.attention import AttentionEdit, AttentionMethod
 from attendout.config import TrainConfig
+from attendout.core.optim import TrainingError
 from attendout.methods import MethodConfig, register_method
 from attendout.run.loop import TrainingLoop, finetune
-from attendout.run.optim import TrainingError
 from attendout.run.runfolder import RunExistsError
 from conftest import toy_train_config
 

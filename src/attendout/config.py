@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
 from typing import Any
 
+from .encoding.truncation import TRUNCATIONS
 from .methods import MethodConfig, get_method_config
 from .models import ScratchSize
 from .tasks import LM, SEQ2SEQ, Examples, TaskData, carve_validation, check_training_splits, subsample
@@ -29,14 +30,12 @@ __all__ = [
     "DEVICE_TYPES",
     "NEUTRAL_OPTIONS",
     "RESUME_MUST_MATCH",
-    "TRUNCATIONS",
     "TrainConfig",
     "check_device_name",
     "split_for_training",
 ]
 
 #: How texts longer than max_length are cut (``truncation``; :mod:`attendout.encoding.classification` cuts them).
-TRUNCATIONS = ("auto", "head-tail", "head", "sliding")
 #: The device types a ``device`` setting may name (besides "auto").
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 _DEVICE_NAME = re.compile(r"(cpu|cuda|mps)(?::(0|[1-9][0-9]*))?")

@@ -103,7 +103,7 @@ def save_config(
     path: str | Path, config: MethodConfig, training: Mapping[str, Any] | None = None, header: str = ""
 ) -> Path:
     """Write ``config`` (and training fields) as a file :func:`load_config_file` reads; atomically."""
-    from .run import write_text_atomic
+    from .core.folder import write_text_atomic
 
     method = {k: v for k, v in config.to_dict().items() if v is not None}
     data: dict[str, Any] = {"method": method}

@@ -70,9 +70,10 @@ from transformers import TrainerCallback
 from .attention.deberta import install_hooks as _deberta  # noqa: F401  (importing it registers DeBERTa's route)
 from .attention.mpnet import install_hooks as _mpnet  # noqa: F401  (importing it registers MPNet's route)
 from .contract import Distributed, LoopContext, StepInfo
+from .core.limits import check_length
 from .methods import METHODS, MethodConfig, TrainingStrategy, get_method_config, prepare
 from .methods.registry import build_strategy
-from .run import Stopped, agreed, check_length, deferred, requested
+from .run import Stopped, agreed, deferred, requested
 
 __all__ = ["CollatedSource", "Seq2SeqTrainer", "Trainer"]
 

@@ -242,7 +242,7 @@ def confirm_experiment(
 
 
 def write_experiment(path: Path, data: dict[str, Any]) -> Experiment:
-    from ..run import write_text_atomic
+    from ..core.folder import write_text_atomic
 
     header = (
         "The confirmation grid of attendout advise (written by it; rerun advise to change it).\n"

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.folder import RunDir
 from ..report.stats import pooled_sd
-from ..run import RunDir
 from ..tasks import higher_is_better
 from .plan import OBJECTIVES, MethodSearch, SearchPlan
 from .power import comparison_sd

@@ -43,8 +43,11 @@ from typing import Any
 
 from ..bench.store import has_checkpoint
 from ..config import TrainConfig
-from ..run import CHECKPOINT_DIR, Owner, RunDir, TrainingError, exclusive, finetune
+from ..core.folder import CHECKPOINT_DIR, RunDir
+from ..core.lock import Owner, exclusive
+from ..core.optim import TrainingError
 from ..run import check as raise_if_stopped
+from ..run import finetune
 from .objective import (
     Measured,
     measured,

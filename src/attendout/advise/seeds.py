@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..run import write_json_atomic
+from ..core.folder import write_json_atomic
 from .power import CONFIDENCE, Noise, seeds_needed
 from .scales import default_detect, describe_amount, in_metric_units
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..run import exclusive
+from ..core.lock import exclusive
 
 __all__ = ["DRIVERS", "asking", "open_storage", "with_driver"]
 

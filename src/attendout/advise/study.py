@@ -43,8 +43,10 @@ from typing import Any
 
 from ..bench import config_fingerprint
 from ..config import TrainConfig, split_for_training
-from ..run import LOG_FILE, RunBusyError, RunDir, RunLock, finetune, load_data, write_json_atomic
+from ..core.folder import LOG_FILE, RunDir, write_json_atomic
+from ..core.lock import RunBusyError, RunLock
 from ..run import check as raise_if_stopped
+from ..run import finetune, load_data
 from .answer import Verdict, verdict
 from .confirm import (
     Confirmation,
@@ -297,7 +299,7 @@ def _answer(
     tuned: dict[str, dict[str, Any]],
 ) -> Advice:
     """Stage 4: the verdict, and the files that give it: the settings, advice.png, advice.md, advice.json."""
-    from ..run import write_text_atomic
+    from ..core.folder import write_text_atomic
     from ..version import __version__
 
     out = config.out
@@ -361,16 +363,13 @@ def _kept_before_acting(out: Path, confirmation: Confirmation, methods: list[str
     compares plain fine-tuning with itself."""
     from ..run.record import kept_before_acting
 
-    def read(path: Path) -> dict[str, Any]:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    def kept_before(run: RunDir) -> bool:
+        return kept_before_acting(run.read_results(), run.read_config() if run.config.is_file() else {})
 
     lines = []
     for method in methods:
-        search = [
-            kept_before_acting(read(run / "results.json"), read(run / "config.json"))
-            for run in sorted((out / "search" / method).glob("trial-*/seed-*"))
-            if (run / "results.json").is_file()
-        ]
+        runs = [RunDir(path) for path in sorted((out / "search" / method).glob("trial-*/seed-*"))]
+        search = [kept_before(run) for run in runs if run.results.is_file()]
         confirmed = [
             kept_before_acting(run.results, run.config)
             for run in (confirmation.table.runs.values() if confirmation.table is not None else ())

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..run import RunDir
+from ..core.folder import RunDir
 from .objective import measured, reference_dir
 from .regime import RegimeReading, Trend, read_trend
 from .scales import plain_name

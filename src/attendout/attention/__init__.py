@@ -39,57 +39,6 @@ The package, by module (each imports only those above it, ``tests/test_layout.py
   which register themselves (the modules above never import them).
 """
 
-from .call import (
-    AttentionCall,
-    AttentionEdit,
-    AttentionMethod,
-    AttentionRecorder,
-    CombinedEdits,
-    MethodHost,
-    RandomDrops,
-    RateMeter,
-    combine_edits,
-    own_edit,
-    query_rows,
-    rewrites_scores,
-)
-from .controller import Controller, get_controller, layer_key_valid, register_route
-from .families import FAMILIES, Family, UnsupportedModelError, causal_mask, is_causal, supported_model_types
-from .hook import HOOK_NAME, attendout_attention, install, uninstall
-from .paths import BLOCK_BYTES, allowed_keys, empty_rows, no_key_rows_zero, uniform_weights
-from .recording import record_attention
+import lazy_loader
 
-__all__ = [
-    "BLOCK_BYTES",
-    "FAMILIES",
-    "HOOK_NAME",
-    "AttentionCall",
-    "AttentionEdit",
-    "AttentionMethod",
-    "AttentionRecorder",
-    "CombinedEdits",
-    "Controller",
-    "Family",
-    "MethodHost",
-    "RandomDrops",
-    "RateMeter",
-    "UnsupportedModelError",
-    "allowed_keys",
-    "attendout_attention",
-    "causal_mask",
-    "combine_edits",
-    "empty_rows",
-    "get_controller",
-    "install",
-    "is_causal",
-    "layer_key_valid",
-    "no_key_rows_zero",
-    "own_edit",
-    "query_rows",
-    "record_attention",
-    "register_route",
-    "rewrites_scores",
-    "supported_model_types",
-    "uniform_weights",
-    "uninstall",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

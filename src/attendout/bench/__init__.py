@@ -9,38 +9,6 @@ The command line is ``attendout bench EXPERIMENT`` (``--dry-run`` lists and chec
 ``attendout table EXPERIMENT`` (see :mod:`attendout.report`).
 """
 
-from .parse import find_experiment, load_experiment
-from .plan import GridPlan, format_listing, parse_shard, prepare_cells
-from .runner import RunSummary, run_cells
-from .spec import (
-    Budget,
-    Cell,
-    Experiment,
-    ExperimentError,
-    MethodSpec,
-    ModelSpec,
-    TaskSpec,
-    config_fingerprint,
-)
-from .store import ResultsStore, default_results_root
+import lazy_loader
 
-__all__ = [
-    "Budget",
-    "Cell",
-    "Experiment",
-    "ExperimentError",
-    "GridPlan",
-    "MethodSpec",
-    "ModelSpec",
-    "ResultsStore",
-    "RunSummary",
-    "TaskSpec",
-    "config_fingerprint",
-    "default_results_root",
-    "find_experiment",
-    "format_listing",
-    "load_experiment",
-    "parse_shard",
-    "prepare_cells",
-    "run_cells",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..run import write_json_atomic
+from ..core.folder import write_json_atomic
 from .spec import Cell
 
 __all__ = ["JobLog"]

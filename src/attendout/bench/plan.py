@@ -19,7 +19,15 @@ from ..config import TrainConfig
 from .spec import Budget, Cell, Experiment, ExperimentError
 from .store import ResultsStore
 
-__all__ = ["CellCheck", "GridPlan", "format_listing", "set_up_first", "parse_selection", "parse_shard", "prepare_cells"]
+__all__ = [
+    "CellCheck",
+    "GridPlan",
+    "format_listing",
+    "set_up_first",
+    "parse_selection",
+    "parse_shard",
+    "prepare_cells",
+]
 
 
 def parse_shard(text: str | None) -> tuple[int, int]:
@@ -175,9 +183,9 @@ def prepare_cells(
 
 
 def _check_limits(cell: Cell, model: CellCheck) -> str | None:
-    """The cell's lengths beyond its model's or method's limits (:func:`attendout.run.limits.check_lengths`:
+    """The cell's lengths beyond its model's or method's limits (:func:`attendout.core.limits.check_lengths`:
     a generation task's block, targets and decoded outputs too)."""
-    from ..run import LimitError, check_lengths
+    from ..core.limits import LimitError, check_lengths
     from ..tasks import DataError, get_task
 
     if cell.config is None or model.model_config is None:

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import TrainConfig
-from ..run import CELL_FILE, RESULTS_FILE, CheckpointError, RunDir, StorageError, finetune
+from ..core.folder import CELL_FILE, RESULTS_FILE, CheckpointError, RunDir, StorageError
 from ..run import check as raise_if_stopped
+from ..run import finetune
 from .claims import HEARTBEAT_S, Claim
 from .plan import GridPlan
 from .spec import Cell, ExperimentError, config_fingerprint

@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..run import Stopped, handling, pid_alive, write_json_atomic
+from ..core.folder import write_json_atomic
+from ..core.lock import pid_alive
+from ..run import Stopped, handling
 from .celltask import CellTask
 from .runner import BenchJob
 from .spec import Cell

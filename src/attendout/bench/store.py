@@ -45,7 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..run import Owner, RunDir, process_start_time, this_host
+from ..core.folder import RunDir
+from ..core.lock import Owner, process_start_time, this_host
 from .claims import (
     HEARTBEAT_S,
     STALE_AFTER_S,
@@ -174,7 +175,7 @@ class ResultsStore:
 
     # claims -----------------------------------------------------------------------------------
     def claim_is_stale(self, info: ClaimInfo, path: Path) -> bool:
-        """Whether the claim's owner is gone (:meth:`attendout.run.lock.Owner.alive`; the claim file's mtime
+        """Whether the claim's owner is gone (:meth:`attendout.core.lock.Owner.alive`; the claim file's mtime
         is its heartbeat)."""
         heartbeat = None
         if info.host != self.host:
@@ -376,8 +377,8 @@ def read_predictions(folder: Path, split: str) -> list[dict[str, Any]] | None:
 def has_checkpoint(work: Path) -> bool:
     """Whether the work folder ``work`` holds a training checkpoint to resume from.
 
-    The rule of ``finetune --resume``, as the run's state reads it (:meth:`attendout.run.folder.RunDir.state`,
-    its ``checkpoint``: :func:`attendout.run.folder.checkpoint_status`): a checkpoint whose manifest lists
+    The rule of ``finetune --resume``, as the run's state reads it (:meth:`attendout.core.folder.RunDir.state`,
+    its ``checkpoint``: :func:`attendout.core.folder.checkpoint_status`): a checkpoint whose manifest lists
     every file at its size (or one written before manifests, with its state.pt). An incomplete one is
     not a checkpoint: the cell trains afresh. The bytes themselves are checked by the resume, which
     refuses a corrupt checkpoint (the runner then trains the cell afresh).

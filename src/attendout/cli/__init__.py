@@ -118,7 +118,7 @@ _USAGE_ERRORS = (
     ("attendout.attention.families", "UnsupportedModelError"),
     ("attendout.models.loading", "ModelNotFoundError"),
     ("attendout.run.runfolder", "RunExistsError"),
-    ("attendout.run.lock", "RunBusyError"),
+    ("attendout.core.lock", "RunBusyError"),
 )
 
 #: Commands that load no model: they skip quieting transformers (importing it costs most of a second).
@@ -163,13 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(error, (*_loaded(*_USAGE_ERRORS), ValueError)):
             print(f"attendout: error: {error}", file=sys.stderr)
             return EXIT_USAGE
-        if isinstance(error, _loaded(("attendout.run.optim", "TrainingError"))):
+        if isinstance(error, _loaded(("attendout.core.optim", "TrainingError"))):
             print(f"attendout: training failed: {error}", file=sys.stderr)
             return 1
         if isinstance(
             error, OSError
         ):  # a file that cannot be read or written: a full disk, a path through a file
-            from ..run import describe_os_error
+            from ..core.folder import describe_os_error
 
             print(f"attendout: error: {describe_os_error(error)}", file=sys.stderr)
             return 1

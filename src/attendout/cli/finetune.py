@@ -25,7 +25,7 @@ from .flags import (
 )
 
 if TYPE_CHECKING:
-    from ..run import RunState
+    from ..core.state import RunState
 
 
 def parser_for(method: str | None) -> argparse.ArgumentParser:
@@ -224,7 +224,7 @@ def _finetune_flags(values: Mapping[str, Any], output_dir: str | os.PathLike) ->
 
 def finishing_command(state: RunState) -> list[str] | None:
     """The ``attendout finetune`` command (argv) that finishes the run whose state is ``state`` (a
-    :class:`~attendout.run.state.RunState`): its own options (:func:`finetune_argv`) and ``--resume`` when
+    :class:`~attendout.core.state.RunState`): its own options (:func:`finetune_argv`) and ``--resume`` when
     it is stopped; unfinished, the command that starts it again (with ``--overwrite`` when its checkpoint
     cannot be used, which ``--resume`` refuses). None: finished, or no command line gives its options."""
     if state.finished or state.settings is None:
@@ -242,23 +242,20 @@ def finishing_command(state: RunState) -> list[str] | None:
 def how_to_finish(state: RunState) -> str:
     """What to run to finish the run whose state is ``state``, in the words a stopped ``finetune``
     prints (:func:`go_on`), for a refusal to use a run that is not finished (``attendout predict``)."""
-    if state.finished:
-        return "nothing: it finished"
-    if state.writer() is not None:
-        return "wait for it to end"
     command = finishing_command(state)
-    if command is not None:
-        return go_on(command[2:], resumable=state.resumable)
-    from ..run import RunDir
+    if state.finished or state.writer() is not None or command is None:
+        from ..core.folder import RunDir
 
-    why = (
-        f"{RunDir(state.path).config} cannot be read"
-        if state.settings is None
-        else "no command line gives its options (a run started from Python)"
-    )
-    if state.resumable:
-        return f"to go on: run what started it again with --resume (Python: resume=True); {why}"
-    return f"nothing was saved to resume from; to start again: run what started it again; {why}"
+        words = state.how_to_go_on()
+        if state.finished or state.writer() is not None:
+            return words
+        why = (
+            f"{RunDir(state.path).config} cannot be read"
+            if state.settings is None
+            else "no command line gives its options (a run started from Python)"
+        )
+        return f"{words}; {why}"
+    return go_on(command[2:], resumable=state.resumable)
 
 
 def go_on(argv: list[str], resumable: bool) -> str:

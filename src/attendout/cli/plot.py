@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..run import LOG_FILE, RunDir
+from ..core.folder import LOG_FILE, RunDir
 
 
 def main(argv: list[str]) -> int:

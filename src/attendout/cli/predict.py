@@ -97,17 +97,23 @@ def main(argv: list[str]) -> int:
             "--text-columns, --label-column and --format describe an --input file, not a --split"
         )
 
-    predictor = Predictor.load(
-        args.model,
-        max_length=args.max_length,
-        batch_size=args.batch_size,
-        device=args.device,
-        precision=args.precision,
-        progress=args.progress,
-        num_beams=args.num_beams,
-        max_new_tokens=args.max_new_tokens,
-        allow_unfinished=args.allow_unfinished,
-    )
+    from ..predict import UnfinishedRunError
+    from .finetune import how_to_finish
+
+    try:
+        predictor = Predictor.load(
+            args.model,
+            max_length=args.max_length,
+            batch_size=args.batch_size,
+            device=args.device,
+            precision=args.precision,
+            progress=args.progress,
+            num_beams=args.num_beams,
+            max_new_tokens=args.max_new_tokens,
+            allow_unfinished=args.allow_unfinished,
+        )
+    except UnfinishedRunError as refused:  # the command line names the command that finishes the run
+        raise refused.saying(how_to_finish(refused.state)) from None
     if not isinstance(predictor, Predictor):  # a generation run (lm, seq2seq)
         from ..predict import predict_main
 

@@ -37,32 +37,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import TRUNCATIONS
 from ..tasks import LM, MULTIPLE_CHOICE, REGRESSION, SEQ2SEQ, TOKEN_CLASSIFICATION, Examples
 from .batches import Batches
 from .generation import GenerationOptions, LMEncoded, Seq2SeqEncoded
+from .truncation import TRUNCATIONS, head_tail_sizes
 
 __all__ = [
-    "TRUNCATIONS",
     "ChoiceEncoded",
     "Encoded",
     "TokenEncoded",
     "Windows",
     "encode",
-    "head_tail_sizes",
     "predict_batches",
     "truncation_summary",
 ]
 
-#: Truncation strategies for texts longer than max_length (see the module docstring).
 IGNORE_INDEX = -100  # label of a word piece that is not a word's first (ignored by the loss)
-
-
-def head_tail_sizes(max_length: int) -> tuple[int, int]:
-    """(head, tail) word pieces kept of a long text: a quarter and three quarters of ``max_length - 2``."""
-    room = max_length - 2
-    head = room // 4
-    return head, room - head
 
 
 class Encoded(Batches):

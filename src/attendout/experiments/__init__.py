@@ -6,49 +6,19 @@
 
 from __future__ import annotations
 
+import importlib
 import warnings
+from typing import Any
 
-from ..bench import (
-    Budget,
-    Cell,
-    Experiment,
-    ExperimentError,
-    GridPlan,
-    MethodSpec,
-    ModelSpec,
-    ResultsStore,
-    RunSummary,
-    TaskSpec,
-    config_fingerprint,
-    default_results_root,
-    find_experiment,
-    format_listing,
-    load_experiment,
-    parse_shard,
-    prepare_cells,
-    run_cells,
-)
+from ..bench import __all__ as __all__
 
-__all__ = [
-    "Budget",
-    "Cell",
-    "Experiment",
-    "ExperimentError",
-    "GridPlan",
-    "MethodSpec",
-    "ModelSpec",
-    "ResultsStore",
-    "RunSummary",
-    "TaskSpec",
-    "config_fingerprint",
-    "default_results_root",
-    "find_experiment",
-    "format_listing",
-    "load_experiment",
-    "parse_shard",
-    "prepare_cells",
-    "run_cells",
-]
+
+def __getattr__(name: str) -> Any:
+    """A moved name, from :mod:`attendout.bench`."""
+    if name in __all__:
+        return getattr(importlib.import_module("attendout.bench"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 warnings.warn(
     "attendout.experiments moved to attendout.bench; the old path goes on 2027-03-01",

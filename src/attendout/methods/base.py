@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..attention import AttentionMethod, Controller, install
+from ..attention import AttentionMethod, Controller, install, uninstall
 from ..attention.deberta import install_hooks as _deberta  # noqa: F401  (registers DeBERTa's attention route)
 from ..attention.mpnet import install_hooks as _mpnet  # noqa: F401  (registers MPNet's attention route)
 from ..contract import LoopContext, StepInfo
@@ -102,7 +102,7 @@ class TrainingStrategy:
 
         A group with its own ``lr`` keeps it; the others get the loop's learning rate.
         """
-        from ..run import param_groups
+        from ..core.optim import param_groups
 
         return param_groups(model, weight_decay)
 
@@ -158,7 +158,7 @@ class TrainingStrategy:
         Default: ``save_pretrained``, a plain `transformers` checkpoint. Methods that change the
         architecture (Synthesizer) save their own documented form and load it in :meth:`load_best`.
         """
-        from ..run import save_model_atomic
+        from ..core.folder import save_model_atomic
 
         save_model_atomic(self.eval_model(), tokenizer, path)
 
@@ -256,6 +256,11 @@ def apply(
         raise TypeError("pass options either in the config or as keywords with a method name, not both")
     _refuse_stacking(model, [config])
     return _attach(model, config)
+
+
+def remove(model: nn.Module) -> None:
+    """Remove every attendout method and the hook from ``model`` (it is stock again)."""
+    uninstall(model)
 
 
 def _attach(model: nn.Module, config: MethodConfig) -> MethodHandle:

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..run import LimitError
+from ..core.limits import LimitError
 from ..typecheck import check_fields
 
 __all__ = ["MethodConfig", "check_probability", "layers_field", "parse_layers"]
@@ -83,9 +83,9 @@ class MethodConfig:
         check_fields(self, self.name)
 
     def check_limits(self, max_length: int, model_config: Any, *, setting: str = "--max-length") -> None:
-        """Raise a ValueError (:class:`attendout.run.limits.LimitError`) if this method cannot act on inputs
+        """Raise a ValueError (:class:`attendout.core.limits.LimitError`) if this method cannot act on inputs
         of ``max_length`` tokens of the model ``model_config`` describes. Default: its ``layers`` must
-        exist. Called before training (:func:`attendout.run.limits.check_length`)."""
+        exist. Called before training (:func:`attendout.core.limits.check_length`)."""
         from ..attention.families import stack_sizes  # torch: only where a model is at hand
 
         layers = getattr(self, "layers", None)

@@ -22,10 +22,10 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from ..tasks import LM, SEQ2SEQ
+
 __all__ = [
     "IGNORE_INDEX",
-    "LM",
-    "SEQ2SEQ",
     "generation_kind",
     "label_log_likelihood",
     "predicted_token_target",
@@ -33,7 +33,6 @@ __all__ = [
 ]
 
 IGNORE_INDEX = -100
-LM, SEQ2SEQ = "lm", "seq2seq"
 
 
 def generation_kind(model: nn.Module) -> str | None:

@@ -258,7 +258,7 @@ def check_model_folder(folder: str | os.PathLike) -> None:
     """
     from safetensors import SafetensorError, safe_open
 
-    from ..run import MANIFEST, verify_folder
+    from ..core.folder import MANIFEST, verify_folder
 
     folder = Path(folder)
     if (folder / MANIFEST).is_file():

@@ -266,7 +266,7 @@ def not_set_up(name: str) -> str:
 
 
 def _check(path: Path, expected: str, what: str) -> None:
-    from ..run import sha256_of
+    from ..core.folder import sha256_of
 
     actual = sha256_of(path)
     if actual != expected:
@@ -470,8 +470,7 @@ def setup_model(
     which becomes ``home/<name>`` with one rename when every file is checked and the manifest written;
     on any error the partial folder is removed and nothing is left at ``home/<name>``.
     """
-    from ..run import write_json_atomic
-    from ..run.folder import write_manifest
+    from ..core.folder import write_json_atomic, write_manifest
 
     model = OFFLINE_MODELS.get(name)
     if model is None:

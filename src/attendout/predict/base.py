@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import TrainConfig, split_for_training
-from ..run import RunDir, RunState, autocast_dtype, load_data, pick_device
+from ..core.folder import RunDir
+from ..core.state import RunState
+from ..run import autocast_dtype, load_data, pick_device
 from ..tasks import Examples, Task
 
 if TYPE_CHECKING:
@@ -49,11 +51,23 @@ class PredictError(ValueError):
 
 
 class UnfinishedRunError(PredictError):
-    """A run directory that is not finished (stopped, or unfinished): ``state`` says where it stands."""
+    """A run directory that is not finished (stopped, or unfinished): ``state`` says where it stands.
 
-    def __init__(self, message: str, state: RunState) -> None:
-        super().__init__(message)
-        self.state = state
+    Its one line names the run's state, its kept model's step and what finishes it: in the state's own
+    words (:meth:`~attendout.core.state.RunState.how_to_go_on`), or in the words given to :meth:`saying`
+    (the command line names the exact command, :func:`attendout.cli.finetune.how_to_finish`)."""
+
+    def __init__(self, path: Path, state: RunState, finish: str | None = None) -> None:
+        super().__init__(
+            f"run {path} is not finished: {state.describe()}; {state.weights()}; "
+            f"{finish or state.how_to_go_on()}; or pass --allow-unfinished (Python: allow_unfinished=True) "
+            "to predict with that model as it is"
+        )
+        self.path, self.state = path, state
+
+    def saying(self, finish: str) -> UnfinishedRunError:
+        """The same refusal, saying ``finish`` for what finishes the run."""
+        return UnfinishedRunError(self.path, self.state, finish)
 
 
 def check_finished(path: Path, allow_unfinished: bool = False) -> RunState | None:
@@ -64,24 +78,18 @@ def check_finished(path: Path, allow_unfinished: bool = False) -> RunState | Non
     says the run is not finished and which step's weights predict, and the state comes back for the
     outputs to record (``run_state``).
     """
-    from ..cli.finetune import how_to_finish  # the words of a stopped finetune's line, and its flags
-
     state = RunDir(path).state()
     if state.finished:
         return None
     if not allow_unfinished:
-        raise UnfinishedRunError(
-            f"run {path} is not finished: {state.describe()}; {state.weights()}; {how_to_finish(state)}; or pass "
-            "--allow-unfinished (Python: allow_unfinished=True) to predict with that model as it is",
-            state,
-        )
+        raise UnfinishedRunError(path, state)
     step = "a step its files do not say" if state.best_step is None else f"step {state.best_step}"
     logger.warning(
         "run %s is not finished (%s): predicting with the weights of %s; %s",
         path,
         state.describe(),
         step,
-        how_to_finish(state),
+        state.how_to_go_on(),
     )
     return state
 

@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from ..core.limits import LimitError, check_length, position_limit
+from ..core.state import RunState
 from ..encoding import encode, predict_batches
-from ..run import LimitError, RunState, check_length, position_limit
 from ..tasks import (
     CLASSIFICATION,
     MULTIPLE_CHOICE,
@@ -78,7 +79,7 @@ class Predictions:
     tag probability; multiple choice: the options' probabilities [n, options]); ``label_names``: the
     class or tag names (None for regression and multiple choice); ``loss``: the mean loss when the
     examples had labels; ``kind``: the task kind; ``run_state``: where the run stood, when its model is
-    of a run that is not finished (:meth:`attendout.run.folder.RunState.to_dict`; else None).
+    of a run that is not finished (:meth:`attendout.core.folder.RunState.to_dict`; else None).
     """
 
     predictions: Any

@@ -33,9 +33,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core.state import RunState
 from ..encoding import GenerationOptions, LMEncoded, Seq2SeqEncoded
 from ..models import end_of_sequence
-from ..run import RunState
 from ..tasks import LM, SEQ2SEQ, DataError, Examples, Seq2SeqExamples, Task, compute_metrics, is_generation
 from ..tasks.generation import LM_FILE_TASK, SEQ2SEQ_FILE_TASK, read_documents, read_parallel
 from .base import (
@@ -366,10 +366,10 @@ def _ready_tokenizer(tokenizer: Any, model: nn.Module, model_dir: Path, kind: st
 def _check_lengths(
     model: nn.Module, tokenizer: Any, kind: str, max_length: int, new: int, source: str
 ) -> None:
-    """The lengths predict sends through ``model`` (:func:`~attendout.run.limits.check_lengths`), before any
+    """The lengths predict sends through ``model`` (:func:`~attendout.core.limits.check_lengths`), before any
     work: a scored block or a source, and the tokens decoded (for lm: beside a prompt)."""
+    from ..core.limits import check_lengths
     from ..methods.synthesizer import get_synthesizer
-    from ..run import check_lengths
 
     synthesizer = get_synthesizer(model)
     check_lengths(

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..bench import Budget, Cell, Experiment, MethodSpec, ModelSpec, ResultsStore, TaskSpec
 from ..bench.store import read_predictions
-from ..run import RunDir
+from ..core.folder import RunDir
 from ..tasks import METRICS, better, higher_is_better
 from ..tasks.metrics import sequences_array
 from .stats import (

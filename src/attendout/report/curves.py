@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..run import LOG_FILE, RESULTS_FILE, RUN_CONFIG_FILE, RunDir
+from ..core.folder import LOG_FILE, RESULTS_FILE, RUN_CONFIG_FILE, RunDir
 from ..tasks import higher_is_better
 
 __all__ = ["convergence_figure", "group_runs", "main_metric", "read_log", "validation_curve"]

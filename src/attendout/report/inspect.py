@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..core.folder import RunDir
 from ..methods.addrop import attribute, candidate_region, sample_drops
-from ..run import RunDir
 
 __all__ = ["Inspection", "inspect_text", "plot_inspection"]
 

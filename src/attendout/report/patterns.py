@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..methods.attendout import read_drop_pattern
-from ..run import RunDir
+from ..core.folder import RunDir
+from ..methods.droplog import read_drop_pattern
 from .curves import option_details
 
 __all__ = ["is_attendout_run", "is_control_run", "pair_controls", "panel_labels", "pattern_figure"]

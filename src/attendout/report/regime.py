@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..run import CELL_FILE, LOG_FILE, RUN_CONFIG_FILE, RunDir
+from ..core.folder import CELL_FILE, LOG_FILE, RUN_CONFIG_FILE, RunDir
 from ..tasks import higher_is_better
 from .curves import main_metric, read_log
 

@@ -13,6 +13,7 @@ nondeterministic kernels may make the continuation differ slightly).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -24,17 +25,24 @@ import torch
 from tqdm.auto import tqdm
 
 from ..config import TrainConfig
-from ..contract import StepInfo
+from ..contract import LoopContext, StepInfo
+from ..core.folder import CHECKPOINT_DIR, CHECKPOINT_FORMAT
+from ..core.optim import micro_batches, update
 from ..encoding import Encoded, predict_batches
 from ..tasks import CLASSIFICATION, LM, better, compute_metrics
-from .devices import check_batches_fit_processes, mixed_precision, process_group, rng_state, shard
+from .devices import (
+    check_batches_fit_processes,
+    mixed_precision,
+    process_group,
+    rng_state,
+    set_rng_state,
+    shard,
+)
 from .evalstop import EvaluationStopped
-from .folder import CHECKPOINT_DIR
 from .interrupt import Stopped, agreed, deferred
-from .optim import micro_batches, update
 from .record import config_record, kept_before_acting_warning, results_record
-from .runfolder import RunFolder, TrainState, checkpoint_contents, restore_checkpoint, single_class
-from .setup import budget, loop_context, make_optimizer, set_up, wrap_model
+from .runfolder import RunFolder, TrainState, checkpoint_config, single_class
+from .setup import budget, make_optimizer, set_up, wrap_model
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +72,7 @@ class TrainingLoop:
         self.optimizer, self.scheduler = self.make_optimizer(self.model)
         self.autocast_dtype, self.scaler = mixed_precision(c.precision, self.device)
         self.state = TrainState()
-        self.loop = loop_context(self)  # what the loop gives the method
+        self.loop = self.context()  # what the loop gives the method
         self.strategy.start(self.loop)
         self.running: list[Any] = []  # losses since the last log line
         self.elapsed_before = 0.0  # training seconds before a resume
@@ -73,8 +81,29 @@ class TrainingLoop:
         with self.run.taking():
             checkpoint = self.run.take(self.device)
             if checkpoint is not None:
-                restore_checkpoint(self, checkpoint)
-            self.run.write_config(lambda: config_record(self))
+                self.restore(checkpoint)
+            self.run.write_config(
+                lambda: config_record(
+                    c,
+                    inputs,
+                    (self.steps_per_epoch, self.total_steps),
+                    self.device,
+                    self.distributed.world_size,
+                )  # fmt: skip
+            )
+
+    def context(self) -> LoopContext:
+        """What the loop gives a method (see :mod:`attendout.contract`)."""
+        c = self.config
+        return LoopContext(
+            device=self.device, total_steps=max(1, self.total_steps),  # 0 (zero-shot): no step is taken
+            steps_per_epoch=self.steps_per_epoch, optimizer=self.optimizer, scheduler=self.scheduler,
+            make_optimizer=self.make_optimizer, autocast_dtype=self.autocast_dtype,
+            max_grad_norm=c.max_grad_norm, seed=c.seed, data_seed=c.data_seed, task=self.task,
+            validation=self.validation_set, splits=self.eval_sets, eval_batch_size=c.eval_batch_size,
+            loss_scale=self.scaler.get_scale if self.scaler.is_enabled() else None,
+            distributed=self.distributed, wrap=self.wrap, loop="attendout",
+        )  # fmt: skip
 
     # checkpoints ------------------------------------------------------------------------------
     def save_checkpoint(self, rng: dict[str, Any] | None = None) -> None:
@@ -85,7 +114,41 @@ class TrainingLoop:
             "total_steps": self.total_steps,
             "best_step": self.state.best_step,
         }
-        self.run.save_checkpoint(lambda: checkpoint_contents(self, rng), self.state.step, summary)
+        self.run.save_checkpoint(lambda: self.checkpoint_contents(rng), self.state.step, summary)
+
+    def checkpoint_contents(self, rng: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What a checkpoint holds now (its format: :data:`~attendout.core.folder.CHECKPOINT_FORMAT`): the
+        loop's whole state; ``rng``: the random generators' state to record (default: as they are now)."""
+        elapsed = self.elapsed_before + (0.0 if self.started is None else time.time() - self.started)
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": checkpoint_config(self.config),
+            "state": dataclasses.asdict(self.state),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "strategy": self.strategy.state_dict(),
+            "best_state": self.run.best_state,
+            "running": [float(x) for x in self.running],
+            "elapsed": elapsed,
+            "rng": rng if rng is not None else rng_state(self.device),
+        }
+
+    def restore(self, checkpoint: dict[str, Any]) -> None:
+        """Go on from ``checkpoint`` (:meth:`checkpoint_contents`'s), as if the run had never stopped."""
+        self.state = TrainState(**checkpoint["state"])
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        self.scaler.load_state_dict(checkpoint["scaler"])
+        self.strategy.load_state_dict(checkpoint["strategy"])
+        if checkpoint["best_state"] is not None:
+            self.run.best_state = checkpoint["best_state"]
+        self.running = [torch.tensor(x, device=self.device) for x in checkpoint["running"]]  # beside new ones
+        self.elapsed_before = float(checkpoint["elapsed"])
+        set_rng_state(checkpoint["rng"], self.device)
+        logger.info("resuming %s at step %d of %d", self.run.path, self.state.step, self.total_steps)
 
     # training ---------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -146,7 +209,7 @@ class TrainingLoop:
             self.save_checkpoint()
 
     def micro_batches(self, batch: dict[str, torch.Tensor]) -> list[tuple[slice, dict[str, torch.Tensor]]]:
-        """``batch`` cut into micro-batches of at most ``micro_batch_size`` rows (:func:`~attendout.run.optim.micro_batches`)."""
+        """``batch`` cut into micro-batches of at most ``micro_batch_size`` rows (:func:`~attendout.core.optim.micro_batches`)."""
         return micro_batches(batch, self.config.micro_batch_size)
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -282,8 +345,16 @@ class TrainingLoop:
                     one_class.update(single_class(name, preds, self.task.label_names, warn=self.run.is_main))
         except EvaluationStopped as stop:
             self._stopped_evaluating(stop, "the final evaluation")
-        results = results_record(self, evaluations, one_class, train_time)
-        if self.run.is_main and (warning := kept_before_acting_warning(self)):
+        resumed = None if self.run.resumed_at is None else (self.run.resumed_at, self.elapsed_before)
+        results = results_record(
+            self.config, self.inputs, self.state, self.total_steps, evaluations, one_class=one_class,
+            train_time=train_time, stopped_early=self.stopped_early, resumed=resumed,
+        )  # fmt: skip
+        budget = (self.steps_per_epoch, self.total_steps)
+        warning = kept_before_acting_warning(
+            self.inputs.method, self.state.best_step, self.state.step, budget
+        )
+        if self.run.is_main and warning:
             logger.warning(warning)
         self.run.log({"step": self.state.step, "eval": evaluations, "best_step": self.state.best_step})
         self.run.finish(results)

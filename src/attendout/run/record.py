@@ -1,16 +1,21 @@
 """What a run records of itself: the contents of RUN_DIR/config.json and RUN_DIR/results.json.
 
-Both are built from the fine-tuning loop's state (:class:`attendout.run.loop.TrainingLoop`, passed in as
-``loop``: its set-up's inputs, its counters, its run folder) and written through its run folder
-(:class:`attendout.run.runfolder.RunFolder`), whole.
+Both are built from what the fine-tuning loop (:class:`attendout.run.loop.TrainingLoop`) hands over: its
+configuration, its set-up's inputs (:class:`attendout.run.setup.RunInputs`), its budget and its state; and
+written through its run folder (:class:`attendout.run.runfolder.RunFolder`), whole.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .devices import environment
+
+if TYPE_CHECKING:
+    from ..config import TrainConfig
+    from .runfolder import TrainState
+    from .setup import RunInputs
 
 __all__ = [
     "acted_after_kept",
@@ -21,10 +26,12 @@ __all__ = [
 ]
 
 
-def config_record(loop: Any) -> dict[str, Any]:
+def config_record(
+    config: TrainConfig, inputs: RunInputs, budget: tuple[int, int], device: Any, processes: int
+) -> dict[str, Any]:
     """RUN_DIR/config.json: the full configuration, the task, the data's sizes and source, the model,
-    the budget in steps, the device and the versions."""
-    config, inputs = loop.config, loop.inputs
+    the budget in steps (``budget``: steps per epoch, total steps), the device and the versions."""
+    steps_per_epoch, total_steps = budget
     return {
         "config": config.to_dict(),
         "task": dataclasses.asdict(inputs.task),
@@ -33,21 +40,30 @@ def config_record(loop: Any) -> dict[str, Any]:
         "model_description": inputs.model_description,
         "truncation": inputs.truncation_summary(config.max_length),
         "model_dropout": inputs.method.model_dropout,
-        "total_steps": loop.total_steps,
-        "steps_per_epoch": loop.steps_per_epoch,
-        "device": str(loop.device),
-        "processes": loop.distributed.world_size,
+        "total_steps": total_steps,
+        "steps_per_epoch": steps_per_epoch,
+        "device": str(device),
+        "processes": processes,
         **environment(),
     }
 
 
 def results_record(
-    loop: Any, evaluations: dict[str, Any], one_class: dict[str, str], train_time: float
+    config: TrainConfig,
+    inputs: RunInputs,
+    state: TrainState,
+    total_steps: int,
+    evaluations: dict[str, Any],
+    *,
+    one_class: dict[str, str],
+    train_time: float,
+    stopped_early: bool,
+    resumed: tuple[int, float] | None,
 ) -> dict[str, Any]:
     """RUN_DIR/results.json: the best model's validation and evaluation metrics, and how the run went
     (``one_class``: the splits where a classifier predicted one label for all; ``train_time`` in seconds,
-    the time before a resume included)."""
-    config, inputs, state = loop.config, loop.inputs, loop.state
+    the time before a resume included; ``resumed``: the step a resume went on from and the training
+    seconds before it)."""
     results = {
         "task": inputs.task.name,
         "method": config.method,
@@ -60,18 +76,18 @@ def results_record(
         "main_metric": inputs.task.metrics[0],
         "truncation": inputs.truncation_summary(config.max_length),
         "best_step": state.best_step,
-        "total_steps": loop.total_steps,
+        "total_steps": total_steps,
         "validation": state.best_validation,
         "eval": evaluations,
         "sizes": inputs.sizes(),
         "train_time_s": round(train_time, 2),
         **({"single_class": one_class} if one_class else {}),  # {split: the one label predicted}
     }
-    if loop.stopped_early:
+    if stopped_early:
         results["stopped_early"] = {"step": state.step, "patience": config.early_stopping_patience}
-    resumed_at = loop.run.resumed_at
-    if resumed_at is not None:  # the time before the resume is in train_time_s too
-        results["resumed"] = {"step": resumed_at, "train_time_before_s": round(loop.elapsed_before, 2)}
+    if resumed is not None:  # the time before the resume is in train_time_s too
+        step, before = resumed
+        results["resumed"] = {"step": step, "train_time_before_s": round(before, 2)}
     return results
 
 
@@ -106,11 +122,14 @@ def acted_after_kept(method: Any, kept: Any, total: Any, steps_per_epoch: Any) -
     return acts_after is None or kept <= acts_after
 
 
-def kept_before_acting_warning(loop: Any) -> str | None:
-    """The warning of a run whose kept model is from before its method first acted
-    (:func:`acted_after_kept`), or None. ``loop``: the run's training loop, finishing."""
-    method, kept, last = loop.inputs.method, loop.state.best_step, loop.state.step
-    if not acted_after_kept(method, kept, loop.total_steps, loop.steps_per_epoch):
+def kept_before_acting_warning(
+    method: Any, kept: int | None, last: int, budget: tuple[int, int]
+) -> str | None:
+    """The warning of a run of ``method`` whose kept model (step ``kept``; the run ended at step ``last``,
+    ``budget``: steps per epoch, total steps) is from before the method first acted
+    (:func:`acted_after_kept`), or None."""
+    steps_per_epoch, total_steps = budget
+    if not acted_after_kept(method, kept, total_steps, steps_per_epoch):
         return None
     final = kept == last  # the step the run ended at (early stopping: before the budget)
     return (

@@ -5,8 +5,8 @@ anything loads it refuses a folder that cannot take the run; then it takes the f
 checkpoint a resume goes on from and clears what an older run left; while the run trains it writes the
 config, the log, the checkpoints and the best model so far (RUN_DIR/model, or its weights in memory); at
 the end, the predictions and results, and it removes the checkpoint. A write that fails is one line
-naming it and what is intact. What a checkpoint holds is :func:`checkpoint_contents`'s, and
-:func:`restore_checkpoint` sets a loop to go on from one.
+naming it and what is intact. What a checkpoint holds, and going on from one, is the loop's own business
+(:meth:`attendout.run.loop.TrainingLoop.checkpoint_contents`, :meth:`~attendout.run.loop.TrainingLoop.restore`).
 
 What a run leaves in its directory:
 
@@ -29,18 +29,16 @@ unfinished one with a checkpoint, unless the run's ``overwrite`` or ``resume`` s
 settings (:func:`checkpoint_config`) and against the best model kept so far; :func:`prepare_run_dir`
 clears what an older run left (:data:`RUN_OUTPUTS`), or on a resume keeps the log up to the
 checkpoint. How the checkpoint and every other file are written and read whole is
-:mod:`attendout.run.folder`'s.
+:mod:`attendout.core.folder`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import math
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,11 +48,9 @@ import numpy as np
 import torch
 
 from ..config import NEUTRAL_OPTIONS, RESUME_MUST_MATCH, TrainConfig
-from .devices import rng_state, set_rng_state
-from .folder import (
+from ..core.folder import (
     CHECKPOINT_DIR,
     CHECKPOINT_FILE,
-    CHECKPOINT_FORMAT,
     LOG_FILE,
     MANIFEST,
     MODEL_DIR,
@@ -75,9 +71,9 @@ from .folder import (
     write_json_atomic,
     write_text_atomic,
 )
-from .lock import RunBusyError, RunLock
-from .optim import TrainingError
-from .state import CheckpointStatus
+from ..core.lock import RunBusyError, RunLock
+from ..core.optim import TrainingError
+from ..core.state import CheckpointStatus
 
 logger = logging.getLogger(__name__)
 
@@ -88,12 +84,10 @@ __all__ = [
     "TrainState",
     "check_run_dir",
     "checkpoint_config",
-    "checkpoint_contents",
     "find_checkpoint",
     "prepare_run_dir",
     "read_resumable",
     "remove_checkpoint",
-    "restore_checkpoint",
     "setting_up",
     "single_class",
     "write_split_predictions",
@@ -140,8 +134,8 @@ def setting_up(out: Path) -> Iterator[None]:
 
 def find_checkpoint(out: Path) -> tuple[Path, CheckpointStatus]:
     """The checkpoint folder of the run directory ``out`` (``.checkpoint.old`` while a kill between two
-    renames left it there) and what it holds, by sizes (cheap; :func:`~attendout.run.folder.read_checkpoint`
-    reads every byte): :meth:`attendout.run.folder.RunDir.find_checkpoint`, which the run's state reads too."""
+    renames left it there) and what it holds, by sizes (cheap; :func:`~attendout.core.folder.read_checkpoint`
+    reads every byte): :meth:`attendout.core.folder.RunDir.find_checkpoint`, which the run's state reads too."""
     return RunDir(out).find_checkpoint()
 
 
@@ -259,43 +253,6 @@ def read_resumable(
                 f"incomplete or corrupt ({problem}); start afresh with --overwrite instead of --resume"
             )
     return checkpoint
-
-
-def checkpoint_contents(loop: Any, rng: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a checkpoint of ``loop`` (:class:`~attendout.run.loop.TrainingLoop`) holds now (its format:
-    :data:`~attendout.run.folder.CHECKPOINT_FORMAT`); ``rng``: the random generators' state to record
-    (default: as they are now)."""
-    elapsed = loop.elapsed_before + (0.0 if loop.started is None else time.time() - loop.started)
-    return {
-        "format": CHECKPOINT_FORMAT,
-        "config": checkpoint_config(loop.config),
-        "state": dataclasses.asdict(loop.state),
-        "model": loop.model.state_dict(),
-        "optimizer": loop.optimizer.state_dict(),
-        "scheduler": loop.scheduler.state_dict(),
-        "scaler": loop.scaler.state_dict(),
-        "strategy": loop.strategy.state_dict(),
-        "best_state": loop.run.best_state,
-        "running": [float(x) for x in loop.running],
-        "elapsed": elapsed,
-        "rng": rng if rng is not None else rng_state(loop.device),
-    }
-
-
-def restore_checkpoint(loop: Any, checkpoint: dict[str, Any]) -> None:
-    """``loop`` set to go on from ``checkpoint`` (:func:`checkpoint_contents`'s), as if it had never stopped."""
-    loop.state = TrainState(**checkpoint["state"])
-    loop.model.load_state_dict(checkpoint["model"])
-    loop.optimizer.load_state_dict(checkpoint["optimizer"])
-    loop.scheduler.load_state_dict(checkpoint["scheduler"])
-    loop.scaler.load_state_dict(checkpoint["scaler"])
-    loop.strategy.load_state_dict(checkpoint["strategy"])
-    if checkpoint["best_state"] is not None:
-        loop.run.best_state = checkpoint["best_state"]
-    loop.running = [torch.tensor(x, device=loop.device) for x in checkpoint["running"]]  # beside new ones
-    loop.elapsed_before = float(checkpoint["elapsed"])
-    set_rng_state(checkpoint["rng"], loop.device)
-    logger.info("resuming %s at step %d of %d", loop.run.path, loop.state.step, loop.total_steps)
 
 
 def remove_checkpoint(out: Path) -> None:

@@ -5,8 +5,7 @@ touched: :func:`~attendout.run.data.load_data` reads the task's data from the so
 the model (pretrained, or for the generation kinds from scratch), and the model's and the method's
 limits are checked before anything is encoded. What it gives is :class:`RunInputs`. The loop then makes
 its training pieces here: the budget in steps (:func:`budget`), AdamW with its schedule
-(:func:`make_optimizer`), the model in DDP over several processes (:func:`wrap_model`), and what the loop
-gives the method (:func:`loop_context`).
+(:func:`make_optimizer`) and the model in DDP over several processes (:func:`wrap_model`).
 """
 
 from __future__ import annotations
@@ -21,15 +20,14 @@ import torch
 from torch import nn
 
 from ..config import TrainConfig, scratch_size, split_for_training
-from ..contract import LoopContext
+from ..core.limits import check_lengths
+from ..core.optim import adamw, linear_schedule
 from ..encoding import Encoded, GenerationOptions, encode, score_unigram_floor, truncation_summary
 from ..methods import MethodConfig
 from ..models import load_for_generation, load_for_task
 from ..tasks import Examples, Task, is_generation
 from .data import load_data
 from .devices import data_parallel, set_seed
-from .limits import check_lengths
-from .optim import adamw, linear_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +36,6 @@ __all__ = [
     "budget",
     "encode_examples",
     "load_model",
-    "loop_context",
     "make_optimizer",
     "say",
     "set_up",
@@ -176,17 +173,3 @@ def wrap_model(
     if unused and distributed.is_main and model is trained:
         logger.info("DDP looks for unused parameters (find_unused_parameters=True): %s", unused)
     return data_parallel(model, device, find_unused=bool(unused))
-
-
-def loop_context(loop: Any) -> LoopContext:
-    """What the loop (:class:`~attendout.run.loop.TrainingLoop`) gives a method (see :mod:`attendout.contract`)."""
-    c = loop.config
-    return LoopContext(
-        device=loop.device, total_steps=max(1, loop.total_steps),  # 0 (zero-shot): no step is taken
-        steps_per_epoch=loop.steps_per_epoch, optimizer=loop.optimizer, scheduler=loop.scheduler,
-        make_optimizer=loop.make_optimizer, autocast_dtype=loop.autocast_dtype,
-        max_grad_norm=c.max_grad_norm, seed=c.seed, data_seed=c.data_seed, task=loop.task,
-        validation=loop.validation_set, splits=loop.eval_sets, eval_batch_size=c.eval_batch_size,
-        loss_scale=loop.scaler.get_scale if loop.scaler.is_enabled() else None,
-        distributed=loop.distributed, wrap=loop.wrap, loop="attendout",
-    )  # fmt: skip

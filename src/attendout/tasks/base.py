@@ -6,7 +6,16 @@ built-in task kinds. :mod:`.core` (the task registry, :class:`~attendout.tasks.c
 
 from __future__ import annotations
 
-__all__ = ["CLASSIFICATION", "MULTIPLE_CHOICE", "REGRESSION", "TOKEN_CLASSIFICATION", "DataError"]
+__all__ = [
+    "CLASSIFICATION",
+    "LM",
+    "MULTIPLE_CHOICE",
+    "REGRESSION",
+    "SEQ2SEQ",
+    "TOKEN_CLASSIFICATION",
+    "DataError",
+    "is_generation",
+]
 
 
 class DataError(ValueError):
@@ -23,3 +32,10 @@ CLASSIFICATION = "classification"
 REGRESSION = "regression"
 TOKEN_CLASSIFICATION = "token_classification"
 MULTIPLE_CHOICE = "multiple_choice"
+LM = "lm"  # the generation kinds (:mod:`attendout.tasks.generation` registers them)
+SEQ2SEQ = "seq2seq"
+
+
+def is_generation(kind: str) -> bool:
+    """True for the generation kinds (``lm``, ``seq2seq``)."""
+    return kind in (LM, SEQ2SEQ)

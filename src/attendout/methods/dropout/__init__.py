@@ -18,10 +18,13 @@ Both act on every self-attention the hook reaches: an encoder's, a decoder's (ke
 stacks of T5; never on an encoder-decoder's cross-attention (see :mod:`attendout.methods.base`).
 """
 
+import lazy_loader
+
 from ..registry import register_method
 from .config import AttnDropoutConfig, ScoresDropoutConfig
 
-__all__ = ["AttnDropoutConfig", "ScoresDropoutConfig"]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
 
 register_method("attn-dropout", AttnDropoutConfig, "attendout.methods.dropout.method:weights_dropout")
+
 register_method("scores-dropout", ScoresDropoutConfig, "attendout.methods.dropout.method:scores_dropout")

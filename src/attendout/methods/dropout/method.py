@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from functools import partial
-
-from ...attention import AttentionCall, AttentionEdit, AttentionMethod, RandomDrops, RateMeter
+from ...attention import AttentionCall, AttentionEdit, AttentionMethod, RateMeter
 from ...attention.masks import bernoulli_drop, keep_scale
+from ..drops import ScoresDropout
 from .config import AttnDropoutConfig, ScoresDropoutConfig
 
 
@@ -33,28 +32,6 @@ class WeightsDropout(AttentionMethod):
         applied = {f"{self.name}/p/L{layer}": self.p for layer in sorted(self._applied)}
         self._applied = set()
         return {**applied, **self.meter.pop()}
-
-
-class ScoresDropout(AttentionMethod):
-    name = "scores-dropout"
-
-    def __init__(self, p: float, layers=None):
-        self.p, self.layers = p, layers
-        self.meter = RateMeter()
-
-    def probability(self, layer: int) -> float:
-        return self.p
-
-    def edit(self, call: AttentionCall) -> AttentionEdit | None:
-        p = self.probability(call.layer)
-        if p <= 0:
-            return None
-        # drawn by the attention path where it needs the mask (a block of rows at a time, where it can)
-        count = partial(self.meter.add, f"{self.name}/drop_rate/L{call.layer}")
-        return AttentionEdit(random_drops=RandomDrops(p, count))
-
-    def stats(self) -> dict[str, float]:
-        return self.meter.pop()
 
 
 def weights_dropout(config: AttnDropoutConfig) -> WeightsDropout:

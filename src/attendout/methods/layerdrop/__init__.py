@@ -20,10 +20,13 @@ is what LayerDrop is; a run that wants the decoder's cross-attention kept gives 
 encoder only.
 """
 
+import lazy_loader
+
 from ..registry import register_method
 from .config import AttnLayerDropConfig, LayerDropConfig
 
-__all__ = ["AttnLayerDropConfig", "LayerDropConfig"]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
 
 register_method("layerdrop", LayerDropConfig, "attendout.methods.layerdrop.method:block_drop")
+
 register_method("attn-layerdrop", AttnLayerDropConfig, "attendout.methods.layerdrop.method:attention_skip")

@@ -30,9 +30,11 @@ the whole run. Keeps the model's own dropout. Acts, as ``scores-dropout``, on ev
 hook reaches (T5: its encoder's layers, then its decoder's); never on cross-attention.
 """
 
+import lazy_loader
+
 from ..registry import register_method
 from .config import ScheduledConfig
 
-__all__ = ["ScheduledConfig"]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
 
 register_method("scheduled", ScheduledConfig, "attendout.methods.scheduled.method:scheduled_scores_dropout")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import MethodConfig, check_probability, layers_field
-from .schedule import Knots, check_knots, knots_from_run, parse_floats, parse_knots, slopes_from_run
+from ..schedules import Knots, check_knots, knots_from_run, parse_floats, parse_knots, slopes_from_run
 
 __all__ = ["ScheduledConfig"]
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ...attention import AttentionCall, AttentionEdit, Controller
-from ..dropout.method import ScoresDropout
+from ..drops import ScoresDropout
+from ..schedules import Knots, schedule_value
 from .config import ScheduledConfig
-from .schedule import Knots, schedule_value
 
 
 class ScheduledScoresDropout(ScoresDropout):

@@ -13,12 +13,12 @@ training from scratch, see ``experiments/synthesizer_from_scratch.py``.
 >>> model = attendout.load_synthesized("out/")  # transformers' from_pretrained refuses this folder
 """
 
-from typing import TYPE_CHECKING
+import lazy_loader
 
-from ...lazy import lazy_names
 from ..registry import register_method
 from .config import SynthesizerConfig
-from .variants import VARIANTS
+
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
 
 register_method(
     "synthesizer",
@@ -26,59 +26,3 @@ register_method(
     "attendout.methods.synthesizer.method:Synthesizer",
     "attendout.methods.synthesizer.strategy:SynthesizerStrategy",
 )
-
-if TYPE_CHECKING:  # the lazy names, for type checkers and the API reference
-    from .checkpoint import is_synthesized_checkpoint, load_model, load_synthesized, load_synthesized_weights
-    from .layer import SynthesizerLayer
-    from .method import (
-        MODEL_TYPE,
-        WEIGHTS_NAME,
-        SequenceTooLongError,
-        Synthesizer,
-        get_synthesizer,
-        save_synthesized,
-        synthesize,
-    )
-    from .strategy import SynthesizerStrategy
-
-__getattr__ = lazy_names(
-    __name__,
-    {
-        **dict.fromkeys(
-            ("is_synthesized_checkpoint", "load_model", "load_synthesized", "load_synthesized_weights"),
-            ".checkpoint",
-        ),
-        "SynthesizerLayer": ".layer",
-        **dict.fromkeys(
-            (
-                "MODEL_TYPE",
-                "WEIGHTS_NAME",
-                "SequenceTooLongError",
-                "Synthesizer",
-                "get_synthesizer",
-                "save_synthesized",
-                "synthesize",
-            ),
-            ".method",
-        ),
-        "SynthesizerStrategy": ".strategy",
-    },
-)
-
-__all__ = [
-    "MODEL_TYPE",
-    "VARIANTS",
-    "WEIGHTS_NAME",
-    "SequenceTooLongError",
-    "Synthesizer",
-    "SynthesizerConfig",
-    "SynthesizerLayer",
-    "SynthesizerStrategy",
-    "get_synthesizer",
-    "is_synthesized_checkpoint",
-    "load_model",
-    "load_synthesized",
-    "load_synthesized_weights",
-    "save_synthesized",
-    "synthesize",
-]

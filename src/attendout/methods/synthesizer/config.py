@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...run import LimitError
+from ...core.limits import LimitError
 from ..config import MethodConfig, layers_field
 from .variants import (
     CROSS_ATTENTION_REFUSED,

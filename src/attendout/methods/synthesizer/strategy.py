@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from ...run import param_groups, save_model_atomic
+from ...core.folder import save_model_atomic
+from ...core.optim import param_groups
 from ..base import TrainingStrategy, apply
 from .checkpoint import load_synthesized_weights
 from .method import MODULE_NAME, save_synthesized

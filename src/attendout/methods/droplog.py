@@ -1,4 +1,5 @@
-"""Reading an AttendOut run's logged drop probabilities back (for plots and the §7.2 schedule fit)."""
+"""The per-layer drop probabilities an AttendOut run logs: their log keys, and their reader (for plots and the
+fit of a schedule to them, paper 001 §7.2, which ``scheduled`` and ``drophead`` take)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...run import LOG_FILE, RunDir
+from ..core.folder import LOG_FILE, RunDir
 
 __all__ = ["DROP_PROB_KEY", "EXPLORED_PROB_KEY", "DropPattern", "read_drop_pattern"]
 

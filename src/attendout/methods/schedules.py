@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import check_probability
+from .config import check_probability
 
 Knots = list[tuple[float, float]]
 
@@ -97,7 +97,7 @@ def slopes_from_run(run_dir: str | Path, start: float) -> str:
     """The ``knots`` text of the paper's schedule from an AttendOut run: every layer from ``start`` with
     its own least-squares slope (001 §7.2), its end clipped to [0, 1]. Layers the run did not mask get
     a curve of zeros."""
-    from ..attendout import read_drop_pattern
+    from .droplog import read_drop_pattern
 
     pattern = read_drop_pattern(run_dir)
     curves = []
@@ -116,7 +116,7 @@ def knots_from_run(run_dir: str | Path, segments: int) -> str:
 
     Layers the run did not mask get a curve of zeros.
     """
-    from ..attendout import read_drop_pattern
+    from .droplog import read_drop_pattern
 
     pattern = read_drop_pattern(run_dir)
     curves = []

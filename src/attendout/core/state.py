@@ -1,8 +1,8 @@
 """Where a run directory stands: finished, stopped at step N of M, or unfinished (:class:`RunState`).
 
-:meth:`attendout.run.folder.RunDir.state` is the one reader of it: whatever tells a finished run from
+:meth:`attendout.core.folder.RunDir.state` is the one reader of it: whatever tells a finished run from
 another asks it (``attendout predict`` and :class:`~attendout.predict.classification.Predictor`, the generation
-predictor, ``attendout table`` and ``bench`` through :attr:`~attendout.run.folder.RunDir.finished`, the
+predictor, ``attendout table`` and ``bench`` through :attr:`~attendout.core.folder.RunDir.finished`, the
 bench's resumable work folders). It calls :func:`read_state`, which holds the rules:
 
 * **finished**: its results file, written last, is there;
@@ -69,7 +69,7 @@ class CheckpointStatus:
 
 
 class RunFiles(Protocol):
-    """The files of a run directory that its state is read from (:class:`attendout.run.folder.RunDir`)."""
+    """The files of a run directory that its state is read from (:class:`attendout.core.folder.RunDir`)."""
 
     @property
     def path(self) -> Path: ...
@@ -89,7 +89,7 @@ class RunFiles(Protocol):
 
 @dataclass(frozen=True)
 class RunState:
-    """Where a run directory stands, as :meth:`attendout.run.folder.RunDir.state` reads it (:func:`read_state`).
+    """Where a run directory stands, as :meth:`attendout.core.folder.RunDir.state` reads it (:func:`read_state`).
 
     ``kind``: ``finished`` (its results file is there), ``stopped`` (a checkpoint to resume from) or
     ``unfinished`` (neither: killed or failed before its first checkpoint, or its checkpoint is
@@ -156,6 +156,18 @@ class RunState:
         if writer is not None:
             text += f", and being trained now ({writer})"
         return text
+
+    def how_to_go_on(self) -> str:
+        """What finishes the run, in words that need no command line: its own words are
+        :func:`attendout.cli.finetune.how_to_finish`, which names the exact command where the run's
+        options give one."""
+        if self.finished:
+            return "nothing: it finished"
+        if self.writer() is not None:
+            return "wait for it to end"
+        if self.resumable:
+            return "to go on: run what started it again with --resume (Python: resume=True)"
+        return "nothing was saved to resume from; to start again: run what started it again"
 
     def weights(self) -> str:
         """Which model the folder keeps (RUN_DIR/model): ``its model is of step 10``."""

@@ -12,7 +12,7 @@ renamed into place: a folder is complete if and only if its manifest agrees with
 (:func:`verify_folder`), and a resume trusts nothing else (:func:`checkpoint_status`,
 :func:`read_checkpoint`). A write that fails (disk full, permissions) leaves no temporary file behind.
 The checkpoint holds plain data only and loads with ``weights_only=True``. One run writes a folder at a
-time (:class:`attendout.run.lock.RunLock`). Where a run stands has one reader: :meth:`RunDir.state`.
+time (:class:`attendout.core.lock.RunLock`). Where a run stands has one reader: :meth:`RunDir.state`.
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ class RunDir:
         return folder, checkpoint_status(folder)
 
     def state(self) -> RunState:
-        """Where the run stands: the one reader of it (:func:`~attendout.run.state.read_state`)."""
+        """Where the run stands: the one reader of it (:func:`~attendout.core.state.read_state`)."""
         folder, checkpoint = self.find_checkpoint()
         return read_state(self, checkpoint, folder / CHECKPOINT_SUMMARY)
 
