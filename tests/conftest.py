@@ -28,7 +28,12 @@ import attendout
 # Tiny models run fastest on one thread, and CI machines are shared: no oversubscription. `make
 # test-matrix` sets ATTENDOUT_TEST_THREADS to run the suite with other thread counts too (the split of
 # a reduction over threads changes its rounding, which every cross-computation comparison must absorb).
-torch.set_num_threads(int(os.environ.get("ATTENDOUT_TEST_THREADS", "1")))
+# The processes a test starts (the CLI, bench and advise workers, torchrun) compute with as many threads:
+# each would otherwise take every core, and OpenMP's idle threads spin, so that two test workers (make
+# test runs one per core) spent a tenth of the suite's CPU time waiting on each other.
+TEST_THREADS = os.environ.get("ATTENDOUT_TEST_THREADS", "1")
+os.environ["OMP_NUM_THREADS"] = TEST_THREADS
+torch.set_num_threads(int(TEST_THREADS))
 
 
 @pytest.fixture(autouse=True)
