@@ -18,15 +18,35 @@ fix; none falls back to running the cells serially.
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from .jobs import LocalJobs
 from .raytasks import RayLauncher, need_ray
 from .runner import Launcher
-from .slurm import SlurmLauncher, need_submitit
+from .slurm import SlurmLauncher, need_slurm, need_submitit
 
-__all__ = ["LaunchOptions", "make_launcher"]
+__all__ = ["LaunchOptions", "available_cpus", "make_launcher"]
+
+logger = logging.getLogger(__name__)
+
+#: The counts among the launch options, with their flag and their least value (None: not given).
+_COUNTS = {
+    "cpus_per_run": ("--cpus-per-run", 1),
+    "gpus_per_run": ("--gpus-per-run", 0),
+    "max_parallel": ("--max-parallel", 1),
+    "time_limit": ("--time-limit", 1),
+    "mem_gb": ("--mem-gb", 1),
+}
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity, where the system tells it), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 @dataclass
@@ -46,6 +66,14 @@ class LaunchOptions:
     submitit_cluster: str = "slurm"
     wait: bool = False  # slurm: wait for the array (advise); bench submits and returns
 
+    def __post_init__(self) -> None:
+        """Counts below their least value are refused (ValueError naming the flag), whatever the launcher,
+        before any default replaces them (``--cpus-per-run 0`` is not "the default")."""
+        for name, (flag, least) in _COUNTS.items():
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise ValueError(f"{flag} must be at least {least}, got {value:g}")
+
     @classmethod
     def of_args(cls, args: argparse.Namespace, **given: Any) -> LaunchOptions:
         names = cls.__dataclass_fields__
@@ -54,7 +82,9 @@ class LaunchOptions:
 
 def make_launcher(options: LaunchOptions) -> Launcher | None:
     """The launcher of ``options`` (None: the serial loop); ValueError for options that do not fit it,
-    ImportError naming the extra to install."""
+    :class:`~attendout.bench.runner.MissingExtraError` (an ImportError) naming the extra to install,
+    :class:`~attendout.bench.runner.LauncherUnavailableError` where SLURM is not here; all before anything
+    is written."""
     local_only = {"jobs": options.jobs != 1}
     cluster_only = {
         "--partition": options.partition is not None,
@@ -69,6 +99,7 @@ def make_launcher(options: LaunchOptions) -> Launcher | None:
             raise ValueError(f"{', '.join(given)}: options of --launcher slurm or ray, not of local")
         if options.jobs < 1:
             raise ValueError(f"--jobs must be at least 1, got {options.jobs}")
+        _warn_oversubscribed(options.jobs, options.threads)
         return LocalJobs(options.jobs, options.threads) if options.jobs > 1 else None
     if local_only["jobs"]:
         raise ValueError(
@@ -78,23 +109,39 @@ def make_launcher(options: LaunchOptions) -> Launcher | None:
     if options.launcher == "slurm":
         if options.address is not None:
             raise ValueError("--address is an option of --launcher ray, not of slurm")
-        need_submitit()
+        submitit = need_submitit()
         if options.gpus_per_run != int(options.gpus_per_run):
             raise ValueError(f"--gpus-per-run must be a whole number on SLURM, got {options.gpus_per_run:g}")
-        return SlurmLauncher(
+        slurm = SlurmLauncher(
             partition=options.partition,
             gpus_per_run=int(options.gpus_per_run),
-            cpus_per_run=options.cpus_per_run or 4,
+            cpus_per_run=4 if options.cpus_per_run is None else options.cpus_per_run,
             max_parallel=options.max_parallel,
             time_min=options.time_limit,
             mem_gb=options.mem_gb,
             cluster=options.submitit_cluster,
             wait=options.wait,
         )
+        if slurm.cluster == "slurm":  # the options first, then whether this machine can submit at all
+            need_slurm(submitit)
+        return slurm
     for flag in ("--partition", "--max-parallel"):
         if cluster_only[flag]:
             raise ValueError(f"{flag} is an option of --launcher slurm, not of ray")
     need_ray()
     return RayLauncher(
-        address=options.address, cpus_per_run=options.cpus_per_run or 1, gpus_per_run=options.gpus_per_run
+        address=options.address,
+        cpus_per_run=1 if options.cpus_per_run is None else options.cpus_per_run,
+        gpus_per_run=options.gpus_per_run,
     )
+
+
+def _warn_oversubscribed(jobs: int, threads: int | None) -> None:
+    """One warning when ``jobs`` runs of ``threads`` torch threads each ask for more CPUs than there are."""
+    cpus = available_cpus()
+    if jobs > 1 and threads is not None and jobs * threads > cpus:
+        logger.warning(
+            "--jobs %d x --threads %d = %d torch threads share %d CPU(s) here, so the runs slow each other "
+            "down; give fewer --threads (or leave it out: the CPUs divided by --jobs)",
+            jobs, threads, jobs * threads, cpus,
+        )  # fmt: skip

@@ -22,18 +22,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from .celltask import CellTask
-from .runner import BenchJob
+from .runner import BenchJob, MissingExtraError
 from .spec import Cell
 
 __all__ = ["RayLauncher", "need_ray"]
 
 
 def need_ray() -> Any:
-    """The ray module, or an ImportError that says how to install it."""
+    """The ray module, or a :class:`~attendout.bench.runner.MissingExtraError` (an ImportError) that says
+    how to install it."""
     try:
         import ray
     except ImportError:
-        raise ImportError(
+        raise MissingExtraError(
             "--launcher ray needs Ray: pip install 'attendout[ray]' (or pip install ray)"
         ) from None
     return ray

@@ -34,6 +34,8 @@ from .store import ResultsStore, compact_predictions, has_checkpoint
 __all__ = [
     "BenchJob",
     "Launcher",
+    "LauncherUnavailableError",
+    "MissingExtraError",
     "RunSummary",
     "current_launcher",
     "is_out_of_memory",
@@ -139,6 +141,15 @@ class Launcher(Protocol):
     """
 
     def run(self, job: BenchJob, cells: list[Cell]) -> None: ...
+
+
+class LauncherUnavailableError(RuntimeError):
+    """A launcher that cannot act on this machine (no SLURM here, say): one line naming what is missing
+    and the way out, raised before anything is written."""
+
+
+class MissingExtraError(LauncherUnavailableError, ImportError):
+    """A launcher whose package is not installed: the message names the extra to install."""
 
 
 _launchers: list[Launcher] = []

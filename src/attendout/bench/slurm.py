@@ -34,10 +34,10 @@ from ..core.folder import write_json_atomic
 from ..core.lock import pid_alive
 from ..run import Stopped, handling
 from .celltask import CellTask
-from .runner import BenchJob
+from .runner import BenchJob, LauncherUnavailableError, MissingExtraError
 from .spec import Cell
 
-__all__ = ["SlurmCell", "SlurmLauncher", "need_submitit", "preemptible"]
+__all__ = ["SlurmCell", "SlurmLauncher", "need_slurm", "need_submitit", "preemptible"]
 
 T = TypeVar("T")
 
@@ -48,14 +48,26 @@ ACTIVE_STATES = frozenset(
 
 
 def need_submitit() -> Any:
-    """The submitit module, or an ImportError that says how to install it."""
+    """The submitit module, or a :class:`~attendout.bench.runner.MissingExtraError` (an ImportError) that
+    says how to install it."""
     try:
         import submitit
     except ImportError:
-        raise ImportError(
+        raise MissingExtraError(
             "--launcher slurm needs submitit: pip install 'attendout[slurm]' (or pip install submitit)"
         ) from None
     return submitit
+
+
+def need_slurm(submitit: Any) -> None:
+    """Refuse, before anything is written, a submission to SLURM from a machine without it: submitit
+    submits through ``srun`` (its own test, :meth:`SlurmExecutor.affinity`), and fails late without it."""
+    if submitit.SlurmExecutor.affinity() <= 0:
+        raise LauncherUnavailableError(
+            "--launcher slurm needs SLURM, and its srun is not on this machine's PATH: run it on a SLURM "
+            "login node, or give --submitit-cluster local to try the submission here without a scheduler "
+            "(docs/guides/scale.md)"
+        )
 
 
 def preemptible(run: Callable[[], T], prefix: str) -> T:

