@@ -61,7 +61,7 @@ def need_submitit() -> Any:
 
 def need_slurm(submitit: Any) -> None:
     """Refuse, before anything is written, a submission to SLURM from a machine without it: submitit
-    submits through ``srun`` (its own test, :meth:`SlurmExecutor.affinity`), and fails late without it."""
+    submits through ``srun`` (its own test, submitit's ``SlurmExecutor.affinity``), and fails late without it."""
     if submitit.SlurmExecutor.affinity() <= 0:
         raise LauncherUnavailableError(
             "--launcher slurm needs SLURM, and its srun is not on this machine's PATH: run it on a SLURM "
