@@ -242,20 +242,19 @@ def finishing_command(state: RunState) -> list[str] | None:
 def how_to_finish(state: RunState) -> str:
     """What to run to finish the run whose state is ``state``, in the words a stopped ``finetune``
     prints (:func:`go_on`), for a refusal to use a run that is not finished (``attendout predict``)."""
+    if state.finished or state.writer() is not None:
+        return state.how_to_go_on()
     command = finishing_command(state)
-    if state.finished or state.writer() is not None or command is None:
-        from ..core.folder import RunDir
+    if command is not None:
+        return go_on(command[2:], resumable=state.resumable)
+    from ..core.folder import RunDir
 
-        words = state.how_to_go_on()
-        if state.finished or state.writer() is not None:
-            return words
-        why = (
-            f"{RunDir(state.path).config} cannot be read"
-            if state.settings is None
-            else "no command line gives its options (a run started from Python)"
-        )
-        return f"{words}; {why}"
-    return go_on(command[2:], resumable=state.resumable)
+    why = (
+        f"{RunDir(state.path).config} cannot be read"
+        if state.settings is None
+        else "no command line gives its options (a run started from Python)"
+    )
+    return f"{state.how_to_go_on()}; {why}"
 
 
 def go_on(argv: list[str], resumable: bool) -> str:
