@@ -15,6 +15,7 @@ import numpy as np
 import optuna
 import pytest
 
+import forked
 from attendout.advise import AdviseConfig, advise, choose_budget, read_regime, search_space, verdict
 from attendout.advise import objective as objective_mod
 from attendout.advise import search as search_mod
@@ -967,7 +968,7 @@ def test_a_plain_postgresql_url_takes_psycopg_3_without_psycopg2_and_a_missing_d
 def test_a_signal_stops_advise_with_the_command_that_goes_on(tiny_run, signum):
     out = tiny_run["tmp"] / "advice"
     args = [
-        sys.executable, "-m", "attendout.cli", "advise",
+        "-m", "attendout.cli", "advise",
         "--task", "file", "--train-file", tiny_run["train"], "--eval-file", f"dev={tiny_run['dev']}",
         "--text-columns", "text", "--label-column", "label", "--model", tiny_run["model"],
         "--batch-size", "16", "--max-length", "16", "--learning-rate", "1e-2",
@@ -975,7 +976,7 @@ def test_a_signal_stops_advise_with_the_command_that_goes_on(tiny_run, signum):
         "--until", "search", "--output-dir", str(out), "--no-progress", "--threads", "1",
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    job = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    job = forked.Popen(args, env=env)
     for line in job.stdout:
         if "search scores-dropout: trial 0" in line:  # the first trial has started training
             job.send_signal(signum)
@@ -984,7 +985,7 @@ def test_a_signal_stops_advise_with_the_command_that_goes_on(tiny_run, signum):
     assert job.returncode == 128 + signum, err
     assert f"stopped by {signal.Signals(signum).name}" in err and "To go on: attendout advise" in err
     assert "Traceback" not in err
-    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    done = forked.run(args, env=env)
     assert done.returncode == 0, done.stderr
     study = optuna.load_study(study_name="scores-dropout", storage=f"sqlite:///{out / 'search.db'}")
     states = sorted(t.state.name for t in study.trials)

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import optuna
 import pytest
 
+import forked
 from attendout.cli import main
 from conftest import hold_the_first_two_runs, runs_held
 
@@ -111,15 +110,10 @@ def test_ctrl_c_stops_every_search_worker_and_prints_one_command_that_goes_on(ti
     out = tiny_run["tmp"] / "stopped"
     hold = tiny_run["tmp"] / "hook"
     hold_the_first_two_runs(hold, monkeypatch)  # neither trial can finish before both are training
-    args = [
-        sys.executable,
-        "-m",
-        "attendout.cli",
-        *advise_args(tiny_run, out, "--jobs", "2", "--until", "search"),
-    ]
+    args = ["-m", "attendout.cli", *advise_args(tiny_run, out, "--jobs", "2", "--until", "search")]
     args[args.index("--epochs") + 1] = "6"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    job = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    job = forked.Popen(args, env=env)
     seen = set()
     for line in job.stdout:
         for index in (1, 2):
@@ -140,7 +134,7 @@ def test_ctrl_c_stops_every_search_worker_and_prints_one_command_that_goes_on(ti
     assert (
         "RUNNING" not in states and "COMPLETE" not in states
     )  # every worker stopped its trial, queued again
-    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    done = forked.run(args, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     complete = [t for t in trials(out) if t.state.name == "COMPLETE"]
     assert len(complete) == 2

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+import forked
 from conftest import save_tiny_model_dir, write_sentiment_csv
 
 DRIVER = r"""
@@ -153,9 +152,7 @@ def run(toy, out: Path, method: str, options: dict, fault: str | None = None, re
         args.append("--resume")
     env = {**os.environ, "ATTENDOUT_FAULT": fault or "", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
     driver = str(toy["root"] / "driver.py")
-    return subprocess.run(
-        [sys.executable, driver, *args], env=env, capture_output=True, text=True, timeout=600
-    )
+    return forked.run(forked.script(driver, *args), env=env, timeout=600)
 
 
 def assert_whole(out: Path) -> None:

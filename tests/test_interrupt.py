@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -22,6 +21,7 @@ from transformers import TrainerCallback
 
 import attendout.run.runfolder as runfolder_mod
 import attendout.run.setup as setup_mod
+import forked
 from attendout.cli import main
 from attendout.core.folder import CHECKPOINT_DIR
 from attendout.methods.addrop import ADDrop
@@ -221,9 +221,7 @@ def test_the_cli_prints_one_line_with_the_command_that_goes_on(tiny_run, signum)
 
     def finetune_process(args, stop_with=""):
         env = {**os.environ, "STOP_WITH": stop_with, "OMP_NUM_THREADS": "1"}
-        return subprocess.run(
-            [sys.executable, str(driver), *args], capture_output=True, text=True, env=env, timeout=300
-        )
+        return forked.run(forked.script(driver, *args), env=env)
 
     flags = ["--max-steps", "9", "--eval-steps", "3", "--log-steps", "1"]
     name = signal.Signals(signum).name

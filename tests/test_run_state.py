@@ -17,11 +17,10 @@ import os
 import shlex
 import shutil
 import signal
-import subprocess
-import sys
 
 import pytest
 
+import forked
 from attendout.cli import main
 from attendout.cli.finetune import config_from_args, finetune_argv, finishing_command, how_to_finish
 from attendout.config import TrainConfig
@@ -141,11 +140,9 @@ def test_cli_predict_refuses_a_stopped_run_with_its_state_and_the_command_that_f
 
 def test_cli_predict_allow_unfinished_predicts_warns_with_the_step_and_records_the_state(runs, tiny_run):
     out = tiny_run["tmp"] / "pred.csv"
-    command = [sys.executable, "-m", "attendout.cli", "predict", str(runs["stopped"]), "--allow-unfinished"]
+    command = ["-m", "attendout.cli", "predict", str(runs["stopped"]), "--allow-unfinished"]
     command += ["--input", tiny_run["dev"], "--output", str(out), "--no-progress", "--threads", "1"]
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
-    )
+    done = forked.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     warning = [line for line in done.stderr.splitlines() if "not finished" in line]
     assert len(warning) == 1 and warning[0].startswith(

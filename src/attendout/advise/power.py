@@ -24,6 +24,7 @@ own: the residual of a two-way fit (trial + seed) over the complete trials' tabl
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from ..report.stats import t_test_power
+from ..report.stats import t_critical, t_test_power
 
 __all__ = [
     "CONFIDENCE",
@@ -65,7 +66,7 @@ class Noise:
         sd x sqrt(df / chi2_{1-q}(df)). NaN where the noise is unknown."""
         if not self.known:
             return float("nan")
-        return float(self.sd * math.sqrt(self.df / stats.chi2.ppf(1.0 - q, self.df)))
+        return float(self.sd * math.sqrt(self.df / _chi2_quantile(1.0 - q, self.df)))
 
     def upper(self, confidence: float = CONFIDENCE) -> float:
         """The upper ``confidence`` bound on the true sd."""
@@ -89,6 +90,18 @@ def pooled_df(ns: Sequence[int], shared: float = SHARED_CORRELATION) -> float:
     return sum(n - 1 for n in usable) / (1.0 + (len(usable) - 1) * shared * shared)
 
 
+@functools.lru_cache(maxsize=1024)
+def _normal_sum(level: float, power: float) -> float:
+    """z(1 - level / 2) + z(power): the normal approximation's factor (cached: one per level)."""
+    return float(stats.norm.ppf(1 - level / 2) + stats.norm.ppf(power))
+
+
+@functools.lru_cache(maxsize=4096)
+def _chi2_quantile(q: float, df: float) -> float:
+    """The chi-square quantile (cached: a study asks for the same few noises' bounds many times)."""
+    return float(stats.chi2.ppf(q, df))
+
+
 def seeds_needed(
     sd: float, delta: float, alpha: float = 0.05, comparisons: int = 1, power: float = 0.8, most: int = 200
 ) -> int | None:
@@ -102,11 +115,10 @@ def seeds_needed(
     level = alpha / max(comparisons, 1)
 
     def enough(n: int) -> bool:  # the power at delta reaches ``power``: delta is at least the detectable
-        critical = stats.t.ppf(1 - level / 2, n - 1)
-        return t_test_power(delta / (sd / math.sqrt(n)), n - 1, critical) >= power
+        return t_test_power(delta / (sd / math.sqrt(n)), n - 1, t_critical(level, n - 1)) >= power
 
     # the normal approximation's count (the t test needs a few more): bracket from there, then bisect
-    z = stats.norm.ppf(1 - level / 2) + stats.norm.ppf(power)
+    z = _normal_sum(level, power)
     guess = int(min(max(math.ceil((z * sd / delta) ** 2), 2), most))
     if enough(guess):
         n = guess

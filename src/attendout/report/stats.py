@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
 from ..tasks import METRICS, higher_is_better
 from ..tasks.metrics import METRIC_KINDS, SEQUENCE_METRICS, from_counts, sequence_counts, sequences_array
@@ -70,7 +70,7 @@ class PairedTest:
         """Half the width of the t confidence interval of the mean difference (NaN below 2 pairs)."""
         if self.n < 2 or not np.isfinite(self.sd):
             return float("nan")
-        return float(stats.t.ppf(0.5 + level / 2, self.n - 1) * self.sd / np.sqrt(self.n))
+        return float(_t_quantile(0.5 + level / 2, self.n - 1) * self.sd / np.sqrt(self.n))
 
 
 def paired_t_test(a: Sequence[float], b: Sequence[float]) -> PairedTest:
@@ -96,7 +96,7 @@ def paired_t_test(a: Sequence[float], b: Sequence[float]) -> PairedTest:
     if sd == 0 or not np.isfinite(sd):
         return PairedTest(n, mean, sd, float("nan"), float("nan"))
     t = mean / (sd / np.sqrt(n))
-    p = float(2 * stats.t.sf(abs(t), df=n - 1))
+    p = float(2 * special.stdtr(n - 1, -abs(t)))  # Student's t survival function at |t|
     return PairedTest(n, mean, sd, float(t), p)
 
 
@@ -398,10 +398,17 @@ def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float =
         return float("nan")
     if sd == 0:
         return 0.0
-    df = n - 1
-    critical = stats.t.ppf(1 - alpha / 2, df)
-    se = sd / np.sqrt(n)
+    return float(sd * _detectable_per_sd(int(n), float(alpha), float(power)))
 
+
+@functools.lru_cache(maxsize=1024)
+def _detectable_per_sd(n: int, alpha: float, power: float) -> float:
+    """:func:`detectable_difference` at ``sd == 1``: the noncentrality depends on delta / sd only, so
+    the answer scales with sd, and one root per (n, alpha, power) serves every sd (a study asks for the
+    same few thousands of times)."""
+    df = n - 1
+    critical = t_critical(alpha, df)
+    se = 1 / np.sqrt(n)
     s = _chi_nodes(df)
 
     def shortfall(delta: float) -> float:
@@ -410,7 +417,19 @@ def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float =
     high = se
     while shortfall(high) < 0:
         high *= 2
-    return float(optimize.brentq(shortfall, 0.0, high, xtol=1e-10 * sd))
+    return float(optimize.brentq(shortfall, 0.0, high, xtol=1e-10))
+
+
+@functools.lru_cache(maxsize=4096)
+def t_critical(level: float, df: float) -> float:
+    """The two-sided critical value of Student's t at ``level`` with ``df`` degrees of freedom: its
+    1 - level / 2 quantile (cached: power and seed-count searches ask for the same few many times)."""
+    return _t_quantile(1 - level / 2, df)
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_quantile(q: float, df: float) -> float:
+    return float(stats.t.ppf(q, df))
 
 
 _QUADRATURE = np.polynomial.legendre.leggauss(512)
@@ -438,8 +457,6 @@ def t_test_power(
     quantiles of V (a bounded integrand on [0, 1], Gauss-Legendre with 512 nodes). scipy's ``nct``
     gives NaN for the large noncentralities that few seeds and a Holm-corrected level need.
     """
-    from scipy import special
-
     s, w = nodes if nodes is not None else _chi_nodes(df)
     value = np.sum(
         w * (special.ndtr(noncentrality - critical * s) + special.ndtr(-noncentrality - critical * s))
