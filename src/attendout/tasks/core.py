@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import CLASSIFICATION, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
+from .base import CLASSIFICATION, KINDS, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
 from .metrics import METRICS, metric_fits
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "list_tasks",
     "register_kind",
     "register_task",
+    "split_data",
     "stable_unit_hash",
     "subsample",
     "task_of",
@@ -49,27 +50,19 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------------------
-# Task kinds
-
-# kind -> one-line description of what a label is for that kind
-_KINDS: dict[str, str] = {
-    CLASSIFICATION: "one label per example: an index into Task.label_names",
-    REGRESSION: "one float per example",
-    TOKEN_CLASSIFICATION: "one tag per word: a list of indices into Task.label_names (TokenExamples)",
-    MULTIPLE_CHOICE: "the index of the right choice among Task.choices (ChoiceExamples)",
-}
+# Task kinds (the built-in ones: :data:`attendout.tasks.base.KINDS`)
 
 
 def register_kind(kind: str, description: str) -> None:
     """Make a new task kind (e.g. ``"token_classification"``) acceptable to :class:`Task`."""
     if not kind or not isinstance(kind, str):
         raise DataError(f"task kind must be a non-empty string, got {kind!r}")
-    _KINDS[kind] = description
+    KINDS[kind] = description
 
 
 def known_kinds() -> tuple[str, ...]:
     """The registered task kinds, in registration order."""
-    return tuple(_KINDS)
+    return tuple(KINDS)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -191,15 +184,17 @@ class Task:
     regression; for a classification *template* (the generic ``"file"`` task before its data is
     read) it may also be ``None``, and :func:`~attendout.tasks.load_task_data` returns the task with
     its label names filled in. ``label_range`` optionally bounds regression labels (STS-B: 0 to 5).
+    Left out, a task reads one ``text`` field, has no label names and one evaluation split, ``dev``;
+    ``metrics`` must be given (at least one).
     """
 
     name: str
     kind: str
-    text_fields: tuple[str, ...]
-    label_names: tuple[str, ...] | None
-    metrics: tuple[str, ...]
-    eval_split_names: tuple[str, ...]
-    description: str
+    text_fields: tuple[str, ...] = ("text",)
+    label_names: tuple[str, ...] | None = None
+    metrics: tuple[str, ...] = ()
+    eval_split_names: tuple[str, ...] = ("dev",)
+    description: str = ""
     label_range: tuple[float, float] | None = field(default=None)
     choices: int | None = field(default=None)  # multiple choice: options per example
 
@@ -207,8 +202,8 @@ class Task:
         where = f"Task {self.name!r}"
         if not self.name:
             raise DataError("Task: name must be a non-empty string")
-        if self.kind not in _KINDS:
-            raise DataError(f"{where}: kind {self.kind!r} is not one of {', '.join(_KINDS)}")
+        if self.kind not in KINDS:
+            raise DataError(f"{where}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
         if not self.text_fields or not all(isinstance(t, str) and t for t in self.text_fields):
             raise DataError(f"{where}: text_fields must be non-empty names, got {self.text_fields!r}")
         if self.kind in (REGRESSION, MULTIPLE_CHOICE) and self.label_names is not None:
@@ -324,6 +319,13 @@ def get_loader(name: str) -> TaskLoader:
     return _TASKS[_resolve(name)][1]
 
 
+def split_data(task: Task, parts: dict[str, Examples], source: str) -> tuple[Task, TaskData]:
+    """``task`` and its data from ``parts`` (split -> examples: ``train`` and every evaluation split of
+    the task), as a loader returns them."""
+    evals = {split: parts[split] for split in task.eval_split_names}
+    return task, TaskData(train=parts["train"], eval_splits=evals, source=source)
+
+
 # --------------------------------------------------------------------------------------------------
 # Splitting helpers
 
@@ -424,49 +426,29 @@ def task_of(model: Any) -> Task:
     """
     config = model.config
     head = type(model).__name__
+    count = getattr(config, "num_labels", 2)
+    names = None
     if head.endswith("ForMultipleChoice"):
-        return Task(
-            name="model-head",
-            kind=MULTIPLE_CHOICE,
-            text_fields=("question",),
-            label_names=None,
-            metrics=("accuracy",),
-            eval_split_names=("validation",),
-            description="the multiple-choice head of the model",
-            choices=2,  # the batches say how many; nothing here depends on it
-        )
-    if getattr(config, "problem_type", None) == "regression" or getattr(config, "num_labels", 2) == 1:
-        return Task(
-            name="model-head",
-            kind=REGRESSION,
-            text_fields=("text",),
-            label_names=None,
-            metrics=("pearson", "spearman"),
-            eval_split_names=("validation",),
-            description="the regression head of the model",
-        )
-    count = config.num_labels
-    names = tuple(str((config.id2label or {}).get(i, i)) for i in range(count))
-    if len(set(names)) != count:
-        names = tuple(str(i) for i in range(count))
-    if head.endswith("ForTokenClassification"):
-        return Task(
-            name="model-head",
-            kind=TOKEN_CLASSIFICATION,
-            text_fields=("tokens",),
-            label_names=names,
-            metrics=("token_accuracy",),
-            eval_split_names=("validation",),
-            description="the token-classification head of the model",
-        )
+        kind, metrics = MULTIPLE_CHOICE, ("accuracy",)
+    elif getattr(config, "problem_type", None) == "regression" or count == 1:
+        kind, metrics = REGRESSION, ("pearson", "spearman")
+    else:
+        names = tuple(str((config.id2label or {}).get(i, i)) for i in range(count))
+        if len(set(names)) != count:
+            names = tuple(str(i) for i in range(count))
+        if head.endswith("ForTokenClassification"):
+            kind, metrics = TOKEN_CLASSIFICATION, ("token_accuracy",)
+        else:
+            kind, metrics = CLASSIFICATION, ("accuracy", "f1") if count == 2 else ("accuracy",)
     return Task(
         name="model-head",
-        kind=CLASSIFICATION,
-        text_fields=("text",),
+        kind=kind,
+        text_fields={MULTIPLE_CHOICE: ("question",), TOKEN_CLASSIFICATION: ("tokens",)}.get(kind, ("text",)),
         label_names=names,
-        metrics=("accuracy", "f1") if count == 2 else ("accuracy",),
+        metrics=metrics,
         eval_split_names=("validation",),
-        description="the classification head of the model",
+        description=f"the {kind.replace('_', '-')} head of the model",
+        choices=2 if kind == MULTIPLE_CHOICE else None,  # the batches say how many; nothing depends on it
     )
 
 

@@ -18,25 +18,17 @@ GLUE files' ``0``/``1`` labels are class indices in that same order.
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .base import CLASSIFICATION, REGRESSION, DataError
-from .core import (
-    Examples,
-    LoadOptions,
-    Task,
-    TaskData,
-    carve_validation,
-    register_task,
-)
-from .readers import RawTable, read_file, to_examples
+from .core import Examples, LoadOptions, Task, TaskData, carve_validation, register_task, split_data
+from .hub import hub_columns, hub_splits, load_hub
+from .readers import RawTable, data_root, read_file, to_examples
 
-__all__ = ["GLUE_SPECS", "HUB_DATASET", "GlueSpec", "import_datasets", "load_glue", "read_glue_file"]
+__all__ = ["GLUE_SPECS", "HUB_DATASET", "GlueSpec", "load_glue", "read_glue_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -292,24 +284,10 @@ def _load_folder(spec: GlueSpec, data_dir: str | Path) -> tuple[Task, TaskData]:
     return task, TaskData(train=train, eval_splits=eval_splits, source=source)
 
 
-def import_datasets() -> Any:
-    """The ``datasets`` package (imported on first use: only hub tasks need it), or a :class:`DataError`
-    saying how to install it."""
-    try:
-        return importlib.import_module("datasets")
-    except ImportError:
-        raise DataError(
-            "hub=True needs the optional 'datasets' package: pip install 'attendout[hub]'"
-        ) from None
-
-
 def _hub_examples(dataset: Any, spec: GlueSpec, task: Task, hub_split: str, split: str) -> Examples:
     """Convert one hub split (a ``datasets.Dataset``) to Examples."""
     where = f"hub {HUB_DATASET} {spec.hub_config} {hub_split}"
-    columns = list(getattr(dataset, "column_names", []))
-    for name in [*task.text_fields, "label"]:
-        if name not in columns:
-            raise DataError(f"{where}: no column {name!r} (columns present: {', '.join(map(repr, columns))})")
+    hub_columns(dataset, where, [*task.text_fields, "label"])
     labels = list(dataset["label"])
     names = None
     features = getattr(dataset, "features", None)
@@ -330,27 +308,14 @@ def _hub_examples(dataset: Any, spec: GlueSpec, task: Task, hub_split: str, spli
 
 
 def _load_hub(spec: GlueSpec) -> tuple[Task, TaskData]:
-    datasets = import_datasets()
-    try:
-        dataset_dict = datasets.load_dataset(HUB_DATASET, spec.hub_config)
-    except Exception as error:  # network, missing config, cache problems: all reported as one line
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise DataError(
-            f"could not load {HUB_DATASET} {spec.hub_config} from the hub ({type(error).__name__}: {message})"
-        ) from None
-    task = spec.task
-    splits = spec.hub_splits
-    for split, hub_split in splits.items():
-        if hub_split not in dataset_dict:
-            raise DataError(f"hub {HUB_DATASET} {spec.hub_config}: no split {hub_split!r} (for {split})")
-    train = _hub_examples(dataset_dict[splits["train"]], spec, task, splits["train"], "train")
-    eval_splits = {
-        split: _hub_examples(dataset_dict[splits[split]], spec, task, splits[split], split)
-        for split in task.eval_split_names
-        if split in splits
+    names = (HUB_DATASET, spec.hub_config)
+    datasets = hub_splits(load_hub(*names), names, spec.hub_splits)
+    task = replace(spec.task, eval_split_names=tuple(s for s in spec.task.eval_split_names if s in datasets))
+    parts = {
+        split: _hub_examples(dataset, spec, task, spec.hub_splits[split], split)
+        for split, dataset in datasets.items()
     }
-    task = replace(task, eval_split_names=tuple(eval_splits))
-    return task, TaskData(train=train, eval_splits=eval_splits, source=f"hub {HUB_DATASET} {spec.hub_config}")
+    return split_data(task, parts, f"hub {HUB_DATASET} {spec.hub_config}")
 
 
 def load_glue(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
@@ -358,13 +323,11 @@ def load_glue(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     spec = GLUE_SPECS[task.name]
     if options.hub:
         return _load_hub(spec)
-    data_dir = options.data_dir or os.environ.get("ATTENDOUT_DATA")
-    if not data_dir:
-        raise DataError(
-            f"task {task.name!r} needs data_dir=<GLUE folder> (or the ATTENDOUT_DATA environment variable), "
-            "or hub=True to download it"
-        )
-    return _load_folder(spec, data_dir)
+    needs = (
+        f"task {task.name!r} needs data_dir=<GLUE folder> (or the ATTENDOUT_DATA environment variable), "
+        "or hub=True to download it"
+    )
+    return _load_folder(spec, data_root(options.data_dir, "", needs))
 
 
 for _glue_spec in GLUE_SPECS.values():

@@ -19,6 +19,8 @@ import json
 import logging
 import lzma
 import math
+import os
+import re
 import zipfile
 import zlib
 from collections.abc import Iterator, Sequence
@@ -28,7 +30,7 @@ from typing import IO, Any
 
 from .base import CLASSIFICATION, REGRESSION, DataError
 from .core import Examples
-from .utf8 import not_utf8
+from .utf8 import not_utf8, not_utf8_bytes
 
 __all__ = [
     "ARCHIVE_ERRORS",
@@ -37,11 +39,14 @@ __all__ = [
     "check_column_roles",
     "check_file",
     "check_table",
+    "data_root",
     "detect_format",
     "infer_label_names",
+    "log_dropped",
     "open_text",
     "read_file",
     "to_examples",
+    "zip_texts",
 ]
 
 FORMATS = ("csv", "tsv", "jsonl")
@@ -142,6 +147,49 @@ def check_file(path: Path, what: str) -> None:
         raise DataError(f"file not found: {path} ({what})")
     if not path.is_file():
         raise DataError(f"not a file: {path} ({what})")
+
+
+def data_root(data_dir: str | Path | None, folder: str, needs: str) -> Path:
+    """Where a task's files are: ``data_dir``, else ``$ATTENDOUT_DATA/<folder>`` (``folder`` ``""``: the
+    variable's folder itself); neither: a :class:`DataError` saying what the task ``needs``."""
+    if data_dir:
+        return Path(data_dir)
+    env = os.environ.get("ATTENDOUT_DATA")
+    if not env:
+        raise DataError(needs)
+    return Path(env) / folder
+
+
+def zip_texts(path: str | Path, member: re.Pattern[str]) -> Iterator[tuple[str, re.Match[str], str]]:
+    """``(name, match, text)`` of each file of the zip ``path`` whose name matches ``member`` in full, in
+    name order, decoded as UTF-8; an unreadable zip or member, or one not UTF-8, is a :class:`DataError`."""
+    path = Path(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except ARCHIVE_ERRORS as error:
+        raise DataError(f"{path}: cannot read the zip ({type(error).__name__}: {error})") from None
+    with archive:
+        for name in sorted(archive.namelist()):
+            match = member.fullmatch(name)
+            if match is None:
+                continue
+            try:
+                raw = archive.read(name)
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise not_utf8_bytes(f"{path}:{name}", raw) from None
+            except ARCHIVE_ERRORS as error:  # a damaged member
+                raise DataError(
+                    f"{path}:{name}: cannot read it from the zip ({type(error).__name__}: {error}); the zip "
+                    "is damaged: download it again"
+                ) from None
+            yield name, match, text
+
+
+def log_dropped(path: str | Path, lines: Sequence[int], total: int, why: str) -> None:
+    """Warn that the rows at ``lines`` (of ``total``) were left out, ``why`` (drop_bad_rows)."""
+    shown = ", ".join(str(line) for line in lines[:10]) + (", ..." if len(lines) > 10 else "")
+    logger.warning("%s: dropped %d of %d rows with %s (lines %s)", path, len(lines), total, why, shown)
 
 
 def brief(value: Any, limit: int = 60) -> str:
@@ -478,14 +526,8 @@ def check_table(raw: RawTable, kind: str, *, drop_bad_rows: bool = False) -> Raw
             f"such rows ({len(bad)} in this file)"
         )
     if bad:
-        lines = [raw.lines[row] for row in sorted(bad)]
-        shown = ", ".join(str(line) for line in lines[:10]) + (", ..." if len(lines) > 10 else "")
-        logger.warning(
-            "%s: dropped %d of %d rows with an empty text or a blank label (lines %s)",
-            raw.path,
-            len(bad),
-            len(raw),
-            shown,
+        log_dropped(
+            raw.path, [raw.lines[row] for row in sorted(bad)], len(raw), "an empty text or a blank label"
         )
         raw = raw.filter([row not in bad for row in range(len(raw))])
     if raw.label_column is None or kind != CLASSIFICATION:

@@ -48,24 +48,18 @@ Lengths of the train sentences in word pieces of the packaged MiniLM's tokenizer
 
 from __future__ import annotations
 
-import logging
-import os
 import re
-import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from .base import TOKEN_CLASSIFICATION, DataError
-from .core import (
-    LoadOptions,
-    Task,
-    TaskData,
-    TokenExamples,
-    register_task,
-)
-from .readers import ARCHIVE_ERRORS, check_file, open_text
-from .utf8 import not_utf8, not_utf8_bytes
+from .core import LoadOptions, Task, TaskData, TokenExamples, register_task, split_data
+from .hub import first_line, hub_columns, hub_splits, import_datasets
+from .metrics import iob_parts
+from .readers import ARCHIVE_ERRORS, check_file, data_root, open_text, zip_texts
+from .utf8 import not_utf8
 
 __all__ = [
     "CONLL2003",
@@ -86,8 +80,6 @@ __all__ = [
     "read_ptb_zip",
     "to_token_examples",
 ]
-
-logger = logging.getLogger(__name__)
 
 DOCSTART = "-DOCSTART-"
 _ASCII_SPACE = " \t\n\r\f\v"  # what separates the fields of a column file
@@ -120,13 +112,11 @@ PTB_ZIP = "treebank.zip"
 PTB_SPLITS = {"train": (1, 159), "dev": (160, 179), "test": (180, 199)}  # wsj file numbers, inclusive
 PTB_TRACE = "-NONE-"
 
-PTB_POS = Task(
+PTB_POS = replace(
+    CONLL2003,
     name="ptb-pos",
-    kind=TOKEN_CLASSIFICATION,
-    text_fields=("tokens",),
     label_names=PTB_TAGS,
     metrics=("token_accuracy",),
-    eval_split_names=("dev", "test"),
     description="POS tags of NLTK's 3,914-sentence PTB WSJ sample (not the full PTB), split by file (accuracy)",
 )
 
@@ -225,19 +215,9 @@ def read_conll(
 # IOB tags
 
 
-def _iob_parts(tag: str) -> tuple[str, str] | None:
-    """``"B-PER"`` -> ``("B", "PER")``, ``"O"`` -> ``("O", "")``, anything else None."""
-    if tag == "O":
-        return "O", ""
-    prefix, dash, kind = tag.partition("-")
-    if prefix in ("B", "I") and dash and kind:
-        return prefix, kind
-    return None
-
-
 def is_iob(tags: Sequence[str]) -> bool:
     """True when every tag is ``O``, ``B-<type>`` or ``I-<type>`` (and there is at least one)."""
-    return bool(tags) and all(_iob_parts(tag) is not None for tag in tags)
+    return bool(tags) and all(iob_parts(tag) is not None for tag in tags)
 
 
 def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
@@ -245,11 +225,11 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
     out: list[str] = []
     previous = "O"
     for tag in tags:
-        parts = _iob_parts(tag)
+        parts = iob_parts(tag)
         if parts is None:
             raise DataError(f"tag {tag!r} is not O, B-<type> or I-<type> (an IOB tag)")
         prefix, kind = parts
-        before = _iob_parts(previous)
+        before = iob_parts(previous)
         if prefix == "I" and (before is None or before[0] == "O" or before[1] != kind):
             tag = f"B-{kind}"
         out.append(tag)
@@ -259,7 +239,7 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
 
 def iob_label_names(tags: Sequence[str]) -> tuple[str, ...]:
     """The IOB2 tag set of the entity types in ``tags``: ``O``, then ``B-T``, ``I-T`` per type, sorted."""
-    kinds = sorted({parts[1] for tag in tags if (parts := _iob_parts(tag)) is not None and parts[1]})
+    kinds = sorted({parts[1] for tag in tags if (parts := iob_parts(tag)) is not None and parts[1]})
     return ("O", *(f"{prefix}-{kind}" for kind in kinds for prefix in ("B", "I")))
 
 
@@ -278,7 +258,7 @@ def to_token_examples(
     allowed = set(label_names)
     if iob:  # IOB1 input may write B-X and I-X of any type in the set
         allowed |= {
-            f"{p}-{parts[1]}" for n in label_names if (parts := _iob_parts(n)) and parts[1] for p in "BI"
+            f"{p}-{parts[1]}" for n in label_names if (parts := iob_parts(n)) and parts[1] for p in "BI"
         }
     labels: list[list[int]] = []
     for tags, lines in zip(sentences.tags, sentences.lines, strict=True):
@@ -306,8 +286,7 @@ def to_token_examples(
 # conll2003
 
 
-def _conll_folder(data_dir: str | Path) -> Path:
-    root = Path(data_dir)
+def _conll_folder(root: Path) -> Path:
     if not root.is_dir():
         raise DataError(f"data_dir not found or not a folder: {root} (task 'conll2003')")
     for folder in (root, root / "conll2003"):
@@ -319,9 +298,54 @@ def _conll_folder(data_dir: str | Path) -> Path:
     )
 
 
-def _load_conll_folder(task: Task, data_dir: str | Path) -> tuple[Task, TaskData]:
-    folder = _conll_folder(data_dir)
-    parts: dict[str, TokenExamples] = {}
+def _conll_hub_sentences(dataset: Any, where: str) -> TaggedSentences:
+    hub_columns(dataset, where, ("tokens", "ner_tags"))
+    names = dataset.features["ner_tags"].feature.names  # Sequence(ClassLabel)
+    tags = [[names[i] for i in row] for row in dataset["ner_tags"]]
+    words = [[str(w) for w in row] for row in dataset["tokens"]]
+    keep = [i for i, row in enumerate(words) if row]  # the hub keeps -DOCSTART- rows as empty ones
+    return TaggedSentences(
+        path=where,
+        words=[words[i] for i in keep],
+        tags=[tags[i] for i in keep],
+        lines=[[i + 1] * len(words[i]) for i in keep],  # row numbers
+        groups=[str(i) for i in keep],
+        tag_field="column 'ner_tags'",
+    )
+
+
+def _load_conll_hub(task: Task) -> tuple[Task, TaskData]:
+    datasets = import_datasets()
+    try:
+        dataset_dict = datasets.load_dataset(CONLL2003_HUB)
+    except Exception as error:  # network, script datasets, cache problems: all reported as one line
+        # datasets >= 4 refuses loading scripts; the hub's parquet export of the same data has none
+        try:
+            dataset_dict = datasets.load_dataset(CONLL2003_HUB, revision=CONLL2003_HUB_PARQUET)
+        except Exception:
+            raise DataError(
+                f"could not load {CONLL2003_HUB} from the hub, nor its revision {CONLL2003_HUB_PARQUET} "
+                f"({first_line(error)})"
+            ) from None
+    parts = {}
+    for split, dataset in hub_splits(dataset_dict, (CONLL2003_HUB,), CONLL2003_HUB_SPLITS).items():
+        sentences = _conll_hub_sentences(dataset, f"hub {CONLL2003_HUB} {CONLL2003_HUB_SPLITS[split]}")
+        parts[split] = to_token_examples(
+            sentences, task.label_names or (), split=split, iob=True, groups=False
+        )
+    return split_data(task, parts, f"hub {CONLL2003_HUB}")
+
+
+def load_conll2003(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
+    """Loader of ``conll2003`` (see the module docstring)."""
+    if options.hub:
+        return _load_conll_hub(task)
+    needs = (
+        "task 'conll2003' needs data_dir=<folder with eng.train, eng.testa, eng.testb> (or the "
+        "ATTENDOUT_DATA environment variable), or hub=True to download it"
+    )
+    folder = _conll_folder(data_root(options.data_dir, "", needs))
+    parts = {}
     for split, name in CONLL2003_FILES.items():
         sentences = read_conll(
             folder / name,
@@ -331,68 +355,7 @@ def _load_conll_folder(task: Task, data_dir: str | Path) -> tuple[Task, TaskData
             what=f"{split} split of task 'conll2003'",
         )
         parts[split] = to_token_examples(sentences, task.label_names or (), split=split, iob=True)
-    eval_splits = {split: parts[split] for split in task.eval_split_names}
-    return task, TaskData(train=parts["train"], eval_splits=eval_splits, source=f"conll2003 folder {folder}")
-
-
-def _load_conll_hub(task: Task) -> tuple[Task, TaskData]:
-    from .glue import import_datasets
-
-    datasets = import_datasets()
-    try:
-        dataset_dict = datasets.load_dataset(CONLL2003_HUB)
-    except Exception as error:  # network, script datasets, cache problems: all reported as one line
-        # datasets >= 4 refuses loading scripts; the hub's parquet export of the same data has none
-        try:
-            dataset_dict = datasets.load_dataset(CONLL2003_HUB, revision=CONLL2003_HUB_PARQUET)
-        except Exception:
-            message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            raise DataError(
-                f"could not load {CONLL2003_HUB} from the hub, nor its revision {CONLL2003_HUB_PARQUET} "
-                f"({type(error).__name__}: {message})"
-            ) from None
-    parts: dict[str, TokenExamples] = {}
-    for split, hub_split in CONLL2003_HUB_SPLITS.items():
-        where = f"hub {CONLL2003_HUB} {hub_split}"
-        if hub_split not in dataset_dict:
-            raise DataError(f"hub {CONLL2003_HUB}: no split {hub_split!r} (for {split})")
-        dataset = dataset_dict[hub_split]
-        columns = list(getattr(dataset, "column_names", []))
-        for name in ("tokens", "ner_tags"):
-            if name not in columns:
-                raise DataError(
-                    f"{where}: no column {name!r} (columns present: {', '.join(map(repr, columns))})"
-                )
-        names = dataset.features["ner_tags"].feature.names  # Sequence(ClassLabel)
-        tags = [[names[i] for i in row] for row in dataset["ner_tags"]]
-        words = [[str(w) for w in row] for row in dataset["tokens"]]
-        keep = [i for i, row in enumerate(words) if row]  # the hub keeps -DOCSTART- rows as empty ones
-        sentences = TaggedSentences(
-            path=where,
-            words=[words[i] for i in keep],
-            tags=[tags[i] for i in keep],
-            lines=[[i + 1] * len(words[i]) for i in keep],  # row numbers
-            groups=[str(i) for i in keep],
-            tag_field="column 'ner_tags'",
-        )
-        parts[split] = to_token_examples(
-            sentences, task.label_names or (), split=split, iob=True, groups=False
-        )
-    eval_splits = {split: parts[split] for split in task.eval_split_names}
-    return task, TaskData(train=parts["train"], eval_splits=eval_splits, source=f"hub {CONLL2003_HUB}")
-
-
-def load_conll2003(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
-    """Loader of ``conll2003`` (see the module docstring)."""
-    if options.hub:
-        return _load_conll_hub(task)
-    data_dir = options.data_dir or os.environ.get("ATTENDOUT_DATA")
-    if not data_dir:
-        raise DataError(
-            "task 'conll2003' needs data_dir=<folder with eng.train, eng.testa, eng.testb> (or the "
-            "ATTENDOUT_DATA environment variable), or hub=True to download it"
-        )
-    return _load_conll_folder(task, data_dir)
+    return split_data(task, parts, f"conll2003 folder {folder}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -403,15 +366,11 @@ def find_nltk_zip(data_dir: str | Path | None, name: str, task: str) -> Path:
     """An NLTK corpus zip (``treebank.zip``, ``movie_reviews.zip``): ``data_dir`` may be the zip, the
     folder holding it (``corpora``), the ``nltk_data`` folder, or a folder holding ``nltk_data/``;
     with no ``data_dir``, ``$ATTENDOUT_DATA/nltk_data`` is used."""
-    if data_dir is None:
-        env = os.environ.get("ATTENDOUT_DATA")
-        if not env:
-            raise DataError(
-                f"task {task!r} needs data_dir=<nltk_data folder holding corpora/{name}> (or the "
-                "ATTENDOUT_DATA environment variable)"
-            )
-        data_dir = Path(env) / "nltk_data"
-    root = Path(data_dir)
+    needs = (
+        f"task {task!r} needs data_dir=<nltk_data folder holding corpora/{name}> (or the "
+        "ATTENDOUT_DATA environment variable)"
+    )
+    root = data_root(data_dir, "nltk_data", needs)
     if root.is_file() and root.name == name:
         return root
     if not root.is_dir():
@@ -477,41 +436,23 @@ def _parse_mrg(text: str, where: str) -> list[tuple[list[str], list[str], list[i
 def read_ptb_zip(path: str | Path) -> dict[int, TaggedSentences]:
     """file number -> the sentences of ``treebank/combined/wsj_NNNN.mrg`` in the zip, traces dropped."""
     path = Path(path)
-    try:
-        archive = zipfile.ZipFile(path)
-    except ARCHIVE_ERRORS as error:
-        raise DataError(f"{path}: cannot read the zip ({type(error).__name__}: {error})") from None
     files: dict[int, TaggedSentences] = {}
-    with archive:
-        for member in sorted(archive.namelist()):
-            match = _PTB_FILE.fullmatch(member)
-            if match is None:
-                continue
-            where = f"{path}:{member}"
-            try:
-                raw = archive.read(member)
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise not_utf8_bytes(where, raw) from None
-            except ARCHIVE_ERRORS as error:  # a damaged member
-                raise DataError(
-                    f"{where}: cannot read it from the zip ({type(error).__name__}: {error}); the zip is "
-                    "damaged: download it again"
-                ) from None
-            words: list[list[str]] = []
-            tags: list[list[str]] = []
-            lines: list[list[int]] = []
-            for number, (w, t, ln) in enumerate(_parse_mrg(text, where), start=1):
-                kept = [k for k, tag in enumerate(t) if tag != PTB_TRACE]
-                if not kept:
-                    raise DataError(f"{where} line {ln[0]}: sentence {number} has only {PTB_TRACE} tokens")
-                words.append([w[k] for k in kept])
-                tags.append([t[k] for k in kept])
-                lines.append([ln[k] for k in kept])
-            stem = Path(member).stem
-            files[int(match.group(1))] = TaggedSentences(
-                where, words, tags, lines, [stem] * len(words), "tag of the (TAG word) leaf"
-            )
+    for member, match, text in zip_texts(path, _PTB_FILE):
+        where = f"{path}:{member}"
+        words: list[list[str]] = []
+        tags: list[list[str]] = []
+        lines: list[list[int]] = []
+        for number, (w, t, ln) in enumerate(_parse_mrg(text, where), start=1):
+            kept = [k for k, tag in enumerate(t) if tag != PTB_TRACE]
+            if not kept:
+                raise DataError(f"{where} line {ln[0]}: sentence {number} has only {PTB_TRACE} tokens")
+            words.append([w[k] for k in kept])
+            tags.append([t[k] for k in kept])
+            lines.append([ln[k] for k in kept])
+        stem = Path(member).stem
+        files[int(match.group(1))] = TaggedSentences(
+            where, words, tags, lines, [stem] * len(words), "tag of the (TAG word) leaf"
+        )
     if not files:
         raise DataError(f"{path}: no treebank/combined/wsj_*.mrg files in the zip")
     return files
@@ -536,10 +477,7 @@ def load_ptb_pos(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
             [y for piece in pieces for y in piece.labels],
             groups=[g for piece in pieces for g in piece.groups or []],
         )
-    eval_splits = {split: parts[split] for split in task.eval_split_names}
-    return task, TaskData(
-        train=parts["train"], eval_splits=eval_splits, source=f"nltk treebank sample {path}"
-    )
+    return split_data(task, parts, f"nltk treebank sample {path}")
 
 
 register_task(CONLL2003, load_conll2003, replace=True)

@@ -21,11 +21,9 @@ import torch
 from torch import nn
 
 from ..tasks import Examples
-from .batches import Batches
+from .batches import IGNORE_INDEX, Batches, padded_labels
 
 __all__ = ["GenerationOptions", "LMEncoded", "Seq2SeqEncoded", "score_unigram_floor"]
-
-IGNORE_INDEX = -100
 
 
 class LMEncoded(Batches):
@@ -78,16 +76,10 @@ class LMEncoded(Batches):
         return self.documents
 
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        rows = [self.blocks[i] for i in indices]
-        width = max(len(r) for r in rows)
+        labels = padded_labels([self.blocks[i] for i in indices])
+        mask = (labels != IGNORE_INDEX).long()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(row)
-            mask[i, : len(row)] = 1
-        labels = ids.masked_fill(mask == 0, IGNORE_INDEX)
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        return {"input_ids": labels.masked_fill(mask == 0, pad), "attention_mask": mask, "labels": labels}
 
     @torch.no_grad()
     def predict(
@@ -103,10 +95,7 @@ class LMEncoded(Batches):
         called before each batch (:func:`attendout.encoding.classification.predict_batches`)."""
         model.eval()
         sums: list[float] = []
-        for batch in self.with_progress(self.batches(batch_size), batch_size, progress, "scoring"):
-            if between is not None:
-                between()
-            batch = {k: v.to(device) for k, v in batch.items()}
+        for batch in self.on_device(batch_size, device, progress, "scoring", between):
             labels = batch.pop("labels")
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 logits = model(**batch).logits
@@ -203,11 +192,7 @@ class Seq2SeqEncoded(Batches):
             self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt")
         )
         if self.target_ids is not None:
-            rows = [self.target_ids[i] for i in indices]
-            width = max(len(r) for r in rows)
-            batch["labels"] = torch.tensor(
-                [r + [IGNORE_INDEX] * (width - len(r)) for r in rows], dtype=torch.long
-            )
+            batch["labels"] = padded_labels([self.target_ids[i] for i in indices])
         return batch
 
     @torch.no_grad()
@@ -225,10 +210,7 @@ class Seq2SeqEncoded(Batches):
         model.eval()
         outputs: list[str] = []
         nll, tokens = 0.0, 0
-        for batch in self.with_progress(self.batches(batch_size), batch_size, progress, "generating"):
-            if between is not None:
-                between()
-            batch = {k: v.to(device) for k, v in batch.items()}
+        for batch in self.on_device(batch_size, device, progress, "generating", between):
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 if "labels" in batch:
                     count = int((batch["labels"] != IGNORE_INDEX).sum())
