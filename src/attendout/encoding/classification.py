@@ -30,7 +30,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,8 @@ class Encoded(Batches):
     """
 
     kind = "sequence"
+    regression = False  # set by __init__; the token and choice kinds keep these
+    truncation = "head"
 
     def __init__(
         self,
@@ -152,6 +154,24 @@ class Encoded(Batches):
         """How many examples the predictions are for (windows and words fold into them)."""
         return len(self)
 
+    def _predictions(
+        self, model: nn.Module, batches: Iterator[dict[str, torch.Tensor]], autocast: Callable[[], Any]
+    ) -> tuple[Any, Any, float | None]:
+        logits_out, losses, rows = [], [], 0
+        for batch in batches:
+            with autocast():
+                out = model(**batch)
+            logits = out.logits.float()
+            rows += len(logits)
+            if out.loss is not None:
+                losses.append(out.loss.float() * len(logits))
+            logits_out.append(logits.cpu())
+        preds, scores = self.collect(logits_out)
+        loss = (torch.stack(losses).sum() / rows).item() if losses else None
+        if isinstance(preds, np.ndarray) and preds.size != self.examples_count():
+            raise RuntimeError(f"{preds.size} predictions for {self.examples_count()} examples")
+        return preds, scores, loss
+
     def collect(self, logits: list[torch.Tensor]) -> tuple[Any, Any]:
         """(predictions, scores) of every example from the logits of :meth:`batches` in order."""
         return self._scored(torch.cat([x.reshape(x.shape[0], -1) for x in logits]))
@@ -215,15 +235,13 @@ class TokenEncoded(Encoded):
     """Token classification: one tag per word, on the word's first piece (the rest: -100)."""
 
     kind = "token"
-    regression = False
-    truncation = "head"
 
     def __init__(self, examples: Examples, tokenizer, max_length: int):
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError("token classification needs a fast tokenizer (word_ids)")
         words = getattr(examples, "words", None)
         if words is None:
             raise ValueError("token classification needs TokenExamples (words and one tag per word)")
-        if not getattr(tokenizer, "is_fast", False):
-            raise ValueError("token classification needs a fast tokenizer (word_ids)")
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.words = [len(w) for w in words]
@@ -284,8 +302,6 @@ class ChoiceEncoded(Encoded):
     """Multiple choice: each example is ``choices`` (question, option) pairs, batched (B, choices, L)."""
 
     kind = "choice"
-    regression = False
-    truncation = "head"
 
     def __init__(self, examples: Examples, tokenizer, max_length: int):
         options = getattr(examples, "choices", None)
@@ -378,7 +394,6 @@ def truncation_summary(sets: dict[str, Encoded], task, max_length: int) -> dict[
     return summary
 
 
-@torch.no_grad()
 def predict_batches(
     model: nn.Module,
     data: Encoded,
@@ -401,21 +416,4 @@ def predict_batches(
     ``data`` and kept for callers that pass it. ``between`` is called before each batch: the loop's
     check for a stop request, which ends a long evaluation at the next batch by raising.
     """
-    if hasattr(data, "predict"):  # the generation kinds predict in their own way (no logits are kept)
-        return data.predict(model, batch_size, device, autocast_dtype, progress, between=between)
-    model.eval()
-    logits_out, losses = [], []
-    rows = 0
-    for batch in data.on_device(batch_size, device, progress, "predicting", between):
-        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            out = model(**batch)
-        logits = out.logits.float()
-        rows += len(logits)
-        if out.loss is not None:
-            losses.append(out.loss.float() * len(logits))
-        logits_out.append(logits.cpu())
-    preds, scores = data.collect(logits_out)
-    loss = (torch.stack(losses).sum() / rows).item() if losses else None
-    if isinstance(preds, np.ndarray) and preds.size != data.examples_count():
-        raise RuntimeError(f"{preds.size} predictions for {data.examples_count()} examples")
-    return preds, scores, loss
+    return data.predict(model, batch_size, device, autocast_dtype, progress, between)

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -81,23 +81,16 @@ class LMEncoded(Batches):
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         return {"input_ids": labels.masked_fill(mask == 0, pad), "attention_mask": mask, "labels": labels}
 
-    @torch.no_grad()
-    def predict(
-        self,
-        model: nn.Module,
-        batch_size: int,
-        device: torch.device,
-        autocast_dtype=None,
-        progress: bool = False,
-        between: Callable[[], None] | None = None,
+    predicting = "scoring"
+
+    def _predictions(
+        self, model: nn.Module, batches: Iterator[dict[str, torch.Tensor]], autocast: Callable[[], Any]
     ) -> tuple[list[float], None, float]:
-        """(summed negative log-likelihood per block, None, mean loss per predicted token); ``between`` is
-        called before each batch (:func:`attendout.encoding.classification.predict_batches`)."""
-        model.eval()
+        """(summed negative log-likelihood per block, None, mean loss per predicted token)."""
         sums: list[float] = []
-        for batch in self.on_device(batch_size, device, progress, "scoring", between):
+        for batch in batches:
             labels = batch.pop("labels")
-            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            with autocast():
                 logits = model(**batch).logits
             sums.extend(token_nll(logits.float(), labels).sum(-1).tolist())
         return sums, None, sum(sums) / max(1, sum(self.gold))
@@ -195,23 +188,16 @@ class Seq2SeqEncoded(Batches):
             batch["labels"] = padded_labels([self.target_ids[i] for i in indices])
         return batch
 
-    @torch.no_grad()
-    def predict(
-        self,
-        model: nn.Module,
-        batch_size: int,
-        device: torch.device,
-        autocast_dtype=None,
-        progress: bool = False,
-        between: Callable[[], None] | None = None,
+    predicting = "generating"
+
+    def _predictions(
+        self, model: nn.Module, batches: Iterator[dict[str, torch.Tensor]], autocast: Callable[[], Any]
     ) -> tuple[list[str], None, float | None]:
-        """(decoded outputs, None, mean loss per target token; None without targets); ``between`` is
-        called before each batch (:func:`attendout.encoding.classification.predict_batches`)."""
-        model.eval()
+        """(decoded outputs, None, mean loss per target token; None without targets)."""
         outputs: list[str] = []
         nll, tokens = 0.0, 0
-        for batch in self.on_device(batch_size, device, progress, "generating", between):
-            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        for batch in batches:
+            with autocast():
                 if "labels" in batch:
                     count = int((batch["labels"] != IGNORE_INDEX).sum())
                     nll += float(model(**batch).loss.float()) * count

@@ -50,7 +50,7 @@ from typing import Any
 from .base import MULTIPLE_CHOICE, DataError
 from .core import ChoiceExamples, LoadOptions, Task, TaskData, register_task, split_data
 from .hub import hub_columns, hub_only, hub_splits, load_hub
-from .readers import check_file, data_root, log_dropped, open_text
+from .readers import check_file, data_root, find_folder, log_dropped, open_text
 from .utf8 import not_utf8
 
 __all__ = [
@@ -183,16 +183,6 @@ def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool
     return ChoiceExamples(text_a=questions, text_b=None, labels=labels, choices=choices)
 
 
-def _arc_folder(root: Path, spec: _ArcSpec, task: str) -> Path:
-    if not root.is_dir():
-        raise DataError(f"data_dir not found or not a folder: {root} (task {task!r})")
-    first = f"{spec.prefix}_train.csv"
-    for folder in (root, root / "arc"):
-        if (folder / first).is_file():
-            return folder
-    raise DataError(f"no ARC data for task {task!r} in {root}: expected {first} there or in {root / 'arc'}")
-
-
 def _load_arc_hub(task: Task, spec: _ArcSpec) -> tuple[Task, TaskData]:
     names = (ARC_HUB, spec.hub_config)
     dataset_dict = load_hub(*names)
@@ -241,7 +231,13 @@ def load_arc(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
         f"task {task.name!r} needs data_dir=<folder with {spec.prefix}_train.csv> (or the "
         "ATTENDOUT_DATA environment variable), or hub=True to download it"
     )
-    folder = _arc_folder(data_root(options.data_dir, "arc", needs), spec, task.name)
+    root = data_root(options.data_dir, "arc", needs)
+    first = f"{spec.prefix}_train.csv"
+    folder = find_folder(root, task.name, first, "arc")
+    if folder is None:
+        raise DataError(
+            f"no ARC data for task {task.name!r} in {root}: expected {first} there or in {root / 'arc'}"
+        )
     parts = {
         split: read_arc_csv(
             folder / f"{spec.prefix}_{split}.csv",

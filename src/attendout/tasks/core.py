@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .base import CLASSIFICATION, KINDS, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
-from .metrics import METRICS, metric_fits
+from .metrics import METRICS, metric_fits, unknown_metric
 
 __all__ = [
     "ChoiceExamples",
@@ -40,6 +40,7 @@ __all__ = [
     "get_task",
     "known_kinds",
     "list_tasks",
+    "name_key",
     "register_kind",
     "register_task",
     "split_data",
@@ -98,6 +99,14 @@ class Examples:
     def __len__(self) -> int:
         return len(self.text_a)
 
+    def _with_labels(self, name: str, holds: str) -> Iterator[tuple[int, tuple[Any, Any]]]:
+        """``(i, (value, label))`` of each example for the per-example field ``name``, which a subclass
+        requires (``holds``: what it holds, for the error)."""
+        values = getattr(self, name)
+        if values is None:
+            raise DataError(f"{type(self).__name__}: {name} is required ({holds})")
+        return enumerate(zip(values, self.labels or [], strict=False))
+
     def subset(self, indices: Sequence[int]) -> Examples:
         """The examples at ``indices`` (in that order), as a new object of the same class."""
         picked = [int(i) for i in indices]
@@ -124,9 +133,7 @@ class TokenExamples(Examples):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.words is None:
-            raise DataError("TokenExamples: words is required (one list of words per example)")
-        for i, (words, tags) in enumerate(zip(self.words, self.labels or [], strict=False)):
+        for i, (words, tags) in self._with_labels("words", "one list of words per example"):
             if len(words) != len(tags):
                 raise DataError(f"TokenExamples: example {i} has {len(words)} words but {len(tags)} tags")
 
@@ -148,9 +155,7 @@ class ChoiceExamples(Examples):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.choices is None:
-            raise DataError("ChoiceExamples: choices is required (one list of options per example)")
-        for i, (options, label) in enumerate(zip(self.choices, self.labels or [], strict=False)):
+        for i, (options, label) in self._with_labels("choices", "one list of options per example"):
             if not 0 <= int(label) < len(options):
                 raise DataError(f"ChoiceExamples: example {i} has answer {label} but {len(options)} options")
 
@@ -223,9 +228,7 @@ class Task:
             raise DataError(f"{where}: needs at least one metric")
         for metric in self.metrics:
             if metric not in METRICS:
-                raise DataError(
-                    f"{where}: unknown metric {metric!r}; known metrics: {', '.join(sorted(METRICS))}"
-                )
+                raise unknown_metric(where, metric)
             if not metric_fits(metric, self.kind):
                 fitting = sorted(m for m in METRICS if metric_fits(m, self.kind))
                 raise DataError(
@@ -296,14 +299,15 @@ def list_tasks() -> list[str]:
     return sorted(_TASKS)
 
 
-def _normalise(name: str) -> str:
+def name_key(name: str) -> str:
+    """``name`` as names are matched: lower case, without ``-`` and ``_`` ("SST-2" and "sst2" match)."""
     return name.lower().replace("-", "").replace("_", "")
 
 
 def _resolve(name: str) -> str:
     if name in _TASKS:
         return name
-    matches = [known for known in _TASKS if _normalise(known) == _normalise(name)]
+    matches = [known for known in _TASKS if name_key(known) == name_key(name)]
     if len(matches) == 1:  # "SST-2" -> "sst2", "sts_b" -> "stsb"
         return matches[0]
     raise DataError(f"unknown task {name!r}; known tasks: {', '.join(list_tasks())}")
@@ -496,8 +500,6 @@ def compute_metrics(task: Task, predictions: Any, labels: Any) -> dict[str, floa
     results: dict[str, float] = {}
     for name in task.metrics:
         if name not in METRICS:
-            raise DataError(
-                f"task {task.name!r}: unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}"
-            )
+            raise unknown_metric(f"task {task.name!r}", name)
         results[name] = float(METRICS[name](predictions, labels))
     return results

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import CLASSIFICATION, REGRESSION, DataError
-from .core import Examples, LoadOptions, Task, TaskData, carve_validation, register_task, split_data
+from .core import Examples, LoadOptions, Task, TaskData, carve_validation, name_key, register_task, split_data
 from .hub import hub_columns, hub_splits, load_hub
 from .readers import RawTable, data_root, read_file, to_examples
 
@@ -52,37 +52,41 @@ class GlueSpec:
     optional_splits: tuple[str, ...] = field(default=())  # eval splits whose file may be absent
 
 
+_PAIR = ("sentence1", "sentence2")
+_NLI2 = ("entailment", "not_entailment")
+
+
 def _spec(
     name: str,
     folder: str,
     *,
-    text_fields: tuple[str, ...],
     label_names: tuple[str, ...] | None,
-    metrics: tuple[str, ...],
     description: str,
+    text_fields: tuple[str, ...] = _PAIR,
+    metrics: tuple[str, ...] = ("accuracy",),
     text_columns: tuple[str, ...] | None = None,
     label_column: str = "label",
-    eval_files: dict[str, str] | None = None,
+    eval_splits: tuple[str, ...] = ("dev",),
     hub_splits: dict[str, str] | None = None,
     column_names: tuple[str, ...] | None = None,
     optional_splits: tuple[str, ...] = (),
     label_range: tuple[float, float] | None = None,
 ) -> GlueSpec:
-    eval_files = eval_files or {"dev": "dev.tsv"}
+    """A GLUE task and its layout: the files are ``train.tsv`` and ``<split>.tsv`` of each evaluation split."""
     task = Task(
         name=name,
         kind=REGRESSION if label_names is None else CLASSIFICATION,
         text_fields=text_fields,
         label_names=label_names,
         metrics=metrics,
-        eval_split_names=tuple(eval_files),
+        eval_split_names=eval_splits,
         description=description,
         label_range=label_range,
     )
     return GlueSpec(
         task=task,
         folder=folder,
-        files={"train": "train.tsv", **eval_files},
+        files={split: f"{split}.tsv" for split in ("train", *eval_splits)},
         text_columns=text_columns or text_fields,
         label_column=label_column,
         hub_config=name,
@@ -91,9 +95,6 @@ def _spec(
         optional_splits=optional_splits,
     )
 
-
-_PAIR = ("sentence1", "sentence2")
-_NLI2 = ("entailment", "not_entailment")
 
 GLUE_SPECS: dict[str, GlueSpec] = {
     spec.task.name: spec
@@ -106,7 +107,7 @@ GLUE_SPECS: dict[str, GlueSpec] = {
             metrics=("mcc",),
             description="CoLA: is the sentence grammatically acceptable (Matthews correlation)",
             column_names=("source", "label", "mark", "sentence"),
-            eval_files={"dev": "dev.tsv", "dev_ood": "dev_ood.tsv"},
+            eval_splits=("dev", "dev_ood"),
             optional_splits=("dev_ood",),
         ),
         _spec(
@@ -114,13 +115,11 @@ GLUE_SPECS: dict[str, GlueSpec] = {
             "SST-2",
             text_fields=("sentence",),
             label_names=("negative", "positive"),
-            metrics=("accuracy",),
             description="SST-2: binary sentiment of movie-review phrases (accuracy)",
         ),
         _spec(
             "mrpc",
             "MRPC",
-            text_fields=_PAIR,
             label_names=("not_equivalent", "equivalent"),
             metrics=("f1", "accuracy"),
             description="MRPC: are the two news sentences paraphrases (F1 of 'equivalent', accuracy)",
@@ -132,7 +131,6 @@ GLUE_SPECS: dict[str, GlueSpec] = {
             "QNLI",
             text_fields=("question", "sentence"),
             label_names=_NLI2,
-            metrics=("accuracy",),
             description="QNLI: does the sentence answer the question (accuracy)",
         ),
         _spec(
@@ -140,11 +138,10 @@ GLUE_SPECS: dict[str, GlueSpec] = {
             "MNLI",
             text_fields=("premise", "hypothesis"),
             label_names=("entailment", "neutral", "contradiction"),
-            metrics=("accuracy",),
             description="MNLI: premise/hypothesis entailment, 3 classes (accuracy, matched and mismatched)",
             text_columns=_PAIR,
             label_column="gold_label",
-            eval_files={"dev_matched": "dev_matched.tsv", "dev_mismatched": "dev_mismatched.tsv"},
+            eval_splits=("dev_matched", "dev_mismatched"),
             hub_splits={
                 "train": "train",
                 "dev_matched": "validation_matched",
@@ -154,15 +151,12 @@ GLUE_SPECS: dict[str, GlueSpec] = {
         _spec(
             "rte",
             "RTE",
-            text_fields=_PAIR,
             label_names=_NLI2,
-            metrics=("accuracy",),
             description="RTE: does sentence1 entail sentence2 (accuracy)",
         ),
         _spec(
             "stsb",
             "STS-B",
-            text_fields=_PAIR,
             label_names=None,
             metrics=("pearson", "spearman"),
             description="STS-B: semantic similarity of two sentences, 0 to 5 (Pearson, Spearman)",
@@ -181,17 +175,11 @@ GLUE_SPECS: dict[str, GlueSpec] = {
         _spec(
             "wnli",
             "WNLI",
-            text_fields=_PAIR,
             label_names=("not_entailment", "entailment"),
-            metrics=("accuracy",),
             description="WNLI: Winograd-schema entailment (accuracy)",
         ),
     ]
 }
-
-
-def _folder_key(name: str) -> str:
-    return name.lower().replace("-", "").replace("_", "")
 
 
 def _find_folder(spec: GlueSpec, data_dir: str | Path) -> Path:
@@ -204,12 +192,12 @@ def _find_folder(spec: GlueSpec, data_dir: str | Path) -> Path:
     for base in (root, root / "glue"):
         if base.is_dir():
             for child in sorted(base.iterdir()):
-                if child.is_dir() and _folder_key(child.name) == _folder_key(spec.folder):
+                if child.is_dir() and name_key(child.name) == name_key(spec.folder):
                     return child
-    others = {_folder_key(s.folder): s.task.name for s in GLUE_SPECS.values() if s is not spec}
-    if _folder_key(root.name) in others:
+    others = {name_key(s.folder): s.task.name for s in GLUE_SPECS.values() if s is not spec}
+    if name_key(root.name) in others:
         raise DataError(
-            f"data_dir {root} is the folder of task {others[_folder_key(root.name)]!r}, not {spec.task.name!r}"
+            f"data_dir {root} is the folder of task {others[name_key(root.name)]!r}, not {spec.task.name!r}"
         )
     if any((root / name).is_file() for name in spec.files.values()):
         return root
@@ -238,25 +226,23 @@ def read_glue_file(spec: GlueSpec, path: str | Path, split: str, *, task: Task |
 def _load_folder(spec: GlueSpec, data_dir: str | Path) -> tuple[Task, TaskData]:
     folder = _find_folder(spec, data_dir)
     task = spec.task
+    train_path = folder / spec.files["train"]
+    primary = task.eval_split_names[0]
+    if not train_path.exists() and not (folder / spec.files[primary]).exists():
+        raise DataError(
+            f"file not found: {train_path} (train split of task {task.name!r}; no {spec.files[primary]} either)"
+        )
     eval_splits: dict[str, Examples] = {}
     for split in task.eval_split_names:
         path = folder / spec.files[split]
         if split in spec.optional_splits and not path.exists():
             logger.info("task %s: no %s, skipping its %s split", task.name, path, split)
             continue
-        if (
-            split == task.eval_split_names[0]
-            and not path.exists()
-            and not (folder / spec.files["train"]).exists()
-        ):
-            break  # reported below as the missing train file
         eval_splits[split] = read_glue_file(spec, path, split)
     source = f"glue folder {folder}"
-    train_path = folder / spec.files["train"]
     if train_path.exists():
         train = read_glue_file(spec, train_path, "train")
-    elif eval_splits:
-        primary = task.eval_split_names[0]
+    else:
         logger.warning(
             "task %s: %s has no %s; carving train/%s %d/%d from %s (seed %d); %s scores are not "
             "comparable to published GLUE numbers",
@@ -275,10 +261,6 @@ def _load_folder(spec: GlueSpec, data_dir: str | Path) -> tuple[Task, TaskData]:
             f" (no {spec.files['train']}: train and {primary} carved "
             f"{round(100 * (1 - CARVE_FRACTION))}/{round(100 * CARVE_FRACTION)} from {spec.files[primary]}, "
             f"seed {CARVE_SEED})"
-        )
-    else:
-        raise DataError(
-            f"file not found: {train_path} (train split of task {task.name!r}; no {spec.files[task.eval_split_names[0]]} either)"
         )
     task = replace(task, eval_split_names=tuple(eval_splits))
     return task, TaskData(train=train, eval_splits=eval_splits, source=source)

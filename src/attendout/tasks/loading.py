@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -94,13 +94,10 @@ DEFAULT_TASK = "rotten-tomatoes"
 VALIDATION_FRACTION = 0.1  # carved from train when the "file" task has no eval_files
 VALIDATION_SEED = 0
 
-FILE_TASK = Task(
+FILE_TASK = Task(  # its label names are found in the data
     name="file",
     kind=CLASSIFICATION,
-    text_fields=("text",),
-    label_names=None,  # found in the data
     metrics=("accuracy",),
-    eval_split_names=("dev",),
     description="any CSV/TSV/JSON-lines file: train_file, eval_files, text_columns, label_column",
 )
 
@@ -112,7 +109,16 @@ class _TableFiles:
     what = "files"
 
     def __init__(self, task: Task, options: LoadOptions, generic: bool, kind: str) -> None:
-        _check_table_options(options, kind, _uses_task_source(options, generic))
+        for name in ("token_column", "tag_column"):
+            if getattr(options, name) is not None:
+                raise DataError(
+                    f"{name}= is for token files (kind='token_classification'), not kind={kind!r}"
+                )
+        # label_names need files for every split (the task's own splits carry their labels), and classes
+        if options.label_names is not None and (_uses_task_source(options, generic) or kind == REGRESSION):
+            raise DataError(
+                "label_names can only be given for a classification task whose train_file and eval_files are both given"
+            )
         self.kind = kind
         self.generic = generic
         if options.label_names is not None and not generic:
@@ -284,44 +290,6 @@ def _check_classes(train: Examples, kind: str, label_names: Sequence[str] | None
         )
 
 
-def _carve_dev(train: Examples, path: str | None, sources: list[str]) -> tuple[Examples, Examples]:
-    """(train, dev) for the "file" task given a train file only: dev carved from train, with a warning."""
-    logger.warning(
-        "task 'file': no eval_files; carving %d%% of %s as 'dev' (seed %d)",
-        round(100 * VALIDATION_FRACTION),
-        path,
-        VALIDATION_SEED,
-    )
-    sources.append(f"dev=carved {round(100 * VALIDATION_FRACTION)}% of train (seed {VALIDATION_SEED})")
-    return carve_validation(train, VALIDATION_FRACTION, VALIDATION_SEED)
-
-
-def _eval_splits(
-    options: LoadOptions,
-    base: TaskData | None,
-    train: Examples,
-    sources: list[str],
-    read_split: Callable[[str, str], Examples],
-) -> tuple[Examples, dict[str, Examples]]:
-    """(train, evaluation splits): ``eval_files`` read by ``read_split(path, split)``, else the built-in
-    task's own splits, else (the "file" task with a train file only) dev carved from train."""
-    if options.eval_files is not None:
-        splits = {}
-        for split, path in options.eval_files.items():
-            splits[split] = read_split(path, split)
-            sources.append(f"{split}={path}")
-        return train, splits
-    if base is not None:
-        return train, dict(base.eval_splits)
-    train, dev = _carve_dev(train, options.train_file, sources)
-    return train, {"dev": dev}
-
-
-def _source(what: str, sources: list[str], base: TaskData | None) -> str:
-    source = f"{what} " + ", ".join(sources)
-    return source if base is None else f"{source}; other splits from {base.source}"
-
-
 def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     """Read a task's splits from ``options.train_file`` / ``options.eval_files`` (see module doc)."""
     generic = task.name == FILE_TASK.name
@@ -339,20 +307,47 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
         train_raw = files.read(options.train_file, "train")
         sources.append(f"train={options.train_file}")
     label_names = files.label_names(train_raw)
-    train = None
     if train_raw is not None:
         train = files.examples(train_raw, "train", label_names)
         _check_classes(train, kind, label_names, options.train_file or "")
-    train, eval_splits = _eval_splits(
-        options,
-        base,
-        _train_split(train, base, task),
-        sources,
-        lambda path, split: files.examples(files.read(path, split), split, label_names),
-    )
-    metrics = files.default_metrics(label_names)
-    loaded = _loaded_task(task, options, generic, kind, files.text_fields, label_names, metrics, eval_splits)
-    return loaded, TaskData(train=train, eval_splits=eval_splits, source=_source(files.what, sources, base))
+    elif base is not None:
+        train = base.train
+    else:  # excluded by the checks above
+        raise DataError(f"task {task.name!r}: no train split")
+    if options.eval_files is not None:
+        eval_splits = {}
+        for split, path in options.eval_files.items():
+            eval_splits[split] = files.examples(files.read(path, split), split, label_names)
+            sources.append(f"{split}={path}")
+    elif base is not None:
+        eval_splits = dict(base.eval_splits)
+    else:  # the "file" task given a train file only: dev carved from train, with a warning
+        percent = round(100 * VALIDATION_FRACTION)
+        logger.warning(
+            "task 'file': no eval_files; carving %d%% of %s as 'dev' (seed %d)",
+            percent,
+            options.train_file,
+            VALIDATION_SEED,
+        )
+        sources.append(f"dev=carved {percent}% of train (seed {VALIDATION_SEED})")
+        train, dev = carve_validation(train, VALIDATION_FRACTION, VALIDATION_SEED)
+        eval_splits = {"dev": dev}
+    if generic:  # the "file" task as the data and options make it
+        loaded = Task(
+            name=FILE_TASK.name,
+            kind=kind,
+            text_fields=files.text_fields,
+            label_names=label_names,
+            metrics=files.default_metrics(label_names),
+            eval_split_names=tuple(eval_splits),
+            description=f"{kind} from {Path(options.train_file or '').name}",
+        )
+    else:
+        loaded = replace(task, label_names=label_names, eval_split_names=tuple(eval_splits))
+    source = f"{files.what} " + ", ".join(sources)
+    if base is not None:
+        source += f"; other splits from {base.source}"
+    return loaded, TaskData(train=train, eval_splits=eval_splits, source=source)
 
 
 def _check_file_request(task: Task, options: LoadOptions, generic: bool, kind: str) -> None:
@@ -372,18 +367,6 @@ def _check_file_request(task: Task, options: LoadOptions, generic: bool, kind: s
         raise DataError("eval_files is empty; give {'dev': path} or leave it out")
 
 
-def _check_table_options(options: LoadOptions, kind: str, uses_base: bool) -> None:
-    """Refuse token-file options for a table, and ``label_names`` where the files do not hold every
-    split (the task's own splits carry their labels) or the target is a number."""
-    for name in ("token_column", "tag_column"):
-        if getattr(options, name) is not None:
-            raise DataError(f"{name}= is for token files (kind='token_classification'), not kind={kind!r}")
-    if options.label_names is not None and (uses_base or kind == REGRESSION):
-        raise DataError(
-            "label_names can only be given for a classification task whose train_file and eval_files are both given"
-        )
-
-
 def _uses_task_source(options: LoadOptions, generic: bool) -> bool:
     """Whether a split comes from the built-in task's own source: no train file, or no evaluation files
     for a built-in task (the "file" task carves its dev split instead)."""
@@ -396,40 +379,6 @@ def _task_source(task: Task, options: LoadOptions, generic: bool) -> TaskData | 
         return None
     _, base = get_loader(task.name)(task, replace(options, train_file=None, eval_files=None))
     return base
-
-
-def _train_split(train: Examples | None, base: TaskData | None, task: Task) -> Examples:
-    """The train split: read from the train file, else the built-in task's own."""
-    if train is not None:
-        return train
-    if base is not None:
-        return base.train
-    raise DataError(f"task {task.name!r}: no train split")  # excluded by the checks of load_files
-
-
-def _loaded_task(
-    task: Task,
-    options: LoadOptions,
-    generic: bool,
-    kind: str,
-    text_fields: tuple[str, ...],
-    label_names: tuple[str, ...] | None,
-    metrics: tuple[str, ...],
-    eval_splits: dict[str, Examples],
-) -> Task:
-    """The task as loaded from files: the "file" task made from the data (``metrics``: its defaults), a
-    built-in task with its label names and evaluation splits as read."""
-    if generic:
-        return Task(
-            name=FILE_TASK.name,
-            kind=kind,
-            text_fields=text_fields,
-            label_names=label_names,
-            metrics=metrics,
-            eval_split_names=tuple(eval_splits),
-            description=f"{kind} from {Path(options.train_file or '').name}",
-        )
-    return replace(task, label_names=label_names, eval_split_names=tuple(eval_splits))
 
 
 def _first_given(options: LoadOptions, *names: str) -> str | None:

@@ -41,6 +41,7 @@ __all__ = [
     "register_metric",
     "spearman",
     "token_accuracy",
+    "unknown_metric",
 ]
 
 Metric = Callable[[Any, Any], float]
@@ -298,6 +299,11 @@ def register_metric(name: str, metric: Metric, kinds: tuple[str, ...] | None = N
     METRICS[name] = metric
     if kinds is not None:
         METRIC_KINDS[name] = tuple(kinds)
+
+
+def unknown_metric(where: str, name: str) -> DataError:
+    """The error for a metric ``name`` that is not registered (``where``: the task asking for it)."""
+    return DataError(f"{where}: unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}")
 
 
 def metric_fits(name: str, kind: str) -> bool:

@@ -41,6 +41,7 @@ __all__ = [
     "check_table",
     "data_root",
     "detect_format",
+    "find_folder",
     "infer_label_names",
     "log_dropped",
     "open_text",
@@ -158,6 +159,14 @@ def data_root(data_dir: str | Path | None, folder: str, needs: str) -> Path:
     if not env:
         raise DataError(needs)
     return Path(env) / folder
+
+
+def find_folder(root: Path, task: str, file: str, *subfolders: str) -> Path | None:
+    """The first of ``root`` and its ``subfolders`` that holds ``file``, or None; a ``root`` that is not a
+    folder is a :class:`DataError` naming ``task``."""
+    if not root.is_dir():
+        raise DataError(f"data_dir not found or not a folder: {root} (task {task!r})")
+    return next((f for f in (root, *(root / sub for sub in subfolders)) if (f / file).is_file()), None)
 
 
 def zip_texts(path: str | Path, member: re.Pattern[str]) -> Iterator[tuple[str, re.Match[str], str]]:

@@ -58,7 +58,7 @@ from .base import TOKEN_CLASSIFICATION, DataError
 from .core import LoadOptions, Task, TaskData, TokenExamples, register_task, split_data
 from .hub import first_line, hub_columns, hub_splits, import_datasets
 from .metrics import iob_parts
-from .readers import ARCHIVE_ERRORS, check_file, data_root, open_text, zip_texts
+from .readers import ARCHIVE_ERRORS, check_file, data_root, find_folder, open_text, zip_texts
 from .utf8 import not_utf8
 
 __all__ = [
@@ -286,18 +286,6 @@ def to_token_examples(
 # conll2003
 
 
-def _conll_folder(root: Path) -> Path:
-    if not root.is_dir():
-        raise DataError(f"data_dir not found or not a folder: {root} (task 'conll2003')")
-    for folder in (root, root / "conll2003"):
-        if (folder / CONLL2003_FILES["train"]).is_file():
-            return folder
-    raise DataError(
-        f"no CoNLL-2003 data in {root}: expected {', '.join(CONLL2003_FILES.values())} there or in "
-        f"{root / 'conll2003'}"
-    )
-
-
 def _conll_hub_sentences(dataset: Any, where: str) -> TaggedSentences:
     hub_columns(dataset, where, ("tokens", "ner_tags"))
     names = dataset.features["ner_tags"].feature.names  # Sequence(ClassLabel)
@@ -344,7 +332,13 @@ def load_conll2003(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
         "task 'conll2003' needs data_dir=<folder with eng.train, eng.testa, eng.testb> (or the "
         "ATTENDOUT_DATA environment variable), or hub=True to download it"
     )
-    folder = _conll_folder(data_root(options.data_dir, "", needs))
+    root = data_root(options.data_dir, "", needs)
+    folder = find_folder(root, "conll2003", CONLL2003_FILES["train"], "conll2003")
+    if folder is None:
+        raise DataError(
+            f"no CoNLL-2003 data in {root}: expected {', '.join(CONLL2003_FILES.values())} there or in "
+            f"{root / 'conll2003'}"
+        )
     parts = {}
     for split, name in CONLL2003_FILES.items():
         sentences = read_conll(
@@ -373,11 +367,9 @@ def find_nltk_zip(data_dir: str | Path | None, name: str, task: str) -> Path:
     root = data_root(data_dir, "nltk_data", needs)
     if root.is_file() and root.name == name:
         return root
-    if not root.is_dir():
-        raise DataError(f"data_dir not found or not a folder: {root} (task {task!r})")
-    for folder in (root, root / "corpora", root / "nltk_data" / "corpora"):
-        if (folder / name).is_file():
-            return folder / name
+    folder = find_folder(root, task, name, "corpora", "nltk_data/corpora")
+    if folder is not None:
+        return folder / name
     raise DataError(
         f"no {name} for task {task!r} in {root} (looked in it, in corpora/ and in nltk_data/corpora/)"
     )
