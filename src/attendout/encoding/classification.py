@@ -82,14 +82,14 @@ class Encoded(Batches):
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.regression = regression
-        pair = examples.text_b
-        self.truncation = "head" if pair is not None and truncation == "auto" else truncation
-        if self.truncation == "auto":
-            self.truncation = "head-tail"
-        full = tokenizer(examples.text_a, pair, padding=False, truncation=False, return_token_type_ids=None)
-        lengths = [len(ids) for ids in full["input_ids"]]
-        self.cut = sum(n > max_length for n in lengths)
-        self.features = self._features(examples, full, lengths)
+        if truncation == "auto":
+            truncation = "head" if examples.text_b is not None else "head-tail"
+        self.truncation = truncation
+        full = tokenizer(
+            examples.text_a, examples.text_b, padding=False, truncation=False, return_token_type_ids=None
+        )
+        self.cut = sum(len(ids) > max_length for ids in full["input_ids"])
+        self.features = self._features(examples, full)
         # Unlabelled examples (``labels`` None: text to predict) give batches without labels.
         self.labels = (
             None
@@ -97,7 +97,7 @@ class Encoded(Batches):
             else torch.tensor(examples.labels, dtype=torch.float if regression else torch.long)
         )
 
-    def _features(self, examples: Examples, full: Any, lengths: list[int]) -> list[dict[str, list[int]]]:
+    def _features(self, examples: Examples, full: Any) -> list[dict[str, list[int]]]:
         if self.truncation == "head-tail" and examples.text_b is None:
             return [self._head_tail(row) for row in _rows(full, len(examples))]
         enc = self.tokenizer(
@@ -201,7 +201,7 @@ class Windows(Encoded):
             raise ValueError(f"window stride must be in [0, {max_length - 2}), got {self.stride}")
         super().__init__(examples, tokenizer, max_length, regression, truncation="sliding")
 
-    def _features(self, examples: Examples, full: Any, lengths: list[int]) -> list[dict[str, list[int]]]:
+    def _features(self, examples: Examples, full: Any) -> list[dict[str, list[int]]]:
         if not getattr(self.tokenizer, "is_fast", False):
             raise ValueError("sliding windows need a fast tokenizer (return_overflowing_tokens)")
         enc = self.tokenizer(

@@ -74,18 +74,16 @@ SWAG_ENDINGS = 4
 LETTERS = "ABCDE"
 
 
-ARC_EASY = Task(
-    name="arc-easy",
-    kind=MULTIPLE_CHOICE,
-    text_fields=("question",),
-    metrics=("accuracy",),
-    description="ARC-Easy: grade-school science questions, 4 options (accuracy)",
-    choices=ARC_OPTIONS,
-)
-ARC_CHALLENGE = replace(
-    ARC_EASY,
-    name="arc-challenge",
-    description="ARC-Challenge: grade-school science questions, 4 options (accuracy)",
+ARC_EASY, ARC_CHALLENGE = (
+    Task(
+        name=f"arc-{level.lower()}",
+        kind=MULTIPLE_CHOICE,
+        text_fields=("question",),
+        metrics=("accuracy",),
+        description=f"ARC-{level}: grade-school science questions, 4 options (accuracy)",
+        choices=ARC_OPTIONS,
+    )
+    for level in ("Easy", "Challenge")
 )
 SWAG = replace(
     ARC_EASY,

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .base import CLASSIFICATION, KINDS, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
-from .metrics import METRICS, metric_fits, unknown_metric
+from .metrics import METRICS, check_metric
 
 __all__ = [
     "ChoiceExamples",
@@ -227,13 +227,7 @@ class Task:
         if not self.metrics:
             raise DataError(f"{where}: needs at least one metric")
         for metric in self.metrics:
-            if metric not in METRICS:
-                raise unknown_metric(where, metric)
-            if not metric_fits(metric, self.kind):
-                fitting = sorted(m for m in METRICS if metric_fits(m, self.kind))
-                raise DataError(
-                    f"{where}: metric {metric!r} cannot score a {self.kind} task; its metrics: {', '.join(fitting)}"
-                )
+            check_metric(where, metric, self.kind)
         if not self.eval_split_names:
             raise DataError(f"{where}: needs at least one evaluation split name")
 
@@ -499,7 +493,6 @@ def compute_metrics(task: Task, predictions: Any, labels: Any) -> dict[str, floa
             predictions = predictions[:, 0]
     results: dict[str, float] = {}
     for name in task.metrics:
-        if name not in METRICS:
-            raise unknown_metric(f"task {task.name!r}", name)
+        check_metric(f"task {task.name!r}", name)
         results[name] = float(METRICS[name](predictions, labels))
     return results

@@ -47,7 +47,7 @@ from .base import LM, SEQ2SEQ, DataError
 from .core import Examples, LoadOptions, Task, TaskData, carve_validation, register_task, split_data
 from .documents import MOVIE_REVIEWS_ZIP, read_movie_reviews
 from .hub import hub_only, load_hub
-from .readers import data_root, detect_format, read_file
+from .readers import EXTENSIONS, data_root, detect_format, read_file
 from .tokens import find_nltk_zip
 from .utf8 import not_utf8
 
@@ -120,18 +120,15 @@ MOVIE_REVIEWS_LM = replace(
 WIKITEXT2 = replace(
     MOVIE_REVIEWS_LM, name="wikitext-2", description="WikiText-2 raw, articles as documents (hub only: --hub)"
 )
-MULTI30K = replace(
-    SEQ2SEQ_FILE_TASK,
-    name="multi30k",
-    text_fields=("en", "de"),
-    eval_split_names=("val", "test_2016_flickr"),
-    description="Multi30k task 1, English to German image captions (29,000 train pairs); a local folder",
-)
-MULTI30K_EN_FR = replace(
-    MULTI30K,
-    name="multi30k-en-fr",
-    text_fields=("en", "fr"),
-    description="Multi30k task 1, English to French image captions (29,000 train pairs); a local folder",
+MULTI30K, MULTI30K_EN_FR = (
+    replace(
+        SEQ2SEQ_FILE_TASK,
+        name=name,
+        text_fields=("en", target),
+        eval_split_names=("val", "test_2016_flickr"),
+        description=f"Multi30k task 1, English to {language} image captions (29,000 train pairs); a local folder",
+    )
+    for name, target, language in (("multi30k", "de", "German"), ("multi30k-en-fr", "fr", "French"))
 )
 WMT16_EN_RO = replace(
     SEQ2SEQ_FILE_TASK,
@@ -179,10 +176,8 @@ def read_documents(path: str | Path, text_column: str = "text", what: str = "dat
 
 def text_format(path: Path) -> str:
     """``"text"`` for a plain text file, else the table format of :func:`detect_format`."""
-    name = path.name.lower().removesuffix(".gz")
-    if name.endswith((".csv", ".tsv", ".jsonl", ".json", ".ndjson")):
-        return detect_format(path)
-    return "text"
+    table = Path(path.name.lower().removesuffix(".gz")).suffix in EXTENSIONS
+    return detect_format(path) if table else "text"
 
 
 def read_parallel(

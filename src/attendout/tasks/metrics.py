@@ -28,6 +28,7 @@ __all__ = [
     "METRIC_KINDS",
     "accuracy",
     "better",
+    "check_metric",
     "entities",
     "entity_f1",
     "entity_precision",
@@ -41,7 +42,6 @@ __all__ = [
     "register_metric",
     "spearman",
     "token_accuracy",
-    "unknown_metric",
 ]
 
 Metric = Callable[[Any, Any], float]
@@ -301,9 +301,14 @@ def register_metric(name: str, metric: Metric, kinds: tuple[str, ...] | None = N
         METRIC_KINDS[name] = tuple(kinds)
 
 
-def unknown_metric(where: str, name: str) -> DataError:
-    """The error for a metric ``name`` that is not registered (``where``: the task asking for it)."""
-    return DataError(f"{where}: unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}")
+def check_metric(where: str, name: str, kind: str | None = None) -> None:
+    """A :class:`DataError` naming ``where`` (the task asking) unless ``name`` is a registered metric, and
+    (``kind`` given) one that can score a task of that kind."""
+    if name not in METRICS:
+        raise DataError(f"{where}: unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}")
+    if kind is not None and not metric_fits(name, kind):
+        fitting = ", ".join(sorted(m for m in METRICS if metric_fits(m, kind)))
+        raise DataError(f"{where}: metric {name!r} cannot score a {kind} task; its metrics: {fitting}")
 
 
 def metric_fits(name: str, kind: str) -> bool:

@@ -11,10 +11,8 @@ compressed (``.gz``, ``.bz2``).
 
 from __future__ import annotations
 
-import bz2
 import contextlib
 import csv
-import gzip
 import json
 import logging
 import lzma
@@ -24,16 +22,17 @@ import re
 import zipfile
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
 from .base import CLASSIFICATION, REGRESSION, DataError
 from .core import Examples
-from .utf8 import not_utf8, not_utf8_bytes
+from .utf8 import COMPRESSED, not_utf8, not_utf8_bytes
 
 __all__ = [
     "ARCHIVE_ERRORS",
+    "EXTENSIONS",
     "FORMATS",
     "RawTable",
     "check_column_roles",
@@ -66,8 +65,8 @@ ARCHIVE_ERRORS = (
     RuntimeError,
 )
 
-_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
-_COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}
+#: the table formats, by file extension
+EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
 
 
 @dataclass(frozen=True)
@@ -88,14 +87,12 @@ class RawTable:
     def filter(self, keep: Sequence[bool]) -> RawTable:
         """The rows where ``keep`` is true."""
         rows = [i for i, k in enumerate(keep) if k]
-        return RawTable(
-            path=self.path,
+        return replace(
+            self,
             texts=tuple([column[i] for i in rows] for column in self.texts),
             labels=[self.labels[i] for i in rows],
             lines=[self.lines[i] for i in rows],
-            label_column=self.label_column,
             groups=None if self.groups is None else [self.groups[i] for i in rows],
-            text_names=self.text_names,
         )
 
 
@@ -108,10 +105,10 @@ def detect_format(path: str | Path, file_format: str | None = None) -> str:
             raise DataError(f"unknown file_format {file_format!r}; use one of {', '.join(FORMATS)}")
         return fmt
     suffixes = [s.lower() for s in Path(path).suffixes]
-    if suffixes and suffixes[-1] in _COMPRESSED:
+    if suffixes and suffixes[-1] in COMPRESSED:
         suffixes = suffixes[:-1]
-    if suffixes and suffixes[-1] in _EXTENSIONS:
-        return _EXTENSIONS[suffixes[-1]]
+    if suffixes and suffixes[-1] in EXTENSIONS:
+        return EXTENSIONS[suffixes[-1]]
     raise DataError(
         f"cannot tell the format of {path} from its extension; pass file_format= one of {', '.join(FORMATS)}"
     )
@@ -136,7 +133,7 @@ def _field_limit(limit: int) -> Iterator[None]:
 def open_text(path: Path) -> IO[str]:
     """``path`` opened for reading as UTF-8 text (a BOM dropped, newlines as written), gzip or bz2
     decompressed by its suffix (``.gz``, ``.bz2``)."""
-    opener = _COMPRESSED.get(path.suffix.lower())
+    opener = COMPRESSED.get(path.suffix.lower())
     if opener is not None:
         return opener(path, "rt", encoding="utf-8-sig", newline="")
     return open(path, encoding="utf-8-sig", newline="")
@@ -316,32 +313,49 @@ def read_file(
     check_column_roles(text_columns, label_column, group_column)
     check_file(path, what)
     fmt = detect_format(path, file_format)
+    columns = (text_columns, label_column, group_column)
+    wanted = [*text_columns] + [c for c in (label_column, group_column) if c is not None]
     try:
         with open_text(path) as handle:
             if fmt == "jsonl":
-                return _read_jsonl(handle, path, text_columns, label_column, group_column)
+                return _table(
+                    path, _jsonl_records(handle, path, wanted, text_columns, group_column), *columns
+                )
             delimiter = "\t" if fmt == "tsv" else ","
             quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
             reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
             with _field_limit(FIELD_LIMIT):
-                return _read_delimited(
-                    reader, path, fmt, text_columns, label_column, group_column, column_names
-                )
+                return _table(path, _delimited_records(reader, path, fmt, wanted, column_names), *columns)
     except UnicodeDecodeError:
         raise not_utf8(path) from None
     except ARCHIVE_ERRORS as error:  # unreadable or corrupt compressed file
         raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
 
 
-def _read_delimited(
-    reader: Any,
+def _table(
     path: Path,
-    fmt: str,
+    records: Iterator[tuple[int, dict[str, Any]]],
     text_columns: Sequence[str],
     label_column: str | None,
     group_column: str | None,
-    column_names: Sequence[str] | None,
 ) -> RawTable:
+    """The table of a file's ``(line, {column: value})`` records (``label_column`` None: no labels)."""
+    rows = list(records)
+    return RawTable(
+        str(path),
+        tuple([record[name] for _, record in rows] for name in text_columns),
+        [None if label_column is None else record[label_column] for _, record in rows],
+        [line for line, _ in rows],
+        label_column,
+        None if group_column is None else [str(record[group_column]) for _, record in rows],
+        tuple(text_columns),
+    )
+
+
+def _delimited_records(
+    reader: Any, path: Path, fmt: str, wanted: list[str], column_names: Sequence[str] | None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line, {column: cell})`` of each row of a CSV/TSV file, its columns checked against the header."""
     rows: Iterator[list[str]] = reader
     try:
         if column_names is None:
@@ -351,13 +365,7 @@ def _read_delimited(
             _check_header(header, path)
         else:
             header = list(column_names)
-        text_idx = [_column_index(header, name, path) for name in text_columns]
-        label_idx = None if label_column is None else _column_index(header, label_column, path)
-        group_idx = None if group_column is None else _column_index(header, group_column, path)
-        texts: tuple[list[str], ...] = tuple([] for _ in text_columns)
-        labels: list[Any] = []
-        lines: list[int] = []
-        groups: list[str] | None = None if group_idx is None else []
+        index = {name: _column_index(header, name, path) for name in wanted}
         kind = "tab-separated" if fmt == "tsv" else "comma-separated"
         names = ", ".join(brief(name, 30) for name in header)
         last_line = 0 if column_names is not None else reader.line_num  # the line before each record
@@ -379,12 +387,7 @@ def _read_delimited(
                 raise DataError(
                     f"{path} {lines_of}: expected {len(header)} {kind} fields ({names}), found {len(row)}{hint}"
                 )
-            for column, i in zip(texts, text_idx, strict=True):
-                column.append(row[i])
-            labels.append(None if label_idx is None else row[label_idx])
-            lines.append(reader.line_num)
-            if groups is not None and group_idx is not None:
-                groups.append(row[group_idx])
+            yield reader.line_num, {name: row[i] for name, i in index.items()}
     except csv.Error as error:
         hint = ""
         if "field limit" in str(error):
@@ -393,21 +396,12 @@ def _read_delimited(
                 "file (the rest became one field), or a text too long to read: shorten it"
             )
         raise DataError(f"{path} line {reader.line_num}: malformed {fmt.upper()} ({error}){hint}") from None
-    return RawTable(str(path), texts, labels, lines, label_column, groups, tuple(text_columns))
 
 
-def _read_jsonl(
-    handle: IO[str],
-    path: Path,
-    text_columns: Sequence[str],
-    label_column: str | None,
-    group_column: str | None,
-) -> RawTable:
-    texts: tuple[list[str], ...] = tuple([] for _ in text_columns)
-    labels: list[Any] = []
-    lines: list[int] = []
-    groups: list[str] | None = None if group_column is None else []
-    wanted = [*text_columns] + [c for c in (label_column, group_column) if c is not None]
+def _jsonl_records(
+    handle: IO[str], path: Path, wanted: list[str], text_columns: Sequence[str], group_column: str | None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line, record)`` of each JSON object of a JSON-lines file, its text and group values checked."""
     for line_no, line in enumerate(handle, start=1):
         if not line.strip():
             continue
@@ -434,25 +428,21 @@ def _read_jsonl(
             if name not in record:
                 present = ", ".join(brief(k, 30) for k in record)
                 raise DataError(f"{path} line {line_no}: no key {name!r} (keys present: {present})")
-        for column, name in zip(texts, text_columns, strict=True):
+        for name in text_columns:
             value = record[name]
             if not isinstance(value, str):  # str(5.0), str(True), a dict's repr: never what the file says
                 raise DataError(
                     f"{path} line {line_no}, key {name!r}: expected text, found {json_type(value)} "
                     f"({brief(value)}); write the text as a JSON string"
                 )
-            column.append(value)
-        labels.append(None if label_column is None else record[label_column])
-        lines.append(line_no)
-        if groups is not None and group_column is not None:
+        if group_column is not None:
             value = record[group_column]
             if isinstance(value, bool) or not isinstance(value, str | int):
                 raise DataError(
                     f"{path} line {line_no}, key {group_column!r}: a group must be a JSON string or integer, "
                     f"found {json_type(value)} ({brief(value)}); write it as one"
                 )
-            groups.append(str(value))
-    return RawTable(str(path), texts, labels, lines, label_column, groups, tuple(text_columns))
+        yield line_no, record
 
 
 # --------------------------------------------------------------------------------------------------

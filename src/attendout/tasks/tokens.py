@@ -153,35 +153,20 @@ def read_conll(
     from the end. ``columns`` fixes the number of columns of every line (else the first line's)."""
     path = Path(path)
     check_file(path, what)
-    words: list[list[str]] = []
-    tags: list[list[str]] = []
-    lines: list[list[int]] = []
-    groups: list[str] = []
-    sentence: tuple[list[str], list[str], list[int]] = ([], [], [])
+    sentences: list[tuple[str, list[tuple[str, str, int]]]] = []  # (document, [(word, tag, line)])
+    ended = True  # the next token line starts a sentence
     document = 0
     first_line = 0  # the first token line, which sets the number of columns
     expected = columns
-
-    def end_sentence() -> None:
-        nonlocal sentence
-        if sentence[0]:
-            words.append(sentence[0])
-            tags.append(sentence[1])
-            lines.append(sentence[2])
-            groups.append(f"{path.name}#doc{document}")
-        sentence = ([], [], [])
-
     try:
         with open_text(path) as handle:
             for number, line in enumerate(handle, start=1):
                 stripped = line.strip(_ASCII_SPACE)
                 fields = _FIELD_SEPARATOR.split(stripped) if stripped else []
-                if not fields:
-                    end_sentence()
-                    continue
-                if fields[0] == DOCSTART:  # checked first: its column count may differ from the tokens'
-                    end_sentence()
-                    document += 1
+                if not fields or fields[0] == DOCSTART:  # DOCSTART first: its column count may differ
+                    ended = True
+                    if fields:  # -DOCSTART- also ends the document
+                        document += 1
                     continue
                 if expected is None:
                     expected, first_line = len(fields), number
@@ -197,17 +182,19 @@ def read_conll(
                             f"{path} line {number}: {name}={index} is outside the {len(fields)} columns of "
                             f"the line (0-based, negative from the end)"
                         )
-                sentence[0].append(fields[token_column])
-                sentence[1].append(fields[tag_column])
-                sentence[2].append(number)
-            end_sentence()
+                if ended:
+                    sentences.append((f"{path.name}#doc{document}", []))
+                    ended = False
+                sentences[-1][1].append((fields[token_column], fields[tag_column], number))
     except UnicodeDecodeError:
         raise not_utf8(path) from None
     except ARCHIVE_ERRORS as error:
         raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
-    if not words:
+    if not sentences:
         raise DataError(f"{path}: no sentence (the file is empty or holds only blank and {DOCSTART} lines)")
     column = (expected or 1) + tag_column if tag_column < 0 else tag_column
+    words, tags, lines = ([[token[k] for token in tokens] for _, tokens in sentences] for k in range(3))
+    groups = [group for group, _ in sentences]
     return TaggedSentences(str(path), words, tags, lines, groups, f"column {column + 1}", expected or 0)
 
 
