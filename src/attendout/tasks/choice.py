@@ -187,7 +187,7 @@ def _load_arc_hub(task: Task, spec: _ArcSpec) -> tuple[Task, TaskData]:
     splits = {"train": "train", "dev": "validation", "test": "test"}
     if "test" not in dataset_dict:
         del splits["test"]
-    raw: dict[str, tuple[list[str], list[list[str]], list[int]]] = {}
+    parts: dict[str, ChoiceExamples] = {}
     for split, dataset in hub_splits(dataset_dict, names, splits).items():
         where = f"hub {ARC_HUB} {spec.hub_config} {splits[split]}"
         questions: list[str] = []
@@ -205,17 +205,12 @@ def _load_arc_hub(task: Task, spec: _ArcSpec) -> tuple[Task, TaskData]:
             questions.append(str(record["question"]))
             options_of.append(texts)
             labels.append(index)
-        raw[split] = (questions, options_of, labels)
-    count = max(ARC_OPTIONS, *(len(o) for _, options_of, _ in raw.values() for o in options_of))
-    parts = {
-        split: ChoiceExamples(
-            text_a=questions,
-            text_b=None,
-            labels=labels,
-            choices=[o + [""] * (count - len(o)) for o in options_of],
+        parts[split] = ChoiceExamples(text_a=questions, text_b=None, labels=labels, choices=options_of)
+    count = max(ARC_OPTIONS, *(len(o) for examples in parts.values() for o in examples.choices or []))
+    for split, examples in parts.items():  # every question padded with empty options to the most
+        parts[split] = replace(
+            examples, choices=[o + [""] * (count - len(o)) for o in examples.choices or []]
         )
-        for split, (questions, options_of, labels) in raw.items()
-    }
     task = replace(task, choices=count, eval_split_names=tuple(split for split in parts if split != "train"))
     return split_data(task, parts, f"hub {ARC_HUB} {spec.hub_config} (options padded to {count})")
 

@@ -109,11 +109,9 @@ class _TableFiles:
     what = "files"
 
     def __init__(self, task: Task, options: LoadOptions, generic: bool, kind: str) -> None:
-        for name in ("token_column", "tag_column"):
-            if getattr(options, name) is not None:
-                raise DataError(
-                    f"{name}= is for token files (kind='token_classification'), not kind={kind!r}"
-                )
+        name = _first_given(options, "token_column", "tag_column")
+        if name is not None:
+            raise DataError(f"{name}= is for token files (kind='token_classification'), not kind={kind!r}")
         # label_names need files for every split (the task's own splits carry their labels), and classes
         if options.label_names is not None and (_uses_task_source(options, generic) or kind == REGRESSION):
             raise DataError(
