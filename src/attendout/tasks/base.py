@@ -1,7 +1,7 @@
-"""What every module of :mod:`attendout.tasks` builds on: :class:`DataError` and the names of the
-built-in task kinds. :mod:`.core` (the task registry, :class:`~attendout.tasks.core.Task`) and
-:mod:`.metrics` (which ``Task`` checks its metric names against) both import from here, and
-:mod:`.core` re-exports every name.
+"""What every module of :mod:`attendout.tasks` builds on: :class:`DataError` and the task kinds, each
+defined here once: their names, what a label is for each (:data:`KINDS`) and which generate text
+(:data:`GENERATION_KINDS`). :mod:`.core` (the task registry, :class:`~attendout.tasks.core.Task`) and
+:mod:`.metrics` (which ``Task`` checks its metric names against) both import from here.
 """
 
 from __future__ import annotations

@@ -95,15 +95,15 @@ def documents(texts: list[str]) -> Examples:
     return Examples(text_a=list(texts), text_b=None, labels=None)
 
 
-LM_FILE_TASK = Task(
-    name="lm",
+LM_FILE_TASK = Task(  # the file tasks are named after their kinds
+    name=LM,
     kind=LM,
     metrics=("perplexity",),
     description="causal language modelling on your text files (--train-file, --eval-file; one document a "
     "line, or blank-line separated; or a text column of CSV/TSV/JSONL)",
 )
 SEQ2SEQ_FILE_TASK = Task(
-    name="seq2seq",
+    name=SEQ2SEQ,
     kind=SEQ2SEQ,
     text_fields=("source", "target"),
     metrics=TRANSLATION_METRICS,
