@@ -458,10 +458,6 @@ def _label_text(value: Any) -> str:
     return str(value)
 
 
-def _blank(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and not value.strip())
-
-
 def _as_int(text: str) -> int | None:
     try:
         return int(text)
@@ -475,23 +471,19 @@ def _label_key(text: str) -> str:
     return str(number) if number is not None else text.strip().casefold()
 
 
-def _wrong_label_type(value: Any, kind: str) -> str | None:
-    """Why a (non-blank) label value cannot be a label of ``kind``: the wrong JSON type; None if it can.
+def _refuse_label_type(raw: RawTable, value: Any, line: int, kind: str) -> None:
+    """A (non-blank) label value of the wrong JSON type for ``kind`` is a :class:`DataError` saying why.
     CSV and TSV cells are strings and always pass; a regression string is parsed by :func:`to_examples`."""
     if kind == CLASSIFICATION and (isinstance(value, bool) or not isinstance(value, str | int)):
-        return (
+        why = (
             f"is {json_type(value)}; a class label must be a JSON string or integer: write it as one "
             "(for a numeric target use kind='regression', --label-kind regression)"
         )
-    if kind == REGRESSION and (isinstance(value, bool) or not isinstance(value, str | int | float)):
-        return f"is {json_type(value)}, not a number; write the score as a JSON number"
-    return None
-
-
-def _refuse_label_type(raw: RawTable, value: Any, line: int, kind: str) -> None:
-    why = _wrong_label_type(value, kind)
-    if why is not None:
-        raise DataError(f"{raw.path} line {line}, column {raw.label_column!r}: label {brief(value)} {why}")
+    elif kind == REGRESSION and (isinstance(value, bool) or not isinstance(value, str | int | float)):
+        why = f"is {json_type(value)}, not a number; write the score as a JSON number"
+    else:
+        return
+    raise DataError(f"{raw.path} line {line}, column {raw.label_column!r}: label {brief(value)} {why}")
 
 
 def check_table(raw: RawTable, kind: str, *, drop_bad_rows: bool = False) -> RawTable:
@@ -513,7 +505,7 @@ def check_table(raw: RawTable, kind: str, *, drop_bad_rows: bool = False) -> Raw
                 bad.setdefault(row, f"{raw.path} line {line}, column {name!r}: the text is empty")
     if raw.label_column is not None:
         for row, (value, line) in enumerate(zip(raw.labels, raw.lines, strict=True)):
-            if _blank(value):
+            if value is None or (isinstance(value, str) and not value.strip()):  # blank
                 why = f"{raw.path} line {line}, column {raw.label_column!r}: the label is blank ({value!r})"
                 bad.setdefault(row, why)
             else:

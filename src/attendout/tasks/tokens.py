@@ -137,6 +137,9 @@ class TaggedSentences:
     tag_field: str  # how errors name the tag field, e.g. "column 4"
     columns: int = 0  # fields per token line of a column file (0: not a column file)
 
+    def __len__(self) -> int:
+        return len(self.words)
+
 
 def read_conll(
     path: str | Path,
