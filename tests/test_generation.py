@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from attendout.config import TrainConfig
-from attendout.encoding.generation import LMEncoded, Seq2SeqEncoded
+from attendout.encoding.lm_seq2seq import LMEncoded, Seq2SeqEncoded
 from attendout.models.tokenizer import train_tokenizer
 from attendout.run.loop import finetune
 from attendout.tasks import DataError, better, compute_metrics, get_task, higher_is_better, load_task_data
@@ -306,7 +306,7 @@ def test_an_lm_run_selects_the_lowest_validation_perplexity(lm_files, tmp_path):
 def test_the_unigram_floor_is_the_perplexity_of_training_frequencies():
     """score_unigram_floor against a hand count: train stream a a b <eos>; the split c b a <eos> predicts
     b, a and <eos>."""
-    from attendout.encoding.generation import LMEncoded, score_unigram_floor
+    from attendout.encoding.lm_seq2seq import LMEncoded, score_unigram_floor
 
     class Tokens:  # text -> ids by a fixed table; 6 tokens in the vocabulary, eos 5
         eos_token_id, pad_token_id = 5, 5

@@ -583,7 +583,7 @@ def test_examples_subset_and_checks() -> None:
 
 
 def test_task_properties_and_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(core, "_KINDS", dict(core._KINDS))  # undo the registration below afterwards
+    monkeypatch.setattr(core, "KINDS", dict(core.KINDS))  # undo the registration below afterwards
     with pytest.raises(DataError, match="kind 'test_choice' is not one of"):
         Task("mc", "test_choice", ("q",), None, ("accuracy",), ("dev",), "x")
     register_kind("test_choice", "one label per example: the index of the right choice")

@@ -2,7 +2,7 @@
 
 * :mod:`.classification`: sequence and pair classification, regression, tags, multiple choice, windows
   of long documents (``encode``).
-* :mod:`.generation`: language modelling and sequence to sequence.
+* :mod:`.lm_seq2seq`: language modelling and sequence to sequence.
 * :mod:`.batches`: what every encoded split shares: its batches, in order or shuffled, resumable.
 
 The names of ``__init__.pyi`` are imported from their modules on first use (``lazy_loader``).

@@ -9,5 +9,5 @@ from .classification import (
     predict_batches,
     truncation_summary,
 )
-from .generation import GenerationOptions, LMEncoded, Seq2SeqEncoded, score_unigram_floor
+from .lm_seq2seq import GenerationOptions, LMEncoded, Seq2SeqEncoded, score_unigram_floor
 from .truncation import head_tail_sizes

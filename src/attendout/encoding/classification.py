@@ -30,7 +30,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -38,8 +38,8 @@ import torch
 from torch import nn
 
 from ..tasks import LM, MULTIPLE_CHOICE, REGRESSION, SEQ2SEQ, TOKEN_CLASSIFICATION, Examples
-from .batches import Batches
-from .generation import GenerationOptions, LMEncoded, Seq2SeqEncoded
+from .batches import IGNORE_INDEX, Batches, padded_labels
+from .lm_seq2seq import GenerationOptions, LMEncoded, Seq2SeqEncoded
 from .truncation import TRUNCATIONS, head_tail_sizes
 
 __all__ = [
@@ -52,7 +52,10 @@ __all__ = [
     "truncation_summary",
 ]
 
-IGNORE_INDEX = -100  # label of a word piece that is not a word's first (ignored by the loss)
+
+def _rows(enc: Any, count: int) -> list[dict[str, list[int]]]:
+    """The first ``count`` examples of a tokenizer's output, one ``{name: ids}`` each."""
+    return [{k: enc[k][i] for k in enc.keys()} for i in range(count)]
 
 
 class Encoded(Batches):
@@ -63,6 +66,8 @@ class Encoded(Batches):
     """
 
     kind = "sequence"
+    regression = False  # set by __init__; the token and choice kinds keep these
+    truncation = "head"
 
     def __init__(
         self,
@@ -77,14 +82,14 @@ class Encoded(Batches):
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.regression = regression
-        pair = examples.text_b
-        self.truncation = "head" if pair is not None and truncation == "auto" else truncation
-        if self.truncation == "auto":
-            self.truncation = "head-tail"
-        full = tokenizer(examples.text_a, pair, padding=False, truncation=False, return_token_type_ids=None)
-        lengths = [len(ids) for ids in full["input_ids"]]
-        self.cut = sum(n > max_length for n in lengths)
-        self.features = self._features(examples, full, lengths)
+        if truncation == "auto":
+            truncation = "head" if examples.text_b is not None else "head-tail"
+        self.truncation = truncation
+        full = tokenizer(
+            examples.text_a, examples.text_b, padding=False, truncation=False, return_token_type_ids=None
+        )
+        self.cut = sum(len(ids) > max_length for ids in full["input_ids"])
+        self.features = self._features(examples, full)
         # Unlabelled examples (``labels`` None: text to predict) give batches without labels.
         self.labels = (
             None
@@ -92,9 +97,9 @@ class Encoded(Batches):
             else torch.tensor(examples.labels, dtype=torch.float if regression else torch.long)
         )
 
-    def _features(self, examples: Examples, full: Any, lengths: list[int]) -> list[dict[str, list[int]]]:
+    def _features(self, examples: Examples, full: Any) -> list[dict[str, list[int]]]:
         if self.truncation == "head-tail" and examples.text_b is None:
-            return [self._head_tail({k: full[k][i] for k in full.keys()}) for i in range(len(examples))]
+            return [self._head_tail(row) for row in _rows(full, len(examples))]
         enc = self.tokenizer(
             examples.text_a,
             examples.text_b,
@@ -103,7 +108,7 @@ class Encoded(Batches):
             padding=False,
             return_token_type_ids=None,
         )
-        return [{k: enc[k][i] for k in enc.keys()} for i in range(len(examples))]
+        return _rows(enc, len(examples))
 
     def _head_tail(self, feature: dict[str, list[int]]) -> dict[str, list[int]]:
         """``feature`` (one whole text, with its special tokens) cut to its head and tail pieces."""
@@ -137,17 +142,43 @@ class Encoded(Batches):
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
         batch = self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt")
         if self.labels is not None:
-            batch["labels"] = self.labels[indices]
+            batch["labels"] = self.labels[self.label_rows(indices)]
         return dict(batch)
+
+    def label_rows(self, indices: list[int]) -> list[int]:
+        """The rows of ``labels`` of the items at ``indices`` (a window's: its document's)."""
+        return indices
 
     # prediction: logits of batches in order -> predictions and scores per example -------------
     def examples_count(self) -> int:
         """How many examples the predictions are for (windows and words fold into them)."""
         return len(self)
 
+    def _predictions(
+        self, model: nn.Module, batches: Iterator[dict[str, torch.Tensor]], autocast: Callable[[], Any]
+    ) -> tuple[Any, Any, float | None]:
+        logits_out, losses, rows = [], [], 0
+        for batch in batches:
+            with autocast():
+                out = model(**batch)
+            logits = out.logits.float()
+            rows += len(logits)
+            if out.loss is not None:
+                losses.append(out.loss.float() * len(logits))
+            logits_out.append(logits.cpu())
+        preds, scores = self.collect(logits_out)
+        loss = (torch.stack(losses).sum() / rows).item() if losses else None
+        if isinstance(preds, np.ndarray) and preds.size != self.examples_count():
+            raise RuntimeError(f"{preds.size} predictions for {self.examples_count()} examples")
+        return preds, scores, loss
+
     def collect(self, logits: list[torch.Tensor]) -> tuple[Any, Any]:
         """(predictions, scores) of every example from the logits of :meth:`batches` in order."""
-        out = torch.cat([x.reshape(x.shape[0], -1) for x in logits])
+        return self._scored(torch.cat([x.reshape(x.shape[0], -1) for x in logits]))
+
+    def _scored(self, out: torch.Tensor) -> tuple[Any, Any]:
+        """(predictions, scores) from one row of logits per example: the values for regression, else the
+        argmax and the softmax."""
         if self.regression:
             values = out.squeeze(-1).numpy()
             return values, values
@@ -170,7 +201,7 @@ class Windows(Encoded):
             raise ValueError(f"window stride must be in [0, {max_length - 2}), got {self.stride}")
         super().__init__(examples, tokenizer, max_length, regression, truncation="sliding")
 
-    def _features(self, examples: Examples, full: Any, lengths: list[int]) -> list[dict[str, list[int]]]:
+    def _features(self, examples: Examples, full: Any) -> list[dict[str, list[int]]]:
         if not getattr(self.tokenizer, "is_fast", False):
             raise ValueError("sliding windows need a fast tokenizer (return_overflowing_tokens)")
         enc = self.tokenizer(
@@ -184,13 +215,10 @@ class Windows(Encoded):
         )
         self.doc_of = [int(d) for d in enc.pop("overflow_to_sample_mapping")]
         self.documents = len(examples)
-        return [{k: enc[k][i] for k in enc.keys()} for i in range(len(self.doc_of))]
+        return _rows(enc, len(self.doc_of))
 
-    def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        batch = self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt")
-        if self.labels is not None:
-            batch["labels"] = self.labels[[self.doc_of[i] for i in indices]]
-        return dict(batch)
+    def label_rows(self, indices: list[int]) -> list[int]:
+        return [self.doc_of[i] for i in indices]
 
     def examples_count(self) -> int:
         return self.documents
@@ -200,11 +228,7 @@ class Windows(Encoded):
         doc = torch.tensor(self.doc_of)
         sums = torch.zeros(self.documents, out.shape[-1]).index_add_(0, doc, out)
         counts = torch.bincount(doc, minlength=self.documents).clamp(min=1)[:, None]
-        mean = sums / counts
-        if self.regression:
-            values = mean.squeeze(-1).numpy()
-            return values, values
-        return mean.argmax(-1).numpy(), torch.softmax(mean, -1).numpy()
+        return self._scored(sums / counts)
 
 
 class TokenEncoded(Encoded):
@@ -213,15 +237,13 @@ class TokenEncoded(Encoded):
     kind = "token"
 
     def __init__(self, examples: Examples, tokenizer, max_length: int):
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError("token classification needs a fast tokenizer (word_ids)")
         words = getattr(examples, "words", None)
         if words is None:
             raise ValueError("token classification needs TokenExamples (words and one tag per word)")
-        if not getattr(tokenizer, "is_fast", False):
-            raise ValueError("token classification needs a fast tokenizer (word_ids)")
         self.tokenizer = tokenizer
         self.max_length = max_length
-        self.regression = False
-        self.truncation = "head"
         self.words = [len(w) for w in words]
         enc = tokenizer(
             words,
@@ -230,7 +252,7 @@ class TokenEncoded(Encoded):
             max_length=max_length,
             return_token_type_ids=None,
         )
-        self.features, self.firsts = [], []
+        self.features, self.firsts = _rows(enc, len(words)), []
         tags = examples.labels
         self.cut = 0
         self.token_labels: list[list[int]] | None = None if tags is None else []
@@ -242,7 +264,6 @@ class TokenEncoded(Encoded):
                     first[w] = pos
             self.firsts.append([first.get(w, -1) for w in range(len(words[i]))])
             self.cut += len(first) < len(words[i])
-            self.features.append({k: enc[k][i] for k in enc.keys()})
             if self.token_labels is not None:
                 row = [IGNORE_INDEX] * len(word_ids)
                 for w, pos in first.items():
@@ -260,11 +281,8 @@ class TokenEncoded(Encoded):
             self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt")
         )
         if self.token_labels is not None:
-            length = batch["input_ids"].shape[1]
-            rows = [
-                self.token_labels[i] + [IGNORE_INDEX] * (length - len(self.token_labels[i])) for i in indices
-            ]
-            batch["labels"] = torch.tensor(rows, dtype=torch.long)
+            rows = [self.token_labels[i] for i in indices]
+            batch["labels"] = padded_labels(rows, batch["input_ids"].shape[1])
         return batch
 
     def collect(self, logits: list[torch.Tensor]) -> tuple[Any, Any]:
@@ -291,8 +309,6 @@ class ChoiceEncoded(Encoded):
             raise ValueError("multiple choice needs ChoiceExamples (a question and its options)")
         self.tokenizer = tokenizer
         self.max_length = max_length
-        self.regression = False
-        self.truncation = "head"
         counts = {len(o) for o in options}
         if len(counts) > 1:
             raise ValueError(f"every example needs the same number of options, found {sorted(counts)}")
@@ -305,15 +321,14 @@ class ChoiceEncoded(Encoded):
             for i in range(len(options))
         )
         enc = tokenizer(first, second, truncation=True, max_length=max_length, return_token_type_ids=None)
-        flat = [{k: enc[k][i] for k in enc.keys()} for i in range(len(first))]
+        flat = _rows(enc, len(first))
         self.features = [flat[i * self.choices : (i + 1) * self.choices] for i in range(len(options))]
         self.labels = None if examples.labels is None else torch.tensor(examples.labels, dtype=torch.long)
         # Empty options pad a question with fewer options (ARC's 3-option rows): never predicted.
         self.empty = torch.tensor([[not c.strip() for c in o] for o in options], dtype=torch.bool)
 
     def collect(self, logits: list[torch.Tensor]) -> tuple[Any, Any]:
-        out = torch.cat(logits).float().masked_fill(self.empty, float("-inf"))
-        return out.argmax(-1).numpy(), torch.softmax(out, -1).numpy()
+        return self._scored(torch.cat(logits).float().masked_fill(self.empty, float("-inf")))
 
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
         flat = [f for i in indices for f in self.features[i]]
@@ -337,18 +352,15 @@ def encode(
 ) -> Encoded:
     """``examples`` of ``task`` encoded for its kind (see the module docstring).
 
-    Generation kinds (:mod:`attendout.encoding.generation`): ``lm`` cuts the documents into blocks of
+    Generation kinds (:mod:`attendout.encoding.lm_seq2seq`): ``lm`` cuts the documents into blocks of
     ``block_size`` tokens (default ``max_length``); ``seq2seq`` generates with ``generation``
-    (:class:`~attendout.encoding.generation.GenerationOptions`) when predicting.
+    (:class:`~attendout.encoding.lm_seq2seq.GenerationOptions`) when predicting.
     """
     if task.kind == LM:
         return LMEncoded(examples, tokenizer, block_size or max_length)
     if task.kind == SEQ2SEQ:
         return Seq2SeqEncoded(examples, tokenizer, max_length, generation)
-    if task.kind in (TOKEN_CLASSIFICATION, MULTIPLE_CHOICE, LM, SEQ2SEQ) and truncation not in (
-        "auto",
-        "head",
-    ):
+    if task.kind in (TOKEN_CLASSIFICATION, MULTIPLE_CHOICE) and truncation not in ("auto", "head"):
         raise ValueError(
             f"truncation {truncation!r} is for long texts of sequence classification and regression; task "
             f"{task.name!r} is {task.kind}, whose inputs are cut at max_length (truncation 'auto' or 'head')"
@@ -382,7 +394,6 @@ def truncation_summary(sets: dict[str, Encoded], task, max_length: int) -> dict[
     return summary
 
 
-@torch.no_grad()
 def predict_batches(
     model: nn.Module,
     data: Encoded,
@@ -405,25 +416,4 @@ def predict_batches(
     ``data`` and kept for callers that pass it. ``between`` is called before each batch: the loop's
     check for a stop request, which ends a long evaluation at the next batch by raising.
     """
-    if hasattr(data, "predict"):  # the generation kinds predict in their own way (no logits are kept)
-        return data.predict(model, batch_size, device, autocast_dtype, progress, between=between)
-    model.eval()
-    logits_out, losses = [], []
-    batches = data.with_progress(data.batches(batch_size), batch_size, progress, "predicting")
-    rows = 0
-    for batch in batches:
-        if between is not None:
-            between()
-        batch = {k: v.to(device) for k, v in batch.items()}
-        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            out = model(**batch)
-        logits = out.logits.float()
-        rows += len(logits)
-        if out.loss is not None:
-            losses.append(out.loss.float() * len(logits))
-        logits_out.append(logits.cpu())
-    preds, scores = data.collect(logits_out)
-    loss = (torch.stack(losses).sum() / rows).item() if losses else None
-    if isinstance(preds, np.ndarray) and preds.size != data.examples_count():
-        raise RuntimeError(f"{preds.size} predictions for {data.examples_count()} examples")
-    return preds, scores, loss
+    return data.predict(model, batch_size, device, autocast_dtype, progress, between)

@@ -1,6 +1,6 @@
 """What the methods with feedback read from a generation model: its next-token predictions.
 
-The generation kinds (``lm``, ``seq2seq``; :mod:`attendout.tasks.generation`) have one output per
+The generation kinds (``lm``, ``seq2seq``; :mod:`attendout.tasks.lm_seq2seq`) have one output per
 target position, a distribution over the vocabulary. AD-DROP attributes the *predicted* token at each
 position (:func:`predicted_token_target`), AttendOut rewards the Attacker by the *gold* tokens'
 log-likelihood (:func:`label_log_likelihood`). Both look at the same positions, the ones the loss

@@ -37,7 +37,7 @@ from ..core.state import RunState
 from ..encoding import GenerationOptions, LMEncoded, Seq2SeqEncoded
 from ..models import end_of_sequence
 from ..tasks import LM, SEQ2SEQ, DataError, Examples, Seq2SeqExamples, Task, compute_metrics, is_generation
-from ..tasks.generation import LM_FILE_TASK, SEQ2SEQ_FILE_TASK, read_documents, read_parallel
+from ..tasks.lm_seq2seq import LM_FILE_TASK, SEQ2SEQ_FILE_TASK, read_documents, read_parallel
 from .base import (
     BasePredictor,
     PredictError,
@@ -274,7 +274,7 @@ class GenerationPredictor(BasePredictor):
         return {**metrics, "loss": generations.loss, **data.counts()}, generations
 
     def generate(self, inputs: Sequence[str] | Examples) -> Generations:
-        """Outputs for sources (seq2seq; :class:`~attendout.tasks.generation.Seq2SeqExamples` with targets
+        """Outputs for sources (seq2seq; :class:`~attendout.tasks.lm_seq2seq.Seq2SeqExamples` with targets
         give the references and the loss too) or continuations of prompts (lm)."""
         examples = inputs if isinstance(inputs, Examples) else Seq2SeqExamples.from_pairs(list(inputs), None)
         if len(examples) == 0:
@@ -404,8 +404,8 @@ def read_sources(
     (``target_given``: it must be); ``SOURCE_FILE,TARGET_FILE``: two line-aligned text files; any other
     file: plain text, one source per line (blank lines are an error: each line is one input).
     """
-    from ..tasks.generation import read_lines as _read_lines
-    from ..tasks.generation import text_format as _format
+    from ..tasks.lm_seq2seq import read_lines as _read_lines
+    from ..tasks.lm_seq2seq import text_format as _format
     from ..tasks.readers import read_file
 
     spec = str(path)

@@ -15,13 +15,13 @@ or CoNLL-style token files); token classification ``conll2003`` and ``ptb-pos``
 (:mod:`~attendout.tasks.choice`); long documents ``movie-reviews`` and ``imdb``
 (:mod:`~attendout.tasks.documents`); generation: language modelling ``lm``, ``movie-reviews-lm``,
 ``wikitext-2`` and sequence to sequence ``seq2seq``, ``multi30k``, ``wmt16-en-ro``
-(:mod:`~attendout.tasks.generation`).
+(:mod:`~attendout.tasks.lm_seq2seq`).
 Every bad input raises :class:`DataError` with a one-line message.
 """
 
 import lazy_loader
 
 # the modules that register tasks, kinds and metrics (and stay attributes of the package, as before)
-from . import checks, choice, documents, generation, glue, loading, rotten_tomatoes, textmetrics, tokens  # noqa: F401
+from . import checks, choice, documents, glue, lm_seq2seq, loading, rotten_tomatoes, textmetrics, tokens  # noqa: F401
 
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -27,7 +27,7 @@ from .core import (
     register_task,
     subsample,
 )
-from .generation import Seq2SeqExamples
+from .lm_seq2seq import Seq2SeqExamples
 from .loading import DEFAULT_TASK, FILE_TASK, load_task_data
 from .metrics import (
     LOWER_IS_BETTER,

@@ -43,15 +43,14 @@ no labels and is not loaded).
 from __future__ import annotations
 
 import csv
-import logging
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .base import MULTIPLE_CHOICE, DataError
-from .core import ChoiceExamples, LoadOptions, Task, TaskData, register_task
-from .readers import check_file, open_text
+from .core import ChoiceExamples, LoadOptions, Task, TaskData, register_task, split_data
+from .hub import hub_columns, hub_only, hub_splits, load_hub
+from .readers import check_file, data_root, find_folder, log_dropped, open_text
 from .utf8 import not_utf8
 
 __all__ = [
@@ -66,8 +65,6 @@ __all__ = [
     "read_arc_csv",
 ]
 
-logger = logging.getLogger(__name__)
-
 ARC_HUB = "allenai/ai2_arc"
 ARC_OPTIONS = 4  # option fields in the CSV files
 ARC_FIELDS = ("question", "A", "B", "C", "D", "answer")
@@ -77,29 +74,21 @@ SWAG_ENDINGS = 4
 LETTERS = "ABCDE"
 
 
-def _arc_task(name: str, title: str) -> Task:
-    return Task(
-        name=name,
+ARC_EASY, ARC_CHALLENGE = (
+    Task(
+        name=f"arc-{level.lower()}",
         kind=MULTIPLE_CHOICE,
         text_fields=("question",),
-        label_names=None,
         metrics=("accuracy",),
-        eval_split_names=("dev",),
-        description=f"{title}: grade-school science questions, 4 options (accuracy)",
+        description=f"ARC-{level}: grade-school science questions, 4 options (accuracy)",
         choices=ARC_OPTIONS,
     )
-
-
-ARC_EASY = _arc_task("arc-easy", "ARC-Easy")
-ARC_CHALLENGE = _arc_task("arc-challenge", "ARC-Challenge")
-
-SWAG = Task(
+    for level in ("Easy", "Challenge")
+)
+SWAG = replace(
+    ARC_EASY,
     name="swag",
-    kind=MULTIPLE_CHOICE,
     text_fields=("context",),
-    label_names=None,
-    metrics=("accuracy",),
-    eval_split_names=("dev",),
     description="SWAG: the most plausible continuation of a video caption, 4 options (accuracy; hub only)",
     choices=SWAG_ENDINGS,
 )
@@ -115,7 +104,6 @@ _ARC_SPECS = {
     ARC_EASY.name: _ArcSpec("arc_easy", "ARC-Easy"),
     ARC_CHALLENGE.name: _ArcSpec("arc_challenge", "ARC-Challenge"),
 }
-_ARC_SPLIT_FILES = {"train": "train", "dev": "dev"}  # split -> file name suffix
 
 
 def answer_index(answer: str) -> int | None:
@@ -186,58 +174,26 @@ def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool
             "file: fix them, or leave them out with drop_bad_rows=True (--drop-bad-rows)"
         )
     if bad:
-        lines = [line for line, _, _ in bad]
-        shown = ", ".join(str(line) for line in lines[:10]) + (", ..." if len(lines) > 10 else "")
-        logger.warning(
-            "%s: dropped %d of %d rows with no options or an answer that is not among them (lines %s)",
-            path,
-            len(bad),
-            len(bad) + len(questions),
-            shown,
-        )
+        why = "no options or an answer that is not among them"
+        log_dropped(path, [line for line, _, _ in bad], len(bad) + len(questions), why)
     if not questions:
         raise DataError(f"split {split!r} is empty: {path} has no usable rows")
     return ChoiceExamples(text_a=questions, text_b=None, labels=labels, choices=choices)
 
 
-def _arc_folder(data_dir: str | Path, spec: _ArcSpec, task: str) -> Path:
-    root = Path(data_dir)
-    if not root.is_dir():
-        raise DataError(f"data_dir not found or not a folder: {root} (task {task!r})")
-    first = f"{spec.prefix}_train.csv"
-    for folder in (root, root / "arc"):
-        if (folder / first).is_file():
-            return folder
-    raise DataError(f"no ARC data for task {task!r} in {root}: expected {first} there or in {root / 'arc'}")
-
-
-def _pad(options: list[str], count: int) -> list[str]:
-    return options + [""] * (count - len(options))
-
-
 def _load_arc_hub(task: Task, spec: _ArcSpec) -> tuple[Task, TaskData]:
-    from .glue import import_datasets
-
-    datasets = import_datasets()
-    try:
-        dataset_dict = datasets.load_dataset(ARC_HUB, spec.hub_config)
-    except Exception as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise DataError(
-            f"could not load {ARC_HUB} {spec.hub_config} from the hub ({type(error).__name__}: {message})"
-        ) from None
+    names = (ARC_HUB, spec.hub_config)
+    dataset_dict = load_hub(*names)
     splits = {"train": "train", "dev": "validation", "test": "test"}
-    raw: dict[str, tuple[list[str], list[list[str]], list[int]]] = {}
-    for split, hub_split in splits.items():
-        if hub_split not in dataset_dict:
-            if split == "test":
-                continue
-            raise DataError(f"hub {ARC_HUB} {spec.hub_config}: no split {hub_split!r} (for {split})")
-        where = f"hub {ARC_HUB} {spec.hub_config} {hub_split}"
+    if "test" not in dataset_dict:
+        del splits["test"]
+    parts: dict[str, ChoiceExamples] = {}
+    for split, dataset in hub_splits(dataset_dict, names, splits).items():
+        where = f"hub {ARC_HUB} {spec.hub_config} {splits[split]}"
         questions: list[str] = []
         options_of: list[list[str]] = []
         labels: list[int] = []
-        for row_no, record in enumerate(dataset_dict[hub_split], start=1):
+        for row_no, record in enumerate(dataset, start=1):
             texts = [str(t) for t in record["choices"]["text"]]
             keys = [str(k).strip() for k in record["choices"]["label"]]
             answer = str(record["answerKey"]).strip()
@@ -249,18 +205,14 @@ def _load_arc_hub(task: Task, spec: _ArcSpec) -> tuple[Task, TaskData]:
             questions.append(str(record["question"]))
             options_of.append(texts)
             labels.append(index)
-        raw[split] = (questions, options_of, labels)
-    count = max(ARC_OPTIONS, *(len(o) for _, options_of, _ in raw.values() for o in options_of))
-    parts = {
-        split: ChoiceExamples(
-            text_a=questions, text_b=None, labels=labels, choices=[_pad(o, count) for o in options_of]
+        parts[split] = ChoiceExamples(text_a=questions, text_b=None, labels=labels, choices=options_of)
+    count = max(ARC_OPTIONS, *(len(o) for examples in parts.values() for o in examples.choices or []))
+    for split, examples in parts.items():  # every question padded with empty options to the most
+        parts[split] = replace(
+            examples, choices=[o + [""] * (count - len(o)) for o in examples.choices or []]
         )
-        for split, (questions, options_of, labels) in raw.items()
-    }
-    eval_splits = {split: ex for split, ex in parts.items() if split != "train"}
-    task = replace(task, choices=count, eval_split_names=tuple(eval_splits))
-    source = f"hub {ARC_HUB} {spec.hub_config} (options padded to {count})"
-    return task, TaskData(train=parts["train"], eval_splits=eval_splits, source=source)
+    task = replace(task, choices=count, eval_split_names=tuple(split for split in parts if split != "train"))
+    return split_data(task, parts, f"hub {ARC_HUB} {spec.hub_config} (options padded to {count})")
 
 
 def load_arc(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
@@ -268,35 +220,31 @@ def load_arc(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     spec = _ARC_SPECS[task.name]
     if options.hub:
         return _load_arc_hub(task, spec)
-    data_dir = options.data_dir
-    if data_dir is None:
-        env = os.environ.get("ATTENDOUT_DATA")
-        if not env:
-            raise DataError(
-                f"task {task.name!r} needs data_dir=<folder with {spec.prefix}_train.csv> (or the "
-                "ATTENDOUT_DATA environment variable), or hub=True to download it"
-            )
-        data_dir = str(Path(env) / "arc")
-    folder = _arc_folder(data_dir, spec, task.name)
+    needs = (
+        f"task {task.name!r} needs data_dir=<folder with {spec.prefix}_train.csv> (or the "
+        "ATTENDOUT_DATA environment variable), or hub=True to download it"
+    )
+    root = data_root(options.data_dir, "arc", needs)
+    first = f"{spec.prefix}_train.csv"
+    folder = find_folder(root, task.name, first, "arc")
+    if folder is None:
+        raise DataError(
+            f"no ARC data for task {task.name!r} in {root}: expected {first} there or in {root / 'arc'}"
+        )
     parts = {
         split: read_arc_csv(
-            folder / f"{spec.prefix}_{suffix}.csv",
+            folder / f"{spec.prefix}_{split}.csv",
             split=split,
             task=task.name,
             drop_bad_rows=options.drop_bad_rows,
         )
-        for split, suffix in _ARC_SPLIT_FILES.items()
+        for split in ("train", *task.eval_split_names)
     }
-    eval_splits = {split: parts[split] for split in task.eval_split_names}
-    return task, TaskData(train=parts["train"], eval_splits=eval_splits, source=f"arc folder {folder}")
+    return split_data(task, parts, f"arc folder {folder}")
 
 
 def _swag_examples(dataset: Any, where: str) -> ChoiceExamples:
-    columns = list(getattr(dataset, "column_names", []))
-    needed = ["sent1", "sent2", "label", *(f"ending{i}" for i in range(SWAG_ENDINGS))]
-    for name in needed:
-        if name not in columns:
-            raise DataError(f"{where}: no column {name!r} (columns present: {', '.join(map(repr, columns))})")
+    hub_columns(dataset, where, ["sent1", "sent2", "label", *(f"ending{i}" for i in range(SWAG_ENDINGS))])
     contexts: list[str] = []
     choices: list[list[str]] = []
     labels: list[int] = []
@@ -315,30 +263,14 @@ def _swag_examples(dataset: Any, where: str) -> ChoiceExamples:
 
 def load_swag(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     """Loader of ``swag``: the hub only (see the module docstring)."""
-    if not options.hub:
-        raise DataError(
-            f"task 'swag' comes from the hub only ({SWAG_HUB}): pass hub=True (--hub); offline, arc-easy "
-            "is the multiple-choice stand-in"
-        )
-    from .glue import import_datasets
-
-    datasets = import_datasets()
-    try:
-        dataset_dict = datasets.load_dataset(SWAG_HUB, SWAG_CONFIG)
-    except Exception as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise DataError(
-            f"could not load {SWAG_HUB} {SWAG_CONFIG} from the hub ({type(error).__name__}: {message})"
-        ) from None
-    parts: dict[str, ChoiceExamples] = {}
-    for split, hub_split in {"train": "train", "dev": "validation"}.items():
-        if hub_split not in dataset_dict:
-            raise DataError(f"hub {SWAG_HUB} {SWAG_CONFIG}: no split {hub_split!r} (for {split})")
-        parts[split] = _swag_examples(dataset_dict[hub_split], f"hub {SWAG_HUB} {SWAG_CONFIG} {hub_split}")
-    eval_splits = {"dev": parts["dev"]}
-    return task, TaskData(
-        train=parts["train"], eval_splits=eval_splits, source=f"hub {SWAG_HUB} {SWAG_CONFIG}"
-    )
+    hub_only(task, options, SWAG_HUB, "; offline, arc-easy is the multiple-choice stand-in")
+    names = (SWAG_HUB, SWAG_CONFIG)
+    splits = {"train": "train", "dev": "validation"}
+    parts = {
+        split: _swag_examples(dataset, f"hub {SWAG_HUB} {SWAG_CONFIG} {splits[split]}")
+        for split, dataset in hub_splits(load_hub(*names), names, splits).items()
+    }
+    return split_data(task, parts, f"hub {SWAG_HUB} {SWAG_CONFIG}")
 
 
 register_task(ARC_EASY, load_arc, replace=True)

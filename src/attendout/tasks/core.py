@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .base import CLASSIFICATION, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
-from .metrics import METRICS, metric_fits
+from .base import CLASSIFICATION, KINDS, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
+from .metrics import METRICS, check_metric
 
 __all__ = [
     "ChoiceExamples",
@@ -40,8 +40,10 @@ __all__ = [
     "get_task",
     "known_kinds",
     "list_tasks",
+    "name_key",
     "register_kind",
     "register_task",
+    "split_data",
     "stable_unit_hash",
     "subsample",
     "task_of",
@@ -49,27 +51,19 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------------------
-# Task kinds
-
-# kind -> one-line description of what a label is for that kind
-_KINDS: dict[str, str] = {
-    CLASSIFICATION: "one label per example: an index into Task.label_names",
-    REGRESSION: "one float per example",
-    TOKEN_CLASSIFICATION: "one tag per word: a list of indices into Task.label_names (TokenExamples)",
-    MULTIPLE_CHOICE: "the index of the right choice among Task.choices (ChoiceExamples)",
-}
+# Task kinds (the built-in ones: :data:`attendout.tasks.base.KINDS`)
 
 
 def register_kind(kind: str, description: str) -> None:
     """Make a new task kind (e.g. ``"token_classification"``) acceptable to :class:`Task`."""
     if not kind or not isinstance(kind, str):
         raise DataError(f"task kind must be a non-empty string, got {kind!r}")
-    _KINDS[kind] = description
+    KINDS[kind] = description
 
 
 def known_kinds() -> tuple[str, ...]:
     """The registered task kinds, in registration order."""
-    return tuple(_KINDS)
+    return tuple(KINDS)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -105,6 +99,14 @@ class Examples:
     def __len__(self) -> int:
         return len(self.text_a)
 
+    def _with_labels(self, name: str, holds: str) -> Iterator[tuple[int, tuple[Any, Any]]]:
+        """``(i, (value, label))`` of each example for the per-example field ``name``, which a subclass
+        requires (``holds``: what it holds, for the error)."""
+        values = getattr(self, name)
+        if values is None:
+            raise DataError(f"{type(self).__name__}: {name} is required ({holds})")
+        return enumerate(zip(values, self.labels or [], strict=False))
+
     def subset(self, indices: Sequence[int]) -> Examples:
         """The examples at ``indices`` (in that order), as a new object of the same class."""
         picked = [int(i) for i in indices]
@@ -131,9 +133,7 @@ class TokenExamples(Examples):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.words is None:
-            raise DataError("TokenExamples: words is required (one list of words per example)")
-        for i, (words, tags) in enumerate(zip(self.words, self.labels or [], strict=False)):
+        for i, (words, tags) in self._with_labels("words", "one list of words per example"):
             if len(words) != len(tags):
                 raise DataError(f"TokenExamples: example {i} has {len(words)} words but {len(tags)} tags")
 
@@ -155,9 +155,7 @@ class ChoiceExamples(Examples):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.choices is None:
-            raise DataError("ChoiceExamples: choices is required (one list of options per example)")
-        for i, (options, label) in enumerate(zip(self.choices, self.labels or [], strict=False)):
+        for i, (options, label) in self._with_labels("choices", "one list of options per example"):
             if not 0 <= int(label) < len(options):
                 raise DataError(f"ChoiceExamples: example {i} has answer {label} but {len(options)} options")
 
@@ -191,15 +189,17 @@ class Task:
     regression; for a classification *template* (the generic ``"file"`` task before its data is
     read) it may also be ``None``, and :func:`~attendout.tasks.load_task_data` returns the task with
     its label names filled in. ``label_range`` optionally bounds regression labels (STS-B: 0 to 5).
+    Left out, a task reads one ``text`` field, has no label names and one evaluation split, ``dev``;
+    ``metrics`` must be given (at least one).
     """
 
     name: str
     kind: str
-    text_fields: tuple[str, ...]
-    label_names: tuple[str, ...] | None
-    metrics: tuple[str, ...]
-    eval_split_names: tuple[str, ...]
-    description: str
+    text_fields: tuple[str, ...] = ("text",)
+    label_names: tuple[str, ...] | None = None
+    metrics: tuple[str, ...] = ()
+    eval_split_names: tuple[str, ...] = ("dev",)
+    description: str = ""
     label_range: tuple[float, float] | None = field(default=None)
     choices: int | None = field(default=None)  # multiple choice: options per example
 
@@ -207,8 +207,8 @@ class Task:
         where = f"Task {self.name!r}"
         if not self.name:
             raise DataError("Task: name must be a non-empty string")
-        if self.kind not in _KINDS:
-            raise DataError(f"{where}: kind {self.kind!r} is not one of {', '.join(_KINDS)}")
+        if self.kind not in KINDS:
+            raise DataError(f"{where}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
         if not self.text_fields or not all(isinstance(t, str) and t for t in self.text_fields):
             raise DataError(f"{where}: text_fields must be non-empty names, got {self.text_fields!r}")
         if self.kind in (REGRESSION, MULTIPLE_CHOICE) and self.label_names is not None:
@@ -227,15 +227,7 @@ class Task:
         if not self.metrics:
             raise DataError(f"{where}: needs at least one metric")
         for metric in self.metrics:
-            if metric not in METRICS:
-                raise DataError(
-                    f"{where}: unknown metric {metric!r}; known metrics: {', '.join(sorted(METRICS))}"
-                )
-            if not metric_fits(metric, self.kind):
-                fitting = sorted(m for m in METRICS if metric_fits(m, self.kind))
-                raise DataError(
-                    f"{where}: metric {metric!r} cannot score a {self.kind} task; its metrics: {', '.join(fitting)}"
-                )
+            check_metric(where, metric, self.kind)
         if not self.eval_split_names:
             raise DataError(f"{where}: needs at least one evaluation split name")
 
@@ -301,14 +293,15 @@ def list_tasks() -> list[str]:
     return sorted(_TASKS)
 
 
-def _normalise(name: str) -> str:
+def name_key(name: str) -> str:
+    """``name`` as names are matched: lower case, without ``-`` and ``_`` ("SST-2" and "sst2" match)."""
     return name.lower().replace("-", "").replace("_", "")
 
 
 def _resolve(name: str) -> str:
     if name in _TASKS:
         return name
-    matches = [known for known in _TASKS if _normalise(known) == _normalise(name)]
+    matches = [known for known in _TASKS if name_key(known) == name_key(name)]
     if len(matches) == 1:  # "SST-2" -> "sst2", "sts_b" -> "stsb"
         return matches[0]
     raise DataError(f"unknown task {name!r}; known tasks: {', '.join(list_tasks())}")
@@ -322,6 +315,13 @@ def get_task(name: str) -> Task:
 def get_loader(name: str) -> TaskLoader:
     """The loader registered with task ``name``."""
     return _TASKS[_resolve(name)][1]
+
+
+def split_data(task: Task, parts: dict[str, Examples], source: str) -> tuple[Task, TaskData]:
+    """``task`` and its data from ``parts`` (split -> examples: ``train`` and every evaluation split of
+    the task), as a loader returns them."""
+    evals = {split: parts[split] for split in task.eval_split_names}
+    return task, TaskData(train=parts["train"], eval_splits=evals, source=source)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -424,49 +424,29 @@ def task_of(model: Any) -> Task:
     """
     config = model.config
     head = type(model).__name__
+    count = getattr(config, "num_labels", 2)
+    names = None
     if head.endswith("ForMultipleChoice"):
-        return Task(
-            name="model-head",
-            kind=MULTIPLE_CHOICE,
-            text_fields=("question",),
-            label_names=None,
-            metrics=("accuracy",),
-            eval_split_names=("validation",),
-            description="the multiple-choice head of the model",
-            choices=2,  # the batches say how many; nothing here depends on it
-        )
-    if getattr(config, "problem_type", None) == "regression" or getattr(config, "num_labels", 2) == 1:
-        return Task(
-            name="model-head",
-            kind=REGRESSION,
-            text_fields=("text",),
-            label_names=None,
-            metrics=("pearson", "spearman"),
-            eval_split_names=("validation",),
-            description="the regression head of the model",
-        )
-    count = config.num_labels
-    names = tuple(str((config.id2label or {}).get(i, i)) for i in range(count))
-    if len(set(names)) != count:
-        names = tuple(str(i) for i in range(count))
-    if head.endswith("ForTokenClassification"):
-        return Task(
-            name="model-head",
-            kind=TOKEN_CLASSIFICATION,
-            text_fields=("tokens",),
-            label_names=names,
-            metrics=("token_accuracy",),
-            eval_split_names=("validation",),
-            description="the token-classification head of the model",
-        )
+        kind, metrics = MULTIPLE_CHOICE, ("accuracy",)
+    elif getattr(config, "problem_type", None) == "regression" or count == 1:
+        kind, metrics = REGRESSION, ("pearson", "spearman")
+    else:
+        names = tuple(str((config.id2label or {}).get(i, i)) for i in range(count))
+        if len(set(names)) != count:
+            names = tuple(str(i) for i in range(count))
+        if head.endswith("ForTokenClassification"):
+            kind, metrics = TOKEN_CLASSIFICATION, ("token_accuracy",)
+        else:
+            kind, metrics = CLASSIFICATION, ("accuracy", "f1") if count == 2 else ("accuracy",)
     return Task(
         name="model-head",
-        kind=CLASSIFICATION,
-        text_fields=("text",),
+        kind=kind,
+        text_fields={MULTIPLE_CHOICE: ("question",), TOKEN_CLASSIFICATION: ("tokens",)}.get(kind, ("text",)),
         label_names=names,
-        metrics=("accuracy", "f1") if count == 2 else ("accuracy",),
+        metrics=metrics,
         eval_split_names=("validation",),
-        description="the classification head of the model",
+        description=f"the {kind.replace('_', '-')} head of the model",
+        choices=2 if kind == MULTIPLE_CHOICE else None,  # the batches say how many; nothing depends on it
     )
 
 
@@ -513,9 +493,6 @@ def compute_metrics(task: Task, predictions: Any, labels: Any) -> dict[str, floa
             predictions = predictions[:, 0]
     results: dict[str, float] = {}
     for name in task.metrics:
-        if name not in METRICS:
-            raise DataError(
-                f"task {task.name!r}: unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}"
-            )
+        check_metric(f"task {task.name!r}", name)
         results[name] = float(METRICS[name](predictions, labels))
     return results

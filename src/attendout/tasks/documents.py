@@ -23,15 +23,15 @@ longer than 512 (98.8% longer than 256). Median 697 whitespace words.
 from __future__ import annotations
 
 import re
-import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .base import CLASSIFICATION, DataError
-from .core import Examples, LoadOptions, Task, TaskData, register_task
-from .readers import ARCHIVE_ERRORS
+from .core import Examples, LoadOptions, Task, TaskData, register_task, split_data
+from .hub import hub_columns, hub_only, load_hub
+from .readers import zip_texts
 from .tokens import find_nltk_zip
-from .utf8 import not_utf8_bytes
 
 __all__ = [
     "IMDB",
@@ -51,19 +51,14 @@ IMDB_HUB = "stanfordnlp/imdb"
 MOVIE_REVIEWS = Task(
     name="movie-reviews",
     kind=CLASSIFICATION,
-    text_fields=("text",),
     label_names=SENTIMENT,
     metrics=("accuracy", "f1"),
     eval_split_names=("dev", "test"),
     description="2,000 long movie reviews (Pang & Lee v2.0 from nltk_data), neg/pos, split by cv fold",
 )
-
-IMDB = Task(
+IMDB = replace(
+    MOVIE_REVIEWS,
     name="imdb",
-    kind=CLASSIFICATION,
-    text_fields=("text",),
-    label_names=SENTIMENT,
-    metrics=("accuracy", "f1"),
     eval_split_names=("test",),
     description="IMDB movie reviews, neg/pos (hub only; movie-reviews is the offline stand-in)",
 )
@@ -74,37 +69,17 @@ _REVIEW = re.compile(r"movie_reviews/(neg|pos)/cv(\d{3})_\d+\.txt")
 def read_movie_reviews(path: str | Path) -> dict[str, Examples]:
     """The reviews of ``movie_reviews.zip`` by split (see the module docstring), in file-name order."""
     path = Path(path)
-    try:
-        archive = zipfile.ZipFile(path)
-    except ARCHIVE_ERRORS as error:
-        raise DataError(f"{path}: cannot read the zip ({type(error).__name__}: {error})") from None
-    parts: dict[str, tuple[list[str], list[int], list[str]]] = {s: ([], [], []) for s in MOVIE_REVIEWS_SPLITS}
-    with archive:
-        for member in sorted(archive.namelist()):
-            match = _REVIEW.fullmatch(member)
-            if match is None:
-                continue
-            label, fold = match.group(1), int(match.group(2))
-            try:
-                raw = archive.read(member)
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise not_utf8_bytes(f"{path}:{member}", raw) from None
-            except ARCHIVE_ERRORS as error:  # a damaged member
-                raise DataError(
-                    f"{path}:{member}: cannot read it from the zip ({type(error).__name__}: {error}); the zip "
-                    "is damaged: download it again"
-                ) from None
-            text = " ".join(line.strip() for line in text.splitlines() if line.strip())
-            if not text:
-                raise DataError(f"{path}:{member}: the review is empty")
-            split = next(s for s, (first, last) in MOVIE_REVIEWS_SPLITS.items() if first <= fold <= last)
-            texts, labels, names = parts[split]
-            texts.append(text)
-            labels.append(SENTIMENT.index(label))
-            names.append(Path(member).stem)
+    parts: dict[str, tuple[list[str], list[int]]] = {s: ([], []) for s in MOVIE_REVIEWS_SPLITS}
+    for member, match, text in zip_texts(path, _REVIEW):
+        label, fold = match.group(1), int(match.group(2))
+        text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+        if not text:
+            raise DataError(f"{path}:{member}: the review is empty")
+        split = next(s for s, (first, last) in MOVIE_REVIEWS_SPLITS.items() if first <= fold <= last)
+        parts[split][0].append(text)
+        parts[split][1].append(SENTIMENT.index(label))
     examples: dict[str, Examples] = {}
-    for split, (texts, labels, _names) in parts.items():
+    for split, (texts, labels) in parts.items():
         if not texts:
             raise DataError(f"{path}: no movie_reviews/{{pos,neg}}/cv###_*.txt files for split {split!r}")
         examples[split] = Examples(text_a=texts, text_b=None, labels=labels)
@@ -118,16 +93,11 @@ def load_movie_reviews(task: Task, options: LoadOptions) -> tuple[Task, TaskData
             f"task 'movie-reviews' has no hub source; for the hub's long reviews use task 'imdb' ({IMDB_HUB})"
         )
     path = find_nltk_zip(options.data_dir, MOVIE_REVIEWS_ZIP, task.name)
-    parts = read_movie_reviews(path)
-    eval_splits = {split: parts[split] for split in task.eval_split_names}
-    return task, TaskData(train=parts["train"], eval_splits=eval_splits, source=f"nltk movie_reviews {path}")
+    return split_data(task, read_movie_reviews(path), f"nltk movie_reviews {path}")
 
 
 def _imdb_examples(dataset: Any, where: str) -> Examples:
-    columns = list(getattr(dataset, "column_names", []))
-    for name in ("text", "label"):
-        if name not in columns:
-            raise DataError(f"{where}: no column {name!r} (columns present: {', '.join(map(repr, columns))})")
+    hub_columns(dataset, where, ("text", "label"))
     names = list(getattr(dataset.features["label"], "names", SENTIMENT))
     texts: list[str] = []
     labels: list[int] = []
@@ -143,27 +113,14 @@ def _imdb_examples(dataset: Any, where: str) -> Examples:
 
 def load_imdb(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     """Loader of ``imdb``: the hub only (see the module docstring)."""
-    if not options.hub:
-        raise DataError(
-            f"task 'imdb' comes from the hub only ({IMDB_HUB}): pass hub=True (--hub); offline, movie-reviews "
-            "is the long-document stand-in"
-        )
-    from .glue import import_datasets
-
-    datasets = import_datasets()
-    try:
-        dataset_dict = datasets.load_dataset(IMDB_HUB)
-    except Exception as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise DataError(
-            f"could not load {IMDB_HUB} from the hub ({type(error).__name__}: {message})"
-        ) from None
+    hub_only(task, options, IMDB_HUB, "; offline, movie-reviews is the long-document stand-in")
+    dataset_dict = load_hub(IMDB_HUB)
     parts: dict[str, Examples] = {}
     for split in ("train", "test"):
         if split not in dataset_dict:
             raise DataError(f"hub {IMDB_HUB}: no split {split!r}")
         parts[split] = _imdb_examples(dataset_dict[split], f"hub {IMDB_HUB} {split}")
-    return task, TaskData(train=parts["train"], eval_splits={"test": parts["test"]}, source=f"hub {IMDB_HUB}")
+    return split_data(task, parts, f"hub {IMDB_HUB}")
 
 
 register_task(MOVIE_REVIEWS, load_movie_reviews, replace=True)

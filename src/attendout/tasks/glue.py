@@ -18,25 +18,17 @@ GLUE files' ``0``/``1`` labels are class indices in that same order.
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .base import CLASSIFICATION, REGRESSION, DataError
-from .core import (
-    Examples,
-    LoadOptions,
-    Task,
-    TaskData,
-    carve_validation,
-    register_task,
-)
-from .readers import RawTable, read_file, to_examples
+from .core import Examples, LoadOptions, Task, TaskData, carve_validation, name_key, register_task, split_data
+from .hub import hub_columns, hub_splits, load_hub
+from .readers import RawTable, data_root, read_file, to_examples
 
-__all__ = ["GLUE_SPECS", "HUB_DATASET", "GlueSpec", "import_datasets", "load_glue", "read_glue_file"]
+__all__ = ["GLUE_SPECS", "HUB_DATASET", "GlueSpec", "load_glue", "read_glue_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,37 +52,41 @@ class GlueSpec:
     optional_splits: tuple[str, ...] = field(default=())  # eval splits whose file may be absent
 
 
+_PAIR = ("sentence1", "sentence2")
+_NLI2 = ("entailment", "not_entailment")
+
+
 def _spec(
     name: str,
     folder: str,
     *,
-    text_fields: tuple[str, ...],
     label_names: tuple[str, ...] | None,
-    metrics: tuple[str, ...],
     description: str,
+    text_fields: tuple[str, ...] = _PAIR,
+    metrics: tuple[str, ...] = ("accuracy",),
     text_columns: tuple[str, ...] | None = None,
     label_column: str = "label",
-    eval_files: dict[str, str] | None = None,
+    eval_splits: tuple[str, ...] = ("dev",),
     hub_splits: dict[str, str] | None = None,
     column_names: tuple[str, ...] | None = None,
     optional_splits: tuple[str, ...] = (),
     label_range: tuple[float, float] | None = None,
 ) -> GlueSpec:
-    eval_files = eval_files or {"dev": "dev.tsv"}
+    """A GLUE task and its layout: the files are ``train.tsv`` and ``<split>.tsv`` of each evaluation split."""
     task = Task(
         name=name,
         kind=REGRESSION if label_names is None else CLASSIFICATION,
         text_fields=text_fields,
         label_names=label_names,
         metrics=metrics,
-        eval_split_names=tuple(eval_files),
+        eval_split_names=eval_splits,
         description=description,
         label_range=label_range,
     )
     return GlueSpec(
         task=task,
         folder=folder,
-        files={"train": "train.tsv", **eval_files},
+        files={split: f"{split}.tsv" for split in ("train", *eval_splits)},
         text_columns=text_columns or text_fields,
         label_column=label_column,
         hub_config=name,
@@ -99,9 +95,6 @@ def _spec(
         optional_splits=optional_splits,
     )
 
-
-_PAIR = ("sentence1", "sentence2")
-_NLI2 = ("entailment", "not_entailment")
 
 GLUE_SPECS: dict[str, GlueSpec] = {
     spec.task.name: spec
@@ -114,7 +107,7 @@ GLUE_SPECS: dict[str, GlueSpec] = {
             metrics=("mcc",),
             description="CoLA: is the sentence grammatically acceptable (Matthews correlation)",
             column_names=("source", "label", "mark", "sentence"),
-            eval_files={"dev": "dev.tsv", "dev_ood": "dev_ood.tsv"},
+            eval_splits=("dev", "dev_ood"),
             optional_splits=("dev_ood",),
         ),
         _spec(
@@ -122,13 +115,11 @@ GLUE_SPECS: dict[str, GlueSpec] = {
             "SST-2",
             text_fields=("sentence",),
             label_names=("negative", "positive"),
-            metrics=("accuracy",),
             description="SST-2: binary sentiment of movie-review phrases (accuracy)",
         ),
         _spec(
             "mrpc",
             "MRPC",
-            text_fields=_PAIR,
             label_names=("not_equivalent", "equivalent"),
             metrics=("f1", "accuracy"),
             description="MRPC: are the two news sentences paraphrases (F1 of 'equivalent', accuracy)",
@@ -140,7 +131,6 @@ GLUE_SPECS: dict[str, GlueSpec] = {
             "QNLI",
             text_fields=("question", "sentence"),
             label_names=_NLI2,
-            metrics=("accuracy",),
             description="QNLI: does the sentence answer the question (accuracy)",
         ),
         _spec(
@@ -148,11 +138,10 @@ GLUE_SPECS: dict[str, GlueSpec] = {
             "MNLI",
             text_fields=("premise", "hypothesis"),
             label_names=("entailment", "neutral", "contradiction"),
-            metrics=("accuracy",),
             description="MNLI: premise/hypothesis entailment, 3 classes (accuracy, matched and mismatched)",
             text_columns=_PAIR,
             label_column="gold_label",
-            eval_files={"dev_matched": "dev_matched.tsv", "dev_mismatched": "dev_mismatched.tsv"},
+            eval_splits=("dev_matched", "dev_mismatched"),
             hub_splits={
                 "train": "train",
                 "dev_matched": "validation_matched",
@@ -162,15 +151,12 @@ GLUE_SPECS: dict[str, GlueSpec] = {
         _spec(
             "rte",
             "RTE",
-            text_fields=_PAIR,
             label_names=_NLI2,
-            metrics=("accuracy",),
             description="RTE: does sentence1 entail sentence2 (accuracy)",
         ),
         _spec(
             "stsb",
             "STS-B",
-            text_fields=_PAIR,
             label_names=None,
             metrics=("pearson", "spearman"),
             description="STS-B: semantic similarity of two sentences, 0 to 5 (Pearson, Spearman)",
@@ -189,17 +175,11 @@ GLUE_SPECS: dict[str, GlueSpec] = {
         _spec(
             "wnli",
             "WNLI",
-            text_fields=_PAIR,
             label_names=("not_entailment", "entailment"),
-            metrics=("accuracy",),
             description="WNLI: Winograd-schema entailment (accuracy)",
         ),
     ]
 }
-
-
-def _folder_key(name: str) -> str:
-    return name.lower().replace("-", "").replace("_", "")
 
 
 def _find_folder(spec: GlueSpec, data_dir: str | Path) -> Path:
@@ -212,12 +192,12 @@ def _find_folder(spec: GlueSpec, data_dir: str | Path) -> Path:
     for base in (root, root / "glue"):
         if base.is_dir():
             for child in sorted(base.iterdir()):
-                if child.is_dir() and _folder_key(child.name) == _folder_key(spec.folder):
+                if child.is_dir() and name_key(child.name) == name_key(spec.folder):
                     return child
-    others = {_folder_key(s.folder): s.task.name for s in GLUE_SPECS.values() if s is not spec}
-    if _folder_key(root.name) in others:
+    others = {name_key(s.folder): s.task.name for s in GLUE_SPECS.values() if s is not spec}
+    if name_key(root.name) in others:
         raise DataError(
-            f"data_dir {root} is the folder of task {others[_folder_key(root.name)]!r}, not {spec.task.name!r}"
+            f"data_dir {root} is the folder of task {others[name_key(root.name)]!r}, not {spec.task.name!r}"
         )
     if any((root / name).is_file() for name in spec.files.values()):
         return root
@@ -246,25 +226,23 @@ def read_glue_file(spec: GlueSpec, path: str | Path, split: str, *, task: Task |
 def _load_folder(spec: GlueSpec, data_dir: str | Path) -> tuple[Task, TaskData]:
     folder = _find_folder(spec, data_dir)
     task = spec.task
+    train_path = folder / spec.files["train"]
+    primary = task.eval_split_names[0]
+    if not train_path.exists() and not (folder / spec.files[primary]).exists():
+        raise DataError(
+            f"file not found: {train_path} (train split of task {task.name!r}; no {spec.files[primary]} either)"
+        )
     eval_splits: dict[str, Examples] = {}
     for split in task.eval_split_names:
         path = folder / spec.files[split]
         if split in spec.optional_splits and not path.exists():
             logger.info("task %s: no %s, skipping its %s split", task.name, path, split)
             continue
-        if (
-            split == task.eval_split_names[0]
-            and not path.exists()
-            and not (folder / spec.files["train"]).exists()
-        ):
-            break  # reported below as the missing train file
         eval_splits[split] = read_glue_file(spec, path, split)
     source = f"glue folder {folder}"
-    train_path = folder / spec.files["train"]
     if train_path.exists():
         train = read_glue_file(spec, train_path, "train")
-    elif eval_splits:
-        primary = task.eval_split_names[0]
+    else:
         logger.warning(
             "task %s: %s has no %s; carving train/%s %d/%d from %s (seed %d); %s scores are not "
             "comparable to published GLUE numbers",
@@ -284,32 +262,14 @@ def _load_folder(spec: GlueSpec, data_dir: str | Path) -> tuple[Task, TaskData]:
             f"{round(100 * (1 - CARVE_FRACTION))}/{round(100 * CARVE_FRACTION)} from {spec.files[primary]}, "
             f"seed {CARVE_SEED})"
         )
-    else:
-        raise DataError(
-            f"file not found: {train_path} (train split of task {task.name!r}; no {spec.files[task.eval_split_names[0]]} either)"
-        )
     task = replace(task, eval_split_names=tuple(eval_splits))
     return task, TaskData(train=train, eval_splits=eval_splits, source=source)
-
-
-def import_datasets() -> Any:
-    """The ``datasets`` package (imported on first use: only hub tasks need it), or a :class:`DataError`
-    saying how to install it."""
-    try:
-        return importlib.import_module("datasets")
-    except ImportError:
-        raise DataError(
-            "hub=True needs the optional 'datasets' package: pip install 'attendout[hub]'"
-        ) from None
 
 
 def _hub_examples(dataset: Any, spec: GlueSpec, task: Task, hub_split: str, split: str) -> Examples:
     """Convert one hub split (a ``datasets.Dataset``) to Examples."""
     where = f"hub {HUB_DATASET} {spec.hub_config} {hub_split}"
-    columns = list(getattr(dataset, "column_names", []))
-    for name in [*task.text_fields, "label"]:
-        if name not in columns:
-            raise DataError(f"{where}: no column {name!r} (columns present: {', '.join(map(repr, columns))})")
+    hub_columns(dataset, where, [*task.text_fields, "label"])
     labels = list(dataset["label"])
     names = None
     features = getattr(dataset, "features", None)
@@ -330,27 +290,14 @@ def _hub_examples(dataset: Any, spec: GlueSpec, task: Task, hub_split: str, spli
 
 
 def _load_hub(spec: GlueSpec) -> tuple[Task, TaskData]:
-    datasets = import_datasets()
-    try:
-        dataset_dict = datasets.load_dataset(HUB_DATASET, spec.hub_config)
-    except Exception as error:  # network, missing config, cache problems: all reported as one line
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise DataError(
-            f"could not load {HUB_DATASET} {spec.hub_config} from the hub ({type(error).__name__}: {message})"
-        ) from None
-    task = spec.task
-    splits = spec.hub_splits
-    for split, hub_split in splits.items():
-        if hub_split not in dataset_dict:
-            raise DataError(f"hub {HUB_DATASET} {spec.hub_config}: no split {hub_split!r} (for {split})")
-    train = _hub_examples(dataset_dict[splits["train"]], spec, task, splits["train"], "train")
-    eval_splits = {
-        split: _hub_examples(dataset_dict[splits[split]], spec, task, splits[split], split)
-        for split in task.eval_split_names
-        if split in splits
+    names = (HUB_DATASET, spec.hub_config)
+    datasets = hub_splits(load_hub(*names), names, spec.hub_splits)
+    task = replace(spec.task, eval_split_names=tuple(s for s in spec.task.eval_split_names if s in datasets))
+    parts = {
+        split: _hub_examples(dataset, spec, task, spec.hub_splits[split], split)
+        for split, dataset in datasets.items()
     }
-    task = replace(task, eval_split_names=tuple(eval_splits))
-    return task, TaskData(train=train, eval_splits=eval_splits, source=f"hub {HUB_DATASET} {spec.hub_config}")
+    return split_data(task, parts, f"hub {HUB_DATASET} {spec.hub_config}")
 
 
 def load_glue(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
@@ -358,13 +305,11 @@ def load_glue(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     spec = GLUE_SPECS[task.name]
     if options.hub:
         return _load_hub(spec)
-    data_dir = options.data_dir or os.environ.get("ATTENDOUT_DATA")
-    if not data_dir:
-        raise DataError(
-            f"task {task.name!r} needs data_dir=<GLUE folder> (or the ATTENDOUT_DATA environment variable), "
-            "or hub=True to download it"
-        )
-    return _load_folder(spec, data_dir)
+    needs = (
+        f"task {task.name!r} needs data_dir=<GLUE folder> (or the ATTENDOUT_DATA environment variable), "
+        "or hub=True to download it"
+    )
+    return _load_folder(spec, data_root(options.data_dir, "", needs))
 
 
 for _glue_spec in GLUE_SPECS.values():

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from .base import CLASSIFICATION, LM, REGRESSION, SEQ2SEQ, TOKEN_CLASSIFICATION, DataError, is_generation
+from .base import CLASSIFICATION, GENERATION_KINDS, REGRESSION, TOKEN_CLASSIFICATION, DataError, is_generation
 from .core import (
     Examples,
     LoadOptions,
@@ -93,29 +94,29 @@ DEFAULT_TASK = "rotten-tomatoes"
 VALIDATION_FRACTION = 0.1  # carved from train when the "file" task has no eval_files
 VALIDATION_SEED = 0
 
-FILE_TASK = Task(
+FILE_TASK = Task(  # its label names are found in the data
     name="file",
     kind=CLASSIFICATION,
-    text_fields=("text",),
-    label_names=None,  # found in the data
     metrics=("accuracy",),
-    eval_split_names=("dev",),
     description="any CSV/TSV/JSON-lines file: train_file, eval_files, text_columns, label_column",
 )
 
 
-def _default_metrics(kind: str, label_names: Sequence[str] | None) -> tuple[str, ...]:
-    if kind == REGRESSION:
-        return ("pearson", "spearman")
-    if label_names is not None and len(label_names) == 2:
-        return ("accuracy", "f1")  # F1 of label index 1
-    return ("accuracy",)
+class _TableFiles:
+    """The split files of a classification or regression task (CSV, TSV, JSON lines), with the column
+    options resolved and checked once."""
 
-
-class _FileReader:
-    """Reads the split files of one task with the column options resolved once."""
+    what = "files"
 
     def __init__(self, task: Task, options: LoadOptions, generic: bool, kind: str) -> None:
+        name = _first_given(options, "token_column", "tag_column")
+        if name is not None:
+            raise DataError(f"{name}= is for token files (kind='token_classification'), not kind={kind!r}")
+        # label_names need files for every split (the task's own splits carry their labels), and classes
+        if options.label_names is not None and (_uses_task_source(options, generic) or kind == REGRESSION):
+            raise DataError(
+                "label_names can only be given for a classification task whose train_file and eval_files are both given"
+            )
         self.kind = kind
         self.generic = generic
         if options.label_names is not None and not generic:
@@ -123,32 +124,30 @@ class _FileReader:
         self.task = task
         self.options = options
         self.glue_spec = None
-        no_columns = (
-            options.text_columns is None and options.label_column is None and options.group_column is None
-        )
+        no_columns = _first_given(options, "text_columns", "label_column", "group_column") is None
         if not generic and task.name in GLUE_SPECS and no_columns:
             self.glue_spec = GLUE_SPECS[task.name]
         default_text = ("text",) if generic else task.text_fields
-        self.text_columns = tuple(options.text_columns) if options.text_columns is not None else default_text
+        self.text_fields = tuple(options.text_columns) if options.text_columns is not None else default_text
         self.label_column = options.label_column or "label"
-        if not 1 <= len(self.text_columns) <= 2:
-            raise DataError(f"text_columns must name 1 or 2 columns, got {list(self.text_columns)!r}")
+        if not 1 <= len(self.text_fields) <= 2:
+            raise DataError(f"text_columns must name 1 or 2 columns, got {list(self.text_fields)!r}")
         if self.glue_spec is None:  # checked before any file is read (the GLUE layouts are fixed)
-            check_column_roles(self.text_columns, self.label_column, options.group_column)
-        if not generic and len(self.text_columns) != len(task.text_fields):
+            check_column_roles(self.text_fields, self.label_column, options.group_column)
+        if not generic and len(self.text_fields) != len(task.text_fields):
             raise DataError(
                 f"task {task.name!r} takes {len(task.text_fields)} text column(s) {task.text_fields!r}, "
-                f"but text_columns={list(self.text_columns)!r}"
+                f"but text_columns={list(self.text_fields)!r}"
             )
 
-    def raw(self, path: str, split: str) -> RawTable | Examples:
+    def read(self, path: str, split: str) -> RawTable | Examples:
         """A raw table, or finished Examples for a file in GLUE layout (labels need no inference)."""
         fmt = detect_format(path, self.options.file_format)
         if self.glue_spec is not None and fmt == "tsv":
             return read_glue_file(self.glue_spec, path, split, task=self.task)
         raw = read_file(
             path,
-            text_columns=self.text_columns,
+            text_columns=self.text_fields,
             label_column=self.label_column,
             file_format=fmt,
             group_column=self.options.group_column,
@@ -158,6 +157,94 @@ class _FileReader:
         if self.kind == CLASSIFICATION and self.generic:
             refuse_fraction_labels(raw, self.options.label_names or self.task.label_names)
         return raw
+
+    def label_names(self, train: RawTable | Examples | None) -> tuple[str, ...] | None:
+        """The classes: ``label_names`` given, else the task's, else those of the train file (at least
+        2); None for regression."""
+        if self.kind != CLASSIFICATION:
+            return None
+        given = self.options.label_names
+        label_names = self.task.label_names if given is None else tuple(given)
+        if label_names is None and isinstance(train, RawTable):
+            label_names = infer_label_names(train)
+        if label_names is None or len(label_names) < 2:
+            where = self.options.train_file or "the data"
+            raise DataError(
+                f"{where}: classification needs at least 2 labels, found {list(label_names or [])!r}"
+            )
+        return label_names
+
+    def examples(
+        self, part: RawTable | Examples, split: str, label_names: tuple[str, ...] | None
+    ) -> Examples:
+        if isinstance(part, Examples):
+            return part
+        return to_examples(
+            part, kind=self.kind, label_names=label_names, split=split, label_range=self.task.label_range
+        )
+
+    def default_metrics(self, label_names: tuple[str, ...] | None) -> tuple[str, ...]:
+        if self.kind == REGRESSION:
+            return ("pearson", "spearman")
+        if label_names is not None and len(label_names) == 2:
+            return ("accuracy", "f1")  # F1 of label index 1
+        return ("accuracy",)
+
+
+class _TokenFiles:
+    """The CoNLL-style split files of a token classification task (see the module doc)."""
+
+    what = "token files"
+    kind = TOKEN_CLASSIFICATION
+    text_fields = ("tokens",)
+
+    def __init__(self, task: Task, options: LoadOptions, generic: bool) -> None:
+        name = _first_given(options, "text_columns", "label_column", "group_column", "file_format")
+        if name is not None:
+            raise DataError(f"{name}= is for table files; token files take token_column= and tag_column=")
+        self.token_column = 0 if options.token_column is None else int(options.token_column)
+        self.tag_column = -1 if options.tag_column is None else int(options.tag_column)
+        if (self.token_column < 0) == (self.tag_column < 0):  # mixed signs: checked once a file says how many
+            _check_token_columns(self.token_column, self.tag_column, None, "")
+        if options.label_names is not None and not generic:
+            raise DataError(f"label_names cannot be given for task {task.name!r}: its tag set is fixed")
+        self.task = task
+        self.options = options
+
+    def read(self, path: str, split: str) -> TaggedSentences:
+        sentences = read_conll(
+            path,
+            token_column=self.token_column,
+            tag_column=self.tag_column,
+            what=f"{split} split of task {self.task.name!r}",
+        )
+        _check_token_columns(self.token_column, self.tag_column, sentences.columns, path)
+        return sentences
+
+    def label_names(self, train: TaggedSentences | None) -> tuple[str, ...]:
+        """The tags: ``label_names`` given, else the task's, else those of the train file (see the module doc)."""
+        if self.options.label_names is not None:
+            return tuple(self.options.label_names)
+        if self.task.label_names is not None:
+            return self.task.label_names
+        if train is None:  # excluded by the checks in load_files
+            raise DataError(f"task {self.task.name!r}: no train_file to find the tags in")
+        seen = sorted({tag for tags in train.tags for tag in tags})
+        label_names = (
+            iob_label_names(seen) if is_iob(seen) else tuple(sorted(seen, key=lambda tag: (tag != "O", tag)))
+        )
+        if len(label_names) < 2:
+            raise DataError(
+                f"{self.options.train_file}: every tag of the train file is {label_names[0]!r}; a tagger needs at "
+                "least 2 tags"
+            )
+        return label_names
+
+    def examples(self, sentences: TaggedSentences, split: str, label_names: tuple[str, ...]) -> Examples:
+        return to_token_examples(sentences, label_names, split=split, iob=is_iob(label_names), groups=False)
+
+    def default_metrics(self, label_names: tuple[str, ...]) -> tuple[str, ...]:
+        return ENTITY_METRICS if is_iob(label_names) else ("token_accuracy",)
 
 
 def refuse_fraction_labels(raw: RawTable, label_names: Sequence[str] | None) -> None:
@@ -201,81 +288,64 @@ def _check_classes(train: Examples, kind: str, label_names: Sequence[str] | None
         )
 
 
-def _carve_dev(train: Examples, path: str | None, sources: list[str]) -> tuple[Examples, Examples]:
-    """(train, dev) for the "file" task given a train file only: dev carved from train, with a warning."""
-    logger.warning(
-        "task 'file': no eval_files; carving %d%% of %s as 'dev' (seed %d)",
-        round(100 * VALIDATION_FRACTION),
-        path,
-        VALIDATION_SEED,
-    )
-    sources.append(f"dev=carved {round(100 * VALIDATION_FRACTION)}% of train (seed {VALIDATION_SEED})")
-    return carve_validation(train, VALIDATION_FRACTION, VALIDATION_SEED)
-
-
-def _eval_splits(
-    options: LoadOptions,
-    base: TaskData | None,
-    train: Examples,
-    sources: list[str],
-    read_split: Callable[[str, str], Examples],
-) -> tuple[Examples, dict[str, Examples]]:
-    """(train, evaluation splits): ``eval_files`` read by ``read_split(path, split)``, else the built-in
-    task's own splits, else (the "file" task with a train file only) dev carved from train."""
-    if options.eval_files is not None:
-        splits = {}
-        for split, path in options.eval_files.items():
-            splits[split] = read_split(path, split)
-            sources.append(f"{split}={path}")
-        return train, splits
-    if base is not None:
-        return train, dict(base.eval_splits)
-    train, dev = _carve_dev(train, options.train_file, sources)
-    return train, {"dev": dev}
-
-
-def _source(what: str, sources: list[str], base: TaskData | None) -> str:
-    source = f"{what} " + ", ".join(sources)
-    return source if base is None else f"{source}; other splits from {base.source}"
-
-
 def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     """Read a task's splits from ``options.train_file`` / ``options.eval_files`` (see module doc)."""
     generic = task.name == FILE_TASK.name
     kind = options.kind or task.kind
     _check_file_request(task, options, generic, kind)
+    files: _TableFiles | _TokenFiles
     if kind == TOKEN_CLASSIFICATION:
-        return _load_token_files(task, options, generic)
-    _check_table_options(options, kind, _uses_task_source(options, generic))
+        files = _TokenFiles(task, options, generic)
+    else:
+        files = _TableFiles(task, options, generic, kind)
     base = _task_source(task, options, generic)
-    reader = _FileReader(task, options, generic, kind)
     sources: list[str] = []
-    train_raw: RawTable | Examples | None = None
+    train_raw: Any = None
     if options.train_file is not None:
-        train_raw = reader.raw(options.train_file, "train")
+        train_raw = files.read(options.train_file, "train")
         sources.append(f"train={options.train_file}")
-    label_names = _class_names(task, options, kind, train_raw)
-
-    def finish(part: RawTable | Examples, split: str) -> Examples:
-        if isinstance(part, Examples):
-            return part
-        return to_examples(
-            part, kind=kind, label_names=label_names, split=split, label_range=task.label_range
-        )
-
-    train = None
+    label_names = files.label_names(train_raw)
     if train_raw is not None:
-        train = finish(train_raw, "train")
+        train = files.examples(train_raw, "train", label_names)
         _check_classes(train, kind, label_names, options.train_file or "")
-    train, eval_splits = _eval_splits(
-        options,
-        base,
-        _train_split(train, base, task),
-        sources,
-        lambda path, split: finish(reader.raw(path, split), split),
-    )
-    loaded = _table_task(task, options, generic, kind, reader.text_columns, label_names, tuple(eval_splits))
-    return loaded, TaskData(train=train, eval_splits=eval_splits, source=_source("files", sources, base))
+    elif base is not None:
+        train = base.train
+    else:  # excluded by the checks above
+        raise DataError(f"task {task.name!r}: no train split")
+    if options.eval_files is not None:
+        eval_splits = {}
+        for split, path in options.eval_files.items():
+            eval_splits[split] = files.examples(files.read(path, split), split, label_names)
+            sources.append(f"{split}={path}")
+    elif base is not None:
+        eval_splits = dict(base.eval_splits)
+    else:  # the "file" task given a train file only: dev carved from train, with a warning
+        percent = round(100 * VALIDATION_FRACTION)
+        logger.warning(
+            "task 'file': no eval_files; carving %d%% of %s as 'dev' (seed %d)",
+            percent,
+            options.train_file,
+            VALIDATION_SEED,
+        )
+        sources.append(f"dev=carved {percent}% of train (seed {VALIDATION_SEED})")
+        train, dev = carve_validation(train, VALIDATION_FRACTION, VALIDATION_SEED)
+        eval_splits = {"dev": dev}
+    if generic:  # the "file" task as the data and options make it
+        loaded = Task(
+            name=FILE_TASK.name,
+            kind=kind,
+            text_fields=files.text_fields,
+            label_names=label_names,
+            metrics=files.default_metrics(label_names),
+            eval_split_names=tuple(eval_splits),
+            description=f"{kind} from {Path(options.train_file or '').name}",
+        )
+    else:
+        loaded = replace(task, label_names=label_names, eval_split_names=tuple(eval_splits))
+    source = f"{files.what} " + ", ".join(sources)
+    if base is not None:
+        source += f"; other splits from {base.source}"
+    return loaded, TaskData(train=train, eval_splits=eval_splits, source=source)
 
 
 def _check_file_request(task: Task, options: LoadOptions, generic: bool, kind: str) -> None:
@@ -295,18 +365,6 @@ def _check_file_request(task: Task, options: LoadOptions, generic: bool, kind: s
         raise DataError("eval_files is empty; give {'dev': path} or leave it out")
 
 
-def _check_table_options(options: LoadOptions, kind: str, uses_base: bool) -> None:
-    """Refuse token-file options for a table, and ``label_names`` where the files do not hold every
-    split (the task's own splits carry their labels) or the target is a number."""
-    for name in ("token_column", "tag_column"):
-        if getattr(options, name) is not None:
-            raise DataError(f"{name}= is for token files (kind='token_classification'), not kind={kind!r}")
-    if options.label_names is not None and (uses_base or kind == REGRESSION):
-        raise DataError(
-            "label_names can only be given for a classification task whose train_file and eval_files are both given"
-        )
-
-
 def _uses_task_source(options: LoadOptions, generic: bool) -> bool:
     """Whether a split comes from the built-in task's own source: no train file, or no evaluation files
     for a built-in task (the "file" task carves its dev split instead)."""
@@ -321,140 +379,9 @@ def _task_source(task: Task, options: LoadOptions, generic: bool) -> TaskData | 
     return base
 
 
-def _class_names(
-    task: Task, options: LoadOptions, kind: str, train_raw: RawTable | Examples | None
-) -> tuple[str, ...] | None:
-    """The classes of a classification task: ``label_names`` given, else the task's, else those of the
-    train file (at least 2); None for regression."""
-    if kind != CLASSIFICATION:
-        return None
-    label_names: tuple[str, ...] | None = None
-    if options.label_names is not None:
-        label_names = tuple(options.label_names)
-    elif task.label_names is not None:
-        label_names = task.label_names
-    elif isinstance(train_raw, RawTable):
-        label_names = infer_label_names(train_raw)
-    if label_names is None or len(label_names) < 2:
-        where = options.train_file or "the data"
-        raise DataError(f"{where}: classification needs at least 2 labels, found {list(label_names or [])!r}")
-    return label_names
-
-
-def _train_split(train: Examples | None, base: TaskData | None, task: Task) -> Examples:
-    """The train split: read from the train file, else the built-in task's own."""
-    if train is not None:
-        return train
-    if base is not None:
-        return base.train
-    raise DataError(f"task {task.name!r}: no train split")  # excluded by the checks of load_files
-
-
-def _table_task(
-    task: Task,
-    options: LoadOptions,
-    generic: bool,
-    kind: str,
-    text_columns: tuple[str, ...],
-    label_names: tuple[str, ...] | None,
-    eval_split_names: tuple[str, ...],
-) -> Task:
-    """The task as loaded from table files: the "file" task made from the data and options, a built-in
-    task with its classes, metrics and evaluation splits as read."""
-    metrics = tuple(options.metrics) if options.metrics else None
-    if generic:
-        return Task(
-            name=FILE_TASK.name,
-            kind=kind,
-            text_fields=text_columns,
-            label_names=label_names,
-            metrics=metrics or _default_metrics(kind, label_names),
-            eval_split_names=eval_split_names,
-            description=f"{kind} from {Path(options.train_file or '').name}",
-        )
-    return replace(
-        task,
-        label_names=label_names if kind == CLASSIFICATION else None,
-        metrics=metrics or task.metrics,
-        eval_split_names=eval_split_names,
-    )
-
-
-def _load_token_files(task: Task, options: LoadOptions, generic: bool) -> tuple[Task, TaskData]:
-    """Read a token classification task's splits from CoNLL-style files (see the module doc)."""
-    for name in ("text_columns", "label_column", "group_column", "file_format"):
-        if getattr(options, name) is not None:
-            raise DataError(f"{name}= is for table files; token files take token_column= and tag_column=")
-    token_column = 0 if options.token_column is None else int(options.token_column)
-    tag_column = -1 if options.tag_column is None else int(options.tag_column)
-    if (token_column < 0) == (tag_column < 0):  # mixed signs are compared once a file says how many columns
-        _check_token_columns(token_column, tag_column, None, "")
-    if options.label_names is not None and not generic:
-        raise DataError(f"label_names cannot be given for task {task.name!r}: its tag set is fixed")
-    base = _task_source(task, options, generic)
-
-    def read(path: str, split: str) -> TaggedSentences:
-        sentences = read_conll(
-            path,
-            token_column=token_column,
-            tag_column=tag_column,
-            what=f"{split} split of task {task.name!r}",
-        )
-        _check_token_columns(token_column, tag_column, sentences.columns, path)
-        return sentences
-
-    sources: list[str] = []
-    train_sentences = None
-    if options.train_file is not None:
-        train_sentences = read(options.train_file, "train")
-        sources.append(f"train={options.train_file}")
-    if options.label_names is not None:
-        label_names = tuple(options.label_names)
-    elif task.label_names is not None:
-        label_names = task.label_names
-    elif train_sentences is None:  # excluded by the checks in load_files
-        raise DataError(f"task {task.name!r}: no train_file to find the tags in")
-    else:  # the "file" task: the tags of the train file
-        seen = {tag for tags in train_sentences.tags for tag in tags}
-        if is_iob(sorted(seen)):
-            label_names = iob_label_names(sorted(seen))
-        else:
-            label_names = tuple(sorted(seen, key=lambda tag: (tag != "O", tag)))
-        if len(label_names) < 2:
-            raise DataError(
-                f"{options.train_file}: every tag of the train file is {label_names[0]!r}; a tagger needs at "
-                "least 2 tags"
-            )
-    iob = is_iob(label_names)
-
-    train = None
-    if train_sentences is not None:
-        train = to_token_examples(train_sentences, label_names, split="train", iob=iob, groups=False)
-
-    train, eval_splits = _eval_splits(
-        options,
-        base,
-        _train_split(train, base, task),
-        sources,
-        lambda path, split: to_token_examples(
-            read(path, split), label_names, split=split, iob=iob, groups=False
-        ),
-    )
-    source = _source("token files", sources, base)
-    metrics = tuple(options.metrics) if options.metrics else None
-    if generic:
-        loaded = Task(
-            name=FILE_TASK.name,
-            kind=TOKEN_CLASSIFICATION,
-            text_fields=("tokens",),
-            label_names=label_names,
-            metrics=metrics or (ENTITY_METRICS if iob else ("token_accuracy",)),
-            eval_split_names=tuple(eval_splits),
-            description=f"token_classification from {Path(options.train_file or '').name}",
-        )
-    else:
-        loaded = replace(task, metrics=metrics or task.metrics, eval_split_names=tuple(eval_splits))
-    return loaded, TaskData(train=train, eval_splits=eval_splits, source=source)
+def _first_given(options: LoadOptions, *names: str) -> str | None:
+    """The first of the options ``names`` that is given (not None)."""
+    return next((name for name in names if getattr(options, name) is not None), None)
 
 
 def _check_token_columns(token_column: int, tag_column: int, columns: int | None, path: str) -> None:
@@ -527,12 +454,14 @@ def load_task_data(
         token_column=token_column,
         tag_column=tag_column,
     )
-    if is_generation(resolved.kind):  # their loaders read files, columns and metrics themselves
-        return _load_generation(resolved, options)
-    if train_file is not None or eval_files is not None or resolved.name == FILE_TASK.name:
-        return load_files(resolved, options)
-    _refuse_file_options(resolved, options)
-    loaded, data = get_loader(resolved.name)(resolved, options)
+    if is_generation(resolved.kind):  # their loaders read files and columns themselves
+        _check_generation_options(resolved, options)
+        loaded, data = get_loader(resolved.name)(resolved, options)
+    elif train_file is not None or eval_files is not None or resolved.name == FILE_TASK.name:
+        loaded, data = load_files(resolved, options)
+    else:
+        _refuse_file_options(resolved, options)
+        loaded, data = get_loader(resolved.name)(resolved, options)
     if options.metrics:
         loaded = replace(loaded, metrics=options.metrics)
     return loaded, data
@@ -540,53 +469,40 @@ def load_task_data(
 
 def _refuse_file_options(task: Task, options: LoadOptions) -> None:
     """A built-in task read from its own source takes none of the options that describe files."""
-    file_only = {
-        "text_columns": options.text_columns,
-        "label_column": options.label_column,
-        "label_names": options.label_names,
-        "file_format": options.file_format,
-        "group_column": options.group_column,
-        "token_column": options.token_column,
-        "tag_column": options.tag_column,
-    }
-    given = [name for name, value in file_only.items() if value is not None]
-    if given:
-        raise DataError(
-            f"{given[0]}= applies to train_file/eval_files; task {task.name!r} was given no files"
-        )
+    name = _first_given(
+        options,
+        "text_columns",
+        "label_column",
+        "label_names",
+        "file_format",
+        "group_column",
+        "token_column",
+        "tag_column",
+    )
+    if name is not None:
+        raise DataError(f"{name}= applies to train_file/eval_files; task {task.name!r} was given no files")
     if options.kind is not None and options.kind != task.kind:
         raise DataError(
             f"task {task.name!r} is {task.kind}; kind={options.kind!r} applies to the 'file' task only"
         )
 
 
-#: The tasks that read the user's files for a generation kind: named after their kind.
-FILE_GENERATION_TASKS = (LM, SEQ2SEQ)
-
-
-def _load_generation(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
-    """A language-modelling or seq2seq task: ``lm`` and ``seq2seq`` read files; the built-in ones their source."""
-    is_file_task = task.name in FILE_GENERATION_TASKS
-    if not is_file_task and (options.train_file or options.eval_files or options.text_columns):
+def _check_generation_options(task: Task, options: LoadOptions) -> None:
+    """A language-modelling or seq2seq task: ``lm`` and ``seq2seq`` (named after their kind) read files;
+    the built-in ones their source. Neither takes a label or token option."""
+    if task.name not in GENERATION_KINDS and (
+        options.train_file or options.eval_files or options.text_columns
+    ):
         raise DataError(
             f"task {task.name!r} reads its own data; for your files use task {task.kind!r} "
             "(--train-file, --eval-file)"
         )
-    given = {"label_column": options.label_column, "label_names": options.label_names, "kind": options.kind}
-    given.update(
-        group_column=options.group_column, token_column=options.token_column, tag_column=options.tag_column
+    relevant = replace(options, kind=None) if options.kind == task.kind else options
+    name = _first_given(
+        relevant, "label_column", "label_names", "kind", "group_column", "token_column", "tag_column"
     )
-    extra = [
-        name
-        for name, value in given.items()
-        if value is not None and not (name == "kind" and value == task.kind)
-    ]
-    if extra:
-        raise DataError(f"{extra[0]}= does not apply to task {task.name!r} ({task.kind}: text, no labels)")
-    loaded, data = get_loader(task.name)(task, options)
-    if options.metrics:
-        loaded = replace(loaded, metrics=options.metrics)
-    return loaded, data
+    if name is not None:
+        raise DataError(f"{name}= does not apply to task {task.name!r} ({task.kind}: text, no labels)")
 
 
 register_task(FILE_TASK, load_files, replace=True)

@@ -28,12 +28,14 @@ __all__ = [
     "METRIC_KINDS",
     "accuracy",
     "better",
+    "check_metric",
     "entities",
     "entity_f1",
     "entity_precision",
     "entity_recall",
     "f1",
     "higher_is_better",
+    "iob_parts",
     "mcc",
     "metric_fits",
     "pearson",
@@ -138,15 +140,22 @@ def _sequences(predictions: Any, labels: Any, name: str) -> tuple[list[list[Any]
     return p, y
 
 
-def _split_tag(tag: Any, name: str) -> tuple[str, str]:
-    """``"B-PER"`` -> ``("B", "PER")``, ``"O"`` -> ``("O", "")``; anything else is a DataError."""
-    text = str(tag)
-    if text == "O":
+def iob_parts(tag: str) -> tuple[str, str] | None:
+    """``"B-PER"`` -> ``("B", "PER")``, ``"O"`` -> ``("O", "")``, anything else None."""
+    if tag == "O":
         return "O", ""
-    prefix, dash, kind = text.partition("-")
-    if prefix not in ("B", "I") or not dash or not kind:
-        raise DataError(f"{name}: tag {text!r} is not O, B-<type> or I-<type> (IOB1/IOB2 tags)")
-    return prefix, kind
+    prefix, dash, kind = tag.partition("-")
+    if prefix in ("B", "I") and dash and kind:
+        return prefix, kind
+    return None
+
+
+def _split_tag(tag: Any, name: str) -> tuple[str, str]:
+    """:func:`iob_parts` of a tag of a sequence to score; not an IOB tag: a DataError."""
+    parts = iob_parts(str(tag))
+    if parts is None:
+        raise DataError(f"{name}: tag {str(tag)!r} is not O, B-<type> or I-<type> (IOB1/IOB2 tags)")
+    return parts
 
 
 def entities(tags: Any, name: str = "entities") -> set[tuple[str, int, int]]:
@@ -172,44 +181,29 @@ def entities(tags: Any, name: str = "entities") -> set[tuple[str, int, int]]:
     return found
 
 
-def _entity_counts(predictions: Any, labels: Any, name: str) -> tuple[int, int, int]:
-    """(correct, predicted, true) entity counts over all sequences."""
-    p, y = _sequences(predictions, labels, name)
-    correct = found = true = 0
-    for ps, ys in zip(p, y, strict=True):
-        guessed = entities(ps, name)
-        gold = entities(ys, name)
-        correct += len(guessed & gold)
-        found += len(guessed)
-        true += len(gold)
-    return correct, found, true
+def _summed(metric: str, predictions: Any, labels: Any) -> float:
+    """``metric`` over all sequences together: :func:`from_counts` of the summed :func:`sequence_counts`."""
+    return float(from_counts(metric, sequence_counts(metric, predictions, labels).sum(axis=0)))
 
 
 def entity_precision(predictions: Any, labels: Any) -> float:
     """Micro precision of predicted entities (exact type and span); 0.0 when none is predicted."""
-    correct, found, _ = _entity_counts(predictions, labels, "entity_precision")
-    return 0.0 if found == 0 else correct / found
+    return _summed("entity_precision", predictions, labels)
 
 
 def entity_recall(predictions: Any, labels: Any) -> float:
     """Micro recall of true entities (exact type and span); 0.0 when the labels have none."""
-    correct, _, true = _entity_counts(predictions, labels, "entity_recall")
-    return 0.0 if true == 0 else correct / true
+    return _summed("entity_recall", predictions, labels)
 
 
 def entity_f1(predictions: Any, labels: Any) -> float:
     """Micro F1 of entities as conlleval computes it: 2 P R / (P + R); 0.0 when P + R is 0."""
-    correct, found, true = _entity_counts(predictions, labels, "entity_f1")
-    precision = 0.0 if found == 0 else correct / found
-    recall = 0.0 if true == 0 else correct / true
-    return 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
+    return _summed("entity_f1", predictions, labels)
 
 
 def token_accuracy(predictions: Any, labels: Any) -> float:
     """Fraction of tags equal to their label, over the tags of all sequences together."""
-    p, y = _sequences(predictions, labels, "token_accuracy")
-    right = sum(int(a == b) for ps, ys in zip(p, y, strict=True) for a, b in zip(ps, ys, strict=True))
-    return right / sum(len(ys) for ys in y)
+    return _summed("token_accuracy", predictions, labels)
 
 
 def sequences_array(rows: Any) -> np.ndarray:
@@ -305,6 +299,16 @@ def register_metric(name: str, metric: Metric, kinds: tuple[str, ...] | None = N
     METRICS[name] = metric
     if kinds is not None:
         METRIC_KINDS[name] = tuple(kinds)
+
+
+def check_metric(where: str, name: str, kind: str | None = None) -> None:
+    """A :class:`DataError` naming ``where`` (the task asking) unless ``name`` is a registered metric, and
+    (``kind`` given) one that can score a task of that kind."""
+    if name not in METRICS:
+        raise DataError(f"{where}: unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}")
+    if kind is not None and not metric_fits(name, kind):
+        fitting = ", ".join(sorted(m for m in METRICS if metric_fits(m, kind)))
+        raise DataError(f"{where}: metric {name!r} cannot score a {kind} task; its metrics: {fitting}")
 
 
 def metric_fits(name: str, kind: str) -> bool:

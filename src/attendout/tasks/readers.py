@@ -11,37 +11,42 @@ compressed (``.gz``, ``.bz2``).
 
 from __future__ import annotations
 
-import bz2
 import contextlib
 import csv
-import gzip
 import json
 import logging
 import lzma
 import math
+import os
+import re
 import zipfile
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
 from .base import CLASSIFICATION, REGRESSION, DataError
 from .core import Examples
-from .utf8 import not_utf8
+from .utf8 import COMPRESSED, not_utf8, not_utf8_bytes
 
 __all__ = [
     "ARCHIVE_ERRORS",
+    "EXTENSIONS",
     "FORMATS",
     "RawTable",
     "check_column_roles",
     "check_file",
     "check_table",
+    "data_root",
     "detect_format",
+    "find_folder",
     "infer_label_names",
+    "log_dropped",
     "open_text",
     "read_file",
     "to_examples",
+    "zip_texts",
 ]
 
 FORMATS = ("csv", "tsv", "jsonl")
@@ -60,8 +65,8 @@ ARCHIVE_ERRORS = (
     RuntimeError,
 )
 
-_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
-_COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}
+#: the table formats, by file extension
+EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
 
 
 @dataclass(frozen=True)
@@ -82,14 +87,12 @@ class RawTable:
     def filter(self, keep: Sequence[bool]) -> RawTable:
         """The rows where ``keep`` is true."""
         rows = [i for i, k in enumerate(keep) if k]
-        return RawTable(
-            path=self.path,
+        return replace(
+            self,
             texts=tuple([column[i] for i in rows] for column in self.texts),
             labels=[self.labels[i] for i in rows],
             lines=[self.lines[i] for i in rows],
-            label_column=self.label_column,
             groups=None if self.groups is None else [self.groups[i] for i in rows],
-            text_names=self.text_names,
         )
 
 
@@ -102,10 +105,10 @@ def detect_format(path: str | Path, file_format: str | None = None) -> str:
             raise DataError(f"unknown file_format {file_format!r}; use one of {', '.join(FORMATS)}")
         return fmt
     suffixes = [s.lower() for s in Path(path).suffixes]
-    if suffixes and suffixes[-1] in _COMPRESSED:
+    if suffixes and suffixes[-1] in COMPRESSED:
         suffixes = suffixes[:-1]
-    if suffixes and suffixes[-1] in _EXTENSIONS:
-        return _EXTENSIONS[suffixes[-1]]
+    if suffixes and suffixes[-1] in EXTENSIONS:
+        return EXTENSIONS[suffixes[-1]]
     raise DataError(
         f"cannot tell the format of {path} from its extension; pass file_format= one of {', '.join(FORMATS)}"
     )
@@ -130,7 +133,7 @@ def _field_limit(limit: int) -> Iterator[None]:
 def open_text(path: Path) -> IO[str]:
     """``path`` opened for reading as UTF-8 text (a BOM dropped, newlines as written), gzip or bz2
     decompressed by its suffix (``.gz``, ``.bz2``)."""
-    opener = _COMPRESSED.get(path.suffix.lower())
+    opener = COMPRESSED.get(path.suffix.lower())
     if opener is not None:
         return opener(path, "rt", encoding="utf-8-sig", newline="")
     return open(path, encoding="utf-8-sig", newline="")
@@ -142,6 +145,57 @@ def check_file(path: Path, what: str) -> None:
         raise DataError(f"file not found: {path} ({what})")
     if not path.is_file():
         raise DataError(f"not a file: {path} ({what})")
+
+
+def data_root(data_dir: str | Path | None, folder: str, needs: str) -> Path:
+    """Where a task's files are: ``data_dir``, else ``$ATTENDOUT_DATA/<folder>`` (``folder`` ``""``: the
+    variable's folder itself); neither: a :class:`DataError` saying what the task ``needs``."""
+    if data_dir:
+        return Path(data_dir)
+    env = os.environ.get("ATTENDOUT_DATA")
+    if not env:
+        raise DataError(needs)
+    return Path(env) / folder
+
+
+def find_folder(root: Path, task: str, file: str, *subfolders: str) -> Path | None:
+    """The first of ``root`` and its ``subfolders`` that holds ``file``, or None; a ``root`` that is not a
+    folder is a :class:`DataError` naming ``task``."""
+    if not root.is_dir():
+        raise DataError(f"data_dir not found or not a folder: {root} (task {task!r})")
+    return next((f for f in (root, *(root / sub for sub in subfolders)) if (f / file).is_file()), None)
+
+
+def zip_texts(path: str | Path, member: re.Pattern[str]) -> Iterator[tuple[str, re.Match[str], str]]:
+    """``(name, match, text)`` of each file of the zip ``path`` whose name matches ``member`` in full, in
+    name order, decoded as UTF-8; an unreadable zip or member, or one not UTF-8, is a :class:`DataError`."""
+    path = Path(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except ARCHIVE_ERRORS as error:
+        raise DataError(f"{path}: cannot read the zip ({type(error).__name__}: {error})") from None
+    with archive:
+        for name in sorted(archive.namelist()):
+            match = member.fullmatch(name)
+            if match is None:
+                continue
+            try:
+                raw = archive.read(name)
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise not_utf8_bytes(f"{path}:{name}", raw) from None
+            except ARCHIVE_ERRORS as error:  # a damaged member
+                raise DataError(
+                    f"{path}:{name}: cannot read it from the zip ({type(error).__name__}: {error}); the zip "
+                    "is damaged: download it again"
+                ) from None
+            yield name, match, text
+
+
+def log_dropped(path: str | Path, lines: Sequence[int], total: int, why: str) -> None:
+    """Warn that the rows at ``lines`` (of ``total``) were left out, ``why`` (drop_bad_rows)."""
+    shown = ", ".join(str(line) for line in lines[:10]) + (", ..." if len(lines) > 10 else "")
+    logger.warning("%s: dropped %d of %d rows with %s (lines %s)", path, len(lines), total, why, shown)
 
 
 def brief(value: Any, limit: int = 60) -> str:
@@ -259,32 +313,49 @@ def read_file(
     check_column_roles(text_columns, label_column, group_column)
     check_file(path, what)
     fmt = detect_format(path, file_format)
+    columns = (text_columns, label_column, group_column)
+    wanted = [*text_columns] + [c for c in (label_column, group_column) if c is not None]
     try:
         with open_text(path) as handle:
             if fmt == "jsonl":
-                return _read_jsonl(handle, path, text_columns, label_column, group_column)
+                return _table(
+                    path, _jsonl_records(handle, path, wanted, text_columns, group_column), *columns
+                )
             delimiter = "\t" if fmt == "tsv" else ","
             quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
             reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
             with _field_limit(FIELD_LIMIT):
-                return _read_delimited(
-                    reader, path, fmt, text_columns, label_column, group_column, column_names
-                )
+                return _table(path, _delimited_records(reader, path, fmt, wanted, column_names), *columns)
     except UnicodeDecodeError:
         raise not_utf8(path) from None
     except ARCHIVE_ERRORS as error:  # unreadable or corrupt compressed file
         raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
 
 
-def _read_delimited(
-    reader: Any,
+def _table(
     path: Path,
-    fmt: str,
+    records: Iterator[tuple[int, dict[str, Any]]],
     text_columns: Sequence[str],
     label_column: str | None,
     group_column: str | None,
-    column_names: Sequence[str] | None,
 ) -> RawTable:
+    """The table of a file's ``(line, {column: value})`` records (``label_column`` None: no labels)."""
+    rows = list(records)
+    return RawTable(
+        str(path),
+        tuple([record[name] for _, record in rows] for name in text_columns),
+        [None if label_column is None else record[label_column] for _, record in rows],
+        [line for line, _ in rows],
+        label_column,
+        None if group_column is None else [str(record[group_column]) for _, record in rows],
+        tuple(text_columns),
+    )
+
+
+def _delimited_records(
+    reader: Any, path: Path, fmt: str, wanted: list[str], column_names: Sequence[str] | None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line, {column: cell})`` of each row of a CSV/TSV file, its columns checked against the header."""
     rows: Iterator[list[str]] = reader
     try:
         if column_names is None:
@@ -294,13 +365,7 @@ def _read_delimited(
             _check_header(header, path)
         else:
             header = list(column_names)
-        text_idx = [_column_index(header, name, path) for name in text_columns]
-        label_idx = None if label_column is None else _column_index(header, label_column, path)
-        group_idx = None if group_column is None else _column_index(header, group_column, path)
-        texts: tuple[list[str], ...] = tuple([] for _ in text_columns)
-        labels: list[Any] = []
-        lines: list[int] = []
-        groups: list[str] | None = None if group_idx is None else []
+        index = {name: _column_index(header, name, path) for name in wanted}
         kind = "tab-separated" if fmt == "tsv" else "comma-separated"
         names = ", ".join(brief(name, 30) for name in header)
         last_line = 0 if column_names is not None else reader.line_num  # the line before each record
@@ -322,12 +387,7 @@ def _read_delimited(
                 raise DataError(
                     f"{path} {lines_of}: expected {len(header)} {kind} fields ({names}), found {len(row)}{hint}"
                 )
-            for column, i in zip(texts, text_idx, strict=True):
-                column.append(row[i])
-            labels.append(None if label_idx is None else row[label_idx])
-            lines.append(reader.line_num)
-            if groups is not None and group_idx is not None:
-                groups.append(row[group_idx])
+            yield reader.line_num, {name: row[i] for name, i in index.items()}
     except csv.Error as error:
         hint = ""
         if "field limit" in str(error):
@@ -336,21 +396,12 @@ def _read_delimited(
                 "file (the rest became one field), or a text too long to read: shorten it"
             )
         raise DataError(f"{path} line {reader.line_num}: malformed {fmt.upper()} ({error}){hint}") from None
-    return RawTable(str(path), texts, labels, lines, label_column, groups, tuple(text_columns))
 
 
-def _read_jsonl(
-    handle: IO[str],
-    path: Path,
-    text_columns: Sequence[str],
-    label_column: str | None,
-    group_column: str | None,
-) -> RawTable:
-    texts: tuple[list[str], ...] = tuple([] for _ in text_columns)
-    labels: list[Any] = []
-    lines: list[int] = []
-    groups: list[str] | None = None if group_column is None else []
-    wanted = [*text_columns] + [c for c in (label_column, group_column) if c is not None]
+def _jsonl_records(
+    handle: IO[str], path: Path, wanted: list[str], text_columns: Sequence[str], group_column: str | None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line, record)`` of each JSON object of a JSON-lines file, its text and group values checked."""
     for line_no, line in enumerate(handle, start=1):
         if not line.strip():
             continue
@@ -377,25 +428,21 @@ def _read_jsonl(
             if name not in record:
                 present = ", ".join(brief(k, 30) for k in record)
                 raise DataError(f"{path} line {line_no}: no key {name!r} (keys present: {present})")
-        for column, name in zip(texts, text_columns, strict=True):
+        for name in text_columns:
             value = record[name]
             if not isinstance(value, str):  # str(5.0), str(True), a dict's repr: never what the file says
                 raise DataError(
                     f"{path} line {line_no}, key {name!r}: expected text, found {json_type(value)} "
                     f"({brief(value)}); write the text as a JSON string"
                 )
-            column.append(value)
-        labels.append(None if label_column is None else record[label_column])
-        lines.append(line_no)
-        if groups is not None and group_column is not None:
+        if group_column is not None:
             value = record[group_column]
             if isinstance(value, bool) or not isinstance(value, str | int):
                 raise DataError(
                     f"{path} line {line_no}, key {group_column!r}: a group must be a JSON string or integer, "
                     f"found {json_type(value)} ({brief(value)}); write it as one"
                 )
-            groups.append(str(value))
-    return RawTable(str(path), texts, labels, lines, label_column, groups, tuple(text_columns))
+        yield line_no, record
 
 
 # --------------------------------------------------------------------------------------------------
@@ -411,10 +458,6 @@ def _label_text(value: Any) -> str:
     return str(value)
 
 
-def _blank(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and not value.strip())
-
-
 def _as_int(text: str) -> int | None:
     try:
         return int(text)
@@ -428,23 +471,19 @@ def _label_key(text: str) -> str:
     return str(number) if number is not None else text.strip().casefold()
 
 
-def _wrong_label_type(value: Any, kind: str) -> str | None:
-    """Why a (non-blank) label value cannot be a label of ``kind``: the wrong JSON type; None if it can.
+def _refuse_label_type(raw: RawTable, value: Any, line: int, kind: str) -> None:
+    """A (non-blank) label value of the wrong JSON type for ``kind`` is a :class:`DataError` saying why.
     CSV and TSV cells are strings and always pass; a regression string is parsed by :func:`to_examples`."""
     if kind == CLASSIFICATION and (isinstance(value, bool) or not isinstance(value, str | int)):
-        return (
+        why = (
             f"is {json_type(value)}; a class label must be a JSON string or integer: write it as one "
             "(for a numeric target use kind='regression', --label-kind regression)"
         )
-    if kind == REGRESSION and (isinstance(value, bool) or not isinstance(value, str | int | float)):
-        return f"is {json_type(value)}, not a number; write the score as a JSON number"
-    return None
-
-
-def _refuse_label_type(raw: RawTable, value: Any, line: int, kind: str) -> None:
-    why = _wrong_label_type(value, kind)
-    if why is not None:
-        raise DataError(f"{raw.path} line {line}, column {raw.label_column!r}: label {brief(value)} {why}")
+    elif kind == REGRESSION and (isinstance(value, bool) or not isinstance(value, str | int | float)):
+        why = f"is {json_type(value)}, not a number; write the score as a JSON number"
+    else:
+        return
+    raise DataError(f"{raw.path} line {line}, column {raw.label_column!r}: label {brief(value)} {why}")
 
 
 def check_table(raw: RawTable, kind: str, *, drop_bad_rows: bool = False) -> RawTable:
@@ -466,7 +505,7 @@ def check_table(raw: RawTable, kind: str, *, drop_bad_rows: bool = False) -> Raw
                 bad.setdefault(row, f"{raw.path} line {line}, column {name!r}: the text is empty")
     if raw.label_column is not None:
         for row, (value, line) in enumerate(zip(raw.labels, raw.lines, strict=True)):
-            if _blank(value):
+            if value is None or (isinstance(value, str) and not value.strip()):  # blank
                 why = f"{raw.path} line {line}, column {raw.label_column!r}: the label is blank ({value!r})"
                 bad.setdefault(row, why)
             else:
@@ -478,14 +517,8 @@ def check_table(raw: RawTable, kind: str, *, drop_bad_rows: bool = False) -> Raw
             f"such rows ({len(bad)} in this file)"
         )
     if bad:
-        lines = [raw.lines[row] for row in sorted(bad)]
-        shown = ", ".join(str(line) for line in lines[:10]) + (", ..." if len(lines) > 10 else "")
-        logger.warning(
-            "%s: dropped %d of %d rows with an empty text or a blank label (lines %s)",
-            raw.path,
-            len(bad),
-            len(raw),
-            shown,
+        log_dropped(
+            raw.path, [raw.lines[row] for row in sorted(bad)], len(raw), "an empty text or a blank label"
         )
         raw = raw.filter([row not in bad for row in range(len(raw))])
     if raw.label_column is None or kind != CLASSIFICATION:

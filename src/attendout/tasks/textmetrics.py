@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import DataError
+from .base import LM, SEQ2SEQ, DataError
 from .metrics import register_metric
 
 __all__ = ["bleu", "chrf", "perplexity", "rouge"]
@@ -80,8 +80,8 @@ def rouge(kind: str):
     return score
 
 
-register_metric("perplexity", perplexity, kinds=("lm",))
-register_metric("bleu", bleu, kinds=("seq2seq",))
-register_metric("chrf", chrf, kinds=("seq2seq",))
+register_metric("perplexity", perplexity, kinds=(LM,))
+register_metric("bleu", bleu, kinds=(SEQ2SEQ,))
+register_metric("chrf", chrf, kinds=(SEQ2SEQ,))
 for _kind in ("rouge1", "rouge2", "rougeL"):
-    register_metric(_kind, rouge(_kind), kinds=("seq2seq",))
+    register_metric(_kind, rouge(_kind), kinds=(SEQ2SEQ,))

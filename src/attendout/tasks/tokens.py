@@ -48,24 +48,18 @@ Lengths of the train sentences in word pieces of the packaged MiniLM's tokenizer
 
 from __future__ import annotations
 
-import logging
-import os
 import re
-import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from .base import TOKEN_CLASSIFICATION, DataError
-from .core import (
-    LoadOptions,
-    Task,
-    TaskData,
-    TokenExamples,
-    register_task,
-)
-from .readers import ARCHIVE_ERRORS, check_file, open_text
-from .utf8 import not_utf8, not_utf8_bytes
+from .core import LoadOptions, Task, TaskData, TokenExamples, register_task, split_data
+from .hub import first_line, hub_columns, hub_splits, import_datasets
+from .metrics import iob_parts
+from .readers import ARCHIVE_ERRORS, check_file, data_root, find_folder, open_text, zip_texts
+from .utf8 import not_utf8
 
 __all__ = [
     "CONLL2003",
@@ -86,8 +80,6 @@ __all__ = [
     "read_ptb_zip",
     "to_token_examples",
 ]
-
-logger = logging.getLogger(__name__)
 
 DOCSTART = "-DOCSTART-"
 _ASCII_SPACE = " \t\n\r\f\v"  # what separates the fields of a column file
@@ -120,13 +112,11 @@ PTB_ZIP = "treebank.zip"
 PTB_SPLITS = {"train": (1, 159), "dev": (160, 179), "test": (180, 199)}  # wsj file numbers, inclusive
 PTB_TRACE = "-NONE-"
 
-PTB_POS = Task(
+PTB_POS = replace(
+    CONLL2003,
     name="ptb-pos",
-    kind=TOKEN_CLASSIFICATION,
-    text_fields=("tokens",),
     label_names=PTB_TAGS,
     metrics=("token_accuracy",),
-    eval_split_names=("dev", "test"),
     description="POS tags of NLTK's 3,914-sentence PTB WSJ sample (not the full PTB), split by file (accuracy)",
 )
 
@@ -163,35 +153,20 @@ def read_conll(
     from the end. ``columns`` fixes the number of columns of every line (else the first line's)."""
     path = Path(path)
     check_file(path, what)
-    words: list[list[str]] = []
-    tags: list[list[str]] = []
-    lines: list[list[int]] = []
-    groups: list[str] = []
-    sentence: tuple[list[str], list[str], list[int]] = ([], [], [])
+    sentences: list[tuple[str, list[tuple[str, str, int]]]] = []  # (document, [(word, tag, line)])
+    ended = True  # the next token line starts a sentence
     document = 0
     first_line = 0  # the first token line, which sets the number of columns
     expected = columns
-
-    def end_sentence() -> None:
-        nonlocal sentence
-        if sentence[0]:
-            words.append(sentence[0])
-            tags.append(sentence[1])
-            lines.append(sentence[2])
-            groups.append(f"{path.name}#doc{document}")
-        sentence = ([], [], [])
-
     try:
         with open_text(path) as handle:
             for number, line in enumerate(handle, start=1):
                 stripped = line.strip(_ASCII_SPACE)
                 fields = _FIELD_SEPARATOR.split(stripped) if stripped else []
-                if not fields:
-                    end_sentence()
-                    continue
-                if fields[0] == DOCSTART:  # checked first: its column count may differ from the tokens'
-                    end_sentence()
-                    document += 1
+                if not fields or fields[0] == DOCSTART:  # DOCSTART first: its column count may differ
+                    ended = True
+                    if fields:  # -DOCSTART- also ends the document
+                        document += 1
                     continue
                 if expected is None:
                     expected, first_line = len(fields), number
@@ -207,17 +182,19 @@ def read_conll(
                             f"{path} line {number}: {name}={index} is outside the {len(fields)} columns of "
                             f"the line (0-based, negative from the end)"
                         )
-                sentence[0].append(fields[token_column])
-                sentence[1].append(fields[tag_column])
-                sentence[2].append(number)
-            end_sentence()
+                if ended:
+                    sentences.append((f"{path.name}#doc{document}", []))
+                    ended = False
+                sentences[-1][1].append((fields[token_column], fields[tag_column], number))
     except UnicodeDecodeError:
         raise not_utf8(path) from None
     except ARCHIVE_ERRORS as error:
         raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
-    if not words:
+    if not sentences:
         raise DataError(f"{path}: no sentence (the file is empty or holds only blank and {DOCSTART} lines)")
     column = (expected or 1) + tag_column if tag_column < 0 else tag_column
+    words, tags, lines = ([[token[k] for token in tokens] for _, tokens in sentences] for k in range(3))
+    groups = [group for group, _ in sentences]
     return TaggedSentences(str(path), words, tags, lines, groups, f"column {column + 1}", expected or 0)
 
 
@@ -225,19 +202,9 @@ def read_conll(
 # IOB tags
 
 
-def _iob_parts(tag: str) -> tuple[str, str] | None:
-    """``"B-PER"`` -> ``("B", "PER")``, ``"O"`` -> ``("O", "")``, anything else None."""
-    if tag == "O":
-        return "O", ""
-    prefix, dash, kind = tag.partition("-")
-    if prefix in ("B", "I") and dash and kind:
-        return prefix, kind
-    return None
-
-
 def is_iob(tags: Sequence[str]) -> bool:
     """True when every tag is ``O``, ``B-<type>`` or ``I-<type>`` (and there is at least one)."""
-    return bool(tags) and all(_iob_parts(tag) is not None for tag in tags)
+    return bool(tags) and all(iob_parts(tag) is not None for tag in tags)
 
 
 def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
@@ -245,11 +212,11 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
     out: list[str] = []
     previous = "O"
     for tag in tags:
-        parts = _iob_parts(tag)
+        parts = iob_parts(tag)
         if parts is None:
             raise DataError(f"tag {tag!r} is not O, B-<type> or I-<type> (an IOB tag)")
         prefix, kind = parts
-        before = _iob_parts(previous)
+        before = iob_parts(previous)
         if prefix == "I" and (before is None or before[0] == "O" or before[1] != kind):
             tag = f"B-{kind}"
         out.append(tag)
@@ -259,7 +226,7 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
 
 def iob_label_names(tags: Sequence[str]) -> tuple[str, ...]:
     """The IOB2 tag set of the entity types in ``tags``: ``O``, then ``B-T``, ``I-T`` per type, sorted."""
-    kinds = sorted({parts[1] for tag in tags if (parts := _iob_parts(tag)) is not None and parts[1]})
+    kinds = sorted({parts[1] for tag in tags if (parts := iob_parts(tag)) is not None and parts[1]})
     return ("O", *(f"{prefix}-{kind}" for kind in kinds for prefix in ("B", "I")))
 
 
@@ -278,7 +245,7 @@ def to_token_examples(
     allowed = set(label_names)
     if iob:  # IOB1 input may write B-X and I-X of any type in the set
         allowed |= {
-            f"{p}-{parts[1]}" for n in label_names if (parts := _iob_parts(n)) and parts[1] for p in "BI"
+            f"{p}-{parts[1]}" for n in label_names if (parts := iob_parts(n)) and parts[1] for p in "BI"
         }
     labels: list[list[int]] = []
     for tags, lines in zip(sentences.tags, sentences.lines, strict=True):
@@ -306,22 +273,60 @@ def to_token_examples(
 # conll2003
 
 
-def _conll_folder(data_dir: str | Path) -> Path:
-    root = Path(data_dir)
-    if not root.is_dir():
-        raise DataError(f"data_dir not found or not a folder: {root} (task 'conll2003')")
-    for folder in (root, root / "conll2003"):
-        if (folder / CONLL2003_FILES["train"]).is_file():
-            return folder
-    raise DataError(
-        f"no CoNLL-2003 data in {root}: expected {', '.join(CONLL2003_FILES.values())} there or in "
-        f"{root / 'conll2003'}"
+def _conll_hub_sentences(dataset: Any, where: str) -> TaggedSentences:
+    hub_columns(dataset, where, ("tokens", "ner_tags"))
+    names = dataset.features["ner_tags"].feature.names  # Sequence(ClassLabel)
+    tags = [[names[i] for i in row] for row in dataset["ner_tags"]]
+    words = [[str(w) for w in row] for row in dataset["tokens"]]
+    keep = [i for i, row in enumerate(words) if row]  # the hub keeps -DOCSTART- rows as empty ones
+    return TaggedSentences(
+        path=where,
+        words=[words[i] for i in keep],
+        tags=[tags[i] for i in keep],
+        lines=[[i + 1] * len(words[i]) for i in keep],  # row numbers
+        groups=[str(i) for i in keep],
+        tag_field="column 'ner_tags'",
     )
 
 
-def _load_conll_folder(task: Task, data_dir: str | Path) -> tuple[Task, TaskData]:
-    folder = _conll_folder(data_dir)
-    parts: dict[str, TokenExamples] = {}
+def _load_conll_hub(task: Task) -> tuple[Task, TaskData]:
+    datasets = import_datasets()
+    try:
+        dataset_dict = datasets.load_dataset(CONLL2003_HUB)
+    except Exception as error:  # network, script datasets, cache problems: all reported as one line
+        # datasets >= 4 refuses loading scripts; the hub's parquet export of the same data has none
+        try:
+            dataset_dict = datasets.load_dataset(CONLL2003_HUB, revision=CONLL2003_HUB_PARQUET)
+        except Exception:
+            raise DataError(
+                f"could not load {CONLL2003_HUB} from the hub, nor its revision {CONLL2003_HUB_PARQUET} "
+                f"({first_line(error)})"
+            ) from None
+    parts = {}
+    for split, dataset in hub_splits(dataset_dict, (CONLL2003_HUB,), CONLL2003_HUB_SPLITS).items():
+        sentences = _conll_hub_sentences(dataset, f"hub {CONLL2003_HUB} {CONLL2003_HUB_SPLITS[split]}")
+        parts[split] = to_token_examples(
+            sentences, task.label_names or (), split=split, iob=True, groups=False
+        )
+    return split_data(task, parts, f"hub {CONLL2003_HUB}")
+
+
+def load_conll2003(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
+    """Loader of ``conll2003`` (see the module docstring)."""
+    if options.hub:
+        return _load_conll_hub(task)
+    needs = (
+        "task 'conll2003' needs data_dir=<folder with eng.train, eng.testa, eng.testb> (or the "
+        "ATTENDOUT_DATA environment variable), or hub=True to download it"
+    )
+    root = data_root(options.data_dir, "", needs)
+    folder = find_folder(root, "conll2003", CONLL2003_FILES["train"], "conll2003")
+    if folder is None:
+        raise DataError(
+            f"no CoNLL-2003 data in {root}: expected {', '.join(CONLL2003_FILES.values())} there or in "
+            f"{root / 'conll2003'}"
+        )
+    parts = {}
     for split, name in CONLL2003_FILES.items():
         sentences = read_conll(
             folder / name,
@@ -331,68 +336,7 @@ def _load_conll_folder(task: Task, data_dir: str | Path) -> tuple[Task, TaskData
             what=f"{split} split of task 'conll2003'",
         )
         parts[split] = to_token_examples(sentences, task.label_names or (), split=split, iob=True)
-    eval_splits = {split: parts[split] for split in task.eval_split_names}
-    return task, TaskData(train=parts["train"], eval_splits=eval_splits, source=f"conll2003 folder {folder}")
-
-
-def _load_conll_hub(task: Task) -> tuple[Task, TaskData]:
-    from .glue import import_datasets
-
-    datasets = import_datasets()
-    try:
-        dataset_dict = datasets.load_dataset(CONLL2003_HUB)
-    except Exception as error:  # network, script datasets, cache problems: all reported as one line
-        # datasets >= 4 refuses loading scripts; the hub's parquet export of the same data has none
-        try:
-            dataset_dict = datasets.load_dataset(CONLL2003_HUB, revision=CONLL2003_HUB_PARQUET)
-        except Exception:
-            message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            raise DataError(
-                f"could not load {CONLL2003_HUB} from the hub, nor its revision {CONLL2003_HUB_PARQUET} "
-                f"({type(error).__name__}: {message})"
-            ) from None
-    parts: dict[str, TokenExamples] = {}
-    for split, hub_split in CONLL2003_HUB_SPLITS.items():
-        where = f"hub {CONLL2003_HUB} {hub_split}"
-        if hub_split not in dataset_dict:
-            raise DataError(f"hub {CONLL2003_HUB}: no split {hub_split!r} (for {split})")
-        dataset = dataset_dict[hub_split]
-        columns = list(getattr(dataset, "column_names", []))
-        for name in ("tokens", "ner_tags"):
-            if name not in columns:
-                raise DataError(
-                    f"{where}: no column {name!r} (columns present: {', '.join(map(repr, columns))})"
-                )
-        names = dataset.features["ner_tags"].feature.names  # Sequence(ClassLabel)
-        tags = [[names[i] for i in row] for row in dataset["ner_tags"]]
-        words = [[str(w) for w in row] for row in dataset["tokens"]]
-        keep = [i for i, row in enumerate(words) if row]  # the hub keeps -DOCSTART- rows as empty ones
-        sentences = TaggedSentences(
-            path=where,
-            words=[words[i] for i in keep],
-            tags=[tags[i] for i in keep],
-            lines=[[i + 1] * len(words[i]) for i in keep],  # row numbers
-            groups=[str(i) for i in keep],
-            tag_field="column 'ner_tags'",
-        )
-        parts[split] = to_token_examples(
-            sentences, task.label_names or (), split=split, iob=True, groups=False
-        )
-    eval_splits = {split: parts[split] for split in task.eval_split_names}
-    return task, TaskData(train=parts["train"], eval_splits=eval_splits, source=f"hub {CONLL2003_HUB}")
-
-
-def load_conll2003(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
-    """Loader of ``conll2003`` (see the module docstring)."""
-    if options.hub:
-        return _load_conll_hub(task)
-    data_dir = options.data_dir or os.environ.get("ATTENDOUT_DATA")
-    if not data_dir:
-        raise DataError(
-            "task 'conll2003' needs data_dir=<folder with eng.train, eng.testa, eng.testb> (or the "
-            "ATTENDOUT_DATA environment variable), or hub=True to download it"
-        )
-    return _load_conll_folder(task, data_dir)
+    return split_data(task, parts, f"conll2003 folder {folder}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -403,22 +347,16 @@ def find_nltk_zip(data_dir: str | Path | None, name: str, task: str) -> Path:
     """An NLTK corpus zip (``treebank.zip``, ``movie_reviews.zip``): ``data_dir`` may be the zip, the
     folder holding it (``corpora``), the ``nltk_data`` folder, or a folder holding ``nltk_data/``;
     with no ``data_dir``, ``$ATTENDOUT_DATA/nltk_data`` is used."""
-    if data_dir is None:
-        env = os.environ.get("ATTENDOUT_DATA")
-        if not env:
-            raise DataError(
-                f"task {task!r} needs data_dir=<nltk_data folder holding corpora/{name}> (or the "
-                "ATTENDOUT_DATA environment variable)"
-            )
-        data_dir = Path(env) / "nltk_data"
-    root = Path(data_dir)
+    needs = (
+        f"task {task!r} needs data_dir=<nltk_data folder holding corpora/{name}> (or the "
+        "ATTENDOUT_DATA environment variable)"
+    )
+    root = data_root(data_dir, "nltk_data", needs)
     if root.is_file() and root.name == name:
         return root
-    if not root.is_dir():
-        raise DataError(f"data_dir not found or not a folder: {root} (task {task!r})")
-    for folder in (root, root / "corpora", root / "nltk_data" / "corpora"):
-        if (folder / name).is_file():
-            return folder / name
+    folder = find_folder(root, task, name, "corpora", "nltk_data/corpora")
+    if folder is not None:
+        return folder / name
     raise DataError(
         f"no {name} for task {task!r} in {root} (looked in it, in corpora/ and in nltk_data/corpora/)"
     )
@@ -477,41 +415,23 @@ def _parse_mrg(text: str, where: str) -> list[tuple[list[str], list[str], list[i
 def read_ptb_zip(path: str | Path) -> dict[int, TaggedSentences]:
     """file number -> the sentences of ``treebank/combined/wsj_NNNN.mrg`` in the zip, traces dropped."""
     path = Path(path)
-    try:
-        archive = zipfile.ZipFile(path)
-    except ARCHIVE_ERRORS as error:
-        raise DataError(f"{path}: cannot read the zip ({type(error).__name__}: {error})") from None
     files: dict[int, TaggedSentences] = {}
-    with archive:
-        for member in sorted(archive.namelist()):
-            match = _PTB_FILE.fullmatch(member)
-            if match is None:
-                continue
-            where = f"{path}:{member}"
-            try:
-                raw = archive.read(member)
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise not_utf8_bytes(where, raw) from None
-            except ARCHIVE_ERRORS as error:  # a damaged member
-                raise DataError(
-                    f"{where}: cannot read it from the zip ({type(error).__name__}: {error}); the zip is "
-                    "damaged: download it again"
-                ) from None
-            words: list[list[str]] = []
-            tags: list[list[str]] = []
-            lines: list[list[int]] = []
-            for number, (w, t, ln) in enumerate(_parse_mrg(text, where), start=1):
-                kept = [k for k, tag in enumerate(t) if tag != PTB_TRACE]
-                if not kept:
-                    raise DataError(f"{where} line {ln[0]}: sentence {number} has only {PTB_TRACE} tokens")
-                words.append([w[k] for k in kept])
-                tags.append([t[k] for k in kept])
-                lines.append([ln[k] for k in kept])
-            stem = Path(member).stem
-            files[int(match.group(1))] = TaggedSentences(
-                where, words, tags, lines, [stem] * len(words), "tag of the (TAG word) leaf"
-            )
+    for member, match, text in zip_texts(path, _PTB_FILE):
+        where = f"{path}:{member}"
+        words: list[list[str]] = []
+        tags: list[list[str]] = []
+        lines: list[list[int]] = []
+        for number, (w, t, ln) in enumerate(_parse_mrg(text, where), start=1):
+            kept = [k for k, tag in enumerate(t) if tag != PTB_TRACE]
+            if not kept:
+                raise DataError(f"{where} line {ln[0]}: sentence {number} has only {PTB_TRACE} tokens")
+            words.append([w[k] for k in kept])
+            tags.append([t[k] for k in kept])
+            lines.append([ln[k] for k in kept])
+        stem = Path(member).stem
+        files[int(match.group(1))] = TaggedSentences(
+            where, words, tags, lines, [stem] * len(words), "tag of the (TAG word) leaf"
+        )
     if not files:
         raise DataError(f"{path}: no treebank/combined/wsj_*.mrg files in the zip")
     return files
@@ -536,10 +456,7 @@ def load_ptb_pos(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
             [y for piece in pieces for y in piece.labels],
             groups=[g for piece in pieces for g in piece.groups or []],
         )
-    eval_splits = {split: parts[split] for split in task.eval_split_names}
-    return task, TaskData(
-        train=parts["train"], eval_splits=eval_splits, source=f"nltk treebank sample {path}"
-    )
+    return split_data(task, parts, f"nltk treebank sample {path}")
 
 
 register_task(CONLL2003, load_conll2003, replace=True)

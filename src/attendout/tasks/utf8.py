@@ -16,15 +16,16 @@ from pathlib import Path
 
 from .base import DataError
 
-__all__ = ["not_utf8", "not_utf8_bytes"]
+__all__ = ["COMPRESSED", "not_utf8", "not_utf8_bytes"]
 
-_OPENERS = {".gz": gzip.open, ".bz2": bz2.open}
+#: how a compressed data file is opened, by its suffix (every reader of attendout.tasks reads these)
+COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}
 
 
 def not_utf8(path: str | Path) -> DataError:
     """The error for file ``path``, which does not decode as UTF-8 (raise it ``from None``)."""
     path = Path(path)
-    opener = _OPENERS.get(path.suffix.lower(), open)
+    opener = COMPRESSED.get(path.suffix.lower(), open)
     chunks: list[bytes] = []
     try:
         with opener(path, "rb") as handle:

@@ -14,18 +14,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
 from ..tasks import Examples
-from .batches import Batches
+from .batches import IGNORE_INDEX, Batches, padded_labels
 
 __all__ = ["GenerationOptions", "LMEncoded", "Seq2SeqEncoded", "score_unigram_floor"]
-
-IGNORE_INDEX = -100
 
 
 class LMEncoded(Batches):
@@ -78,37 +76,21 @@ class LMEncoded(Batches):
         return self.documents
 
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        rows = [self.blocks[i] for i in indices]
-        width = max(len(r) for r in rows)
+        labels = padded_labels([self.blocks[i] for i in indices])
+        mask = (labels != IGNORE_INDEX).long()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(row)
-            mask[i, : len(row)] = 1
-        labels = ids.masked_fill(mask == 0, IGNORE_INDEX)
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        return {"input_ids": labels.masked_fill(mask == 0, pad), "attention_mask": mask, "labels": labels}
 
-    @torch.no_grad()
-    def predict(
-        self,
-        model: nn.Module,
-        batch_size: int,
-        device: torch.device,
-        autocast_dtype=None,
-        progress: bool = False,
-        between: Callable[[], None] | None = None,
+    predicting = "scoring"
+
+    def _predictions(
+        self, model: nn.Module, batches: Iterator[dict[str, torch.Tensor]], autocast: Callable[[], Any]
     ) -> tuple[list[float], None, float]:
-        """(summed negative log-likelihood per block, None, mean loss per predicted token); ``between`` is
-        called before each batch (:func:`attendout.encoding.classification.predict_batches`)."""
-        model.eval()
+        """(summed negative log-likelihood per block, None, mean loss per predicted token)."""
         sums: list[float] = []
-        for batch in self.with_progress(self.batches(batch_size), batch_size, progress, "scoring"):
-            if between is not None:
-                between()
-            batch = {k: v.to(device) for k, v in batch.items()}
+        for batch in batches:
             labels = batch.pop("labels")
-            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            with autocast():
                 logits = model(**batch).logits
             sums.extend(token_nll(logits.float(), labels).sum(-1).tolist())
         return sums, None, sum(sums) / max(1, sum(self.gold))
@@ -203,33 +185,19 @@ class Seq2SeqEncoded(Batches):
             self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt")
         )
         if self.target_ids is not None:
-            rows = [self.target_ids[i] for i in indices]
-            width = max(len(r) for r in rows)
-            batch["labels"] = torch.tensor(
-                [r + [IGNORE_INDEX] * (width - len(r)) for r in rows], dtype=torch.long
-            )
+            batch["labels"] = padded_labels([self.target_ids[i] for i in indices])
         return batch
 
-    @torch.no_grad()
-    def predict(
-        self,
-        model: nn.Module,
-        batch_size: int,
-        device: torch.device,
-        autocast_dtype=None,
-        progress: bool = False,
-        between: Callable[[], None] | None = None,
+    predicting = "generating"
+
+    def _predictions(
+        self, model: nn.Module, batches: Iterator[dict[str, torch.Tensor]], autocast: Callable[[], Any]
     ) -> tuple[list[str], None, float | None]:
-        """(decoded outputs, None, mean loss per target token; None without targets); ``between`` is
-        called before each batch (:func:`attendout.encoding.classification.predict_batches`)."""
-        model.eval()
+        """(decoded outputs, None, mean loss per target token; None without targets)."""
         outputs: list[str] = []
         nll, tokens = 0.0, 0
-        for batch in self.with_progress(self.batches(batch_size), batch_size, progress, "generating"):
-            if between is not None:
-                between()
-            batch = {k: v.to(device) for k, v in batch.items()}
-            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        for batch in batches:
+            with autocast():
                 if "labels" in batch:
                     count = int((batch["labels"] != IGNORE_INDEX).sum())
                     nll += float(model(**batch).loss.float()) * count

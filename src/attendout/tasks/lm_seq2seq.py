@@ -4,7 +4,7 @@ Two task kinds beside the classification ones:
 
 * ``lm``: the examples are documents (``Examples.text_a``; no labels). The loop tokenises each, ends it
   with the end-of-sequence token, joins them and cuts the stream into blocks of ``block_size`` tokens
-  (:mod:`attendout.encoding.generation`). Metric: ``perplexity`` (lower is better) over the predicted
+  (:mod:`attendout.encoding.lm_seq2seq`). Metric: ``perplexity`` (lower is better) over the predicted
   tokens, whose count is reported beside it (``tokens``).
 * ``seq2seq``: the examples are (source, target) pairs (:class:`Seq2SeqExamples`: ``text_a`` the
   sources, ``targets`` the references). Metrics: ``bleu`` and ``chrf`` (sacrebleu) for translation,
@@ -35,39 +35,29 @@ Tasks:
 
 from __future__ import annotations
 
+import itertools
 import logging
-import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from . import textmetrics  # noqa: F401  registers perplexity, bleu... before the tasks below
-from .base import LM, SEQ2SEQ, DataError, is_generation
-from .core import (
-    Examples,
-    LoadOptions,
-    Task,
-    TaskData,
-    carve_validation,
-    register_kind,
-    register_task,
-)
+from .base import LM, SEQ2SEQ, DataError
+from .core import Examples, LoadOptions, Task, TaskData, carve_validation, register_task, split_data
 from .documents import MOVIE_REVIEWS_ZIP, read_movie_reviews
-from .readers import detect_format, read_file
+from .hub import hub_only, load_hub
+from .readers import EXTENSIONS, data_root, detect_format, read_file
 from .tokens import find_nltk_zip
 from .utf8 import not_utf8
 
 __all__ = [
-    "LM",
     "LM_FILE_TASK",
     "MOVIE_REVIEWS_LM",
     "MULTI30K",
     "MULTI30K_EN_FR",
-    "SEQ2SEQ",
     "SEQ2SEQ_FILE_TASK",
     "Seq2SeqExamples",
-    "is_generation",
     "read_documents",
     "read_lines",
     "read_parallel",
@@ -76,12 +66,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-register_kind(LM, "causal language modelling: documents (text_a), no labels; metric perplexity")
-register_kind(SEQ2SEQ, "sequence to sequence: a source (text_a) and a target text (Seq2SeqExamples)")
-
-#: Metrics of the generation kinds that any seq2seq task may ask for (``--metrics``).
-TRANSLATION_METRICS = ("bleu", "chrf")
-SUMMARIZATION_METRICS = ("rouge1", "rouge2", "rougeL")
+TRANSLATION_METRICS = ("bleu", "chrf")  # a seq2seq task may ask for rouge1, rouge2, rougeL (--metrics)
 
 
 @dataclass(frozen=True)
@@ -110,71 +95,50 @@ def documents(texts: list[str]) -> Examples:
     return Examples(text_a=list(texts), text_b=None, labels=None)
 
 
-LM_FILE_TASK = Task(
-    name="lm",
+LM_FILE_TASK = Task(  # the file tasks are named after their kinds
+    name=LM,
     kind=LM,
-    text_fields=("text",),
-    label_names=None,
     metrics=("perplexity",),
-    eval_split_names=("dev",),
     description="causal language modelling on your text files (--train-file, --eval-file; one document a "
     "line, or blank-line separated; or a text column of CSV/TSV/JSONL)",
 )
 SEQ2SEQ_FILE_TASK = Task(
-    name="seq2seq",
+    name=SEQ2SEQ,
     kind=SEQ2SEQ,
     text_fields=("source", "target"),
-    label_names=None,
     metrics=TRANSLATION_METRICS,
-    eval_split_names=("dev",),
     description="translation or summarization on your files (--source-column/--target-column of CSV/TSV/"
     "JSONL, or SOURCE_FILE,TARGET_FILE text files); BLEU and chrF, or --metrics rouge1,rouge2,rougeL",
 )
-MOVIE_REVIEWS_LM = Task(
+MOVIE_REVIEWS_LM = replace(
+    LM_FILE_TASK,
     name="movie-reviews-lm",
-    kind=LM,
-    text_fields=("text",),
-    label_names=None,
-    metrics=("perplexity",),
     eval_split_names=("dev", "test"),
     description="language modelling on NLTK's 2,000 movie reviews (Pang & Lee v2.0), split by cv fold",
 )
-WIKITEXT2 = Task(
-    name="wikitext-2",
-    kind=LM,
-    text_fields=("text",),
-    label_names=None,
-    metrics=("perplexity",),
-    eval_split_names=("dev", "test"),  # the hub's "validation" (that name is the run's carved split)
-    description="WikiText-2 raw, articles as documents (hub only: --hub)",
+# wikitext-2 and wmt16-en-ro: dev is the hub's "validation" (that name is the run's carved split)
+WIKITEXT2 = replace(
+    MOVIE_REVIEWS_LM, name="wikitext-2", description="WikiText-2 raw, articles as documents (hub only: --hub)"
 )
-MULTI30K = Task(
-    name="multi30k",
-    kind=SEQ2SEQ,
-    text_fields=("en", "de"),
-    label_names=None,
-    metrics=TRANSLATION_METRICS,
-    eval_split_names=("val", "test_2016_flickr"),
-    description="Multi30k task 1, English to German image captions (29,000 train pairs); a local folder",
+MULTI30K, MULTI30K_EN_FR = (
+    replace(
+        SEQ2SEQ_FILE_TASK,
+        name=name,
+        text_fields=("en", target),
+        eval_split_names=("val", "test_2016_flickr"),
+        description=f"Multi30k task 1, English to {language} image captions (29,000 train pairs); a local folder",
+    )
+    for name, target, language in (("multi30k", "de", "German"), ("multi30k-en-fr", "fr", "French"))
 )
-MULTI30K_EN_FR = replace(
-    MULTI30K,
-    name="multi30k-en-fr",
-    text_fields=("en", "fr"),
-    description="Multi30k task 1, English to French image captions (29,000 train pairs); a local folder",
-)
-WMT16_EN_RO = Task(
+WMT16_EN_RO = replace(
+    SEQ2SEQ_FILE_TASK,
     name="wmt16-en-ro",
-    kind=SEQ2SEQ,
     text_fields=("en", "ro"),
-    label_names=None,
-    metrics=TRANSLATION_METRICS,
-    eval_split_names=("dev", "test"),  # the hub's "validation" (that name is the run's carved split)
+    eval_split_names=("dev", "test"),
     description="WMT16 English to Romanian news (hub only: --hub)",
 )
 WIKITEXT2_HUB = ("Salesforce/wikitext", "wikitext-2-raw-v1")
 WMT16_HUB = ("wmt/wmt16", "ro-en")
-MULTI30K_FILES = {"train": "train", "val": "val", "test_2016_flickr": "test_2016_flickr"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -198,13 +162,8 @@ def read_documents(path: str | Path, text_column: str = "text", what: str = "dat
     if fmt == "text":
         lines = read_lines(path, what)
         if any(not line.strip() for line in lines):  # blank-line separated paragraphs
-            docs, current = [], []
-            for line in [*lines, ""]:
-                if line.strip():
-                    current.append(line.strip())
-                elif current:
-                    docs.append(" ".join(current))
-                    current = []
+            paragraphs = itertools.groupby(lines, key=lambda line: bool(line.strip()))
+            docs = [" ".join(line.strip() for line in group) for filled, group in paragraphs if filled]
         else:
             docs = [line.strip() for line in lines]
     else:
@@ -217,10 +176,8 @@ def read_documents(path: str | Path, text_column: str = "text", what: str = "dat
 
 def text_format(path: Path) -> str:
     """``"text"`` for a plain text file, else the table format of :func:`detect_format`."""
-    name = path.name.lower().removesuffix(".gz")
-    if name.endswith((".csv", ".tsv", ".jsonl", ".json", ".ndjson")):
-        return detect_format(path)
-    return "text"
+    table = Path(path.name.lower().removesuffix(".gz")).suffix in EXTENSIONS
+    return detect_format(path) if table else "text"
 
 
 def read_parallel(
@@ -285,10 +242,9 @@ def _file_splits(task: Task, options: LoadOptions, read: Any) -> tuple[Task, Tas
         logger.warning("task %s: no eval file; dev is 10%% of %s (seed 0)", task.name, options.train_file)
         evals = {"dev": dev}
     source = f"files {options.train_file}" + "".join(f", {p}" for p in (options.eval_files or {}).values())
-    loaded = replace(task, eval_split_names=tuple(evals))
-    if options.metrics:
-        loaded = replace(loaded, metrics=options.metrics)
-    return loaded, TaskData(train=train, eval_splits=evals, source=source)
+    return replace(task, eval_split_names=tuple(evals)), TaskData(
+        train=train, eval_splits=evals, source=source
+    )
 
 
 def load_lm_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
@@ -314,27 +270,7 @@ def load_movie_reviews_lm(task: Task, options: LoadOptions) -> tuple[Task, TaskD
         raise DataError("task 'movie-reviews-lm' has no hub source; for the hub use task 'wikitext-2'")
     path = find_nltk_zip(options.data_dir, MOVIE_REVIEWS_ZIP, task.name)
     parts = {name: documents(examples.text_a) for name, examples in read_movie_reviews(path).items()}
-    evals = {split: parts[split] for split in task.eval_split_names}
-    return task, TaskData(
-        train=parts["train"], eval_splits=evals, source=f"nltk movie_reviews {path} (as text)"
-    )
-
-
-def _hub(name: tuple[str, str], task: Task, options: LoadOptions) -> Any:
-    if not options.hub:
-        raise DataError(
-            f"task {task.name!r} comes from the hub only ({name[0]} {name[1]}): pass hub=True (--hub)"
-        )
-    from .glue import import_datasets
-
-    datasets = import_datasets()
-    try:
-        return datasets.load_dataset(*name)
-    except Exception as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise DataError(
-            f"could not load {name[0]} {name[1]} from the hub ({type(error).__name__}: {message})"
-        ) from None
+    return split_data(task, parts, f"nltk movie_reviews {path} (as text)")
 
 
 _HEADING = re.compile(r"^ = [^=].* = $")
@@ -353,30 +289,27 @@ def wikitext_articles(lines: list[str]) -> list[str]:
     return [" ".join(a) for a in articles if a]
 
 
+#: our split -> the hub's, for the hub tasks
+_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+
+
 def load_wikitext2(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
-    data = _hub(WIKITEXT2_HUB, task, options)
-    hub_split = {"train": "train", "dev": "validation", "test": "test"}
+    hub_only(task, options, " ".join(WIKITEXT2_HUB))
+    data = load_hub(*WIKITEXT2_HUB)
     parts = {
-        split: documents(wikitext_articles(list(data[hub_split[split]]["text"])))
+        split: documents(wikitext_articles(list(data[_HUB_SPLITS[split]]["text"])))
         for split in ("train", *task.eval_split_names)
     }
-    return task, TaskData(
-        train=parts["train"],
-        eval_splits={s: parts[s] for s in task.eval_split_names},
-        source=f"hub {WIKITEXT2_HUB[0]}",
-    )
+    return split_data(task, parts, f"hub {WIKITEXT2_HUB[0]}")
 
 
 def multi30k_dir(data_dir: str | None) -> Path:
     """The Multi30k folder: ``data_dir`` itself, or its ``multi30k`` subfolder, or ``$ATTENDOUT_DATA/multi30k``."""
-    if data_dir is None:
-        env = os.environ.get("ATTENDOUT_DATA")
-        if not env:
-            raise DataError(
-                "task 'multi30k' needs data_dir=<folder with train.en, train.de...> (or ATTENDOUT_DATA)"
-            )
-        data_dir = str(Path(env) / "multi30k")
-    root = Path(data_dir)
+    root = data_root(
+        data_dir,
+        "multi30k",
+        "task 'multi30k' needs data_dir=<folder with train.en, train.de...> (or ATTENDOUT_DATA)",
+    )
     for folder in (root, root / "multi30k"):
         if (folder / "train.en").is_file():
             return folder
@@ -391,25 +324,20 @@ def load_multi30k(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     folder = multi30k_dir(options.data_dir)
     src, tgt = task.text_fields
     parts = {
-        split: read_parallel(f"{folder / stem}.{src},{folder / stem}.{tgt}", what=f"multi30k {split}")
-        for split, stem in MULTI30K_FILES.items()
+        split: read_parallel(f"{folder / split}.{src},{folder / split}.{tgt}", what=f"multi30k {split}")
+        for split in ("train", *task.eval_split_names)
     }
-    evals = {s: parts[s] for s in task.eval_split_names}
-    return task, TaskData(train=parts["train"], eval_splits=evals, source=f"multi30k {folder}")
+    return split_data(task, parts, f"multi30k {folder}")
 
 
 def load_wmt16_en_ro(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
-    data = _hub(WMT16_HUB, task, options)
-
-    def pairs(split: str) -> Seq2SeqExamples:
-        rows = data[{"dev": "validation"}.get(split, split)]["translation"]
-        return Seq2SeqExamples.from_pairs([r["en"] for r in rows], [r["ro"] for r in rows])
-
-    return task, TaskData(
-        train=pairs("train"),
-        eval_splits={s: pairs(s) for s in task.eval_split_names},
-        source=f"hub {WMT16_HUB[0]}",
-    )
+    hub_only(task, options, " ".join(WMT16_HUB))
+    data = load_hub(*WMT16_HUB)
+    parts = {}
+    for split in ("train", *task.eval_split_names):
+        rows = data[_HUB_SPLITS[split]]["translation"]
+        parts[split] = Seq2SeqExamples.from_pairs([r["en"] for r in rows], [r["ro"] for r in rows])
+    return split_data(task, parts, f"hub {WMT16_HUB[0]}")
 
 
 register_task(LM_FILE_TASK, load_lm_files, replace=True)
