@@ -14,6 +14,7 @@ from ..configfile import save_config
 from ..methods import get_method_config
 from ..report.comparison import metric_scale
 from ..report.figures import method_colour
+from ..report.render import markdown_table
 from ..tasks import higher_is_better
 from .answer import Verdict, format_p, format_points, gain
 from .confirm import Confirmation, ConfirmRow
@@ -23,12 +24,7 @@ from .regime import RegimeReading, Trend
 from .scales import CHANCE_POINTS, describe_amount, points
 from .spaces import Choice, describe, search_space
 
-__all__ = ["advice_figure", "advice_markdown", "markdown_cell", "write_setting"]
-
-
-def markdown_cell(text: str) -> str:
-    """``text`` for a Markdown table's cell: its pipes escaped, so that they do not split the cell."""
-    return text.replace("|", "\\|")
+__all__ = ["advice_figure", "advice_markdown", "write_setting"]
 
 
 def advice_markdown(
@@ -68,7 +64,7 @@ def _row_cells(r: ConfirmRow, m: str) -> list[str]:
     boot = f"[{pts(r.boot_low)}, {pts(r.boot_high)}]" if r.boot_low is not None else "–"
     return [
         r.method,
-        markdown_cell(r.setting),
+        r.setting,
         str(r.seeds),
         pts(r.mean, False),
         pts(r.baseline_mean, False),
@@ -109,20 +105,29 @@ def _not_fresh(c: Confirmation) -> str:
 
 def _confirmation_section(c: Confirmation) -> list[str]:
     m = c.metric
-    lines = [
+    return [
         "",
         f"## Confirmed on {c.split} ({m}{' ×100' if metric_scale(m) != 1 else ''}, "
         f"{'higher' if higher_is_better(m) else 'lower'} is better; {'fresh ' if c.fresh else ''}seeds "
         f"{', '.join(map(str, c.seeds))})",
         "",
         *([] if c.fresh else [_not_fresh(c), ""]),
-        "| method | setting | seeds | score | none | Δ | 95% interval (seeds) | p | p_Holm | bootstrap 95% (examples) "
-        "| time / none |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in sorted(c.rows, key=lambda r: -gain(m, r.delta)):
-        lines.append("| " + " | ".join(_row_cells(r, m)) + " |")
-    return lines + [
+        *markdown_table(
+            [
+                "method",
+                "setting",
+                "seeds",
+                "score",
+                "none",
+                "Δ",
+                "95% interval (seeds)",
+                "p",
+                "p_Holm",
+                "bootstrap 95% (examples)",
+                "time / none",
+            ],
+            [_row_cells(r, m) for r in sorted(c.rows, key=lambda r: -gain(m, r.delta))],
+        ),
         "",
         f"Δ: mean paired difference against none (method minus none, same seed"
         f"{'' if higher_is_better(m) else '; lower is better, so a gain is negative'}). p: paired t-test over "
@@ -170,17 +175,16 @@ def _search_section(searches: dict[str, MethodSearch], noise: SearchNoise | None
         "## Search (validation split carved from train; the settings were chosen on these scores)",
         "",
         *([noise.sentence(metric_scale(m)), ""] if noise is not None else []),
-        "| method | searched | trials (complete / pruned / failed) | best setting | its score |",
-        "|---|---|---|---|---|",
     ]
+    rows = []
     for method, s in searches.items():
         counts = [sum(1 for t in s.trials if t["state"] == state) for state in ("COMPLETE", "PRUNED", "FAIL")]
         ranges = ", ".join(f"{k} {r.describe()}" for k, r in search_space(method).items())
         best = "–" if s.options is None else describe(method, s.options)
         value = "–" if s.value is None else f"{s.value:.4f}"
-        cells = [method, ranges, " / ".join(map(str, counts)), best, value]
-        lines.append("| " + " | ".join(markdown_cell(cell) for cell in cells) + " |")
-    return lines
+        rows.append([method, ranges, " / ".join(map(str, counts)), best, value])
+    header = ["method", "searched", "trials (complete / pruned / failed)", "best setting", "its score"]
+    return lines + markdown_table(header, rows)
 
 
 def _regime_section(regime: RegimeReading | None, trend: Trend | None, plain: str) -> list[str]:

@@ -10,12 +10,13 @@ import csv
 import io
 import json
 import math
+from collections.abc import Iterable, Sequence
 
 from ..bench import ModelSpec, TaskSpec
 from ..tasks import higher_is_better
 from .comparison import ComparisonTable, Row, RunRecord, direction, metric_scale
 
-__all__ = ["CSV_COLUMNS", "protocol_lines", "to_csv", "to_markdown"]
+__all__ = ["CSV_COLUMNS", "markdown_table", "protocol_lines", "to_csv", "to_markdown"]
 
 # --------------------------------------------------------------------------------------------------
 # Markdown
@@ -207,17 +208,22 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
     return "\n".join(out) + "\n"
 
 
-def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A Markdown table's lines: the header, its rule, a line per row."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A Markdown table's lines: the header, its rule, a line per row; every table of attendout's files
+    (the comparison's, advise's, a run's metrics). A pipe in a cell is escaped, so that it does not split
+    the cell."""
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header), *(line(cells) for cells in rows)]
 
 
 def _per_model_table(table: ComparisonTable, header: list[str], rows: list[list[str]]) -> list[str]:
     """A table whose first column is the model: left out when the experiment has one model."""
     if len(table.experiment.models) == 1:
         header, rows = header[1:], [cells[1:] for cells in rows]
-    return _markdown_table(header, rows)
+    return markdown_table(header, rows)
 
 
 def _scores_section(table: ComparisonTable, model: ModelSpec) -> list[str]:
@@ -242,7 +248,7 @@ def _scores_section(table: ComparisonTable, model: ModelSpec) -> list[str]:
             for f, (task, _) in zip(floors, columns, strict=True)
         ]
         rows.append(cells)
-    return [title, "", *_markdown_table(header, rows), ""]
+    return [title, "", *markdown_table(header, rows), ""]
 
 
 def _differences_section(table: ComparisonTable) -> list[str]:
