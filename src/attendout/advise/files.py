@@ -28,12 +28,12 @@ __all__ = ["advice_figure", "advice_markdown", "write_setting"]
 
 
 def advice_markdown(
-    *,
     title: str,
     verdict: Verdict,
     regime: RegimeReading | None,
     searches: dict[str, MethodSearch],
     confirmation: Confirmation,
+    *,
     provenance: Sequence[str],
     noise: SearchNoise | None = None,
     files: dict[str, str],

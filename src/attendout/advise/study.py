@@ -45,6 +45,7 @@ from ..bench import config_fingerprint
 from ..config import TrainConfig, split_for_training
 from ..core.folder import LOG_FILE, RunDir, write_json_atomic
 from ..core.lock import RunBusyError, RunLock
+from ..report.render import kept_before_acting_sentence
 from ..run import check as raise_if_stopped
 from ..run import finetune, load_data
 from .answer import Verdict, verdict
@@ -313,11 +314,11 @@ def _answer(
         out / "advice.png", confirmation, searches, list(config.methods), title, config.objective, noise.se
     )
     md = advice_markdown(
-        title=title,
-        verdict=v,
-        regime=regime,
-        searches=searches,
-        confirmation=confirmation,
+        title,
+        v,
+        regime,
+        searches,
+        confirmation,
         provenance=_provenance(config, plan, regime, noise, confirmation),
         files=_described_files(out, regime, confirmation),
         commands=[config.command or "attendout.advise.advise(AdviseConfig(...)) from Python"],
@@ -377,15 +378,17 @@ def _kept_before_acting(out: Path, confirmation: Confirmation, methods: list[str
         ]
         if not any(search) and not any(confirmed):
             continue
-        lines.append(
-            f"**{method}: {sum(search)} of {len(search)} search runs and {sum(confirmed)} of {len(confirmed)} "
-            f"confirmation runs kept a model from before {method} first acted.** Its first phase is plain (as "
-            "AD-DROP's cross-tuning's is), and the model kept is from that phase: those runs are plain fine-tuning "
-            "whatever the options, so the search could not tell the settings apart on them, and the confirmation "
-            f"measures model selection there, not {method}. To measure the method itself: a budget whose best "
-            "epoch comes after it acts, the final model (model_selection='last' in the recipe, from Python), or a first phase that is not "
+        counted = (
+            f"{sum(search)} of {len(search)} search runs and {sum(confirmed)} of {len(confirmed)} "
+            "confirmation runs"
+        )
+        measures = (
+            "the search could not tell the settings apart on them, and the confirmation measures model selection "
+            "there, not the method. To measure the method itself: a budget whose best epoch comes after it acts, "
+            "the final model (model_selection='last' in the recipe, from Python), or a first phase that is not "
             "plain (AD-DROP: start='addrop')."
         )
+        lines.append(kept_before_acting_sentence(method, counted, "runs", measures))
     return lines
 
 

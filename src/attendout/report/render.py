@@ -16,7 +16,14 @@ from ..bench import ModelSpec, TaskSpec
 from ..tasks import higher_is_better
 from .comparison import ComparisonTable, Row, RunRecord, direction, metric_scale
 
-__all__ = ["CSV_COLUMNS", "markdown_table", "protocol_lines", "to_csv", "to_markdown"]
+__all__ = [
+    "CSV_COLUMNS",
+    "kept_before_acting_sentence",
+    "markdown_table",
+    "protocol_lines",
+    "to_csv",
+    "to_markdown",
+]
 
 # --------------------------------------------------------------------------------------------------
 # Markdown
@@ -104,13 +111,24 @@ def _before_acting_lines(runs: list[RunRecord]) -> list[str]:
         seen[0] += kept_before_acting(run.results, run.config)
         seen[1] += 1
     return [
-        f"- **{label}: {kept} of {total} cells kept a model from before the method first acted** (its first "
-        "phase is plain, as AD-DROP's cross-tuning's is, and the model kept is from that phase): those "
-        "cells are plain fine-tuning whatever the method's options, and their Δ measures model selection, not "
-        "the method."
+        "- "
+        + kept_before_acting_sentence(
+            label, f"{kept} of {total} cells", "cells", "their Δ measures model selection, not the method."
+        )
         for label, (kept, total) in counts.items()
         if kept
     ]
+
+
+def kept_before_acting_sentence(method: str, counted: str, runs: str, measures: str) -> str:
+    """The warning of a method ``counted`` of whose ``runs`` ("2 of 5 cells") kept a model from before the
+    method first acted (:func:`attendout.run.record.kept_before_acting`), in the table's protocol and
+    advise's answer: those runs are plain fine-tuning, and ``measures`` says what their comparison measures."""
+    return (
+        f"**{method}: {counted} kept a model from before the method first acted** (its first phase is plain, "
+        "as AD-DROP's cross-tuning's is, and the model kept is from that phase): those "
+        f"{runs} are plain fine-tuning whatever the method's options, and {measures}"
+    )
 
 
 def _selection_sentence(runs: list[RunRecord]) -> str:
