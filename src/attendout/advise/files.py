@@ -14,9 +14,9 @@ from ..configfile import save_config
 from ..methods import get_method_config
 from ..report.comparison import metric_scale
 from ..report.figures import method_colour
-from ..report.render import markdown_table
+from ..report.render import format_value, markdown_table
 from ..tasks import higher_is_better
-from .answer import Verdict, format_p, format_points, gain
+from .answer import Verdict, format_p, gain
 from .confirm import Confirmation, ConfirmRow
 from .objective import SearchNoise
 from .plan import MethodSearch
@@ -59,7 +59,7 @@ def _row_cells(r: ConfirmRow, m: str) -> list[str]:
     """One method's cells of the confirmation table."""
 
     def pts(value: float | None, signed: bool = True) -> str:
-        return format_points(value, signed, m)
+        return format_value(value, m, signed)
 
     boot = f"[{pts(r.boot_low)}, {pts(r.boot_high)}]" if r.boot_low is not None else "–"
     return [
@@ -87,7 +87,7 @@ def _floor_sentence(c: Confirmation) -> str:
             f"stored labels), so whether {c.plain} learned more than a trivial output would is not checked."
         )
     return (
-        f"Chance floor: {format_points(c.floor, False, m)} on {c.split}, {c.floor_what} "
+        f"Chance floor: {format_value(c.floor, m)} on {c.split}, {c.floor_what} "
         f"({c.floor_constant}); {c.plain} within {describe_amount(m, points(m, CHANCE_POINTS))} of it is at chance."
     )
 
@@ -132,11 +132,11 @@ def _confirmation_section(c: Confirmation) -> list[str]:
         f"Δ: mean paired difference against none (method minus none, same seed"
         f"{'' if higher_is_better(m) else '; lower is better, so a gain is negative'}). p: paired t-test over "
         f"seeds; p_Holm: Holm over the {len(c.rows)} methods. Smallest true Δ (either way) detected with 80% "
-        f"power: {format_points(c.detectable, False, m)} at Holm's strictest level, "
-        f"{format_points(c.detectable_alpha, False, m)} for a single comparison, both at the "
+        f"power: {format_value(c.detectable, m)} at Holm's strictest level, "
+        f"{format_value(c.detectable_alpha, m)} for a single comparison, both at the "
         f"{100 * c.confidence:.0f}% upper bound of the seeds' noise (one seed's paired difference: sd "
-        f"{format_points(c.noise.sd, False, m)}, {c.noise.df:.3g} degrees of freedom; bound "
-        f"{format_points(c.noise.upper(c.confidence), False, m)}), so the 80% holds in "
+        f"{format_value(c.noise.sd, m)}, {c.noise.df:.3g} degrees of freedom; bound "
+        f"{format_value(c.noise.upper(c.confidence), m)}), so the 80% holds in "
         f"{100 * c.confidence:.0f}% of studies. Time: a method's mean wall time "
         "per run over none's (same steps, same machine), of the runs trained for this confirmation: runs copied "
         "in by --reuse-runs were timed elsewhere, so a method (or none) whose runs were all copied has no ratio "

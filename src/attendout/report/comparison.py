@@ -208,11 +208,9 @@ class ComparisonTable:
         return self.floors.get((model_id, task_id, split))
 
     def splits(self, model: ModelSpec, task: TaskSpec) -> list[str]:
-        seen: list[str] = []
-        for row in self.rows:
-            if row.model.id == model.id and row.task.id == task.id and row.split not in seen:
-                seen.append(row.split)
-        return seen
+        return list(
+            dict.fromkeys(r.split for r in self.rows if (r.model.id, r.task.id) == (model.id, task.id))
+        )
 
     def best(self, model_id: str, task_id: str, split: str) -> Row | None:
         """The row with the best mean of one column in its metric's direction (None: no finished cell).
@@ -443,12 +441,7 @@ def _main_metric(runs: Sequence[RunRecord], task: TaskSpec) -> str | None:
 def _task_splits(task: TaskSpec, runs: Sequence[RunRecord]) -> list[str]:
     if task.splits is not None:
         return list(task.splits)
-    seen: list[str] = []
-    for run in runs:
-        for split in run.results.get("eval", {}):
-            if split not in seen:
-                seen.append(split)
-    return seen or ["dev"]
+    return list(dict.fromkeys(split for run in runs for split in run.results.get("eval", {}))) or ["dev"]
 
 
 def _bootstrap(
@@ -490,25 +483,23 @@ def _detectable(
     """Per model, task and split: the detectable difference of the design (see to_markdown's legend)."""
     out = []
     n_seeds = len(experiment.seeds)
-    keys: list[tuple[str, str, str]] = []
+    columns: dict[tuple[str, str, str], list[Row]] = {}
     for row in rows:
-        if (row.model.id, row.task.id, row.split) not in keys:
-            keys.append((row.model.id, row.task.id, row.split))
-    for model_id, task_id, split in keys:
+        columns.setdefault((row.model.id, row.task.id, row.split), []).append(row)
+    for first, *_ in columns.values():
         group = [
             r.comparison
-            for r in rows
-            if (r.model.id, r.task.id, r.split) == (model_id, task_id, split) and r.comparison is not None
+            for r in columns[(first.model.id, first.task.id, first.split)]
+            if r.comparison is not None
         ]
         sd = pooled_sd([c.test.sd for c in group], [c.test.n for c in group])
         intervals = [c.bootstrap for c in group if c.bootstrap is not None]
         n_examples = intervals[0].n_examples if intervals else None
-        first = next(r for r in rows if (r.model.id, r.task.id, r.split) == (model_id, task_id, split))
         out.append(
             Detectable(
                 model=first.model,
                 task=first.task,
-                split=split,
+                split=first.split,
                 metric=first.metric,
                 n_seeds=n_seeds,
                 sd_pooled=sd,

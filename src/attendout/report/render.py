@@ -18,6 +18,7 @@ from .comparison import ComparisonTable, Row, RunRecord, direction, metric_scale
 
 __all__ = [
     "CSV_COLUMNS",
+    "format_value",
     "kept_before_acting_sentence",
     "markdown_table",
     "protocol_lines",
@@ -29,9 +30,9 @@ __all__ = [
 # Markdown
 
 
-def _val(value: float | None, metric: str, signed: bool = False, digits: int = 1) -> str:
-    """``value`` of ``metric`` for display: ×100 for a fraction, as it is for perplexity, BLEU, ...
-    (:func:`~attendout.report.comparison.metric_scale`)."""
+def format_value(value: float | None, metric: str, signed: bool = False, digits: int = 1) -> str:
+    """``value`` of ``metric`` (a score or a difference) for display, in every table and sentence: ×100 for a
+    fraction, as it is for perplexity, BLEU, ... (:func:`~attendout.report.comparison.metric_scale`)."""
     if value is None or not math.isfinite(value):
         return "–"
     shown = metric_scale(metric) * value
@@ -262,7 +263,7 @@ def _scores_section(table: ComparisonTable, model: ModelSpec) -> list[str]:
     if any(f is not None for f in floors):
         cells = ["*majority class* (always the most frequent label: the floor)"]
         cells += [
-            "–" if f is None else f"*{_val(f, _metric_of(table, model, task))}*"
+            "–" if f is None else f"*{format_value(f, _metric_of(table, model, task))}*"
             for f, (task, _) in zip(floors, columns, strict=True)
         ]
         rows.append(cells)
@@ -299,7 +300,7 @@ def _differences_section(table: ComparisonTable) -> list[str]:
         c = row.comparison
         m = row.metric
         boot = (
-            f"[{_val(c.bootstrap.low, m, True)}, {_val(c.bootstrap.high, m, True)}]"
+            f"[{format_value(c.bootstrap.low, m, True)}, {format_value(c.bootstrap.high, m, True)}]"
             if c.bootstrap
             else c.note or "–"
         )
@@ -311,7 +312,7 @@ def _differences_section(table: ComparisonTable) -> list[str]:
                 row.split,
                 row.method.label,
                 str(c.test.n),
-                f"{_val(c.test.mean, m, True)}{c.mark}",
+                f"{format_value(c.test.mean, m, True)}{c.mark}",
                 verdict,
                 _p(c.test.p),
                 _p(c.p_holm),
@@ -345,10 +346,10 @@ def _detectable_section(table: ComparisonTable) -> list[str]:
             d.model.label,
             d.task.label,
             d.split,
-            _val(d.sd_pooled, d.metric, digits=2),
-            _val(d.at_alpha, d.metric, digits=2),
-            _val(d.at_holm_first_step, d.metric, digits=2),
-            _val(d.from_examples, d.metric, digits=2),
+            format_value(d.sd_pooled, d.metric, digits=2),
+            format_value(d.at_alpha, d.metric, digits=2),
+            format_value(d.at_holm_first_step, d.metric, digits=2),
+            format_value(d.from_examples, d.metric, digits=2),
             str(d.n_examples or "–"),
         ]
         for d in table.detectable
@@ -385,13 +386,17 @@ def _score_cell(row: Row | None, n_seeds: int, best: bool = False) -> str:
     if not row.values:
         return "invalid" if row.invalid else "–"
     m = row.metric
-    text = _val(row.mean, m) if row.n < 2 else f"{_val(row.mean, m)} ± {_val(row.std, m)}"
+    text = (
+        format_value(row.mean, m)
+        if row.n < 2
+        else f"{format_value(row.mean, m)} ± {format_value(row.std, m)}"
+    )
     if best:
         text = f"**{text}**"
     if row.n != n_seeds:
         text += f" (n={row.n})"
     if row.comparison is not None:
-        text += f" (Δ {_val(row.comparison.test.mean, m, True)}{row.comparison.mark})"
+        text += f" (Δ {format_value(row.comparison.test.mean, m, True)}{row.comparison.mark})"
     return text
 
 
