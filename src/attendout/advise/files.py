@@ -174,7 +174,7 @@ def _search_section(searches: dict[str, MethodSearch], noise: SearchNoise | None
     lines = [
         "## Search (validation split carved from train; the settings were chosen on these scores)",
         "",
-        *([noise.sentence(metric_scale(m)), ""] if noise is not None else []),
+        *([noise.sentence(), ""] if noise is not None else []),
     ]
     rows = []
     for method, s in searches.items():

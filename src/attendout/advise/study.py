@@ -197,7 +197,7 @@ def advise(config: AdviseConfig) -> Advice:
         return Advice(regime, {}, None, regime.sentence if regime else "regime: not probed", None, files)
     searches = run_search(plan)
     noise = search_noise(plan, searches)
-    config.echo(f"advise: {noise.sentence(_scale(metric))}")
+    config.echo(f"advise: {noise.sentence()}")
     tuned = {m: s.options for m, s in searches.items() if s.options is not None}
     for m, s in searches.items():
         if s.options is None:
@@ -282,12 +282,6 @@ def _confirm(
         echo=config.echo,
     )
     return confirm(seeds)
-
-
-def _scale(metric: str) -> float:
-    from ..report.comparison import metric_scale
-
-    return metric_scale(metric)
 
 
 def _answer(
@@ -431,7 +425,7 @@ def _provenance(
         f"Search: seeds {', '.join(map(str, plan.seeds))}, objective {config.objective}, validation split carved "
         f"from train ({recipe.validation_split:g} of it); confirmation: seeds "
         f"{', '.join(map(str, confirmation.seeds))}, scored on {confirmation.split}.",
-        noise.sentence(_scale(confirmation.metric)),
+        noise.sentence(),
         f"Device: {_device(confirmation)}.",
     ]
 
