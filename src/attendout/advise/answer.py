@@ -50,7 +50,6 @@ __all__ = [
     "format_p",
     "gain",
     "hurting",
-    "paired_sd",
     "verdict",
 ]
 
@@ -72,11 +71,6 @@ def format_p(value: float) -> str:
 def gain(metric: str, delta: float) -> float:
     """A paired difference (method minus plain) in the metric's direction: positive is better."""
     return delta if higher_is_better(metric) else -delta
-
-
-def paired_sd(confirmation: Confirmation) -> float:
-    """The standard deviation of one seed's paired difference, pooled over the methods (as measured)."""
-    return confirmation.noise.sd
 
 
 def hurting(confirmation: Confirmation, alpha: float = 0.05) -> list[ConfirmRow]:
@@ -140,7 +134,7 @@ def _undetectable(confirmation: Confirmation, alpha: float, detect: float) -> st
     base = c.rows[0].baseline_mean if c.rows else float("nan")
     if not math.isfinite(d) or not math.isfinite(base) or d <= in_metric_units(m, detect, base):
         return None
-    sd = paired_sd(c)
+    sd = c.noise.sd  # one seed's paired difference, pooled over the methods
     family = len(c.rows)
     needs = []
     for count in (1, 2):
