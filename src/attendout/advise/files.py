@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from ..configfile import save_config
 from ..methods import get_method_config
+from ..report.canvas import save_png
 from ..report.comparison import metric_scale
 from ..report.figures import method_colour
 from ..report.render import format_value, markdown_table
@@ -214,9 +215,7 @@ def advice_figure(
     _confirmation_panel(left, confirmation, methods)
     _search_panel(right, searches, methods, confirmation.metric, objective, se)
     fig.suptitle(title, fontsize=10)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    return out
+    return save_png(fig, out, 120)
 
 
 def _confirmation_panel(left: Any, confirmation: Confirmation, methods: Sequence[str]) -> None:

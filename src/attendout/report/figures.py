@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from matplotlib.figure import Figure
 
 from ..tasks import higher_is_better
+from .canvas import panel_grid, save_png
 from .comparison import ComparisonTable, metric_scale
 from .curves import convergence_figure
 
@@ -57,7 +58,7 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
     ]  # panels with at least one finished cell
     if not panels:
         raise ValueError(f"no finished cell of {e.name} in {table.root} to draw bars of")
-    fig, axes = _panels(len(panels), max(4.0, 0.55 * len(e.methods) + 1.5), 3.6, 0.6)
+    fig, axes = panel_grid(len(panels), max(4.0, 0.55 * len(e.methods) + 1.5), 3.6, 0.6)
     for ax, (model, task, split) in zip(axes, panels, strict=True):
         metric = next((r.metric for r in table.rows if r.model.id == model.id and r.task.id == task.id), "")
         k = metric_scale(metric)
@@ -150,7 +151,7 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
     label_chars = max(len(line) for lines in wrapped for line in lines)
     width = 3.0 + 0.065 * label_chars
     height = (0.18 + 0.14 * label_lines) * len(others) + 1.4
-    fig, axes = _panels(len(panels), width, height, 0.7)
+    fig, axes = panel_grid(len(panels), width, height, 0.7)
     for ax, (model, task, split, found) in zip(axes, panels, strict=True):
         labels = []
         k = metric_scale(found[0][2].metric)
@@ -181,18 +182,6 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
     return _save(fig, caption, 14, out)
 
 
-def _panels(count: int, width: float, height: float, top: float) -> tuple[Figure, list[Any]]:
-    """A figure of ``count`` panels of ``width`` by ``height`` inches, three a row at most (``top``: the
-    caption's inches), and its panels' axes (the grid's unused ones hidden)."""
-    columns = min(count, 3)
-    rows = math.ceil(count / columns)
-    fig = Figure(figsize=(width * columns, height * rows + top), layout="constrained")
-    axes = list(fig.subplots(rows, columns, squeeze=False).flat)
-    for ax in axes[count:]:
-        ax.set_visible(False)
-    return fig, axes[:count]
-
-
 def _panel_title(ax: Any, table: ComparisonTable, model: ModelSpec, task: TaskSpec, split: str) -> None:
     """A panel's title: the task and split (and the model, where the experiment has several)."""
     prefix = f"{model.label}: " if len(table.experiment.models) > 1 else ""
@@ -202,10 +191,7 @@ def _panel_title(ax: Any, table: ComparisonTable, model: ModelSpec, task: TaskSp
 def _save(fig: Figure, caption: str, chars_per_inch: int, out: str | Path) -> Path:
     """``fig`` under its ``caption`` (wrapped at ``chars_per_inch`` of its width) as a PNG at ``out``."""
     fig.suptitle(textwrap.fill(caption, width=int(chars_per_inch * fig.get_figwidth())), fontsize=9)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130)
-    return out
+    return save_png(fig, out, 130)
 
 
 def convergence_curves(table: ComparisonTable, out_dir: str | Path) -> list[Path]:

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 
 from ..core.folder import RunDir
 from ..methods.droplog import read_drop_pattern
+from .canvas import save_png
 from .curves import option_details
 
 __all__ = ["is_attendout_run", "is_control_run", "pair_controls", "panel_labels", "pattern_figure"]
@@ -65,10 +66,7 @@ def pattern_figure(run_dirs: Sequence[Path], out: Path, title: str = "") -> Path
     for ax in axes[count:]:
         ax.set_visible(False)
     fig.suptitle(title or "AttendOut dropout patterns: mean drop probability per layer (learned rates)")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=150)
-    return out
+    return save_png(fig, out, 150)
 
 
 def final_rates_panel(ax, pairs: Sequence[tuple[Path, Path]], patterns: dict) -> None:
