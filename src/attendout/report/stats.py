@@ -441,19 +441,14 @@ def majority_score(metric: str, labels: np.ndarray) -> float | None:
     learned nothing reaches (MCC 0, F1 2p/(1+p) for a positive share p). Per-example tag lists (an object
     array): always the most frequent tag. None for regression labels (no class to predict) or a score
     that is not finite."""
-    scorer = METRICS[metric]
     if labels.dtype == object:  # tags per word: always the most frequent tag
-        tags, counts = np.unique([t for row in labels for t in row], return_counts=True)
-        common = tags[np.argmax(counts)]
-        constant = np.empty(len(labels), dtype=object)
-        for i, row in enumerate(labels):
-            constant[i] = [common] * len(row)
-        score = float(scorer(constant, labels))
-        return score if math.isfinite(score) else None
-    if labels.dtype.kind not in "iub":  # regression: no class to predict
+        constant = _tag_everywhere(labels, _tags_by_frequency(labels)[0])
+    elif labels.dtype.kind in "iub":
+        values, counts = np.unique(labels, return_counts=True)
+        constant = np.full_like(labels, values[np.argmax(counts)])
+    else:  # regression: no class to predict
         return None
-    values, counts = np.unique(labels, return_counts=True)
-    score = float(scorer(np.full_like(labels, values[np.argmax(counts)]), labels))
+    score = float(METRICS[metric](constant, labels))
     return score if math.isfinite(score) else None
 
 
@@ -506,18 +501,28 @@ def chance_floor(metric: str, labels: np.ndarray) -> ChanceFloor | None:
 def _constant_predictions(labels: np.ndarray):
     """(name, constant prediction) pairs for :func:`chance_floor`."""
     if labels.dtype == object:  # tags per word: one tag everywhere
-        tags, counts = np.unique([t for row in labels for t in row], return_counts=True)
-        for tag in tags[np.argsort(-counts, kind="stable")][:FLOOR_TAGS]:
-            constant = np.empty(len(labels), dtype=object)
-            for i, row in enumerate(labels):
-                constant[i] = [tag] * len(row)
-            yield f"always predicting {tag}", constant
+        for tag in _tags_by_frequency(labels)[:FLOOR_TAGS]:
+            yield f"always predicting {tag}", _tag_everywhere(labels, tag)
     elif labels.dtype.kind == "f":  # real-valued targets
         for name, value in (("mean", np.mean(labels)), ("median", np.median(labels))):
             yield f"always predicting the labels' {name}, {value:.4g}", np.full_like(labels, value)
     else:
         for value in np.unique(labels):
             yield f"always predicting {value}", np.full_like(labels, value)
+
+
+def _tags_by_frequency(labels: np.ndarray) -> np.ndarray:
+    """The tags of per-example tag lists, the commonest first (ties in the tags' order)."""
+    tags, counts = np.unique([t for row in labels for t in row], return_counts=True)
+    return tags[np.argsort(-counts, kind="stable")]
+
+
+def _tag_everywhere(labels: np.ndarray, tag: Any) -> np.ndarray:
+    """Per-example tag lists of ``tag`` alone, as long as those of ``labels``."""
+    constant = np.empty(len(labels), dtype=object)
+    for i, row in enumerate(labels):
+        constant[i] = [tag] * len(row)
+    return constant
 
 
 def pooled_sd(sds: Sequence[float], ns: Sequence[int]) -> float:
