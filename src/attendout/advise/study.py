@@ -417,7 +417,7 @@ def _provenance(
     """advice.md's sentences on how the answer was reached: recipe and budget, seeds and splits, the
     search's noise, the device."""
     recipe = config.recipe
-    description = _model_description(confirmation)
+    description = confirmation.table.model_description(confirmation.table.experiment.models[0])
     probe = "" if regime is not None else " (given, not probed)"
     return [
         f"Task {recipe.task}; model {description}; budget {plan.epochs} epochs{probe} of batch {recipe.batch_size} "
@@ -441,14 +441,6 @@ def _described_files(out: Path, regime: RegimeReading | None, confirmation: Conf
         "search.db": f"the Optuna studies (one per method); search/none/: {confirmation.plain} at the search seeds"
         + (f"; regime.png: {confirmation.plain}'s curves" if regime is not None else ""),
     }
-
-
-def _model_description(confirmation: Confirmation) -> str:
-    for run in confirmation.table.runs.values():
-        described = run.results.get("model_description")
-        if described:
-            return str(described)
-    return confirmation.table.experiment.models[0].name
 
 
 def _device(confirmation: Confirmation) -> str:

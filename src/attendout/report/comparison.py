@@ -229,6 +229,16 @@ class ComparisonTable:
                 return row
         return None
 
+    def model_description(self, model: ModelSpec) -> str:
+        """How the finished runs of ``model`` describe it (their results' or config's model_description: the
+        checkpoint, its size), else its name."""
+        described = (
+            r.results.get("model_description") or r.config.get("model_description")
+            for r in self.runs.values()
+            if r.cell.model.id == model.id
+        )
+        return str(next((d for d in described if d), model.name))
+
     def runs_of(self, model_id: str, task_id: str, method_id: str) -> list[RunRecord]:
         return [
             r

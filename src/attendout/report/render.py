@@ -78,13 +78,8 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
     lines.append("")
     lines.append(f"- Tuning of method options: {e.tuning}.")
     lines.append(f"- Recipe: {e.recipe}.")
-    models = {}
-    for run in runs:
-        models.setdefault(
-            run.cell.model.id, run.results.get("model_description") or run.config.get("model_description")
-        )
     for model in e.models:
-        lines.append(f"- Model {model.label}: {models.get(model.id) or model.name}.")
+        lines.append(f"- Model {model.label}: {table.model_description(model)}.")
     for task in e.tasks:
         lines.append(_task_line(task, [r for r in runs if r.cell.task.id == task.id]))
     method_text = "; ".join(
