@@ -12,6 +12,7 @@ from typing import Any
 from ..bench import config_fingerprint
 from ..config import TrainConfig
 from .plan import OBJECTIVES, search_seeds
+from .scales import plain_name
 from .spaces import DEFAULT_METHODS, search_space
 
 __all__ = ["STAGES", "AdviseConfig"]
@@ -238,6 +239,16 @@ class AdviseConfig:
     @property
     def out(self) -> Path:
         return Path(self.output_dir)
+
+    @property
+    def regime_dir(self) -> Path:
+        """The plain run the regime stage reads: ``regime_run``, else OUTPUT/regime (trained by the study)."""
+        return Path(self.regime_run) if self.regime_run else self.out / "regime"
+
+    @property
+    def plain(self) -> str:
+        """What the baseline is called (:func:`.scales.plain_name`)."""
+        return plain_name(self.recipe.model_init)
 
     @property
     def storage_url(self) -> str:

@@ -62,7 +62,6 @@ from .objective import SearchNoise, search_noise
 from .options import STAGES, AdviseConfig
 from .plan import MethodSearch, SearchPlan
 from .regime import RegimeReading, read_regime
-from .scales import plain_name
 from .search import epoch_run, run_search
 from .seeds import choose as choose_seeds
 from .trend import plain_trend
@@ -140,39 +139,34 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
     """Stage 1: train (or read) plain fine-tuning's long run; read and record its regime."""
     from ..report.regime import epoch_curves, regime_figure, run_task_id
 
-    run = Path(config.regime_run) if config.regime_run else config.out / "regime"
+    run = RunDir(config.regime_dir)
     if config.regime_run is None:
-        _wait_for_probe(config, run)
-    if config.regime_run is None and not RunDir(run).finished:
-        plain = epoch_run(
-            _search_recipe(config.recipe),
-            epochs=config.regime_epochs,
-            seed=config.search_seed,
-            output_dir=run,
-            steps_per_epoch=steps_per_epoch,
-            progress=config.progress,
-        )
-        resumed = " (resumed)" if plain.resume else ""
-        name = plain_name(config.recipe.model_init)
-        config.echo(f"advise: regime: {name} for {config.regime_epochs} epochs{resumed}")
-        finetune(plain)
-    if not RunDir(run).log.is_file():
-        raise ValueError(f"--regime-run {run} is not a run directory (it has no {LOG_FILE})")
-    state = RunDir(run).state()
+        _wait_for_probe(config, run.path)
+        if not run.finished:
+            plain = epoch_run(
+                _search_recipe(config.recipe),
+                epochs=config.regime_epochs,
+                seed=config.search_seed,
+                output_dir=run.path,
+                steps_per_epoch=steps_per_epoch,
+                progress=config.progress,
+            )
+            resumed = " (resumed)" if plain.resume else ""
+            config.echo(f"advise: regime: {config.plain} for {config.regime_epochs} epochs{resumed}")
+            finetune(plain)
+    if not run.log.is_file():
+        raise ValueError(f"--regime-run {run.path} is not a run directory (it has no {LOG_FILE})")
+    state = run.state()
     if not state.finished:  # its curve stops where the run did: not the budget it claims to show
         raise ValueError(
-            f"--regime-run {run} is not finished: it is {state.describe()}; finish it with --resume"
+            f"--regime-run {run.path} is not finished: it is {state.describe()}; finish it with --resume"
         )
-    reading = dataclasses.replace(read_regime(epoch_curves(run)), plain=plain_name(config.recipe.model_init))
-    if config.epochs is not None:
-        reading = dataclasses.replace(reading, budget=config.epochs)
-    write_json_atomic(config.out / "regime.json", {"run": str(run), **reading.to_dict()})
-    regime_figure(
-        [run],
-        config.out / "regime.png",
-        {run_task_id(run): reading.budget},
-        f"advise: {plain_name(config.recipe.model_init)} by epoch",
-    )
+    reading = read_regime(epoch_curves(run.path))
+    budget = reading.budget if config.epochs is None else config.epochs
+    reading = dataclasses.replace(reading, plain=config.plain, budget=budget)
+    write_json_atomic(config.out / "regime.json", {"run": str(run.path), **reading.to_dict()})
+    budgets = {run_task_id(run.path): reading.budget}
+    regime_figure([run.path], config.out / "regime.png", budgets, f"advise: {config.plain} by epoch")
     config.echo(f"advise: regime: {reading.sentence}")
     return reading
 
