@@ -231,12 +231,15 @@ def _running(studies: dict[str, Any], stale_after: float) -> str:
 
 def _spent(studies: dict[str, Any]) -> float:
     """Seconds of every finished trial of every study (the search's time budget counts these)."""
-    total = 0.0
-    for study in studies.values():
-        for t in study.get_trials(deepcopy=False):
-            if t.state.is_finished() and t.datetime_start and t.datetime_complete:
-                total += (t.datetime_complete - t.datetime_start).total_seconds()
-    return total
+    trials = [t for study in studies.values() for t in study.get_trials(deepcopy=False)]
+    return sum(_seconds(t) or 0.0 for t in trials if t.state.is_finished())
+
+
+def _seconds(t: Any) -> float | None:
+    """How long trial ``t`` ran, from its start to its end (None where it has not both)."""
+    if t.datetime_start and t.datetime_complete:
+        return (t.datetime_complete - t.datetime_start).total_seconds()
+    return None
 
 
 def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
@@ -504,11 +507,6 @@ def search_results(plan: SearchPlan) -> dict[str, MethodSearch]:
         for t in study.get_trials(deepcopy=False):
             if t.state == TrialState.FAIL and t.user_attrs.get("interrupted"):
                 continue  # queued again: its retry is the trial
-            seconds = (
-                (t.datetime_complete - t.datetime_start).total_seconds()
-                if t.datetime_start and t.datetime_complete
-                else None
-            )
             rows.append(
                 {
                     "number": t.number,
@@ -517,7 +515,7 @@ def search_results(plan: SearchPlan) -> dict[str, MethodSearch]:
                     "value": t.value,
                     "by_epoch": {int(k): float(v) for k, v in t.intermediate_values.items()},
                     "by_seed": {int(k): float(v) for k, v in (t.user_attrs.get("by_seed") or {}).items()},
-                    "seconds": seconds,
+                    "seconds": _seconds(t),
                     "error": t.user_attrs.get("error"),
                 }
             )
