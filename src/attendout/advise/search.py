@@ -328,13 +328,8 @@ def reference(plan: SearchPlan, seed: int, wait: bool = True) -> Measured | None
         if not taken:
             return None
         if not RunDir(run_dir).finished:
-            config = epoch_run(
-                dataclasses.replace(plan.base, method="none", method_options={}),
-                epochs=plan.epochs,
-                seed=seed,
-                output_dir=run_dir,
-                steps_per_epoch=plan.steps_per_epoch,
-                progress=plan.progress,
+            config = _seed_run(
+                plan, dataclasses.replace(plan.base, method="none", method_options={}), seed, run_dir
             )
             plan.echo(
                 f"search: plain fine-tuning at search seed {seed}, the reference of every trial's score"
@@ -432,20 +427,14 @@ def _train_seed(
     The first seed's validations are reported to the pruner (the objective at each epoch)."""
     import optuna
 
-    config = epoch_run(
-        dataclasses.replace(
-            plan.base,
-            method=method,
-            method_options={**plan.fixed_options.get(method, {}), **options},
-            evaluate=False,  # the evaluation splits are never encoded nor scored in a trial
-            save_model=False,
-        ),
-        epochs=plan.epochs,
-        seed=seed,
-        output_dir=run_dir,
-        steps_per_epoch=plan.steps_per_epoch,
-        progress=plan.progress,
+    recipe = dataclasses.replace(
+        plan.base,
+        method=method,
+        method_options={**plan.fixed_options.get(method, {}), **options},
+        evaluate=False,  # the evaluation splits are never encoded nor scored in a trial
+        save_model=False,
     )
+    config = _seed_run(plan, recipe, seed, run_dir)
     reported: set[int] = set()
 
     def report(record: dict[str, Any]) -> None:
@@ -492,6 +481,19 @@ def epoch_run(
         resume=resume,
         overwrite=not resume,
         progress=progress,
+    )
+
+
+def _seed_run(plan: SearchPlan, recipe: TrainConfig, seed: int, run_dir: Path) -> TrainConfig:
+    """``recipe`` as a search run at ``seed`` in ``run_dir`` (a trial's seed, or plain fine-tuning's reference
+    there), at the plan's budget (:func:`epoch_run`)."""
+    return epoch_run(
+        recipe,
+        epochs=plan.epochs,
+        seed=seed,
+        output_dir=run_dir,
+        steps_per_epoch=plan.steps_per_epoch,
+        progress=plan.progress,
     )
 
 
