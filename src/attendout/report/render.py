@@ -10,11 +10,14 @@ import csv
 import io
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from ..bench import ModelSpec, TaskSpec
 from ..tasks import higher_is_better
-from .comparison import ComparisonTable, Row, RunRecord, direction, metric_scale
+from .comparison import Comparison, ComparisonTable, Detectable, Row, RunRecord, direction, metric_scale
+from .stats import BootstrapInterval
 
 __all__ = [
     "CSV_COLUMNS",
@@ -398,37 +401,56 @@ def _score_cell(row: Row | None, n_seeds: int, best: bool = False) -> str:
 # --------------------------------------------------------------------------------------------------
 # CSV
 
-CSV_COLUMNS = [
-    "model",
-    "task",
-    "split",
-    "metric",
-    "higher_is_better",
-    "method",
-    "method_label",
-    "method_name",
-    "method_options",
-    "n",
-    "mean",
-    "std",
-    "values",
-    "invalid",
-    "n_pairs",
-    "diff",
-    "diff_sd",
-    "t",
-    "p",
-    "p_holm",
-    "significance",
-    "better",
-    "ci_low",
-    "ci_high",
-    "bootstrap_se",
-    "detectable_alpha",
-    "detectable_holm_first_step",
-    "detectable_examples",
-    "majority",
-]
+
+@dataclass(frozen=True)
+class _CsvLine:
+    """What one line of the CSV is read from: a row, its comparison with the baseline (None: not compared)
+    and its split's detectable difference (None: not computed)."""
+
+    table: ComparisonTable
+    row: Row
+    c: Comparison | None
+    d: Detectable | None
+
+    @property
+    def boot(self) -> BootstrapInterval | None:
+        return self.c.bootstrap if self.c is not None else None
+
+
+#: The CSV's columns, each with how its value is read (raw values, not ×100; empty where the line has no
+#: comparison, bootstrap or detectable difference to read it from).
+_CSV_FIELDS: dict[str, Callable[[_CsvLine], Any]] = {
+    "model": lambda x: x.row.model.id,
+    "task": lambda x: x.row.task.id,
+    "split": lambda x: x.row.split,
+    "metric": lambda x: x.row.metric,
+    "higher_is_better": lambda x: higher_is_better(x.row.metric),
+    "method": lambda x: x.row.method.id,
+    "method_label": lambda x: x.row.method.label,
+    "method_name": lambda x: x.row.method.name,
+    "method_options": lambda x: json.dumps(x.row.method.options, sort_keys=True),
+    "n": lambda x: x.row.n,
+    "mean": lambda x: _num(x.row.mean),
+    "std": lambda x: _num(x.row.std),
+    "values": lambda x: ";".join(f"{s}:{v:.6g}" for s, v in sorted(x.row.values.items())),
+    "invalid": lambda x: x.row.invalid or "",
+    "n_pairs": lambda x: x.c.test.n if x.c else "",
+    "diff": lambda x: _num(x.c.test.mean) if x.c else "",
+    "diff_sd": lambda x: _num(x.c.test.sd) if x.c else "",
+    "t": lambda x: _num(x.c.test.t) if x.c else "",
+    "p": lambda x: _num(x.c.test.p) if x.c else "",
+    "p_holm": lambda x: _num(x.c.p_holm) if x.c else "",
+    "significance": lambda x: x.c.mark if x.c else "",
+    "better": lambda x: {True: "better", False: "worse", None: ""}[x.c.better(x.table.alpha)] if x.c else "",
+    "ci_low": lambda x: _num(x.boot.low) if x.boot else "",
+    "ci_high": lambda x: _num(x.boot.high) if x.boot else "",
+    "bootstrap_se": lambda x: _num(x.boot.se) if x.boot else "",
+    "detectable_alpha": lambda x: _num(x.d.at_alpha) if x.d else "",
+    "detectable_holm_first_step": lambda x: _num(x.d.at_holm_first_step) if x.d else "",
+    "detectable_examples": lambda x: _num(x.d.from_examples) if x.d else "",
+    "majority": lambda x: _num(x.table.floor(x.row.model.id, x.row.task.id, x.row.split)),
+}
+CSV_COLUMNS = list(_CSV_FIELDS)
 
 
 def to_csv(table: ComparisonTable) -> str:
@@ -438,41 +460,8 @@ def to_csv(table: ComparisonTable) -> str:
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in table.rows:
-        c = row.comparison
-        d = detectable.get((row.model.id, row.task.id, row.split))
-        writer.writerow(
-            {
-                "model": row.model.id,
-                "task": row.task.id,
-                "split": row.split,
-                "metric": row.metric,
-                "higher_is_better": higher_is_better(row.metric),
-                "method": row.method.id,
-                "method_label": row.method.label,
-                "method_name": row.method.name,
-                "method_options": json.dumps(row.method.options, sort_keys=True),
-                "n": row.n,
-                "mean": _num(row.mean),
-                "std": _num(row.std),
-                "values": ";".join(f"{s}:{v:.6g}" for s, v in sorted(row.values.items())),
-                "invalid": row.invalid or "",
-                "n_pairs": c.test.n if c else "",
-                "diff": _num(c.test.mean) if c else "",
-                "diff_sd": _num(c.test.sd) if c else "",
-                "t": _num(c.test.t) if c else "",
-                "p": _num(c.test.p) if c else "",
-                "p_holm": _num(c.p_holm) if c else "",
-                "significance": c.mark if c else "",
-                "better": {True: "better", False: "worse", None: ""}[c.better(table.alpha)] if c else "",
-                "ci_low": _num(c.bootstrap.low) if c and c.bootstrap else "",
-                "ci_high": _num(c.bootstrap.high) if c and c.bootstrap else "",
-                "bootstrap_se": _num(c.bootstrap.se) if c and c.bootstrap else "",
-                "detectable_alpha": _num(d.at_alpha) if d else "",
-                "detectable_holm_first_step": _num(d.at_holm_first_step) if d else "",
-                "detectable_examples": _num(d.from_examples) if d else "",
-                "majority": _num(table.floor(row.model.id, row.task.id, row.split)),
-            }
-        )
+        line = _CsvLine(table, row, row.comparison, detectable.get((row.model.id, row.task.id, row.split)))
+        writer.writerow({name: read(line) for name, read in _CSV_FIELDS.items()})
     return buffer.getvalue()
 
 
