@@ -279,51 +279,40 @@ def _differences_section(table: ComparisonTable) -> list[str]:
         f"over {table.n_resamples} resamples of the evaluation examples (stored predictions); it shows how much Δ "
         "depends on which examples the split holds, which the t-test over seeds does not."
     )
-    header = [
-        "model",
-        "task",
-        "split",
-        "method",
-        "seeds",
-        "Δ",
-        "better",
-        "p",
-        "p_Holm",
-        "bootstrap 95% interval",
+    compared = [row for row in table.rows if row.comparison is not None]
+    rows = [
+        [cell(row, row.comparison, table.alpha) for cell in _DIFFERENCE_COLUMNS.values()] for row in compared
     ]
-    rows = []
-    for row in table.rows:
-        if row.comparison is None:
-            continue
-        c = row.comparison
-        m = row.metric
-        boot = (
-            f"[{format_value(c.bootstrap.low, m, True)}, {format_value(c.bootstrap.high, m, True)}]"
-            if c.bootstrap
-            else c.note or "–"
-        )
-        verdict = {True: "better", False: "worse", None: "–"}[c.better(table.alpha)]
-        rows.append(
-            [
-                row.model.label,
-                row.task.label,
-                row.split,
-                row.method.label,
-                str(c.test.n),
-                f"{format_value(c.test.mean, m, True)}{c.mark}",
-                verdict,
-                _p(c.test.p),
-                _p(c.p_holm),
-                boot,
-            ]
-        )
     return [
         f"## Differences against {baseline.label}",
         "",
         legend,
         "",
-        *_per_model_table(table, header, rows),
+        *_per_model_table(table, list(_DIFFERENCE_COLUMNS), rows),
     ]
+
+
+def _bootstrap_cell(c: Comparison, metric: str) -> str:
+    """A comparison's bootstrap interval, or why it has none."""
+    if c.bootstrap is None:
+        return c.note or "–"
+    return f"[{format_value(c.bootstrap.low, metric, True)}, {format_value(c.bootstrap.high, metric, True)}]"
+
+
+#: The differences table's columns: each one's title, and its cell of a row compared with the baseline
+#: (``c``: the row's comparison; ``alpha``: the table's level).
+_DIFFERENCE_COLUMNS: dict[str, Callable[[Row, Comparison, float], str]] = {
+    "model": lambda row, c, alpha: row.model.label,
+    "task": lambda row, c, alpha: row.task.label,
+    "split": lambda row, c, alpha: row.split,
+    "method": lambda row, c, alpha: row.method.label,
+    "seeds": lambda row, c, alpha: str(c.test.n),
+    "Δ": lambda row, c, alpha: f"{format_value(c.test.mean, row.metric, True)}{c.mark}",
+    "better": lambda row, c, alpha: {True: "better", False: "worse", None: "–"}[c.better(alpha)],
+    "p": lambda row, c, alpha: _p(c.test.p),
+    "p_Holm": lambda row, c, alpha: _p(c.p_holm),
+    "bootstrap 95% interval": lambda row, c, alpha: _bootstrap_cell(c, row.metric),
+}
 
 
 def _detectable_section(table: ComparisonTable) -> list[str]:
