@@ -4,7 +4,7 @@ config files (``advice.toml``, ``tuned/METHOD.toml``); the sentence itself is :f
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from ..methods import get_method_config
 from ..report.canvas import save_png
 from ..report.comparison import metric_scale
 from ..report.figures import method_colour
-from ..report.render import format_value, markdown_table
+from ..report.render import format_interval, format_value, markdown_table
 from ..tasks import higher_is_better
 from .answer import Verdict, format_p, gain
 from .confirm import Confirmation, ConfirmRow
@@ -56,26 +56,22 @@ def advice_markdown(
     return "\n".join(lines)
 
 
-def _row_cells(r: ConfirmRow, m: str) -> list[str]:
-    """One method's cells of the confirmation table."""
-
-    def pts(value: float | None, signed: bool = True) -> str:
-        return format_value(value, m, signed)
-
-    boot = f"[{pts(r.boot_low)}, {pts(r.boot_high)}]" if r.boot_low is not None else "–"
-    return [
-        r.method,
-        r.setting,
-        str(r.seeds),
-        pts(r.mean, False),
-        pts(r.baseline_mean, False),
-        pts(r.delta),
-        f"[{pts(r.t_low)}, {pts(r.t_high)}]",
-        format_p(r.p),
-        format_p(r.p_holm),
-        boot,
-        f"{r.cost:.2f}x" if r.cost is not None else "–",
-    ]
+#: The confirmation table's columns: each one's title, and its cell of a method's row (``m``: the metric).
+_CONFIRMATION_COLUMNS: dict[str, Callable[[ConfirmRow, str], str]] = {
+    "method": lambda r, m: r.method,
+    "setting": lambda r, m: r.setting,
+    "seeds": lambda r, m: str(r.seeds),
+    "score": lambda r, m: format_value(r.mean, m),
+    "none": lambda r, m: format_value(r.baseline_mean, m),
+    "Δ": lambda r, m: format_value(r.delta, m, True),
+    "95% interval (seeds)": lambda r, m: format_interval(r.t_low, r.t_high, m),
+    "p": lambda r, m: format_p(r.p),
+    "p_Holm": lambda r, m: format_p(r.p_holm),
+    "bootstrap 95% (examples)": lambda r, m: (
+        "–" if r.boot_low is None else format_interval(r.boot_low, r.boot_high, m)
+    ),
+    "time / none": lambda r, m: "–" if r.cost is None else f"{r.cost:.2f}x",
+}
 
 
 def _floor_sentence(c: Confirmation) -> str:
@@ -114,20 +110,11 @@ def _confirmation_section(c: Confirmation) -> list[str]:
         "",
         *([] if c.fresh else [_not_fresh(c), ""]),
         *markdown_table(
+            list(_CONFIRMATION_COLUMNS),
             [
-                "method",
-                "setting",
-                "seeds",
-                "score",
-                "none",
-                "Δ",
-                "95% interval (seeds)",
-                "p",
-                "p_Holm",
-                "bootstrap 95% (examples)",
-                "time / none",
+                [cell(r, m) for cell in _CONFIRMATION_COLUMNS.values()]
+                for r in sorted(c.rows, key=lambda r: -gain(m, r.delta))
             ],
-            [_row_cells(r, m) for r in sorted(c.rows, key=lambda r: -gain(m, r.delta))],
         ),
         "",
         f"Δ: mean paired difference against none (method minus none, same seed"

@@ -21,6 +21,7 @@ from .stats import BootstrapInterval
 
 __all__ = [
     "CSV_COLUMNS",
+    "format_interval",
     "format_value",
     "kept_before_acting_sentence",
     "markdown_table",
@@ -296,7 +297,12 @@ def _bootstrap_cell(c: Comparison, metric: str) -> str:
     """A comparison's bootstrap interval, or why it has none."""
     if c.bootstrap is None:
         return c.note or "–"
-    return f"[{format_value(c.bootstrap.low, metric, True)}, {format_value(c.bootstrap.high, metric, True)}]"
+    return format_interval(c.bootstrap.low, c.bootstrap.high, metric)
+
+
+def format_interval(low: float, high: float, metric: str) -> str:
+    """An interval of differences of ``metric`` for a table: ``[-1.2, +3.4]`` (:func:`format_value`)."""
+    return f"[{format_value(low, metric, True)}, {format_value(high, metric, True)}]"
 
 
 #: The differences table's columns: each one's title, and its cell of a row compared with the baseline
