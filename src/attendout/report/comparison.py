@@ -298,9 +298,11 @@ def build_table(
     runs, status, invalid = collect_runs(experiment, store, budget)
     baseline = experiment.method(experiment.baseline)
     rows, floors = _score_rows(experiment, runs, invalid, metric)
+    bases = {(r.model.id, r.task.id, r.split): r for r in rows if r.method.id == baseline.id}
     for row in rows:
         if row.method.id != baseline.id and row.values:
-            row.comparison = _compare(row, rows, runs, baseline, n_resamples=n_resamples, seed=seed)
+            base = bases.get((row.model.id, row.task.id, row.split))
+            row.comparison = _compare(row, base, runs, baseline, n_resamples=n_resamples, seed=seed)
     family = _adjust_for_multiple_tests([r.comparison for r in rows if r.comparison is not None])
     planned = sum(1 for r in rows if r.method.id != baseline.id)
     return ComparisonTable(
@@ -371,27 +373,16 @@ def _seed_scores(
 
 def _compare(
     row: Row,
-    rows: list[Row],
+    base: Row | None,
     runs: dict[str, RunRecord],
     baseline: MethodSpec,
     *,
     n_resamples: int,
     seed: int,
 ) -> Comparison | None:
-    """``row`` against the baseline's row of its column: the paired t-test over the seeds both ran and
-    the bootstrap over the examples; None where the baseline has no seed in common."""
-    base = next(
-        (
-            r
-            for r in rows
-            if (r.model.id, r.task.id, r.split, r.method.id)
-            == (row.model.id, row.task.id, row.split, baseline.id)
-        ),
-        None,
-    )
-    if base is None or not base.values:
-        return None
-    seeds = sorted(set(row.values) & set(base.values))
+    """``row`` against ``base``, the baseline's row of its column: the paired t-test over the seeds both ran
+    and the bootstrap over the examples; None where the baseline has no seed in common."""
+    seeds = sorted(set(row.values) & set(base.values)) if base is not None else []
     if not seeds:
         return None
     test = paired_t_test([row.values[s] for s in seeds], [base.values[s] for s in seeds])
