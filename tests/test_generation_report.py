@@ -127,7 +127,7 @@ def test_the_table_command_and_its_figures_on_perplexity(lm_grid, capsys):
 
 def test_fractions_are_shown_x100_and_generation_metrics_as_they_are():
     from attendout.report.comparison import metric_scale
-    from attendout.report.render import _val
+    from attendout.report.render import format_value as _val
 
     assert metric_scale("bleu") == metric_scale("perplexity") == 1 and metric_scale("mcc") == 100
     assert (

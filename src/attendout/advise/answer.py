@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..report.comparison import metric_scale
+from ..report.render import format_value
 from ..tasks import higher_is_better
 from .confirm import Confirmation, ConfirmRow
 from .power import seeds_range
@@ -48,10 +48,8 @@ from .scales import chance_margin, default_detect, describe_amount, in_metric_un
 __all__ = [
     "Verdict",
     "format_p",
-    "format_points",
     "gain",
     "hurting",
-    "paired_sd",
     "verdict",
 ]
 
@@ -66,14 +64,6 @@ class Verdict:
     budget: str = "not read"  # plain training at the budget: "still learning", "not rising", "cannot tell"
 
 
-def format_points(value: float | None, signed: bool = True, metric: str = "") -> str:
-    """A score or difference for display: ×100 for a fraction, as it is for perplexity, BLEU, ..."""
-    if value is None or not math.isfinite(value):
-        return "–"
-    shown = metric_scale(metric) * value
-    return f"{shown:+.1f}" if signed else f"{shown:.1f}"
-
-
 def format_p(value: float) -> str:
     return "–" if not math.isfinite(value) else ("< 0.001" if value < 0.001 else f"{value:.3f}")
 
@@ -81,11 +71,6 @@ def format_p(value: float) -> str:
 def gain(metric: str, delta: float) -> float:
     """A paired difference (method minus plain) in the metric's direction: positive is better."""
     return delta if higher_is_better(metric) else -delta
-
-
-def paired_sd(confirmation: Confirmation) -> float:
-    """The standard deviation of one seed's paired difference, pooled over the methods (as measured)."""
-    return confirmation.noise.sd
 
 
 def hurting(confirmation: Confirmation, alpha: float = 0.05) -> list[ConfirmRow]:
@@ -100,9 +85,9 @@ def _difference(confirmation: Confirmation, delta: float) -> str:
     """A method's difference from plain training for a sentence: "+1.2 accuracy points", "perplexity -4.0"."""
     m = confirmation.metric
     return (
-        f"{format_points(delta, True, m)} {m} points"
+        f"{format_value(delta, m, True)} {m} points"
         if higher_is_better(m)
-        else f"{m} {format_points(delta, True, m)}"
+        else f"{m} {format_value(delta, m, True)}"
     )
 
 
@@ -119,7 +104,7 @@ def _size(confirmation: Confirmation, amount: float) -> str:
     """A size in the metric's values for a sentence: "4.3 mcc points", "2.5 perplexity (1.7% of ...)"."""
     m = confirmation.metric
     if not is_relative(m):
-        return f"{format_points(amount, False, m)} {m} points"
+        return f"{format_value(amount, m)} {m} points"
     share = _share(confirmation, amount)
     return f"{amount:.3g} {m}" + (f" ({share})" if share else "")
 
@@ -149,7 +134,7 @@ def _undetectable(confirmation: Confirmation, alpha: float, detect: float) -> st
     base = c.rows[0].baseline_mean if c.rows else float("nan")
     if not math.isfinite(d) or not math.isfinite(base) or d <= in_metric_units(m, detect, base):
         return None
-    sd = paired_sd(c)
+    sd = c.noise.sd  # one seed's paired difference, pooled over the methods
     family = len(c.rows)
     needs = []
     for count in (1, 2):
@@ -160,7 +145,7 @@ def _undetectable(confirmation: Confirmation, alpha: float, detect: float) -> st
             else f"+{describe_amount(m, points(m, count))}"
         )
         needs.append(f"{_count_range(low, high)} seeds would detect {wanted}")
-    noise = f"{sd:.3g} {m}" if is_relative(m) else f"{format_points(sd, False, m)} points"
+    noise = f"{sd:.3g} {m}" if is_relative(m) else f"{format_value(sd, m)} points"
     return (
         f"Cannot answer: this design cannot detect a gain you would care about: with {len(c.seeds)} seeds only "
         f"a true difference of {_size(c, d)} or more would have been detected (80% power, Holm over "
@@ -192,7 +177,7 @@ def _recommendation(w: ConfirmRow, confirmation: Confirmation, detect: float) ->
     """'Use X at its setting: the gain, its interval, p_Holm, the cost' (and whether it is below --detect)."""
     c, m = confirmation, confirmation.metric
     half = (w.t_high - w.t_low) / 2
-    amount = f"{format_points(w.delta, True, m)} ± {format_points(half, False, m)}"
+    amount = f"{format_value(w.delta, m, True)} ± {format_value(half, m)}"
     if higher_is_better(m):
         what = f"{amount} {m} points over {c.plain}"
     else:
@@ -219,7 +204,7 @@ def _closest(confirmation: Confirmation, alpha: float) -> str:
     best = max(rest, key=lambda r: gain(m, r.delta), default=None)
     if best is None:
         return ""
-    shown = format_points(best.delta, True, m) + ("" if higher_is_better(m) else f" {m}")
+    shown = format_value(best.delta, m, True) + ("" if higher_is_better(m) else f" {m}")
     return f" The closest, {best.method} at {best.setting}, gave {shown} (p_Holm {format_p(best.p_holm)})."
 
 
@@ -242,9 +227,9 @@ def _none_of_them(confirmation: Confirmation) -> str:
     if not (math.isfinite(d) and d > 0):
         power = "the seeds' differences had no spread, so no detectable gain can be estimated"
     elif higher_is_better(m):
-        power = f"a true gain of {format_points(d, False, m)} {m} points or more would have been detected"
+        power = f"a true gain of {format_value(d, m)} {m} points or more would have been detected"
     else:
-        power = f"a true fall of {format_points(d, False, m)} in {m} or more would have been detected"
+        power = f"a true fall of {format_value(d, m)} in {m} or more would have been detected"
     if math.isfinite(d) and d > 0:
         share = _share(c, d)
         power += f" with 80% power ({_bound(c)}" + (f"; {share})" if share else ")")

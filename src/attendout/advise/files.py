@@ -4,7 +4,7 @@ config files (``advice.toml``, ``tuned/METHOD.toml``); the sentence itself is :f
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +12,12 @@ from matplotlib.figure import Figure
 
 from ..configfile import save_config
 from ..methods import get_method_config
+from ..report.canvas import save_png
 from ..report.comparison import metric_scale
 from ..report.figures import method_colour
+from ..report.render import format_interval, format_value, markdown_table
 from ..tasks import higher_is_better
-from .answer import Verdict, format_p, format_points, gain
+from .answer import Verdict, format_p, gain
 from .confirm import Confirmation, ConfirmRow
 from .objective import SearchNoise
 from .plan import MethodSearch
@@ -23,21 +25,16 @@ from .regime import RegimeReading, Trend
 from .scales import CHANCE_POINTS, describe_amount, points
 from .spaces import Choice, describe, search_space
 
-__all__ = ["advice_figure", "advice_markdown", "markdown_cell", "write_setting"]
-
-
-def markdown_cell(text: str) -> str:
-    """``text`` for a Markdown table's cell: its pipes escaped, so that they do not split the cell."""
-    return text.replace("|", "\\|")
+__all__ = ["advice_figure", "advice_markdown", "write_setting"]
 
 
 def advice_markdown(
-    *,
     title: str,
     verdict: Verdict,
     regime: RegimeReading | None,
     searches: dict[str, MethodSearch],
     confirmation: Confirmation,
+    *,
     provenance: Sequence[str],
     noise: SearchNoise | None = None,
     files: dict[str, str],
@@ -59,26 +56,22 @@ def advice_markdown(
     return "\n".join(lines)
 
 
-def _row_cells(r: ConfirmRow, m: str) -> list[str]:
-    """One method's cells of the confirmation table."""
-
-    def pts(value: float | None, signed: bool = True) -> str:
-        return format_points(value, signed, m)
-
-    boot = f"[{pts(r.boot_low)}, {pts(r.boot_high)}]" if r.boot_low is not None else "–"
-    return [
-        r.method,
-        markdown_cell(r.setting),
-        str(r.seeds),
-        pts(r.mean, False),
-        pts(r.baseline_mean, False),
-        pts(r.delta),
-        f"[{pts(r.t_low)}, {pts(r.t_high)}]",
-        format_p(r.p),
-        format_p(r.p_holm),
-        boot,
-        f"{r.cost:.2f}x" if r.cost is not None else "–",
-    ]
+#: The confirmation table's columns: each one's title, and its cell of a method's row (``m``: the metric).
+_CONFIRMATION_COLUMNS: dict[str, Callable[[ConfirmRow, str], str]] = {
+    "method": lambda r, m: r.method,
+    "setting": lambda r, m: r.setting,
+    "seeds": lambda r, m: str(r.seeds),
+    "score": lambda r, m: format_value(r.mean, m),
+    "none": lambda r, m: format_value(r.baseline_mean, m),
+    "Δ": lambda r, m: format_value(r.delta, m, True),
+    "95% interval (seeds)": lambda r, m: format_interval(r.t_low, r.t_high, m),
+    "p": lambda r, m: format_p(r.p),
+    "p_Holm": lambda r, m: format_p(r.p_holm),
+    "bootstrap 95% (examples)": lambda r, m: (
+        "–" if r.boot_low is None else format_interval(r.boot_low, r.boot_high, m)
+    ),
+    "time / none": lambda r, m: "–" if r.cost is None else f"{r.cost:.2f}x",
+}
 
 
 def _floor_sentence(c: Confirmation) -> str:
@@ -91,7 +84,7 @@ def _floor_sentence(c: Confirmation) -> str:
             f"stored labels), so whether {c.plain} learned more than a trivial output would is not checked."
         )
     return (
-        f"Chance floor: {format_points(c.floor, False, m)} on {c.split}, {c.floor_what} "
+        f"Chance floor: {format_value(c.floor, m)} on {c.split}, {c.floor_what} "
         f"({c.floor_constant}); {c.plain} within {describe_amount(m, points(m, CHANCE_POINTS))} of it is at chance."
     )
 
@@ -109,29 +102,29 @@ def _not_fresh(c: Confirmation) -> str:
 
 def _confirmation_section(c: Confirmation) -> list[str]:
     m = c.metric
-    lines = [
+    return [
         "",
         f"## Confirmed on {c.split} ({m}{' ×100' if metric_scale(m) != 1 else ''}, "
         f"{'higher' if higher_is_better(m) else 'lower'} is better; {'fresh ' if c.fresh else ''}seeds "
         f"{', '.join(map(str, c.seeds))})",
         "",
         *([] if c.fresh else [_not_fresh(c), ""]),
-        "| method | setting | seeds | score | none | Δ | 95% interval (seeds) | p | p_Holm | bootstrap 95% (examples) "
-        "| time / none |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in sorted(c.rows, key=lambda r: -gain(m, r.delta)):
-        lines.append("| " + " | ".join(_row_cells(r, m)) + " |")
-    return lines + [
+        *markdown_table(
+            list(_CONFIRMATION_COLUMNS),
+            [
+                [cell(r, m) for cell in _CONFIRMATION_COLUMNS.values()]
+                for r in sorted(c.rows, key=lambda r: -gain(m, r.delta))
+            ],
+        ),
         "",
         f"Δ: mean paired difference against none (method minus none, same seed"
         f"{'' if higher_is_better(m) else '; lower is better, so a gain is negative'}). p: paired t-test over "
         f"seeds; p_Holm: Holm over the {len(c.rows)} methods. Smallest true Δ (either way) detected with 80% "
-        f"power: {format_points(c.detectable, False, m)} at Holm's strictest level, "
-        f"{format_points(c.detectable_alpha, False, m)} for a single comparison, both at the "
+        f"power: {format_value(c.detectable, m)} at Holm's strictest level, "
+        f"{format_value(c.detectable_alpha, m)} for a single comparison, both at the "
         f"{100 * c.confidence:.0f}% upper bound of the seeds' noise (one seed's paired difference: sd "
-        f"{format_points(c.noise.sd, False, m)}, {c.noise.df:.3g} degrees of freedom; bound "
-        f"{format_points(c.noise.upper(c.confidence), False, m)}), so the 80% holds in "
+        f"{format_value(c.noise.sd, m)}, {c.noise.df:.3g} degrees of freedom; bound "
+        f"{format_value(c.noise.upper(c.confidence), m)}), so the 80% holds in "
         f"{100 * c.confidence:.0f}% of studies. Time: a method's mean wall time "
         "per run over none's (same steps, same machine), of the runs trained for this confirmation: runs copied "
         "in by --reuse-runs were timed elsewhere, so a method (or none) whose runs were all copied has no ratio "
@@ -169,18 +162,17 @@ def _search_section(searches: dict[str, MethodSearch], noise: SearchNoise | None
     lines = [
         "## Search (validation split carved from train; the settings were chosen on these scores)",
         "",
-        *([noise.sentence(metric_scale(m)), ""] if noise is not None else []),
-        "| method | searched | trials (complete / pruned / failed) | best setting | its score |",
-        "|---|---|---|---|---|",
+        *([noise.sentence(), ""] if noise is not None else []),
     ]
+    rows = []
     for method, s in searches.items():
         counts = [sum(1 for t in s.trials if t["state"] == state) for state in ("COMPLETE", "PRUNED", "FAIL")]
         ranges = ", ".join(f"{k} {r.describe()}" for k, r in search_space(method).items())
         best = "–" if s.options is None else describe(method, s.options)
         value = "–" if s.value is None else f"{s.value:.4f}"
-        cells = [method, ranges, " / ".join(map(str, counts)), best, value]
-        lines.append("| " + " | ".join(markdown_cell(cell) for cell in cells) + " |")
-    return lines
+        rows.append([method, ranges, " / ".join(map(str, counts)), best, value])
+    header = ["method", "searched", "trials (complete / pruned / failed)", "best setting", "its score"]
+    return lines + markdown_table(header, rows)
 
 
 def _regime_section(regime: RegimeReading | None, trend: Trend | None, plain: str) -> list[str]:
@@ -210,9 +202,7 @@ def advice_figure(
     _confirmation_panel(left, confirmation, methods)
     _search_panel(right, searches, methods, confirmation.metric, objective, se)
     fig.suptitle(title, fontsize=10)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    return out
+    return save_png(fig, out, 120)
 
 
 def _confirmation_panel(left: Any, confirmation: Confirmation, methods: Sequence[str]) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.folder import RunDir
+from ..report.comparison import metric_scale
 from ..report.stats import pooled_sd
 from ..tasks import higher_is_better
 from .plan import OBJECTIVES, MethodSearch, SearchPlan
@@ -167,8 +168,10 @@ class SearchNoise:
         independently: P = integral phi(z) Phi(z + gap / se)^(settings - 1) dz."""
         return chance_to_find(gap, self.se, settings)
 
-    def sentence(self, scale: float = 1.0) -> str:
-        """One sentence for ``advice.md``: the objective and its standard error (``scale``: x100 for a fraction)."""
+    def sentence(self, scale: float | None = None) -> str:
+        """One sentence for ``advice.md``: the objective and its standard error (``scale``: x100 for a fraction;
+        by default, the metric's :func:`~attendout.report.comparison.metric_scale`)."""
+        scale = metric_scale(self.metric) if scale is None else scale
         what = OBJECTIVES[self.objective].format(metric=self.metric, plain=self.plain)
         seeds = ", ".join(map(str, self.seeds))
         head = f"Search objective: {what}, averaged over the search seeds ({seeds})"

@@ -12,6 +12,7 @@ from typing import Any
 from ..bench import config_fingerprint
 from ..config import TrainConfig
 from .plan import OBJECTIVES, search_seeds
+from .scales import plain_name
 from .spaces import DEFAULT_METHODS, search_space
 
 __all__ = ["STAGES", "AdviseConfig"]
@@ -191,40 +192,29 @@ class AdviseConfig:
                 raise ValueError(f"advise: seeds must be a list of seeds or 'auto', got {self.seeds!r}")
         else:
             self.seeds = tuple(self.seeds)
-        checks = [
-            (self.trials >= 1, "trials", self.trials, "at least 1"),
-            (self.hours is None or self.hours > 0, "hours", self.hours, "positive"),
-            (self.sampler in ("tpe", "grid"), "sampler", self.sampler, "tpe or grid"),
-            (self.regime_epochs >= 2, "regime_epochs", self.regime_epochs, "at least 2"),
-            (self.epochs is None or self.epochs >= 1, "epochs", self.epochs, "at least 1"),
+        checks = [  # (whether the field's value is good, the field, what it must be)
+            (self.trials >= 1, "trials", "at least 1"),
+            (self.hours is None or self.hours > 0, "hours", "positive"),
+            (self.sampler in ("tpe", "grid"), "sampler", "tpe or grid"),
+            (self.regime_epochs >= 2, "regime_epochs", "at least 2"),
+            (self.epochs is None or self.epochs >= 1, "epochs", "at least 1"),
             (
                 self.seeds == "auto" or len(self.seeds) >= 2,
                 "seeds",
-                self.seeds,
                 "at least 2 seeds (a paired test needs them)",
             ),
-            (
-                self.seeds == "auto" or len(set(self.seeds)) == len(self.seeds),
-                "seeds",
-                self.seeds,
-                "distinct",
-            ),
-            (self.search_repeats >= 1, "search_repeats", self.search_repeats, "at least 1"),
-            (self.objective in OBJECTIVES, "objective", self.objective, " or ".join(OBJECTIVES)),
-            (self.detect is None or self.detect > 0, "detect", self.detect, "positive"),
-            (
-                self.confirm_hours is None or self.confirm_hours > 0,
-                "confirm_hours",
-                self.confirm_hours,
-                "positive",
-            ),
-            (self.max_seeds >= 2, "max_seeds", self.max_seeds, "at least 2"),
-            (0 < self.alpha < 1, "alpha", self.alpha, "in (0, 1)"),
-            (self.until in STAGES, "until", self.until, " or ".join(STAGES)),
+            (self.seeds == "auto" or len(set(self.seeds)) == len(self.seeds), "seeds", "distinct"),
+            (self.search_repeats >= 1, "search_repeats", "at least 1"),
+            (self.objective in OBJECTIVES, "objective", " or ".join(OBJECTIVES)),
+            (self.detect is None or self.detect > 0, "detect", "positive"),
+            (self.confirm_hours is None or self.confirm_hours > 0, "confirm_hours", "positive"),
+            (self.max_seeds >= 2, "max_seeds", "at least 2"),
+            (0 < self.alpha < 1, "alpha", "in (0, 1)"),
+            (self.until in STAGES, "until", " or ".join(STAGES)),
         ]
-        for ok, name, value, rule in checks:
+        for ok, name, rule in checks:
             if not ok:
-                raise ValueError(f"advise: {name} must be {rule}, got {value!r}")
+                raise ValueError(f"advise: {name} must be {rule}, got {getattr(self, name)!r}")
         taken = set(search_seeds(self.search_seed, self.search_repeats))
         if self.seeds != "auto" and taken & set(self.seeds):
             raise ValueError(
@@ -249,6 +239,16 @@ class AdviseConfig:
     @property
     def out(self) -> Path:
         return Path(self.output_dir)
+
+    @property
+    def regime_dir(self) -> Path:
+        """The plain run the regime stage reads: ``regime_run``, else OUTPUT/regime (trained by the study)."""
+        return Path(self.regime_run) if self.regime_run else self.out / "regime"
+
+    @property
+    def plain(self) -> str:
+        """What the baseline is called (:func:`.scales.plain_name`)."""
+        return plain_name(self.recipe.model_init)
 
     @property
     def storage_url(self) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..report.comparison import metric_scale
 from ..report.regime import EpochCurves
 from ..tasks import higher_is_better
 
@@ -115,8 +116,6 @@ def plateau(metric: str, best: float) -> float:
     """How close to the best a validation score counts as the peak: ``PLATEAU`` for a fraction (accuracy,
     MCC, ...), ``100 x PLATEAU`` points for a 0-100 score (BLEU, chrF, ROUGE), and ``PLATEAU`` of the best
     value, relative, for perplexity and the loss (lower is better; their scale is the model's)."""
-    from ..report.comparison import metric_scale
-
     if not higher_is_better(metric):
         return PLATEAU * abs(best)
     return 100 * PLATEAU if metric_scale(metric) == 1 else PLATEAU
@@ -201,8 +200,6 @@ class Trend:
         4-7 of the 7-epoch regime probe" (empty when it cannot be told)."""
         if self.state == UNKNOWN:
             return ""
-        from ..report.comparison import metric_scale
-
         k = metric_scale(self.metric)
         unit = " points" if k != 1 else ""
         return (

@@ -231,12 +231,15 @@ def _running(studies: dict[str, Any], stale_after: float) -> str:
 
 def _spent(studies: dict[str, Any]) -> float:
     """Seconds of every finished trial of every study (the search's time budget counts these)."""
-    total = 0.0
-    for study in studies.values():
-        for t in study.get_trials(deepcopy=False):
-            if t.state.is_finished() and t.datetime_start and t.datetime_complete:
-                total += (t.datetime_complete - t.datetime_start).total_seconds()
-    return total
+    trials = [t for study in studies.values() for t in study.get_trials(deepcopy=False)]
+    return sum(_seconds(t) or 0.0 for t in trials if t.state.is_finished())
+
+
+def _seconds(t: Any) -> float | None:
+    """How long trial ``t`` ran, from its start to its end (None where it has not both)."""
+    if t.datetime_start and t.datetime_complete:
+        return (t.datetime_complete - t.datetime_start).total_seconds()
+    return None
 
 
 def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
@@ -325,13 +328,8 @@ def reference(plan: SearchPlan, seed: int, wait: bool = True) -> Measured | None
         if not taken:
             return None
         if not RunDir(run_dir).finished:
-            config = epoch_run(
-                dataclasses.replace(plan.base, method="none", method_options={}),
-                epochs=plan.epochs,
-                seed=seed,
-                output_dir=run_dir,
-                steps_per_epoch=plan.steps_per_epoch,
-                progress=plan.progress,
+            config = _seed_run(
+                plan, dataclasses.replace(plan.base, method="none", method_options={}), seed, run_dir
             )
             plan.echo(
                 f"search: plain fine-tuning at search seed {seed}, the reference of every trial's score"
@@ -429,20 +427,14 @@ def _train_seed(
     The first seed's validations are reported to the pruner (the objective at each epoch)."""
     import optuna
 
-    config = epoch_run(
-        dataclasses.replace(
-            plan.base,
-            method=method,
-            method_options={**plan.fixed_options.get(method, {}), **options},
-            evaluate=False,  # the evaluation splits are never encoded nor scored in a trial
-            save_model=False,
-        ),
-        epochs=plan.epochs,
-        seed=seed,
-        output_dir=run_dir,
-        steps_per_epoch=plan.steps_per_epoch,
-        progress=plan.progress,
+    recipe = dataclasses.replace(
+        plan.base,
+        method=method,
+        method_options={**plan.fixed_options.get(method, {}), **options},
+        evaluate=False,  # the evaluation splits are never encoded nor scored in a trial
+        save_model=False,
     )
+    config = _seed_run(plan, recipe, seed, run_dir)
     reported: set[int] = set()
 
     def report(record: dict[str, Any]) -> None:
@@ -492,6 +484,19 @@ def epoch_run(
     )
 
 
+def _seed_run(plan: SearchPlan, recipe: TrainConfig, seed: int, run_dir: Path) -> TrainConfig:
+    """``recipe`` as a search run at ``seed`` in ``run_dir`` (a trial's seed, or plain fine-tuning's reference
+    there), at the plan's budget (:func:`epoch_run`)."""
+    return epoch_run(
+        recipe,
+        epochs=plan.epochs,
+        seed=seed,
+        output_dir=run_dir,
+        steps_per_epoch=plan.steps_per_epoch,
+        progress=plan.progress,
+    )
+
+
 def search_results(plan: SearchPlan) -> dict[str, MethodSearch]:
     """Each method's trials and best setting, read from the storage (no training)."""
     from optuna.trial import TrialState
@@ -504,11 +509,6 @@ def search_results(plan: SearchPlan) -> dict[str, MethodSearch]:
         for t in study.get_trials(deepcopy=False):
             if t.state == TrialState.FAIL and t.user_attrs.get("interrupted"):
                 continue  # queued again: its retry is the trial
-            seconds = (
-                (t.datetime_complete - t.datetime_start).total_seconds()
-                if t.datetime_start and t.datetime_complete
-                else None
-            )
             rows.append(
                 {
                     "number": t.number,
@@ -517,7 +517,7 @@ def search_results(plan: SearchPlan) -> dict[str, MethodSearch]:
                     "value": t.value,
                     "by_epoch": {int(k): float(v) for k, v in t.intermediate_values.items()},
                     "by_seed": {int(k): float(v) for k, v in (t.user_attrs.get("by_seed") or {}).items()},
-                    "seconds": seconds,
+                    "seconds": _seconds(t),
                     "error": t.user_attrs.get("error"),
                 }
             )

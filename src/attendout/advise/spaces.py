@@ -147,11 +147,6 @@ def suggest(trial: Any, method: str) -> dict[str, Any]:
     return options
 
 
-def is_rate(method: str, option: str) -> bool:
-    """Whether ``option`` of ``method`` is a searched number (False for a :class:`Choice`)."""
-    return isinstance(search_space(method)[option], Range)
-
-
 def grid_of(method: str) -> dict[str, Sequence[Any]]:
     """The grid of ``method`` as Optuna's GridSampler takes it."""
     return {name: list(r.grid) for name, r in search_space(method).items()}

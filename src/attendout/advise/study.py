@@ -45,6 +45,7 @@ from ..bench import config_fingerprint
 from ..config import TrainConfig, split_for_training
 from ..core.folder import LOG_FILE, RunDir, write_json_atomic
 from ..core.lock import RunBusyError, RunLock
+from ..report.render import kept_before_acting_sentence
 from ..run import check as raise_if_stopped
 from ..run import finetune, load_data
 from .answer import Verdict, verdict
@@ -61,7 +62,6 @@ from .objective import SearchNoise, search_noise
 from .options import STAGES, AdviseConfig
 from .plan import MethodSearch, SearchPlan
 from .regime import RegimeReading, read_regime
-from .scales import plain_name
 from .search import epoch_run, run_search
 from .seeds import choose as choose_seeds
 from .trend import plain_trend
@@ -139,39 +139,34 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
     """Stage 1: train (or read) plain fine-tuning's long run; read and record its regime."""
     from ..report.regime import epoch_curves, regime_figure, run_task_id
 
-    run = Path(config.regime_run) if config.regime_run else config.out / "regime"
+    run = RunDir(config.regime_dir)
     if config.regime_run is None:
-        _wait_for_probe(config, run)
-    if config.regime_run is None and not RunDir(run).finished:
-        plain = epoch_run(
-            _search_recipe(config.recipe),
-            epochs=config.regime_epochs,
-            seed=config.search_seed,
-            output_dir=run,
-            steps_per_epoch=steps_per_epoch,
-            progress=config.progress,
-        )
-        resumed = " (resumed)" if plain.resume else ""
-        name = plain_name(config.recipe.model_init)
-        config.echo(f"advise: regime: {name} for {config.regime_epochs} epochs{resumed}")
-        finetune(plain)
-    if not RunDir(run).log.is_file():
-        raise ValueError(f"--regime-run {run} is not a run directory (it has no {LOG_FILE})")
-    state = RunDir(run).state()
+        _wait_for_probe(config, run.path)
+        if not run.finished:
+            plain = epoch_run(
+                _search_recipe(config.recipe),
+                epochs=config.regime_epochs,
+                seed=config.search_seed,
+                output_dir=run.path,
+                steps_per_epoch=steps_per_epoch,
+                progress=config.progress,
+            )
+            resumed = " (resumed)" if plain.resume else ""
+            config.echo(f"advise: regime: {config.plain} for {config.regime_epochs} epochs{resumed}")
+            finetune(plain)
+    if not run.log.is_file():
+        raise ValueError(f"--regime-run {run.path} is not a run directory (it has no {LOG_FILE})")
+    state = run.state()
     if not state.finished:  # its curve stops where the run did: not the budget it claims to show
         raise ValueError(
-            f"--regime-run {run} is not finished: it is {state.describe()}; finish it with --resume"
+            f"--regime-run {run.path} is not finished: it is {state.describe()}; finish it with --resume"
         )
-    reading = dataclasses.replace(read_regime(epoch_curves(run)), plain=plain_name(config.recipe.model_init))
-    if config.epochs is not None:
-        reading = dataclasses.replace(reading, budget=config.epochs)
-    write_json_atomic(config.out / "regime.json", {"run": str(run), **reading.to_dict()})
-    regime_figure(
-        [run],
-        config.out / "regime.png",
-        {run_task_id(run): reading.budget},
-        f"advise: {plain_name(config.recipe.model_init)} by epoch",
-    )
+    reading = read_regime(epoch_curves(run.path))
+    budget = reading.budget if config.epochs is None else config.epochs
+    reading = dataclasses.replace(reading, plain=config.plain, budget=budget)
+    write_json_atomic(config.out / "regime.json", {"run": str(run.path), **reading.to_dict()})
+    budgets = {run_task_id(run.path): reading.budget}
+    regime_figure([run.path], config.out / "regime.png", budgets, f"advise: {config.plain} by epoch")
     config.echo(f"advise: regime: {reading.sentence}")
     return reading
 
@@ -196,7 +191,7 @@ def advise(config: AdviseConfig) -> Advice:
         return Advice(regime, {}, None, regime.sentence if regime else "regime: not probed", None, files)
     searches = run_search(plan)
     noise = search_noise(plan, searches)
-    config.echo(f"advise: {noise.sentence(_scale(metric))}")
+    config.echo(f"advise: {noise.sentence()}")
     tuned = {m: s.options for m, s in searches.items() if s.options is not None}
     for m, s in searches.items():
         if s.options is None:
@@ -283,12 +278,6 @@ def _confirm(
     return confirm(seeds)
 
 
-def _scale(metric: str) -> float:
-    from ..report.comparison import metric_scale
-
-    return metric_scale(metric)
-
-
 def _answer(
     config: AdviseConfig,
     plan: SearchPlan,
@@ -313,11 +302,11 @@ def _answer(
         out / "advice.png", confirmation, searches, list(config.methods), title, config.objective, noise.se
     )
     md = advice_markdown(
-        title=title,
-        verdict=v,
-        regime=regime,
-        searches=searches,
-        confirmation=confirmation,
+        title,
+        v,
+        regime,
+        searches,
+        confirmation,
         provenance=_provenance(config, plan, regime, noise, confirmation),
         files=_described_files(out, regime, confirmation),
         commands=[config.command or "attendout.advise.advise(AdviseConfig(...)) from Python"],
@@ -377,15 +366,17 @@ def _kept_before_acting(out: Path, confirmation: Confirmation, methods: list[str
         ]
         if not any(search) and not any(confirmed):
             continue
-        lines.append(
-            f"**{method}: {sum(search)} of {len(search)} search runs and {sum(confirmed)} of {len(confirmed)} "
-            f"confirmation runs kept a model from before {method} first acted.** Its first phase is plain (as "
-            "AD-DROP's cross-tuning's is), and the model kept is from that phase: those runs are plain fine-tuning "
-            "whatever the options, so the search could not tell the settings apart on them, and the confirmation "
-            f"measures model selection there, not {method}. To measure the method itself: a budget whose best "
-            "epoch comes after it acts, the final model (model_selection='last' in the recipe, from Python), or a first phase that is not "
+        counted = (
+            f"{sum(search)} of {len(search)} search runs and {sum(confirmed)} of {len(confirmed)} "
+            "confirmation runs"
+        )
+        measures = (
+            "the search could not tell the settings apart on them, and the confirmation measures model selection "
+            "there, not the method. To measure the method itself: a budget whose best epoch comes after it acts, "
+            "the final model (model_selection='last' in the recipe, from Python), or a first phase that is not "
             "plain (AD-DROP: start='addrop')."
         )
+        lines.append(kept_before_acting_sentence(method, counted, "runs", measures))
     return lines
 
 
@@ -420,7 +411,7 @@ def _provenance(
     """advice.md's sentences on how the answer was reached: recipe and budget, seeds and splits, the
     search's noise, the device."""
     recipe = config.recipe
-    description = _model_description(confirmation)
+    description = confirmation.table.model_description(confirmation.table.experiment.models[0])
     probe = "" if regime is not None else " (given, not probed)"
     return [
         f"Task {recipe.task}; model {description}; budget {plan.epochs} epochs{probe} of batch {recipe.batch_size} "
@@ -428,7 +419,7 @@ def _provenance(
         f"Search: seeds {', '.join(map(str, plan.seeds))}, objective {config.objective}, validation split carved "
         f"from train ({recipe.validation_split:g} of it); confirmation: seeds "
         f"{', '.join(map(str, confirmation.seeds))}, scored on {confirmation.split}.",
-        noise.sentence(_scale(confirmation.metric)),
+        noise.sentence(),
         f"Device: {_device(confirmation)}.",
     ]
 
@@ -444,14 +435,6 @@ def _described_files(out: Path, regime: RegimeReading | None, confirmation: Conf
         "search.db": f"the Optuna studies (one per method); search/none/: {confirmation.plain} at the search seeds"
         + (f"; regime.png: {confirmation.plain}'s curves" if regime is not None else ""),
     }
-
-
-def _model_description(confirmation: Confirmation) -> str:
-    for run in confirmation.table.runs.values():
-        described = run.results.get("model_description")
-        if described:
-            return str(described)
-    return confirmation.table.experiment.models[0].name
 
 
 def _device(confirmation: Confirmation) -> str:

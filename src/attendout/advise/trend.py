@@ -4,13 +4,11 @@ ran, else the mean curve of the search's plain runs (:func:`plain_trend`), read 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.folder import RunDir
 from .objective import measured, reference_dir
 from .regime import RegimeReading, Trend, read_trend
-from .scales import plain_name
 
 if TYPE_CHECKING:
     from .options import AdviseConfig
@@ -35,10 +33,9 @@ def plain_trend(config: AdviseConfig, plan: SearchPlan, regime: RegimeReading | 
     of the search's plain runs); None where neither was run (a search that scores without plain runs)."""
     from ..report.regime import epoch_curves
 
-    plain = plain_name(config.recipe.model_init)
+    plain = config.plain
     if regime is not None:
-        run = Path(config.regime_run) if config.regime_run else config.out / "regime"
-        curves = epoch_curves(run)
+        curves = epoch_curves(config.regime_dir)
         curve = {
             int(round(float(e))): float(v) for e, v in zip(curves.epochs, curves.validation, strict=True)
         }

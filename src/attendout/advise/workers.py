@@ -171,8 +171,7 @@ def _search_on_slurm(config: AdviseConfig, count: int, launcher: SlurmLauncher) 
         try:
             job.result()
         except Exception as error:  # noqa: BLE001 (submitit's FailedJobState and kin; the log says more)
-            last = (str(error).strip().splitlines() or [type(error).__name__])[-1]
-            failed.append(f"{task.prefix} (job {job.job_id}: {last[:300]})")
+            failed.append(f"{task.prefix} (job {job.job_id}: {_last_line(error)})")
         config.echo(f"advise: search: {task.prefix} (job {job.job_id}) ended")
     _raise_if_failed(failed)
 
@@ -205,8 +204,7 @@ def _search_on_ray(config: AdviseConfig, count: int, launcher: RayLauncher) -> N
             try:
                 ray.get(ref)
             except Exception as error:  # noqa: BLE001 (past its retries, or raised outside a trial)
-                last = (str(error).strip().splitlines() or [type(error).__name__])[-1]
-                failed.append(f"{task.prefix} ({type(error).__name__}: {last[:300]})")
+                failed.append(f"{task.prefix} ({type(error).__name__}: {_last_line(error)})")
             config.echo(f"advise: search: {task.prefix} (a Ray task) ended")
     except KeyboardInterrupt:
         config.echo(
@@ -219,6 +217,11 @@ def _search_on_ray(config: AdviseConfig, count: int, launcher: RayLauncher) -> N
         if started_here:
             ray.shutdown()
     _raise_if_failed(failed)
+
+
+def _last_line(error: Exception) -> str:
+    """The last line of a worker's error (a remote traceback's: what was raised), at most 300 characters."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[-1][:300]
 
 
 def _raise_if_failed(failed: list[str]) -> None:

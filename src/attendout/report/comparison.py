@@ -208,11 +208,9 @@ class ComparisonTable:
         return self.floors.get((model_id, task_id, split))
 
     def splits(self, model: ModelSpec, task: TaskSpec) -> list[str]:
-        seen: list[str] = []
-        for row in self.rows:
-            if row.model.id == model.id and row.task.id == task.id and row.split not in seen:
-                seen.append(row.split)
-        return seen
+        return list(
+            dict.fromkeys(r.split for r in self.rows if (r.model.id, r.task.id) == (model.id, task.id))
+        )
 
     def best(self, model_id: str, task_id: str, split: str) -> Row | None:
         """The row with the best mean of one column in its metric's direction (None: no finished cell).
@@ -230,6 +228,16 @@ class ComparisonTable:
             if (row.model.id, row.task.id, row.split, row.method.id) == (model_id, task_id, split, method_id):
                 return row
         return None
+
+    def model_description(self, model: ModelSpec) -> str:
+        """How the finished runs of ``model`` describe it (their results' or config's model_description: the
+        checkpoint, its size), else its name."""
+        described = (
+            r.results.get("model_description") or r.config.get("model_description")
+            for r in self.runs.values()
+            if r.cell.model.id == model.id
+        )
+        return str(next((d for d in described if d), model.name))
 
     def runs_of(self, model_id: str, task_id: str, method_id: str) -> list[RunRecord]:
         return [
@@ -290,9 +298,11 @@ def build_table(
     runs, status, invalid = collect_runs(experiment, store, budget)
     baseline = experiment.method(experiment.baseline)
     rows, floors = _score_rows(experiment, runs, invalid, metric)
+    bases = {(r.model.id, r.task.id, r.split): r for r in rows if r.method.id == baseline.id}
     for row in rows:
         if row.method.id != baseline.id and row.values:
-            row.comparison = _compare(row, rows, runs, baseline, n_resamples=n_resamples, seed=seed)
+            base = bases.get((row.model.id, row.task.id, row.split))
+            row.comparison = _compare(row, base, runs, baseline, n_resamples=n_resamples, seed=seed)
     family = _adjust_for_multiple_tests([r.comparison for r in rows if r.comparison is not None])
     planned = sum(1 for r in rows if r.method.id != baseline.id)
     return ComparisonTable(
@@ -363,27 +373,16 @@ def _seed_scores(
 
 def _compare(
     row: Row,
-    rows: list[Row],
+    base: Row | None,
     runs: dict[str, RunRecord],
     baseline: MethodSpec,
     *,
     n_resamples: int,
     seed: int,
 ) -> Comparison | None:
-    """``row`` against the baseline's row of its column: the paired t-test over the seeds both ran and
-    the bootstrap over the examples; None where the baseline has no seed in common."""
-    base = next(
-        (
-            r
-            for r in rows
-            if (r.model.id, r.task.id, r.split, r.method.id)
-            == (row.model.id, row.task.id, row.split, baseline.id)
-        ),
-        None,
-    )
-    if base is None or not base.values:
-        return None
-    seeds = sorted(set(row.values) & set(base.values))
+    """``row`` against ``base``, the baseline's row of its column: the paired t-test over the seeds both ran
+    and the bootstrap over the examples; None where the baseline has no seed in common."""
+    seeds = sorted(set(row.values) & set(base.values)) if base is not None else []
     if not seeds:
         return None
     test = paired_t_test([row.values[s] for s in seeds], [base.values[s] for s in seeds])
@@ -443,12 +442,7 @@ def _main_metric(runs: Sequence[RunRecord], task: TaskSpec) -> str | None:
 def _task_splits(task: TaskSpec, runs: Sequence[RunRecord]) -> list[str]:
     if task.splits is not None:
         return list(task.splits)
-    seen: list[str] = []
-    for run in runs:
-        for split in run.results.get("eval", {}):
-            if split not in seen:
-                seen.append(split)
-    return seen or ["dev"]
+    return list(dict.fromkeys(split for run in runs for split in run.results.get("eval", {}))) or ["dev"]
 
 
 def _bootstrap(
@@ -490,25 +484,23 @@ def _detectable(
     """Per model, task and split: the detectable difference of the design (see to_markdown's legend)."""
     out = []
     n_seeds = len(experiment.seeds)
-    keys: list[tuple[str, str, str]] = []
+    columns: dict[tuple[str, str, str], list[Row]] = {}
     for row in rows:
-        if (row.model.id, row.task.id, row.split) not in keys:
-            keys.append((row.model.id, row.task.id, row.split))
-    for model_id, task_id, split in keys:
+        columns.setdefault((row.model.id, row.task.id, row.split), []).append(row)
+    for first, *_ in columns.values():
         group = [
             r.comparison
-            for r in rows
-            if (r.model.id, r.task.id, r.split) == (model_id, task_id, split) and r.comparison is not None
+            for r in columns[(first.model.id, first.task.id, first.split)]
+            if r.comparison is not None
         ]
         sd = pooled_sd([c.test.sd for c in group], [c.test.n for c in group])
         intervals = [c.bootstrap for c in group if c.bootstrap is not None]
         n_examples = intervals[0].n_examples if intervals else None
-        first = next(r for r in rows if (r.model.id, r.task.id, r.split) == (model_id, task_id, split))
         out.append(
             Detectable(
                 model=first.model,
                 task=first.task,
-                split=split,
+                split=first.split,
                 metric=first.metric,
                 n_seeds=n_seeds,
                 sd_pooled=sd,

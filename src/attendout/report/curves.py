@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from ..core.folder import LOG_FILE, RESULTS_FILE, RUN_CONFIG_FILE, RunDir
 from ..tasks import higher_is_better
+from .canvas import save_png
 
 __all__ = ["convergence_figure", "group_runs", "main_metric", "read_log", "validation_curve"]
 
@@ -58,10 +59,7 @@ def convergence_figure(
     ax.set_title(title or f"Convergence (validation {metric}, mean ± std over runs)")
     ax.grid(alpha=0.3)
     ax.legend()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=150)
-    return out
+    return save_png(fig, out, 150)
 
 
 def group_runs(run_dirs: Sequence[Path], by: str = "method") -> dict[str, list[Path]]:

@@ -12,26 +12,22 @@ from __future__ import annotations
 import math
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 
 from ..tasks import higher_is_better
+from .canvas import panel_grid, save_png
+from .comparison import ComparisonTable, metric_scale
 from .curves import convergence_figure
 
-if TYPE_CHECKING:  # table.py imports this module to draw its figures
-    from .comparison import ComparisonTable
-
-
-def _scale(metric: str) -> float:
-    from .comparison import metric_scale
-
-    return metric_scale(metric)
+if TYPE_CHECKING:
+    from ..bench import ModelSpec, TaskSpec
 
 
 def _axis_label(metric: str, prefix: str = "") -> str:
     """``"mcc ×100"``; ``"perplexity (lower is better)"``."""
-    unit = " ×100" if _scale(metric) != 1 else ""
+    unit = " ×100" if metric_scale(metric) != 1 else ""
     return f"{prefix}{metric}{unit}" + ("" if higher_is_better(metric) else " (lower is better)")
 
 
@@ -62,14 +58,10 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
     ]  # panels with at least one finished cell
     if not panels:
         raise ValueError(f"no finished cell of {e.name} in {table.root} to draw bars of")
-    columns = min(len(panels), 3)
-    rows = math.ceil(len(panels) / columns)
-    width = max(4.0, 0.55 * len(e.methods) + 1.5)
-    fig = Figure(figsize=(width * columns, 3.6 * rows + 0.6), layout="constrained")
-    axes = fig.subplots(rows, columns, squeeze=False)
-    for ax, (model, task, split) in zip(axes.flat, panels, strict=False):
+    fig, axes = panel_grid(len(panels), max(4.0, 0.55 * len(e.methods) + 1.5), 3.6, 0.6)
+    for ax, (model, task, split) in zip(axes, panels, strict=True):
         metric = next((r.metric for r in table.rows if r.model.id == model.id and r.task.id == task.id), "")
-        k = _scale(metric)
+        k = metric_scale(metric)
         labels, means, stds, marks, colors, counts = [], [], [], [], [], []
         base_mean = math.nan
         for number, method in enumerate(e.methods):
@@ -108,23 +100,16 @@ def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
             pad = max(0.5, 0.15 * (high - low))
             ax.set_ylim(max(0.0, low - 3 * pad) if low > 0 else low - pad, high + 2 * pad)
         ax.set_xticks(list(positions), labels, rotation=35, ha="right", fontsize=8)
-        prefix = f"{model.label}: " if len(e.models) > 1 else ""
-        ax.set_title(f"{prefix}{task.label} {split}", fontsize=10)
+        _panel_title(ax, table, model, task, split)
         ax.set_ylabel(_axis_label(metric))
         ax.grid(axis="y", alpha=0.3)
-    for ax in list(axes.flat)[len(panels) :]:
-        ax.set_visible(False)
     caption = (
         f"{e.name}: mean ± std over seeds; dashed line: {e.method(e.baseline).label}; dotted red line: "
         "the majority class (always the most frequent label); "
         "* / **: Holm-corrected paired t-test p < 0.05 / 0.01; hatched: one seed so far (no error bar); "
         "the y axes do not start at 0"
     )
-    fig.suptitle(textwrap.fill(caption, width=int(11 * width * columns)), fontsize=9)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130)
-    return out
+    return _save(fig, caption, 11, out)
 
 
 #: Characters per line of a method's label beside a panel of :func:`delta_chart` (longer ones wrap).
@@ -160,19 +145,16 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
             f"no method of {e.name} has finished cells paired with {e.baseline!r} (the same seeds) in {table.root}: "
             "no difference to draw"
         )
-    columns = min(len(panels), 3)
-    rows = math.ceil(len(panels) / columns)
     # long method labels are wrapped, and each panel leaves room for its own labels beside the axis
     wrapped = [textwrap.wrap(m.label, LABEL_WIDTH) or [""] for _, m in others]
     label_lines = max(len(lines) for lines in wrapped)
     label_chars = max(len(line) for lines in wrapped for line in lines)
     width = 3.0 + 0.065 * label_chars
     height = (0.18 + 0.14 * label_lines) * len(others) + 1.4
-    fig = Figure(figsize=(width * columns, height * rows + 0.7), layout="constrained")
-    axes = fig.subplots(rows, columns, squeeze=False)
-    for ax, (model, task, split, found) in zip(axes.flat, panels, strict=False):
+    fig, axes = panel_grid(len(panels), width, height, 0.7)
+    for ax, (model, task, split, found) in zip(axes, panels, strict=True):
         labels = []
-        k = _scale(found[0][2].metric)
+        k = metric_scale(found[0][2].metric)
         for y, (number, method, row) in enumerate(found):
             c = row.comparison
             n, mean, sd = c.test.n, k * c.test.mean, k * c.test.sd
@@ -189,22 +171,27 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
         ax.axvline(0.0, color="0.3", linestyle="--", linewidth=0.8)
         ax.set_yticks(range(len(found)), labels, fontsize=8)
         ax.set_ylim(len(found) - 0.5, -0.7)  # first method on top
-        prefix = f"{model.label}: " if len(e.models) > 1 else ""
-        ax.set_title(f"{prefix}{task.label} {split}", fontsize=10)
+        _panel_title(ax, table, model, task, split)
         ax.set_xlabel(f"{_axis_label(found[0][2].metric, 'Δ ')} vs {e.baseline}", fontsize=8)
         ax.grid(axis="x", alpha=0.3)
-    for ax in list(axes.flat)[len(panels) :]:
-        ax.set_visible(False)
     caption = (
         f"{e.name}: difference from {e.method(e.baseline).label}, paired by seed; dot: mean over seeds; "
         "thick bar: 95% t-interval over seeds; thin bar: 95% bootstrap interval over the split's examples; "
         "* / **: Holm-corrected paired t-test p < 0.05 / 0.01"
     )
-    fig.suptitle(textwrap.fill(caption, width=int(14 * width * columns)), fontsize=9)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130)
-    return out
+    return _save(fig, caption, 14, out)
+
+
+def _panel_title(ax: Any, table: ComparisonTable, model: ModelSpec, task: TaskSpec, split: str) -> None:
+    """A panel's title: the task and split (and the model, where the experiment has several)."""
+    prefix = f"{model.label}: " if len(table.experiment.models) > 1 else ""
+    ax.set_title(f"{prefix}{task.label} {split}", fontsize=10)
+
+
+def _save(fig: Figure, caption: str, chars_per_inch: int, out: str | Path) -> Path:
+    """``fig`` under its ``caption`` (wrapped at ``chars_per_inch`` of its width) as a PNG at ``out``."""
+    fig.suptitle(textwrap.fill(caption, width=int(chars_per_inch * fig.get_figwidth())), fontsize=9)
+    return save_png(fig, out, 130)
 
 
 def convergence_curves(table: ComparisonTable, out_dir: str | Path) -> list[Path]:

@@ -13,15 +13,14 @@ task's name, options and the total number of steps) only.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from ..core.folder import RunDir
 from ..methods.droplog import read_drop_pattern
+from .canvas import panel_grid, save_png
 from .curves import option_details
 
 __all__ = ["is_attendout_run", "is_control_run", "pair_controls", "panel_labels", "pattern_figure"]
@@ -39,10 +38,7 @@ def pattern_figure(run_dirs: Sequence[Path], out: Path, title: str = "") -> Path
     patterns = {run: read_drop_pattern(run) for run in run_dirs}
     labels = dict(zip(shown, panel_labels(shown), strict=True))
     count = len(shown) + bool(paired)
-    columns = min(count, 3)
-    rows = math.ceil(count / columns)
-    fig = Figure(figsize=(max(6.4, 4.6 * columns), 3.4 * rows), layout="constrained")
-    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    fig, axes = panel_grid(count, 6.4 if count == 1 else 4.6, 3.4)  # one panel: 6.4 inches wide
     for ax, run in zip(axes, shown, strict=False):
         pattern = patterns[run]
         for number, (layer, values) in enumerate(pattern.layers.items()):
@@ -62,13 +58,8 @@ def pattern_figure(run_dirs: Sequence[Path], out: Path, title: str = "") -> Path
         ax.legend(fontsize=7, ncol=2)
     if paired:
         final_rates_panel(axes[len(shown)], [(run, c) for run, c in pairs.items() if c is not None], patterns)
-    for ax in axes[count:]:
-        ax.set_visible(False)
     fig.suptitle(title or "AttendOut dropout patterns: mean drop probability per layer (learned rates)")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=150)
-    return out
+    return save_png(fig, out, 150)
 
 
 def final_rates_panel(ax, pairs: Sequence[tuple[Path, Path]], patterns: dict) -> None:

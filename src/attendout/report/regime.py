@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from ..core.folder import CELL_FILE, LOG_FILE, RUN_CONFIG_FILE, RunDir
 from ..tasks import higher_is_better
+from .canvas import panel_grid, save_png
 from .curves import main_metric, read_log
 
 __all__ = ["EpochCurves", "epoch_curves", "regime_figure", "regime_summary", "run_task_id"]
@@ -121,14 +121,9 @@ def regime_figure(
     if not runs:
         raise ValueError("no run to draw the regime figure of")
     budgets = budgets or {}
-    columns = min(4, len(runs))
-    rows = math.ceil(len(runs) / columns)
-    fig = Figure(figsize=(3.6 * columns, 2.9 * rows), layout="constrained")
-    axes = fig.subplots(rows, columns, squeeze=False)
-    for ax in axes.flat[len(runs) :]:
-        ax.set_visible(False)
+    fig, axes = panel_grid(len(runs), 3.6, 2.9, per_row=4)
     legend_axes: list = []  # the first panel's two axes, whose lines the legend names
-    for ax, run in zip(axes.flat, runs, strict=False):
+    for ax, run in zip(axes, runs, strict=True):
         c = epoch_curves(run)
         task = run_task_id(run)
         ax.plot(
@@ -161,7 +156,4 @@ def regime_figure(
         labels += lab
     fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=8)
     fig.suptitle(title or "Plain fine-tuning by epoch (circle: best validation)", fontsize=10)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130)
-    return out
+    return save_png(fig, out, 130)

@@ -10,20 +10,33 @@ import csv
 import io
 import json
 import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from ..bench import ModelSpec, TaskSpec
 from ..tasks import higher_is_better
-from .comparison import ComparisonTable, Row, RunRecord, direction, metric_scale
+from .comparison import Comparison, ComparisonTable, Detectable, Row, RunRecord, direction, metric_scale
+from .stats import BootstrapInterval
 
-__all__ = ["CSV_COLUMNS", "protocol_lines", "to_csv", "to_markdown"]
+__all__ = [
+    "CSV_COLUMNS",
+    "format_interval",
+    "format_value",
+    "kept_before_acting_sentence",
+    "markdown_table",
+    "protocol_lines",
+    "to_csv",
+    "to_markdown",
+]
 
 # --------------------------------------------------------------------------------------------------
 # Markdown
 
 
-def _val(value: float | None, metric: str, signed: bool = False, digits: int = 1) -> str:
-    """``value`` of ``metric`` for display: ×100 for a fraction, as it is for perplexity, BLEU, ...
-    (:func:`~attendout.report.comparison.metric_scale`)."""
+def format_value(value: float | None, metric: str, signed: bool = False, digits: int = 1) -> str:
+    """``value`` of ``metric`` (a score or a difference) for display, in every table and sentence: ×100 for a
+    fraction, as it is for perplexity, BLEU, ... (:func:`~attendout.report.comparison.metric_scale`)."""
     if value is None or not math.isfinite(value):
         return "–"
     shown = metric_scale(metric) * value
@@ -69,13 +82,8 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
     lines.append("")
     lines.append(f"- Tuning of method options: {e.tuning}.")
     lines.append(f"- Recipe: {e.recipe}.")
-    models = {}
-    for run in runs:
-        models.setdefault(
-            run.cell.model.id, run.results.get("model_description") or run.config.get("model_description")
-        )
     for model in e.models:
-        lines.append(f"- Model {model.label}: {models.get(model.id) or model.name}.")
+        lines.append(f"- Model {model.label}: {table.model_description(model)}.")
     for task in e.tasks:
         lines.append(_task_line(task, [r for r in runs if r.cell.task.id == task.id]))
     method_text = "; ".join(
@@ -103,13 +111,24 @@ def _before_acting_lines(runs: list[RunRecord]) -> list[str]:
         seen[0] += kept_before_acting(run.results, run.config)
         seen[1] += 1
     return [
-        f"- **{label}: {kept} of {total} cells kept a model from before the method first acted** (its first "
-        "phase is plain, as AD-DROP's cross-tuning's is, and the model kept is from that phase): those "
-        "cells are plain fine-tuning whatever the method's options, and their Δ measures model selection, not "
-        "the method."
+        "- "
+        + kept_before_acting_sentence(
+            label, f"{kept} of {total} cells", "cells", "their Δ measures model selection, not the method."
+        )
         for label, (kept, total) in counts.items()
         if kept
     ]
+
+
+def kept_before_acting_sentence(method: str, counted: str, runs: str, measures: str) -> str:
+    """The warning of a method ``counted`` of whose ``runs`` ("2 of 5 cells") kept a model from before the
+    method first acted (:func:`attendout.run.record.kept_before_acting`), in the table's protocol and
+    advise's answer: those runs are plain fine-tuning, and ``measures`` says what their comparison measures."""
+    return (
+        f"**{method}: {counted} kept a model from before the method first acted** (its first phase is plain, "
+        "as AD-DROP's cross-tuning's is, and the model kept is from that phase): those "
+        f"{runs} are plain fine-tuning whatever the method's options, and {measures}"
+    )
 
 
 def _selection_sentence(runs: list[RunRecord]) -> str:
@@ -207,17 +226,22 @@ def to_markdown(table: ComparisonTable, figures: dict[str, str] | None = None) -
     return "\n".join(out) + "\n"
 
 
-def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A Markdown table's lines: the header, its rule, a line per row."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A Markdown table's lines: the header, its rule, a line per row; every table of attendout's files
+    (the comparison's, advise's, a run's metrics). A pipe in a cell is escaped, so that it does not split
+    the cell."""
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header), *(line(cells) for cells in rows)]
 
 
 def _per_model_table(table: ComparisonTable, header: list[str], rows: list[list[str]]) -> list[str]:
     """A table whose first column is the model: left out when the experiment has one model."""
     if len(table.experiment.models) == 1:
         header, rows = header[1:], [cells[1:] for cells in rows]
-    return _markdown_table(header, rows)
+    return markdown_table(header, rows)
 
 
 def _scores_section(table: ComparisonTable, model: ModelSpec) -> list[str]:
@@ -238,11 +262,11 @@ def _scores_section(table: ComparisonTable, model: ModelSpec) -> list[str]:
     if any(f is not None for f in floors):
         cells = ["*majority class* (always the most frequent label: the floor)"]
         cells += [
-            "–" if f is None else f"*{_val(f, _metric_of(table, model, task))}*"
+            "–" if f is None else f"*{format_value(f, _metric_of(table, model, task))}*"
             for f, (task, _) in zip(floors, columns, strict=True)
         ]
         rows.append(cells)
-    return [title, "", *_markdown_table(header, rows), ""]
+    return [title, "", *markdown_table(header, rows), ""]
 
 
 def _differences_section(table: ComparisonTable) -> list[str]:
@@ -256,51 +280,45 @@ def _differences_section(table: ComparisonTable) -> list[str]:
         f"over {table.n_resamples} resamples of the evaluation examples (stored predictions); it shows how much Δ "
         "depends on which examples the split holds, which the t-test over seeds does not."
     )
-    header = [
-        "model",
-        "task",
-        "split",
-        "method",
-        "seeds",
-        "Δ",
-        "better",
-        "p",
-        "p_Holm",
-        "bootstrap 95% interval",
+    compared = [row for row in table.rows if row.comparison is not None]
+    rows = [
+        [cell(row, row.comparison, table.alpha) for cell in _DIFFERENCE_COLUMNS.values()] for row in compared
     ]
-    rows = []
-    for row in table.rows:
-        if row.comparison is None:
-            continue
-        c = row.comparison
-        m = row.metric
-        boot = (
-            f"[{_val(c.bootstrap.low, m, True)}, {_val(c.bootstrap.high, m, True)}]"
-            if c.bootstrap
-            else c.note or "–"
-        )
-        verdict = {True: "better", False: "worse", None: "–"}[c.better(table.alpha)]
-        rows.append(
-            [
-                row.model.label,
-                row.task.label,
-                row.split,
-                row.method.label,
-                str(c.test.n),
-                f"{_val(c.test.mean, m, True)}{c.mark}",
-                verdict,
-                _p(c.test.p),
-                _p(c.p_holm),
-                boot,
-            ]
-        )
     return [
         f"## Differences against {baseline.label}",
         "",
         legend,
         "",
-        *_per_model_table(table, header, rows),
+        *_per_model_table(table, list(_DIFFERENCE_COLUMNS), rows),
     ]
+
+
+def _bootstrap_cell(c: Comparison, metric: str) -> str:
+    """A comparison's bootstrap interval, or why it has none."""
+    if c.bootstrap is None:
+        return c.note or "–"
+    return format_interval(c.bootstrap.low, c.bootstrap.high, metric)
+
+
+def format_interval(low: float, high: float, metric: str) -> str:
+    """An interval of differences of ``metric`` for a table: ``[-1.2, +3.4]`` (:func:`format_value`)."""
+    return f"[{format_value(low, metric, True)}, {format_value(high, metric, True)}]"
+
+
+#: The differences table's columns: each one's title, and its cell of a row compared with the baseline
+#: (``c``: the row's comparison; ``alpha``: the table's level).
+_DIFFERENCE_COLUMNS: dict[str, Callable[[Row, Comparison, float], str]] = {
+    "model": lambda row, c, alpha: row.model.label,
+    "task": lambda row, c, alpha: row.task.label,
+    "split": lambda row, c, alpha: row.split,
+    "method": lambda row, c, alpha: row.method.label,
+    "seeds": lambda row, c, alpha: str(c.test.n),
+    "Δ": lambda row, c, alpha: f"{format_value(c.test.mean, row.metric, True)}{c.mark}",
+    "better": lambda row, c, alpha: {True: "better", False: "worse", None: "–"}[c.better(alpha)],
+    "p": lambda row, c, alpha: _p(c.test.p),
+    "p_Holm": lambda row, c, alpha: _p(c.p_holm),
+    "bootstrap 95% interval": lambda row, c, alpha: _bootstrap_cell(c, row.metric),
+}
 
 
 def _detectable_section(table: ComparisonTable) -> list[str]:
@@ -321,10 +339,10 @@ def _detectable_section(table: ComparisonTable) -> list[str]:
             d.model.label,
             d.task.label,
             d.split,
-            _val(d.sd_pooled, d.metric, digits=2),
-            _val(d.at_alpha, d.metric, digits=2),
-            _val(d.at_holm_first_step, d.metric, digits=2),
-            _val(d.from_examples, d.metric, digits=2),
+            format_value(d.sd_pooled, d.metric, digits=2),
+            format_value(d.at_alpha, d.metric, digits=2),
+            format_value(d.at_holm_first_step, d.metric, digits=2),
+            format_value(d.from_examples, d.metric, digits=2),
             str(d.n_examples or "–"),
         ]
         for d in table.detectable
@@ -361,50 +379,73 @@ def _score_cell(row: Row | None, n_seeds: int, best: bool = False) -> str:
     if not row.values:
         return "invalid" if row.invalid else "–"
     m = row.metric
-    text = _val(row.mean, m) if row.n < 2 else f"{_val(row.mean, m)} ± {_val(row.std, m)}"
+    text = (
+        format_value(row.mean, m)
+        if row.n < 2
+        else f"{format_value(row.mean, m)} ± {format_value(row.std, m)}"
+    )
     if best:
         text = f"**{text}**"
     if row.n != n_seeds:
         text += f" (n={row.n})"
     if row.comparison is not None:
-        text += f" (Δ {_val(row.comparison.test.mean, m, True)}{row.comparison.mark})"
+        text += f" (Δ {format_value(row.comparison.test.mean, m, True)}{row.comparison.mark})"
     return text
 
 
 # --------------------------------------------------------------------------------------------------
 # CSV
 
-CSV_COLUMNS = [
-    "model",
-    "task",
-    "split",
-    "metric",
-    "higher_is_better",
-    "method",
-    "method_label",
-    "method_name",
-    "method_options",
-    "n",
-    "mean",
-    "std",
-    "values",
-    "invalid",
-    "n_pairs",
-    "diff",
-    "diff_sd",
-    "t",
-    "p",
-    "p_holm",
-    "significance",
-    "better",
-    "ci_low",
-    "ci_high",
-    "bootstrap_se",
-    "detectable_alpha",
-    "detectable_holm_first_step",
-    "detectable_examples",
-    "majority",
-]
+
+@dataclass(frozen=True)
+class _CsvLine:
+    """What one line of the CSV is read from: a row, its comparison with the baseline (None: not compared)
+    and its split's detectable difference (None: not computed)."""
+
+    table: ComparisonTable
+    row: Row
+    c: Comparison | None
+    d: Detectable | None
+
+    @property
+    def boot(self) -> BootstrapInterval | None:
+        return self.c.bootstrap if self.c is not None else None
+
+
+#: The CSV's columns, each with how its value is read (raw values, not ×100; empty where the line has no
+#: comparison, bootstrap or detectable difference to read it from).
+_CSV_FIELDS: dict[str, Callable[[_CsvLine], Any]] = {
+    "model": lambda x: x.row.model.id,
+    "task": lambda x: x.row.task.id,
+    "split": lambda x: x.row.split,
+    "metric": lambda x: x.row.metric,
+    "higher_is_better": lambda x: higher_is_better(x.row.metric),
+    "method": lambda x: x.row.method.id,
+    "method_label": lambda x: x.row.method.label,
+    "method_name": lambda x: x.row.method.name,
+    "method_options": lambda x: json.dumps(x.row.method.options, sort_keys=True),
+    "n": lambda x: x.row.n,
+    "mean": lambda x: _num(x.row.mean),
+    "std": lambda x: _num(x.row.std),
+    "values": lambda x: ";".join(f"{s}:{v:.6g}" for s, v in sorted(x.row.values.items())),
+    "invalid": lambda x: x.row.invalid or "",
+    "n_pairs": lambda x: x.c.test.n if x.c else "",
+    "diff": lambda x: _num(x.c.test.mean) if x.c else "",
+    "diff_sd": lambda x: _num(x.c.test.sd) if x.c else "",
+    "t": lambda x: _num(x.c.test.t) if x.c else "",
+    "p": lambda x: _num(x.c.test.p) if x.c else "",
+    "p_holm": lambda x: _num(x.c.p_holm) if x.c else "",
+    "significance": lambda x: x.c.mark if x.c else "",
+    "better": lambda x: {True: "better", False: "worse", None: ""}[x.c.better(x.table.alpha)] if x.c else "",
+    "ci_low": lambda x: _num(x.boot.low) if x.boot else "",
+    "ci_high": lambda x: _num(x.boot.high) if x.boot else "",
+    "bootstrap_se": lambda x: _num(x.boot.se) if x.boot else "",
+    "detectable_alpha": lambda x: _num(x.d.at_alpha) if x.d else "",
+    "detectable_holm_first_step": lambda x: _num(x.d.at_holm_first_step) if x.d else "",
+    "detectable_examples": lambda x: _num(x.d.from_examples) if x.d else "",
+    "majority": lambda x: _num(x.table.floor(x.row.model.id, x.row.task.id, x.row.split)),
+}
+CSV_COLUMNS = list(_CSV_FIELDS)
 
 
 def to_csv(table: ComparisonTable) -> str:
@@ -414,41 +455,8 @@ def to_csv(table: ComparisonTable) -> str:
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in table.rows:
-        c = row.comparison
-        d = detectable.get((row.model.id, row.task.id, row.split))
-        writer.writerow(
-            {
-                "model": row.model.id,
-                "task": row.task.id,
-                "split": row.split,
-                "metric": row.metric,
-                "higher_is_better": higher_is_better(row.metric),
-                "method": row.method.id,
-                "method_label": row.method.label,
-                "method_name": row.method.name,
-                "method_options": json.dumps(row.method.options, sort_keys=True),
-                "n": row.n,
-                "mean": _num(row.mean),
-                "std": _num(row.std),
-                "values": ";".join(f"{s}:{v:.6g}" for s, v in sorted(row.values.items())),
-                "invalid": row.invalid or "",
-                "n_pairs": c.test.n if c else "",
-                "diff": _num(c.test.mean) if c else "",
-                "diff_sd": _num(c.test.sd) if c else "",
-                "t": _num(c.test.t) if c else "",
-                "p": _num(c.test.p) if c else "",
-                "p_holm": _num(c.p_holm) if c else "",
-                "significance": c.mark if c else "",
-                "better": {True: "better", False: "worse", None: ""}[c.better(table.alpha)] if c else "",
-                "ci_low": _num(c.bootstrap.low) if c and c.bootstrap else "",
-                "ci_high": _num(c.bootstrap.high) if c and c.bootstrap else "",
-                "bootstrap_se": _num(c.bootstrap.se) if c and c.bootstrap else "",
-                "detectable_alpha": _num(d.at_alpha) if d else "",
-                "detectable_holm_first_step": _num(d.at_holm_first_step) if d else "",
-                "detectable_examples": _num(d.from_examples) if d else "",
-                "majority": _num(table.floor(row.model.id, row.task.id, row.split)),
-            }
-        )
+        line = _CsvLine(table, row, row.comparison, detectable.get((row.model.id, row.task.id, row.split)))
+        writer.writerow({name: read(line) for name, read in _CSV_FIELDS.items()})
     return buffer.getvalue()
 
 

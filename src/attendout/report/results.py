@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .render import markdown_table
+
 __all__ = ["format_results", "format_truncation"]
 
 
@@ -41,10 +43,5 @@ def format_results(results: dict[str, Any]) -> str:
         else ""
     )
     names = [m for m in next(iter(results["eval"].values()), results["validation"]) if m != "loss"]
-    header = "| split | " + " | ".join(names) + " |"
-    lines = [header, "|" + "---|" * (len(names) + 1)]
-    for split, metrics in rows:
-        lines.append(
-            f"| {split} | " + " | ".join(f"{metrics.get(n, float('nan')):.4f}" for n in names) + " |"
-        )
-    return note + "\n".join(lines)
+    cells = [[split, *(f"{metrics.get(n, float('nan')):.4f}" for n in names)] for split, metrics in rows]
+    return note + "\n".join(markdown_table(["split", *names], cells))

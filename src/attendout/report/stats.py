@@ -184,41 +184,63 @@ def bootstrap_difference(
     if n_resamples < 10:
         raise ValueError(f"bootstrap_difference: n_resamples must be at least 10, got {n_resamples!r}")
     rng = np.random.default_rng(seed)
-    if isinstance(metric, str) and metric in SEQUENCE_METRICS:  # per-example lists of tags
-        return _bootstrap_counts(metric, y, runs_a, runs_b, n_resamples, level, rng)
-    if isinstance(metric, str) and metric in TEXT_METRICS:  # generated text against references
-        return _bootstrap_text(metric, y, runs_a, runs_b, n_resamples, level, rng)
-    fast = isinstance(metric, str) and metric in _CONFUSION_METRICS and _is_class_index(y, runs_a + runs_b)
-    if isinstance(metric, str) and not fast:
+    summed = _summed_statistics(metric, y, runs_a + runs_b)
+    if summed is not None:
+        statistics, score, dtype = summed
+        stats_a, stats_b = [statistics(p) for p in runs_a], [statistics(p) for p in runs_b]
+        return _bootstrap_summed(stats_a, stats_b, score, dtype, n, n_resamples, level, rng)
+    if isinstance(metric, str):
         if metric not in METRICS:
             raise ValueError(
                 f"bootstrap_difference: unknown metric {metric!r}; known: {', '.join(sorted(METRICS))}"
             )
-        fn = METRICS[metric]
-    else:
-        fn = metric if callable(metric) else None
+        metric = METRICS[metric]
 
     def difference_on(indices: np.ndarray | None) -> float:
         pick = slice(None) if indices is None else indices
-        score_a = np.mean([fn(p[pick], y[pick]) for p in runs_a])
-        score_b = np.mean([fn(p[pick], y[pick]) for p in runs_b])
+        score_a = np.mean([metric(p[pick], y[pick]) for p in runs_a])
+        score_b = np.mean([metric(p[pick], y[pick]) for p in runs_b])
         return float(score_a - score_b)
 
-    if fast:
-        k = int(max(y.max(), *(p.max() for p in runs_a + runs_b))) + 1
-        name = str(metric)
-
-        def weighted(weights: np.ndarray) -> np.ndarray:  # (b, n) -> (b,)
-            score_a = np.mean([_confusion_metric(name, _counts(weights, p, y, k)) for p in runs_a], axis=0)
-            score_b = np.mean([_confusion_metric(name, _counts(weights, p, y, k)) for p in runs_b], axis=0)
-            return score_a - score_b
-
-        estimate = float(weighted(np.ones((1, n)))[0])
-        draws = _weighted_draws(weighted, n, n_resamples, rng)
-    else:
-        estimate = difference_on(None)
-        draws = np.array([difference_on(rng.integers(0, n, size=n)) for _ in range(n_resamples)])
+    estimate = difference_on(None)
+    draws = np.array([difference_on(rng.integers(0, n, size=n)) for _ in range(n_resamples)])
     return _interval(estimate, draws, n, level)
+
+
+def _summed_statistics(metric: Any, y: np.ndarray, runs: list[np.ndarray]) -> tuple[Any, Any, Any] | None:
+    """How :func:`bootstrap_difference` scores ``metric`` from per-example statistics summed over the drawn
+    examples (:func:`_bootstrap_summed`): (a run's statistics (n, k), the score of their sums, the dtype of
+    the weights); None where it scores each resample anew (any other metric, a callable).
+
+    Micro-averaged sequence metrics sum :func:`~attendout.tasks.metrics.sequence_counts` (scored by
+    :func:`from_counts`); BLEU, chrF and ROUGE sum :func:`text_statistics` (scored by
+    :func:`score_from_statistics`, integer weights: sacrebleu scores integer n-gram counts); accuracy, F1
+    and MCC of class indices sum one-hot confusion cells (scored by :func:`_confusion_metric`)."""
+    if not isinstance(metric, str):
+        return None
+    if metric in SEQUENCE_METRICS:  # per-example lists of tags
+        return (
+            functools.partial(sequence_counts, metric, labels=y),
+            functools.partial(from_counts, metric),
+            np.float64,
+        )
+    if metric in TEXT_METRICS:  # generated text against references
+        return (
+            functools.partial(text_statistics, metric, references=y),
+            functools.partial(score_from_statistics, metric),
+            np.int64,
+        )
+    if metric in _CONFUSION_METRICS and _is_class_index(y, runs):
+        k = int(max(y.max(), *(p.max() for p in runs))) + 1
+
+        def cells(predictions: np.ndarray) -> np.ndarray:  # (n, k * k): each example's confusion cell
+            return np.eye(k * k)[y.astype(np.int64) * k + predictions.astype(np.int64)]
+
+        def score(totals: np.ndarray) -> np.ndarray:
+            return _confusion_metric(metric, totals.reshape(-1, k, k))
+
+        return cells, score, np.float64
+    return None
 
 
 def _weighted_draws(
@@ -277,23 +299,6 @@ def _bootstrap_summed(
     return _interval(estimate, _weighted_draws(difference, n, n_resamples, rng), n, level)
 
 
-def _bootstrap_counts(
-    metric: str,
-    y: np.ndarray,
-    runs_a: list[np.ndarray],
-    runs_b: list[np.ndarray],
-    n_resamples: int,
-    level: float,
-    rng: np.random.Generator,
-) -> BootstrapInterval:
-    """Micro-averaged sequence metrics: the drawn examples' counts
-    (:func:`~attendout.tasks.metrics.sequence_counts`) summed, scored by :func:`from_counts`."""
-    counts_a = [sequence_counts(metric, p, y) for p in runs_a]
-    counts_b = [sequence_counts(metric, p, y) for p in runs_b]
-    score = functools.partial(from_counts, metric)
-    return _bootstrap_summed(counts_a, counts_b, score, np.float64, len(y), n_resamples, level, rng)
-
-
 #: Metrics of generated text that :func:`bootstrap_difference` rescores from per-sentence statistics.
 TEXT_METRICS = ("bleu", "chrf", "rouge1", "rouge2", "rougeL")
 
@@ -327,34 +332,9 @@ def score_from_statistics(metric: str, totals: np.ndarray) -> np.ndarray:
     return totals[:, 0] / np.where(totals[:, 1] == 0, 1, totals[:, 1])
 
 
-def _bootstrap_text(
-    metric: str,
-    y: np.ndarray,
-    runs_a: list[np.ndarray],
-    runs_b: list[np.ndarray],
-    n_resamples: int,
-    level: float,
-    rng: np.random.Generator,
-) -> BootstrapInterval:
-    """BLEU, chrF and ROUGE: the drawn sentences' statistics (:func:`text_statistics`) summed, scored by
-    :func:`score_from_statistics` (integer weights: sacrebleu scores integer n-gram counts)."""
-    stats_a = [text_statistics(metric, p, y) for p in runs_a]
-    stats_b = [text_statistics(metric, p, y) for p in runs_b]
-    score = functools.partial(score_from_statistics, metric)
-    return _bootstrap_summed(stats_a, stats_b, score, np.int64, len(y), n_resamples, level, rng)
-
-
 def _is_class_index(y: np.ndarray, runs: list[np.ndarray]) -> bool:
     arrays = [y, *runs]
     return all(np.issubdtype(a.dtype, np.integer) and (a.size == 0 or a.min() >= 0) for a in arrays)
-
-
-def _counts(weights: np.ndarray, predictions: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
-    """Confusion matrices (B, k, k) (rows: true class, columns: predicted) of B weightings of the examples."""
-    codes = labels.astype(np.int64) * k + predictions.astype(np.int64)  # (N,)
-    onehot = np.zeros((len(codes), k * k))
-    onehot[np.arange(len(codes)), codes] = 1.0
-    return (weights @ onehot).reshape(-1, k, k)
 
 
 def _confusion_metric(name: str, c: np.ndarray) -> np.ndarray:
@@ -478,19 +458,14 @@ def majority_score(metric: str, labels: np.ndarray) -> float | None:
     learned nothing reaches (MCC 0, F1 2p/(1+p) for a positive share p). Per-example tag lists (an object
     array): always the most frequent tag. None for regression labels (no class to predict) or a score
     that is not finite."""
-    scorer = METRICS[metric]
     if labels.dtype == object:  # tags per word: always the most frequent tag
-        tags, counts = np.unique([t for row in labels for t in row], return_counts=True)
-        common = tags[np.argmax(counts)]
-        constant = np.empty(len(labels), dtype=object)
-        for i, row in enumerate(labels):
-            constant[i] = [common] * len(row)
-        score = float(scorer(constant, labels))
-        return score if math.isfinite(score) else None
-    if labels.dtype.kind not in "iub":  # regression: no class to predict
+        constant = _tag_everywhere(labels, _tags_by_frequency(labels)[0])
+    elif labels.dtype.kind in "iub":
+        values, counts = np.unique(labels, return_counts=True)
+        constant = np.full_like(labels, values[np.argmax(counts)])
+    else:  # regression: no class to predict
         return None
-    values, counts = np.unique(labels, return_counts=True)
-    score = float(scorer(np.full_like(labels, values[np.argmax(counts)]), labels))
+    score = float(METRICS[metric](constant, labels))
     return score if math.isfinite(score) else None
 
 
@@ -543,18 +518,28 @@ def chance_floor(metric: str, labels: np.ndarray) -> ChanceFloor | None:
 def _constant_predictions(labels: np.ndarray):
     """(name, constant prediction) pairs for :func:`chance_floor`."""
     if labels.dtype == object:  # tags per word: one tag everywhere
-        tags, counts = np.unique([t for row in labels for t in row], return_counts=True)
-        for tag in tags[np.argsort(-counts, kind="stable")][:FLOOR_TAGS]:
-            constant = np.empty(len(labels), dtype=object)
-            for i, row in enumerate(labels):
-                constant[i] = [tag] * len(row)
-            yield f"always predicting {tag}", constant
+        for tag in _tags_by_frequency(labels)[:FLOOR_TAGS]:
+            yield f"always predicting {tag}", _tag_everywhere(labels, tag)
     elif labels.dtype.kind == "f":  # real-valued targets
         for name, value in (("mean", np.mean(labels)), ("median", np.median(labels))):
             yield f"always predicting the labels' {name}, {value:.4g}", np.full_like(labels, value)
     else:
         for value in np.unique(labels):
             yield f"always predicting {value}", np.full_like(labels, value)
+
+
+def _tags_by_frequency(labels: np.ndarray) -> np.ndarray:
+    """The tags of per-example tag lists, the commonest first (ties in the tags' order)."""
+    tags, counts = np.unique([t for row in labels for t in row], return_counts=True)
+    return tags[np.argsort(-counts, kind="stable")]
+
+
+def _tag_everywhere(labels: np.ndarray, tag: Any) -> np.ndarray:
+    """Per-example tag lists of ``tag`` alone, as long as those of ``labels``."""
+    constant = np.empty(len(labels), dtype=object)
+    for i, row in enumerate(labels):
+        constant[i] = [tag] * len(row)
+    return constant
 
 
 def pooled_sd(sds: Sequence[float], ns: Sequence[int]) -> float:
