@@ -72,7 +72,6 @@ from .attention.mpnet import install_hooks as _mpnet  # noqa: F401  (importing i
 from .contract import Distributed, LoopContext, StepInfo
 from .core.limits import check_length
 from .methods import METHODS, MethodConfig, TrainingStrategy, get_method_config, prepare
-from .methods.registry import build_strategy
 from .run import Stopped, agreed, deferred, requested
 
 __all__ = ["CollatedSource", "Seq2SeqTrainer", "Trainer"]
@@ -214,7 +213,7 @@ class Trainer(transformers.Trainer):
         """
         if self.strategy.handle is not None:
             self.strategy.handle.remove()
-        self.strategy = build_strategy(self.method_config)  # attached to no model: _use_method attaches
+        self.strategy = prepare(None, self.method_config)  # attached to no model: _use_method attaches
         self._micro_batches = []
         self._started = False
 

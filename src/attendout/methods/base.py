@@ -170,11 +170,12 @@ class TrainingStrategy:
 
 
 def prepare(
-    model: nn.Module, config: MethodConfig | str, *, max_length: int | None = None, **options: Any
+    model: nn.Module | None, config: MethodConfig | str, *, max_length: int | None = None, **options: Any
 ) -> TrainingStrategy:
-    """The method's training strategy, attached to ``model``: the entry point for any loop (this
+    """The method's training strategy, attached to ``model``: the one way to make one, for any loop (this
     package's own and ``attendout.hf.Trainer`` included). ``max_length``: the loop's longest input, if
-    it knows it (Synthesizer's default ``l_max``).
+    it knows it (Synthesizer's default ``l_max``). ``model`` None: attached to no model yet (``attach``
+    later).
 
     >>> strategy = attendout.prepare(model, "addrop")
     >>> optimizer = torch.optim.AdamW(strategy.param_groups(model, 0.01), lr=5e-5)
@@ -184,8 +185,9 @@ def prepare(
         config = get_method_config(config, **options)
     elif options:
         raise TypeError("pass options either in the config or as keywords with a method name, not both")
-    strategy = (method_parts(config).strategy or TrainingStrategy)(config)
-    strategy.attach(model, max_length=max_length)
+    strategy = (method_parts(config)[1] or TrainingStrategy)(config)
+    if model is not None:
+        strategy.attach(model, max_length=max_length)
     return strategy
 
 
@@ -265,7 +267,7 @@ def remove(model: nn.Module) -> None:
 
 def _attach(model: nn.Module, config: MethodConfig) -> MethodHandle:
     controller = install(model)
-    method = method_parts(config).method(config)
+    method = method_parts(config)[0](config)
     controller.add(method)
     method.applied_config = config  # what _refuse_stacking reads; leaves the controller with the method
     return MethodHandle(model, controller, config, method)

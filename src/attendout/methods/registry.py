@@ -25,8 +25,6 @@ from .config import MethodConfig
 
 __all__ = [
     "METHODS",
-    "build_method",
-    "build_strategy",
     "get_method_config",
     "list_methods",
     "method_parts",
@@ -46,8 +44,6 @@ class _Parts:
 
 
 _PARTS: dict[str, _Parts] = {}
-#: the strategy of a method registered without one: one plain step per batch
-_DEFAULT_STRATEGY = "attendout.methods.base:TrainingStrategy"
 
 
 def register_method(
@@ -128,30 +124,13 @@ def _parts(config: MethodConfig) -> _Parts:
     return parts
 
 
-@dataclass(frozen=True)
-class MethodParts:
-    """What makes a registered method act, imported: ``method(config)`` makes the attention method and
-    ``strategy(config)`` the training strategy (None: registered without one, the default fits)."""
-
-    method: Callable[[Any], Any]
-    strategy: Callable[[Any], Any] | None
-
-
-def method_parts(config: MethodConfig) -> MethodParts:
-    """The parts registered for ``config``'s method. The caller makes them from the config: the
-    registry finds them by name and never holds the config's values (:func:`~attendout.methods.base.prepare`)."""
+def method_parts(config: MethodConfig) -> tuple[Callable[[Any], Any], Callable[[Any], Any] | None]:
+    """The parts registered for ``config``'s method, imported: ``(method, strategy)``; ``method(config)``
+    makes the attention method and ``strategy(config)`` the training strategy (None: registered without
+    one, the default fits). The caller makes them from the config: the registry finds them by name and
+    never holds the config's values (:func:`~attendout.methods.base.prepare`)."""
     parts = _parts(config)
-    return MethodParts(_resolve(parts.method), None if parts.strategy is None else _resolve(parts.strategy))
-
-
-def build_method(config: MethodConfig) -> Any:
-    """The :class:`~attendout.attention.AttentionMethod` registered for ``config``, made from it."""
-    return method_parts(config).method(config)
-
-
-def build_strategy(config: MethodConfig) -> Any:
-    """The :class:`~attendout.methods.base.TrainingStrategy` registered for ``config``, made from it."""
-    return (method_parts(config).strategy or _resolve(_DEFAULT_STRATEGY))(config)
+    return _resolve(parts.method), None if parts.strategy is None else _resolve(parts.strategy)
 
 
 def settle_for_task(method: str, options: Mapping[str, Any], task: str | None) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import TrainConfig, split_for_training
 from ..core.folder import RunDir
 from ..core.state import RunState
+from ..encoding import Encoded, predict_batches
 from ..run import autocast_dtype, load_data, pick_device
 from ..tasks import Examples, Task
 
@@ -147,15 +148,17 @@ class BasePredictor:
         tokenizer: Any,
         task: Task,
         *,
-        max_length: int,
-        batch_size: int,
-        device: str,
-        precision: str,
-        settings: dict[str, Any] | None,
-        source: str,
-        progress: bool,
-        run_state: RunState | None,
+        max_length: int = 128,
+        batch_size: int = 64,
+        device: str = "auto",
+        precision: str = "fp32",
+        settings: dict[str, Any] | None = None,
+        source: str = "",
+        progress: bool = False,
+        run_state: RunState | None = None,
     ):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.device = pick_device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
@@ -167,6 +170,17 @@ class BasePredictor:
         self.source = source
         self.progress = progress  # a bar over the batches of each prediction
         self.run_state = run_state
+        self.check_lengths()
+
+    def check_lengths(self) -> None:
+        """Refuse (:class:`PredictError`) lengths beyond what the model takes, before any prediction."""
+
+    def predict_encoded(self, data: Encoded) -> tuple[Any, Any, float | None]:
+        """(predictions, scores, mean loss) of the model over encoded ``data``, in order: the loop's own
+        evaluation (:func:`~attendout.encoding.classification.predict_batches`)."""
+        return predict_batches(
+            self.model, data, self.batch_size, self.device, self.autocast_dtype, progress=self.progress
+        )
 
     @staticmethod
     def locate(path: str | os.PathLike) -> tuple[Path, dict[str, Any] | None, Path]:

@@ -35,8 +35,7 @@ import numpy as np
 from torch import nn
 
 from ..core.limits import LimitError, check_length, position_limit
-from ..core.state import RunState
-from ..encoding import encode, predict_batches
+from ..encoding import encode
 from ..tasks import (
     CLASSIFICATION,
     MULTIPLE_CHOICE,
@@ -186,31 +185,11 @@ class Predictor(BasePredictor):
 
     no_split_words = "it does not know its data; predict a file instead"
 
-    def __init__(
-        self,
-        model: nn.Module,
-        tokenizer: Any,
-        task: Task,
-        *,
-        max_length: int = 128,
-        batch_size: int = 64,
-        device: str = "auto",
-        precision: str = "fp32",
-        settings: dict[str, Any] | None = None,
-        source: str = "",
-        progress: bool = False,
-        run_state: RunState | None = None,
-    ):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        super().__init__(
-            model, tokenizer, task, max_length=max_length, batch_size=batch_size, device=device,
-            precision=precision, settings=settings, source=source, progress=progress, run_state=run_state,
-        )  # fmt: skip
+    def check_lengths(self) -> None:
         try:
             check_length(
-                max_length, model.config, tokenizer=tokenizer, method=_synthesizer_config(model),
-                model=source or "the model", setting="max_length",
+                self.max_length, self.model.config, tokenizer=self.tokenizer, method=_synthesizer_config(self.model),
+                model=self.source or "the model", setting="max_length",
             )  # fmt: skip
         except LimitError as error:
             raise PredictError(str(error)) from None
@@ -314,9 +293,7 @@ class Predictor(BasePredictor):
             run.get("truncation", "auto"),
             run.get("window_stride"),
         )
-        preds, scores, loss = predict_batches(
-            self.model, data, self.batch_size, self.device, self.autocast_dtype, progress=self.progress
-        )
+        preds, scores, loss = self.predict_encoded(data)
         return Predictions(preds, scores, self.task.label_names, loss, kind, run_state=self.state())
 
     def predict_words(self, sentences: Sequence[Sequence[str]]) -> Predictions:

@@ -33,7 +33,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.state import RunState
 from ..encoding import GenerationOptions, LMEncoded, Seq2SeqEncoded
 from ..models import end_of_sequence
 from ..tasks import LM, SEQ2SEQ, DataError, Examples, Seq2SeqExamples, Task, compute_metrics, is_generation
@@ -143,13 +142,10 @@ class GenerationPredictor(BasePredictor):
         num_beams: int = 1,
         max_new_tokens: int | None = None,
         batch_size: int = 64,
-        device: str = "auto",
-        precision: str = "fp32",
-        settings: dict[str, Any] | None = None,
-        source: str = "",
-        progress: bool = False,
-        run_state: RunState | None = None,
+        **options: Any,
     ):
+        """``options``: :class:`~attendout.predict.base.BasePredictor`'s (device, precision, settings,
+        source, progress, run_state)."""
         if not is_generation(task.kind):
             raise PredictError(f"task {task.name!r} is {task.kind}, not a generation task (lm, seq2seq)")
         if batch_size < 1 or max_length < 2:
@@ -158,14 +154,27 @@ class GenerationPredictor(BasePredictor):
             )
         try:
             self.options = GenerationOptions(num_beams, max_new_tokens or max_length)
-            _check_lengths(model, tokenizer, task.kind, max_length, self.options.max_new_tokens, source)
+        except ValueError as error:
+            raise PredictError(str(error)) from None
+        super().__init__(model, tokenizer, task, max_length=max_length, batch_size=batch_size, **options)
+        self.cut_prompts = 0  # prompts of the last generate() that kept only their last tokens
+
+    def check_lengths(self) -> None:
+        """The lengths predict sends through the model (:func:`~attendout.core.limits.check_lengths`), before
+        any work: a scored block or a source, and the tokens decoded (for lm: beside a prompt)."""
+        from ..core.limits import check_lengths
+        from ..methods.synthesizer import get_synthesizer
+
+        synthesizer = get_synthesizer(self.model)
+        try:
+            check_lengths(
+                self.task.kind, self.model.config, max_length=self.max_length,
+                max_new_tokens=self.options.max_new_tokens, tokenizer=self.tokenizer,
+                method=None if synthesizer is None else synthesizer.resolved_config(),
+                model=self.source or "the model",
+            )  # fmt: skip
         except ValueError as error:  # LimitError: a length beyond the model's positions or its l_max
             raise PredictError(str(error)) from None
-        super().__init__(
-            model, tokenizer, task, max_length=max_length, batch_size=batch_size, device=device,
-            precision=precision, settings=settings, source=source, progress=progress, run_state=run_state,
-        )  # fmt: skip
-        self.cut_prompts = 0  # prompts of the last generate() that kept only their last tokens
 
     @classmethod
     def load(
@@ -262,9 +271,7 @@ class GenerationPredictor(BasePredictor):
                 data = LMEncoded(examples, self.tokenizer, self.max_length)
             except ValueError as error:
                 raise PredictError(str(error)) from None
-            sums, _, loss = data.predict(
-                self.model, self.batch_size, self.device, self.autocast_dtype, self.progress
-            )
+            sums, _, loss = self.predict_encoded(data)
             metrics = compute_metrics(self.task, sums, data.gold)
             return {**metrics, "loss": loss, **data.counts()}, None
         if getattr(examples, "targets", None) is None:
@@ -285,9 +292,7 @@ class GenerationPredictor(BasePredictor):
 
     def _seq2seq(self, examples: Examples) -> tuple[Generations, Seq2SeqEncoded]:
         data = Seq2SeqEncoded(examples, self.tokenizer, self.max_length, self.options)
-        outputs, _, loss = data.predict(
-            self.model, self.batch_size, self.device, self.autocast_dtype, self.progress
-        )
+        outputs, _, loss = self.predict_encoded(data)
         references = getattr(examples, "targets", None)
         return Generations(list(examples.text_a), outputs, references, loss, run_state=self.state()), data
 
@@ -361,21 +366,6 @@ def _ready_tokenizer(tokenizer: Any, model: nn.Module, model_dir: Path, kind: st
         raise PredictError(str(error)) from None
     if tokenizer.pad_token_id is None:  # decoders ship none: pad with end-of-sequence, as training did
         tokenizer.pad_token = tokenizer.eos_token
-
-
-def _check_lengths(
-    model: nn.Module, tokenizer: Any, kind: str, max_length: int, new: int, source: str
-) -> None:
-    """The lengths predict sends through ``model`` (:func:`~attendout.core.limits.check_lengths`), before any
-    work: a scored block or a source, and the tokens decoded (for lm: beside a prompt)."""
-    from ..core.limits import check_lengths
-    from ..methods.synthesizer import get_synthesizer
-
-    synthesizer = get_synthesizer(model)
-    check_lengths(
-        kind, model.config, max_length=max_length, max_new_tokens=new, tokenizer=tokenizer,
-        method=None if synthesizer is None else synthesizer.resolved_config(), model=source or "the model",
-    )  # fmt: skip
 
 
 def _context(model: nn.Module) -> int | None:
