@@ -1,6 +1,6 @@
 """The predictor family's common ground: :class:`BasePredictor`, and reading run folders and writing rows.
 
-:mod:`attendout.predict.classification` (classifiers, taggers, multiple choice) and :mod:`attendout.predict.generation` (the
+:mod:`attendout.predict.classification` (classifiers, taggers, multiple choice) and :mod:`attendout.predict.generative` (the
 generation kinds, ``lm`` and ``seq2seq``) hold the two kinds of :class:`BasePredictor`; both read run
 directories, load model folders, rebuild a run's splits and write prediction files the same way.
 Both refuse a run directory that is not finished (:func:`check_finished`), unless asked to predict with
@@ -133,7 +133,7 @@ class BasePredictor:
     """A fine-tuned model with its tokenizer and its task, from a run directory or a model folder.
 
     What the two kinds (:class:`~attendout.predict.classification.Predictor`,
-    :class:`~attendout.predict.generation.GenerationPredictor`) share: the device and precision the model
+    :class:`~attendout.predict.generative.GenerationPredictor`) share: the device and precision the model
     runs in, the run's settings (``settings``: its config.json; None for a model folder), ``source`` (the
     folder it came from), ``progress`` (a bar over batches), ``run_state`` (where the run stands, when its
     model is of a run that is not finished: the outputs record it), and :meth:`split`.

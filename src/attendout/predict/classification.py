@@ -58,7 +58,7 @@ from .base import (
     task_from_settings,
     write_rows_atomic,
 )
-from .generation import GenerationPredictor, generation_kind
+from .generative import GenerationPredictor, generation_kind
 
 __all__ = [
     "Predictions",
@@ -211,7 +211,7 @@ class Predictor(BasePredictor):
         """Load a run directory or a model folder (see the module's docstring).
 
         A run of a generation task (``lm``, ``seq2seq``) or a folder of a causal LM or an encoder-decoder
-        loads as a :class:`~attendout.predict.generation.GenerationPredictor`, which takes ``num_beams`` and
+        loads as a :class:`~attendout.predict.generative.GenerationPredictor`, which takes ``num_beams`` and
         ``max_new_tokens`` too. A run directory that is not finished is a
         :class:`~attendout.predict.base.UnfinishedRunError` (its state, its model's step, the command that
         finishes it), unless ``allow_unfinished``: then a warning, and the predictions record its state.
