@@ -286,10 +286,7 @@ class CombinedHandle:
 
     def stats(self) -> dict[str, float]:
         """Every method's statistics, each under its own method's name."""
-        out: dict[str, float] = {}
-        for handle in self.handles:
-            out.update(handle.stats())
-        return out
+        return {key: value for handle in self.handles for key, value in handle.stats().items()}
 
     def remove(self) -> None:
         for handle in self.handles:

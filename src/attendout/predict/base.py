@@ -157,23 +157,24 @@ class BasePredictor:
         progress: bool = False,
         run_state: RunState | None = None,
     ):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        self.device = pick_device(device)
-        self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.task = task
         self.max_length = max_length
         self.batch_size = batch_size
-        self.autocast_dtype = autocast_dtype(precision)
         self.settings = settings  # the run's config.json, when loaded from a run directory
         self.source = source
         self.progress = progress  # a bar over the batches of each prediction
         self.run_state = run_state
-        self.check_lengths()
+        self.check(model)
+        self.device = pick_device(device)
+        self.model = model.to(self.device).eval()
+        self.autocast_dtype = autocast_dtype(precision)
 
-    def check_lengths(self) -> None:
-        """Refuse (:class:`PredictError`) lengths beyond what the model takes, before any prediction."""
+    def check(self, model: nn.Module) -> None:
+        """Refuse what cannot predict (a batch size below 1; lengths beyond what ``model`` takes: the
+        kinds' own checks) before any work."""
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
 
     def predict_encoded(self, data: Encoded) -> tuple[Any, Any, float | None]:
         """(predictions, scores, mean loss) of the model over encoded ``data``, in order: the loop's own

@@ -185,10 +185,11 @@ class Predictor(BasePredictor):
 
     no_split_words = "it does not know its data; predict a file instead"
 
-    def check_lengths(self) -> None:
+    def check(self, model: nn.Module) -> None:
+        super().check(model)
         try:
             check_length(
-                self.max_length, self.model.config, tokenizer=self.tokenizer, method=_synthesizer_config(self.model),
+                self.max_length, model.config, tokenizer=self.tokenizer, method=_synthesizer_config(model),
                 model=self.source or "the model", setting="max_length",
             )  # fmt: skip
         except LimitError as error:

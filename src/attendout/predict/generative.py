@@ -138,39 +138,37 @@ class GenerationPredictor(BasePredictor):
         tokenizer: Any,
         task: Task,
         *,
-        max_length: int = 128,
         num_beams: int = 1,
         max_new_tokens: int | None = None,
-        batch_size: int = 64,
         **options: Any,
     ):
-        """``options``: :class:`~attendout.predict.base.BasePredictor`'s (device, precision, settings,
-        source, progress, run_state)."""
+        """``options``: :class:`~attendout.predict.base.BasePredictor`'s (max_length, batch_size, device,
+        precision, settings, source, progress, run_state)."""
+        self._decoding = (num_beams, max_new_tokens)  # made :attr:`options` once checked
+        super().__init__(model, tokenizer, task, **options)
+        self.cut_prompts = 0  # prompts of the last generate() that kept only their last tokens
+
+    def check(self, model: nn.Module) -> None:
+        """The task a generation task, and the lengths predict sends through ``model``
+        (:func:`~attendout.core.limits.check_lengths`), before any work: a scored block or a source, and
+        the tokens decoded (for lm: beside a prompt)."""
+        from ..core.limits import check_lengths
+        from ..methods.synthesizer import get_synthesizer
+
+        task, max_length, batch_size = self.task, self.max_length, self.batch_size
         if not is_generation(task.kind):
             raise PredictError(f"task {task.name!r} is {task.kind}, not a generation task (lm, seq2seq)")
         if batch_size < 1 or max_length < 2:
             raise PredictError(
                 f"batch_size must be at least 1 and max_length at least 2, got {batch_size}, {max_length}"
             )
+        synthesizer = get_synthesizer(model)
         try:
+            num_beams, max_new_tokens = self._decoding
             self.options = GenerationOptions(num_beams, max_new_tokens or max_length)
-        except ValueError as error:
-            raise PredictError(str(error)) from None
-        super().__init__(model, tokenizer, task, max_length=max_length, batch_size=batch_size, **options)
-        self.cut_prompts = 0  # prompts of the last generate() that kept only their last tokens
-
-    def check_lengths(self) -> None:
-        """The lengths predict sends through the model (:func:`~attendout.core.limits.check_lengths`), before
-        any work: a scored block or a source, and the tokens decoded (for lm: beside a prompt)."""
-        from ..core.limits import check_lengths
-        from ..methods.synthesizer import get_synthesizer
-
-        synthesizer = get_synthesizer(self.model)
-        try:
             check_lengths(
-                self.task.kind, self.model.config, max_length=self.max_length,
-                max_new_tokens=self.options.max_new_tokens, tokenizer=self.tokenizer,
-                method=None if synthesizer is None else synthesizer.resolved_config(),
+                task.kind, model.config, max_length=max_length, max_new_tokens=self.options.max_new_tokens,
+                tokenizer=self.tokenizer, method=None if synthesizer is None else synthesizer.resolved_config(),
                 model=self.source or "the model",
             )  # fmt: skip
         except ValueError as error:  # LimitError: a length beyond the model's positions or its l_max
@@ -184,13 +182,11 @@ class GenerationPredictor(BasePredictor):
         max_length: int | None = None,
         num_beams: int | None = None,
         max_new_tokens: int | None = None,
-        batch_size: int = 64,
-        device: str = "auto",
-        precision: str = "fp32",
-        progress: bool = False,
         allow_unfinished: bool = False,
+        **options: Any,
     ) -> GenerationPredictor:
-        """Load a run directory of a generation task or a model folder (a causal LM, an encoder-decoder).
+        """Load a run directory of a generation task or a model folder (a causal LM, an encoder-decoder);
+        ``options``: the predictor's batch_size, device, precision and progress.
 
         Unset options are the run's own: ``max_length`` (lm: its ``block_size`` if it set one),
         ``num_beams`` and ``max_new_tokens``; a model folder's defaults are greedy and its context length.
@@ -226,8 +222,8 @@ class GenerationPredictor(BasePredictor):
             max_length = min(context or 512, getattr(tokenizer, "model_max_length", 512) or 512)
         return cls(
             model, tokenizer, task, max_length=max_length, num_beams=num_beams or 1,
-            max_new_tokens=max_new_tokens or min(max_length // (2 if found == LM else 1), 128), batch_size=batch_size, device=device,
-            precision=precision, settings=settings, source=str(path), progress=progress, run_state=run_state,
+            max_new_tokens=max_new_tokens or min(max_length // (2 if found == LM else 1), 128),
+            settings=settings, source=str(path), run_state=run_state, **options,
         )  # fmt: skip
 
     # data -------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from ...attention import AttentionCall, AttentionEdit, AttentionMethod, RateMeter, layer_key_valid
+from ...attention import AttentionEdit, AttentionMethod, RateMeter, layer_key_valid
 from ...contract import ForwardEdits
 from ..nexttoken import generation_kind
 from .attribution import (
@@ -41,6 +41,12 @@ class ADDrop(AttentionMethod):
     """
 
     name = "addrop"
+    without_edits = (
+        "addrop: a training forward came without AD-DROP's drops, so it would train plainly. Pass "
+        "them: extra = handle.method.prepare(model, batch); model(**batch, **extra) (or "
+        "handle.method.plain() in a plain phase), or train through attendout.prepare(...), "
+        "attendout.hf.Trainer or `attendout finetune`"
+    )
 
     def __init__(
         self,
@@ -213,16 +219,6 @@ class ADDrop(AttentionMethod):
     def note_step(self, active: bool) -> None:
         """Count a training step, with or without AD-DROP (the ``addrop/active`` statistic)."""
         self.meter.add("addrop/active", torch.tensor(float(active)), torch.tensor(1.0))
-
-    def edit(self, call: AttentionCall) -> AttentionEdit | None:
-        if call.edits is None:
-            raise RuntimeError(
-                "addrop: a training forward came without AD-DROP's drops, so it would train plainly. Pass "
-                "them: extra = handle.method.prepare(model, batch); model(**batch, **extra) (or "
-                "handle.method.plain() in a plain phase), or train through attendout.prepare(...), "
-                "attendout.hf.Trainer or `attendout finetune`"
-            )
-        return None
 
     def stats(self) -> dict[str, float]:
         return self.meter.pop()
