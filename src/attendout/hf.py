@@ -72,6 +72,7 @@ from .attention.mpnet import install_hooks as _mpnet  # noqa: F401  (importing i
 from .contract import Distributed, LoopContext, StepInfo
 from .core.limits import check_length
 from .methods import METHODS, MethodConfig, TrainingStrategy, get_method_config, prepare
+from .methods.registry import check_options
 from .run import Stopped, agreed, deferred, requested
 
 __all__ = ["CollatedSource", "Seq2SeqTrainer", "Trainer"]
@@ -179,13 +180,9 @@ class Trainer(transformers.Trainer):
                 method=config,
                 setting="max_length",
             )
-        self.method_config = config
-        self._find_unused_parameters(config)
-        self.strategy: TrainingStrategy = prepare(self.model, config, max_length=max_length)
+        self._fresh_strategy(config, self.model)
         self.validation_dataset = validation_dataset
         self.task = task
-        self._micro_batches: list[dict[str, torch.Tensor]] = []
-        self._started = False
         self.add_callback(_MethodCallback(self))
 
     def _find_unused_parameters(self, config: MethodConfig) -> None:
@@ -195,37 +192,33 @@ class Trainer(transformers.Trainer):
             self.args.ddp_find_unused_parameters = True
 
     # a new model (model_init) or a trial of a hyperparameter search: the method follows -------------
-    def _use_method(self, config: MethodConfig) -> None:
-        """Train ``self.model`` with ``config`` from now on: a fresh strategy, started at the next train."""
-        self._drop_strategy()
-        self.method_config = config
-        self._find_unused_parameters(config)
-        self.strategy = prepare(self.model, config, max_length=self._max_length)
-        self._micro_batches = []
-        self._started = False
+    def _fresh_strategy(self, config: MethodConfig, model: nn.Module | None) -> None:
+        """Train with ``config`` from now on: a fresh strategy attached to ``model``, started at the next
+        train; the last one is taken off the model it is on first.
 
-    def _drop_strategy(self) -> None:
-        """Take the method off the model it is on; the next model gets a fresh strategy.
-
-        Done before ``model_init`` makes the next model, so the last model, its optimizer and the
-        method's own state (AttendOut's Attacker) can be freed first, and a ``model_init`` that returns
-        the same model does not stack two methods on it.
+        With ``model`` None (before ``model_init`` makes the next model) it is attached to none yet
+        (:meth:`_hp_search_setup` attaches it), so the last model, its optimizer and the method's own
+        state (AttendOut's Attacker) can be freed first, and a ``model_init`` that returns the same model
+        does not stack two methods on it.
         """
-        if self.strategy.handle is not None:
+        if getattr(self, "strategy", None) is not None and self.strategy.handle is not None:
             self.strategy.handle.remove()
-        self.strategy = prepare(None, self.method_config)  # attached to no model: _use_method attaches
-        self._micro_batches = []
+        self.method_config = config
+        if model is not None:
+            self._find_unused_parameters(config)
+        self.strategy: TrainingStrategy = prepare(model, config, max_length=self._max_length)
+        self._micro_batches: list[dict[str, torch.Tensor]] = []
         self._started = False
 
     def call_model_init(self, trial: Any = None) -> nn.Module:
         if getattr(self, "strategy", None) is not None:  # not the first model (transformers' __init__)
-            self._drop_strategy()
+            self._fresh_strategy(self.method_config, None)
         return super().call_model_init(trial)
 
     def hyperparameter_search(self, *args: Any, **kwargs: Any):
         best = super().hyperparameter_search(*args, **kwargs)
         if self.model is None:  # transformers released the last trial's model: the method lets it go too
-            self._drop_strategy()  # (and AttendOut's Attacker); method_config stays the last trial's
+            self._fresh_strategy(self.method_config, None)  # (and AttendOut's Attacker); the last trial's
         return best
 
     def _hp_search_setup(self, trial: Any) -> None:
@@ -258,7 +251,7 @@ class Trainer(transformers.Trainer):
                 self.hp_space = hp_space
             self._trial = trial
         if config is not self.method_config or self.strategy.model is not self.model:
-            self._use_method(config)
+            self._fresh_strategy(config, self.model)
 
     # the optimizer: the method's parameter groups --------------------------------------------
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
@@ -389,12 +382,7 @@ def trial_method_config(
         if METHODS.get(name) is type(base):
             return get_method_config(name, **{**base_options, **options})
         # a config class of the caller's own, not the one registered under its name
-        known = set(base_options)
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(
-                f"method {name!r} has no option {unknown[0]!r}; its options: {', '.join(sorted(known))}"
-            )
+        check_options(name, options, set(base_options))
         return dataclasses.replace(base, **options)
     except ValueError as error:
         raise ValueError(

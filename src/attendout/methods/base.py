@@ -181,14 +181,20 @@ def prepare(
     >>> optimizer = torch.optim.AdamW(strategy.param_groups(model, 0.01), lr=5e-5)
     >>> strategy.start(attendout.LoopContext(device="cpu", total_steps=100, steps_per_epoch=100))
     """
-    if isinstance(config, str):
-        config = get_method_config(config, **options)
-    elif options:
-        raise TypeError("pass options either in the config or as keywords with a method name, not both")
+    config = _config_of(config, options)
     strategy = (method_parts(config)[1] or TrainingStrategy)(config)
     if model is not None:
         strategy.attach(model, max_length=max_length)
     return strategy
+
+
+def _config_of(config: MethodConfig | str, options: dict[str, Any]) -> MethodConfig:
+    """``config``, or the config of the method it names with ``options``."""
+    if isinstance(config, str):
+        return get_method_config(config, **options)
+    if options:
+        raise TypeError("pass options either in the config or as keywords with a method name, not both")
+    return config
 
 
 class MethodStackError(ValueError):
@@ -252,10 +258,7 @@ def apply(
             )
         _refuse_stacking(model, configs)
         return CombinedHandle([_attach(model, c) for c in configs])
-    if isinstance(config, str):
-        config = get_method_config(config, **options)
-    elif options:
-        raise TypeError("pass options either in the config or as keywords with a method name, not both")
+    config = _config_of(config, options)
     _refuse_stacking(model, [config])
     return _attach(model, config)
 

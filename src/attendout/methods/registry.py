@@ -25,6 +25,7 @@ from .config import MethodConfig
 
 __all__ = [
     "METHODS",
+    "check_options",
     "get_method_config",
     "list_methods",
     "method_parts",
@@ -95,13 +96,17 @@ def get_method_config(name: str, **options: Any) -> MethodConfig:
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; known methods: {', '.join(list_methods())}")
     cls = METHODS[name]
-    known = {f.name for f in dataclasses.fields(cls)}
+    check_options(name, options, {f.name for f in dataclasses.fields(cls)})
+    return cls(**options)
+
+
+def check_options(name: str, options: Mapping[str, Any], known: set[str]) -> None:
+    """Refuse an option of method ``name`` that is not one of its ``known`` ones (a ValueError)."""
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(
             f"method {name!r} has no option {unknown[0]!r}; its options: {', '.join(sorted(known))}"
         )
-    return cls(**options)
 
 
 def _resolve(part: Callable[[Any], Any] | str) -> Callable[[Any], Any]:
