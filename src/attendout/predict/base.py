@@ -258,6 +258,12 @@ def write_rows(handle: Any, rows: list[dict[str, Any]], fmt: str) -> None:
         writer.writerow({k: json.dumps(v) if isinstance(v, dict) else v for k, v in row.items()})
 
 
+def with_run_state(rows: list[dict[str, Any]], run_state: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """``rows`` with the state of the run that is not finished whose model made them (``run_state``) last
+    in each; as they are for a finished run or a model folder."""
+    return rows if run_state is None else [{**row, "run_state": run_state} for row in rows]
+
+
 def check_output_path(path: str | os.PathLike) -> Path:
     """``path`` as a ``Path`` if its extension names an output format, else a :class:`PredictError`."""
     path = Path(path)

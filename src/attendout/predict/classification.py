@@ -56,6 +56,7 @@ from .base import (
     check_finished,
     load_model_folder,
     task_from_settings,
+    with_run_state,
     write_rows_atomic,
 )
 from .generative import GenerationPredictor, generation_kind
@@ -490,6 +491,4 @@ def prediction_rows(
             else:
                 row["label"] = label_names[int(gold)] if label_names is not None else gold
         rows.append({**row, **record})
-        if predictions.run_state is not None:
-            rows[-1]["run_state"] = predictions.run_state
-    return rows
+    return with_run_state(rows, predictions.run_state)

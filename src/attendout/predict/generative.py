@@ -43,6 +43,7 @@ from .base import (
     check_finished,
     load_model_folder,
     task_from_settings,
+    with_run_state,
     write_rows_atomic,
 )
 
@@ -109,15 +110,12 @@ class Generations:
         """One row per input, as ``attendout predict`` writes them: ``text_a`` (the source or prompt),
         ``label`` (the reference, when known) and ``prediction`` (the generated text); ``run_state`` last,
         for a run that is not finished."""
-        rows = []
-        for i, output in enumerate(self.outputs):
-            row: dict[str, Any] = {"text_a": self.inputs[i]}
-            if self.references is not None:
-                row["label"] = self.references[i]
-            rows.append({**row, "prediction": output})
-            if self.run_state is not None:
-                rows[-1]["run_state"] = self.run_state
-        return rows
+        references = self.references
+        rows = [
+            {"text_a": text, **({} if references is None else {"label": references[i]}), "prediction": output}
+            for i, (text, output) in enumerate(zip(self.inputs, self.outputs, strict=True))
+        ]
+        return with_run_state(rows, self.run_state)
 
     def write(self, path: str | os.PathLike) -> Path:
         """Write :meth:`rows` to ``path`` (.jsonl, .csv or .tsv), atomically."""
@@ -476,9 +474,7 @@ def predict_main(predictor: GenerationPredictor, args: Any) -> int:
     metrics: dict[str, float] | None = None
     if kind == LM and args.prompt is None and not args.generate:  # score the documents
         metrics, _ = predictor.evaluate(examples)
-        rows = [{"input": what, **metrics}]
-        if predictor.run_state is not None:
-            rows[0]["run_state"] = predictor.run_state.to_dict()
+        rows = with_run_state([{"input": what, **metrics}], predictor.state())
         count = "a score"
     else:
         if kind == SEQ2SEQ and getattr(examples, "targets", None) is not None:
