@@ -196,6 +196,14 @@ class BasePredictor:
         """The run's training settings (``config`` of its config.json); empty for a model folder."""
         return self.settings["config"] if self.settings is not None else {}
 
+    def input_columns(self) -> tuple[str, ...]:
+        """The columns the run read its inputs from: a seq2seq file's source and target, a file task's
+        text columns, else the task's text fields."""
+        run = self.run_config()
+        if run.get("source_column"):
+            return (run["source_column"], run["target_column"])
+        return tuple(run.get("text_columns") or self.task.text_fields)
+
     def state(self) -> dict[str, Any] | None:
         """What the outputs record of a run that is not finished (None: a finished run, a model folder)."""
         return None if self.run_state is None else self.run_state.to_dict()

@@ -348,7 +348,7 @@ class Predictor(BasePredictor):
             examples = read_choice_inputs(path, columns, label_column=label_column, file_format=file_format)
             self.task = dataclasses.replace(self.task, choices=len(columns) - 1)
             return examples
-        columns = tuple(text_columns or self._default_columns())
+        columns = tuple(text_columns or self.input_columns())
         task = self.task
         if self.settings is None:  # a model folder does not know whether it was trained on pairs
             task = dataclasses.replace(task, text_fields=columns)
@@ -359,11 +359,6 @@ class Predictor(BasePredictor):
             label_column=label_column,
             file_format=file_format,
         )
-
-    def _default_columns(self) -> tuple[str, ...]:
-        if self.run_config().get("text_columns"):
-            return tuple(self.run_config()["text_columns"])
-        return self.task.text_fields
 
 
 def read_inputs(

@@ -233,23 +233,15 @@ class GenerationPredictor(BasePredictor):
         if self.task.kind == LM:
             if target_column is not None:
                 raise PredictError("--target-column is for seq2seq runs; an lm run reads one text column")
-            column = source_column or self._run_columns()[0]
+            column = source_column or self.input_columns()[0]
             return Examples(text_a=read_documents(path, column, "input file"), text_b=None, labels=None)
-        columns = self._run_columns()
+        columns = self.input_columns()
         return read_sources(
             path,
             source_column or columns[0],
             target_column or columns[1],
             target_given=target_column is not None,
         )
-
-    def _run_columns(self) -> tuple[str, ...]:
-        run = self.run_config()
-        if run.get("source_column"):
-            return (run["source_column"], run["target_column"])
-        if run.get("text_columns"):
-            return tuple(run["text_columns"])
-        return self.task.text_fields
 
     # predicting -------------------------------------------------------------------------------------
     def evaluate(self, examples: Examples) -> tuple[dict[str, float], Generations | None]:
