@@ -165,14 +165,17 @@ class BasePredictor:
         self.source = source
         self.progress = progress  # a bar over the batches of each prediction
         self.run_state = run_state
-        self.check(model)
+        try:
+            self.check(model)
+        except ValueError as error:  # a LimitError: a length beyond the model's positions or its l_max
+            raise PredictError(str(error)) from None
         self.device = pick_device(device)
         self.model = model.to(self.device).eval()
         self.autocast_dtype = autocast_dtype(precision)
 
     def check(self, model: nn.Module) -> None:
         """Refuse what cannot predict (a batch size below 1; lengths beyond what ``model`` takes: the
-        kinds' own checks) before any work."""
+        kinds' own checks) before any work; a ValueError is a :class:`PredictError`."""
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from ..core.limits import LimitError, check_length, position_limit
+from ..core.limits import check_length, position_limit
 from ..encoding import encode
 from ..tasks import (
     CLASSIFICATION,
@@ -188,13 +188,10 @@ class Predictor(BasePredictor):
 
     def check(self, model: nn.Module) -> None:
         super().check(model)
-        try:
-            check_length(
-                self.max_length, model.config, tokenizer=self.tokenizer, method=_synthesizer_config(model),
-                model=self.source or "the model", setting="max_length",
-            )  # fmt: skip
-        except LimitError as error:
-            raise PredictError(str(error)) from None
+        check_length(
+            self.max_length, model.config, tokenizer=self.tokenizer, method=_synthesizer_config(model),
+            model=self.source or "the model", setting="max_length",
+        )  # fmt: skip
 
     @classmethod
     def load(

@@ -161,16 +161,13 @@ class GenerationPredictor(BasePredictor):
                 f"batch_size must be at least 1 and max_length at least 2, got {batch_size}, {max_length}"
             )
         synthesizer = get_synthesizer(model)
-        try:
-            num_beams, max_new_tokens = self._decoding
-            self.options = GenerationOptions(num_beams, max_new_tokens or max_length)
-            check_lengths(
-                task.kind, model.config, max_length=max_length, max_new_tokens=self.options.max_new_tokens,
-                tokenizer=self.tokenizer, method=None if synthesizer is None else synthesizer.resolved_config(),
-                model=self.source or "the model",
-            )  # fmt: skip
-        except ValueError as error:  # LimitError: a length beyond the model's positions or its l_max
-            raise PredictError(str(error)) from None
+        num_beams, max_new_tokens = self._decoding
+        self.options = GenerationOptions(num_beams, max_new_tokens or max_length)
+        check_lengths(
+            task.kind, model.config, max_length=max_length, max_new_tokens=self.options.max_new_tokens,
+            tokenizer=self.tokenizer, method=None if synthesizer is None else synthesizer.resolved_config(),
+            model=self.source or "the model",
+        )  # fmt: skip
 
     @classmethod
     def load(
