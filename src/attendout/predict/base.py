@@ -224,6 +224,14 @@ class BasePredictor:
         return run_split(self.settings, name, data_dir, self.source)
 
 
+def synthesizer_config(model: nn.Module) -> Any:
+    """The config of the synthesizer ``model`` carries, or None."""
+    from ..methods.synthesizer import get_synthesizer
+
+    synthesizer = get_synthesizer(model)
+    return None if synthesizer is None else synthesizer.resolved_config()
+
+
 def load_model_folder(
     model_dir: Path, load: Callable[[Path], nn.Module], *, file_errors_as_is: bool = False
 ) -> tuple[nn.Module, Any]:

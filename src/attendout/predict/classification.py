@@ -55,6 +55,7 @@ from .base import (
     PredictError,
     check_finished,
     load_model_folder,
+    synthesizer_config,
     task_from_settings,
     with_run_state,
     write_rows_atomic,
@@ -134,17 +135,9 @@ def _model_task(model: nn.Module, name: str) -> Task:
     )
 
 
-def _synthesizer_config(model: nn.Module) -> Any:
-    """The config of the synthesizer ``model`` carries, or None."""
-    from ..methods.synthesizer import get_synthesizer
-
-    synthesizer = get_synthesizer(model)
-    return None if synthesizer is None else synthesizer.resolved_config()
-
-
 def _longest_input(model: nn.Module, tokenizer: Any) -> int:
     """The most tokens the model takes (a default length): a synthesizer's l_max, else its positions."""
-    synthesizer = _synthesizer_config(model)
+    synthesizer = synthesizer_config(model)
     if synthesizer is not None and synthesizer.l_max is not None:
         return int(synthesizer.l_max)
     limits = (position_limit(model.config)[0], getattr(tokenizer, "model_max_length", None))
@@ -189,7 +182,7 @@ class Predictor(BasePredictor):
     def check(self, model: nn.Module) -> None:
         super().check(model)
         check_length(
-            self.max_length, model.config, tokenizer=self.tokenizer, method=_synthesizer_config(model),
+            self.max_length, model.config, tokenizer=self.tokenizer, method=synthesizer_config(model),
             model=self.source or "the model", setting="max_length",
         )  # fmt: skip
 

@@ -42,6 +42,7 @@ from .base import (
     PredictError,
     check_finished,
     load_model_folder,
+    synthesizer_config,
     task_from_settings,
     with_run_state,
     write_rows_atomic,
@@ -151,7 +152,6 @@ class GenerationPredictor(BasePredictor):
         (:func:`~attendout.core.limits.check_lengths`), before any work: a scored block or a source, and
         the tokens decoded (for lm: beside a prompt)."""
         from ..core.limits import check_lengths
-        from ..methods.synthesizer import get_synthesizer
 
         task, max_length, batch_size = self.task, self.max_length, self.batch_size
         if not is_generation(task.kind):
@@ -160,12 +160,11 @@ class GenerationPredictor(BasePredictor):
             raise PredictError(
                 f"batch_size must be at least 1 and max_length at least 2, got {batch_size}, {max_length}"
             )
-        synthesizer = get_synthesizer(model)
         num_beams, max_new_tokens = self._decoding
         self.options = GenerationOptions(num_beams, max_new_tokens or max_length)
         check_lengths(
             task.kind, model.config, max_length=max_length, max_new_tokens=self.options.max_new_tokens,
-            tokenizer=self.tokenizer, method=None if synthesizer is None else synthesizer.resolved_config(),
+            tokenizer=self.tokenizer, method=synthesizer_config(model),
             model=self.source or "the model",
         )  # fmt: skip
 
