@@ -42,7 +42,6 @@ from .base import (
     PredictError,
     check_finished,
     load_model_folder,
-    synthesizer_config,
     task_from_settings,
     with_run_state,
     write_rows_atomic,
@@ -147,27 +146,6 @@ class GenerationPredictor(BasePredictor):
         super().__init__(model, tokenizer, task, **options)
         self.cut_prompts = 0  # prompts of the last generate() that kept only their last tokens
 
-    def check(self, model: nn.Module) -> None:
-        """The task a generation task, and the lengths predict sends through ``model``
-        (:func:`~attendout.core.limits.check_lengths`), before any work: a scored block or a source, and
-        the tokens decoded (for lm: beside a prompt)."""
-        from ..core.limits import check_lengths
-
-        task, max_length, batch_size = self.task, self.max_length, self.batch_size
-        if not is_generation(task.kind):
-            raise PredictError(f"task {task.name!r} is {task.kind}, not a generation task (lm, seq2seq)")
-        if batch_size < 1 or max_length < 2:
-            raise PredictError(
-                f"batch_size must be at least 1 and max_length at least 2, got {batch_size}, {max_length}"
-            )
-        num_beams, max_new_tokens = self._decoding
-        self.options = GenerationOptions(num_beams, max_new_tokens or max_length)
-        check_lengths(
-            task.kind, model.config, max_length=max_length, max_new_tokens=self.options.max_new_tokens,
-            tokenizer=self.tokenizer, method=synthesizer_config(model),
-            model=self.source or "the model",
-        )  # fmt: skip
-
     @classmethod
     def load(
         cls,
@@ -218,6 +196,28 @@ class GenerationPredictor(BasePredictor):
             model, tokenizer, task, max_length=max_length, num_beams=num_beams or 1,
             max_new_tokens=max_new_tokens or min(max_length // (2 if found == LM else 1), 128),
             settings=settings, source=str(path), run_state=run_state, **options,
+        )  # fmt: skip
+
+    def check(self, model: nn.Module) -> None:
+        """The task a generation task, and the lengths predict sends through ``model``
+        (:func:`~attendout.core.limits.check_lengths`), before any work: a scored block or a source, and
+        the tokens decoded (for lm: beside a prompt)."""
+        from ..core.limits import check_lengths
+        from .base import synthesizer_config  # beside the limits: what they are checked against
+
+        task, max_length, batch_size = self.task, self.max_length, self.batch_size
+        if not is_generation(task.kind):
+            raise PredictError(f"task {task.name!r} is {task.kind}, not a generation task (lm, seq2seq)")
+        if batch_size < 1 or max_length < 2:
+            raise PredictError(
+                f"batch_size must be at least 1 and max_length at least 2, got {batch_size}, {max_length}"
+            )
+        num_beams, max_new_tokens = self._decoding
+        self.options = GenerationOptions(num_beams, max_new_tokens or max_length)
+        check_lengths(
+            task.kind, model.config, max_length=max_length, max_new_tokens=self.options.max_new_tokens,
+            tokenizer=self.tokenizer, method=synthesizer_config(model),
+            model=self.source or "the model",
         )  # fmt: skip
 
     # data -------------------------------------------------------------------------------------------
