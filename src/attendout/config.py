@@ -252,10 +252,7 @@ class TrainConfig:
     def __post_init__(self, method_made: MethodConfig | None = None) -> None:
         check_fields(self)  # every field its declared type (a bool is no number), then its range
         check_device_name(self.device)  # its form; whether this machine has it: pick_device, before any data
-        _check_window(self)
-        _check_selection(self)
-        _check_scratch_size(self)
-        _check_file_columns(self)
+        _check_between(self)
         self.label_kind = _LABEL_KINDS.get(self.label_kind)  # by its full name (token: token_classification)
         _keep_made(self, method_made)
         self.method_config()  # a bad method name or option fails now, not after loading data and model
@@ -344,8 +341,11 @@ def check_device_name(name: str) -> None:
         raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {name!r}")
 
 
-def _check_window(c: TrainConfig) -> None:
-    """Sliding windows' stride: only with truncation 'sliding', and inside a window."""
+def _check_between(c: TrainConfig) -> None:
+    """The rules between fields, in order: sliding windows' stride (only with truncation 'sliding', and
+    inside a window), which model the run keeps and whether a zero-shot run's method can act, a model from
+    scratch's size (:class:`~attendout.models.size.ScratchSize`'s own checks), and a seq2seq file's two
+    text columns (together, and not with ``text_columns``)."""
     if c.window_stride is not None and c.truncation != "sliding":
         raise ValueError(
             f"window_stride must be left out unless truncation is 'sliding', got {c.window_stride!r}"
@@ -355,10 +355,6 @@ def _check_window(c: TrainConfig) -> None:
             f"window_stride must be in [0, max_length - 2) = [0, {c.max_length - 2}) (a window holds two "
             f"special pieces), got {c.window_stride!r}"
         )
-
-
-def _check_selection(c: TrainConfig) -> None:
-    """Which model the run keeps, and whether a zero-shot run's method can act."""
     if c.model_selection == "last" and c.early_stopping_patience is not None:
         raise ValueError(
             "early_stopping_patience stops at the best validation, which model_selection 'last' does not keep: "
@@ -369,25 +365,17 @@ def _check_selection(c: TrainConfig) -> None:
             f"max_steps 0 evaluates the model as it is, untrained, where method {c.method!r} cannot act: "
             "use method 'none' for a zero-shot floor"
         )
-
-
-def _check_scratch_size(c: TrainConfig) -> None:
-    """A model from scratch: its size's own checks (:class:`~attendout.models.size.ScratchSize`)."""
     if c.model_init == "scratch":
         scratch_size(c)
+    if (c.source_column is None) != (c.target_column is None):
+        raise ValueError("source_column and target_column go together (a seq2seq file's two text columns)")
+    if c.source_column is not None and c.text_columns:
+        raise ValueError("give either text_columns or source_column/target_column, not both")
 
 
 def scratch_size(c: TrainConfig) -> ScratchSize:
     """The size of the model from scratch that ``c`` describes."""
     return ScratchSize(c.model_layers, c.model_hidden, c.model_heads, c.vocab_size)
-
-
-def _check_file_columns(c: TrainConfig) -> None:
-    """A seq2seq file's two text columns go together, and not with ``text_columns``."""
-    if (c.source_column is None) != (c.target_column is None):
-        raise ValueError("source_column and target_column go together (a seq2seq file's two text columns)")
-    if c.source_column is not None and c.text_columns:
-        raise ValueError("give either text_columns or source_column/target_column, not both")
 
 
 # the splits ---------------------------------------------------------------------------------------
