@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .config import MethodConfig
@@ -38,13 +37,8 @@ __all__ = [
 METHODS: dict[str, type[MethodConfig]] = {}
 
 
-@dataclass(frozen=True)
-class _Parts:
-    method: Callable[[Any], Any] | str
-    strategy: Callable[[Any], Any] | str | None
-
-
-_PARTS: dict[str, _Parts] = {}
+#: name -> (method, strategy) as registered: callables, or "module:attribute" to import when first made
+_PARTS: dict[str, tuple[Callable[[Any], Any] | str, Callable[[Any], Any] | str | None]] = {}
 
 
 def register_method(
@@ -76,7 +70,7 @@ def register_method(
             )
     config.name = name
     METHODS[name] = config
-    _PARTS[name] = _Parts(method, strategy)
+    _PARTS[name] = (method, strategy)
     return config
 
 
@@ -119,23 +113,19 @@ def _resolve(part: Callable[[Any], Any] | str) -> Callable[[Any], Any]:
     return found
 
 
-def _parts(config: MethodConfig) -> _Parts:
+def method_parts(config: MethodConfig) -> tuple[Callable[[Any], Any], Callable[[Any], Any] | None]:
+    """The parts registered for ``config``'s method, imported: ``(method, strategy)``; ``method(config)``
+    makes the attention method and ``strategy(config)`` the training strategy (None: registered without
+    one, the default fits). The caller makes them from the config: the registry finds them by name and
+    never holds the config's values (:func:`~attendout.methods.base.prepare`)."""
     parts = _PARTS.get(config.name)
     if parts is None or METHODS.get(config.name) is not type(config):
         raise ValueError(
             f"{type(config).__name__} (method {config.name!r}) is not registered: "
             f"register_method({config.name!r}, {type(config).__name__}, ...) first"
         )
-    return parts
-
-
-def method_parts(config: MethodConfig) -> tuple[Callable[[Any], Any], Callable[[Any], Any] | None]:
-    """The parts registered for ``config``'s method, imported: ``(method, strategy)``; ``method(config)``
-    makes the attention method and ``strategy(config)`` the training strategy (None: registered without
-    one, the default fits). The caller makes them from the config: the registry finds them by name and
-    never holds the config's values (:func:`~attendout.methods.base.prepare`)."""
-    parts = _parts(config)
-    return _resolve(parts.method), None if parts.strategy is None else _resolve(parts.strategy)
+    method, strategy = parts
+    return _resolve(method), None if strategy is None else _resolve(strategy)
 
 
 def settle_for_task(method: str, options: Mapping[str, Any], task: str | None) -> dict[str, Any]:
