@@ -18,7 +18,6 @@ __all__ = ["ADDropConfig"]
 
 @dataclass
 class ADDropConfig(MethodConfig):
-    name = "addrop"
     summary = "AD-DROP: drop high-attribution attention positions, alternating with plain fine-tuning (002)"
 
     attribution: str | None = option(

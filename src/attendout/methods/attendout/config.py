@@ -53,7 +53,6 @@ class AttendOutConfig(MethodConfig):
     * one default set for every task: the paper tuned T per task on dev, we do not.
     """
 
-    name = "attendout"
     summary = "AttendOut: a learned Generator drops Attacker scores; Defender/Attacker game (001 §4)"
 
     dropout_steps: int = option(

@@ -20,7 +20,6 @@ def v_schedule(p: float, warmup: float) -> Knots:
 
 @dataclass
 class DropHeadConfig(MethodConfig):
-    name = "drophead"
     summary = (
         "drop whole attention heads per example, rescaling the kept ones, at a V-shaped scheduled rate "
         "(Scheduled DropHead)"

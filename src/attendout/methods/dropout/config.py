@@ -12,7 +12,6 @@ __all__ = ["AttnDropoutConfig", "ScoresDropoutConfig"]
 
 @dataclass
 class AttnDropoutConfig(MethodConfig):
-    name = "attn-dropout"
     summary = "vanilla Bernoulli dropout on the attention weights, in place of the model's own (001 §7.1)"
     model_dropout = "replaces"
 
@@ -23,7 +22,6 @@ class AttnDropoutConfig(MethodConfig):
 
 @dataclass
 class ScoresDropoutConfig(MethodConfig):
-    name = "scores-dropout"
     summary = (
         "Bernoulli dropout on the attention scores (-inf before softmax, eq. 3), on top of the model's own"
     )

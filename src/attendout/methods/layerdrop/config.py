@@ -12,7 +12,6 @@ __all__ = ["AttnLayerDropConfig", "LayerDropConfig"]
 
 @dataclass
 class LayerDropConfig(MethodConfig):
-    name = "layerdrop"
     summary = "skip whole blocks (layers) with probability p in training (LayerDrop, Fan et al. 2019)"
     unused_parameters = "a skipped block's weights get no gradient in that step"
 
@@ -22,7 +21,6 @@ class LayerDropConfig(MethodConfig):
 
 @dataclass
 class AttnLayerDropConfig(MethodConfig):
-    name = "attn-layerdrop"
     summary = "skip a layer's attention with probability p: uniform attention by eq. 4 (001 §7.1)"
     unused_parameters = "a skipped layer's query and key projections get no gradient in that step"
 

@@ -13,7 +13,6 @@ __all__ = ["ScheduledConfig"]
 
 @dataclass
 class ScheduledConfig(MethodConfig):
-    name = "scheduled"
     summary = "scores dropout with a per-layer piecewise-linear schedule over training (001 §7.2)"
 
     start: float = option(

@@ -42,7 +42,6 @@ class SynthesizerConfig(MethodConfig):
     unused_parameters = "variants without '+dot' never use the query and key projections"
     architectural = True
 
-    name = "synthesizer"
     summary = "Synthesizer attention (dense/random/factorized, or mixed with dot-product) (paper 003)"
 
     variant: str = option(
