@@ -355,7 +355,9 @@ class Trainer(transformers.Trainer):
             )
         stop = Stopped(signum, None if stateful else folder, step, self.state.max_steps)
         if not stateful:
-            stop.args = (f"{stop.describe()}; to go on: self.train(resume_from_checkpoint={str(folder)!r})",)
+            stop.args = (
+                f"{stop.describe()}; to go on: trainer.train(resume_from_checkpoint={str(folder)!r})",
+            )
         return stop
 
     def _validation_source(self) -> CollatedSource:
