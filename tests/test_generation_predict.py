@@ -16,7 +16,7 @@ from attendout.cli import main
 from attendout.config import TrainConfig
 from attendout.predict.base import PredictError
 from attendout.predict.classification import Predictor
-from attendout.predict.generation import GenerationPredictor
+from attendout.predict.generative import GenerationPredictor
 from attendout.run.loop import TrainingLoop
 from attendout.tasks import DataError
 

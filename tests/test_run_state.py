@@ -28,7 +28,7 @@ from attendout.core.folder import CHECKPOINT_DIR, CHECKPOINT_FILE, RunDir
 from attendout.core.state import RUN_KINDS
 from attendout.predict.base import UnfinishedRunError
 from attendout.predict.classification import Predictor, write_predictions
-from attendout.predict.generation import GenerationPredictor
+from attendout.predict.generative import GenerationPredictor
 from attendout.run.interrupt import Stopped
 from attendout.run.loop import TrainingLoop, finetune
 from attendout.run.runfolder import checkpoint_config

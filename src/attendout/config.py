@@ -24,7 +24,7 @@ from .methods import MethodConfig, get_method_config
 from .models import ScratchSize
 from .tasks import LM, SEQ2SEQ, Examples, TaskData, carve_validation, check_training_splits, subsample
 from .tasks.defaults import task_defaults
-from .typecheck import check_fields
+from .typecheck import AT_LEAST_0, AT_LEAST_1, POSITIVE, Must, check_fields, one_of, option
 
 __all__ = [
     "DEVICE_TYPES",
@@ -70,219 +70,190 @@ RESUME_MUST_MATCH: dict[str, str] = {
 }
 
 
+#: label_kind's values and the kinds they name.
+_LABEL_KINDS = {
+    "classification": "classification",
+    "regression": "regression",
+    "token": "token_classification",
+    "token_classification": "token_classification",
+}
+#: a 0-based column of a token file
+_COLUMN = Must(AT_LEAST_0.holds, "at least 0 (a 0-based column)")
+
+
 @dataclass
 class TrainConfig:
     """Everything a run depends on. Field help texts are the CLI's."""
 
     # what to train
-    task: str = field(default="rotten-tomatoes", metadata={"help": "task name (see `attendout tasks`)"})
-    model: str = field(
-        default="minilm", metadata={"help": "'minilm' (packaged offline default), a local folder or a hub id"}
+    task: str = option("rotten-tomatoes", "task name (see `attendout tasks`)")
+    model: str = option("minilm", "'minilm' (packaged offline default), a local folder or a hub id")
+    ignore_mismatched_head: bool = option(
+        False,
+        "when the model's classification head has other labels than the task (another count "
+        "or other names), start a new head instead of stopping with an error",
     )
-    ignore_mismatched_head: bool = field(
-        default=False,
-        metadata={
-            "help": "when the model's classification head has other labels than the task (another count "
-            "or other names), start a new head instead of stopping with an error"
-        },
-    )
-    method: str = field(default="none", metadata={"help": "regulariser (see `attendout methods`)"})
+    method: str = option("none", "regulariser (see `attendout methods`)")
     method_options: dict[str, Any] = field(default_factory=dict, metadata={"help": "the method's options"})
     # data
-    data_dir: str | None = field(
-        default=None, metadata={"help": "local GLUE-format folder (root or task folder)"}
+    data_dir: str | None = option(None, "local GLUE-format folder (root or task folder)")
+    hub: bool = option(False, "load the task from the Hugging Face hub (needs internet)")
+    train_file: str | None = option(None, "CSV/TSV/JSONL training file")
+    eval_files: dict[str, str] | None = option(None, "evaluation files, split name -> path")
+    text_columns: list[str] | None = option(None, "one or two text columns of the files")
+    label_column: str | None = option(None, "label column of the files")
+    label_kind: str | None = option(
+        None,
+        "what the files' labels are (task 'file'): classification (default), regression (a "
+        "float per row; Pearson, Spearman) or token_classification (CoNLL-style columns)",
+        must=one_of(tuple(_LABEL_KINDS), "classification, regression or token (token_classification)"),
     )
-    hub: bool = field(
-        default=False, metadata={"help": "load the task from the Hugging Face hub (needs internet)"}
+    token_column: int | None = option(
+        None, "token files: the 0-based column of the words (default 0)", must=_COLUMN
     )
-    train_file: str | None = field(default=None, metadata={"help": "CSV/TSV/JSONL training file"})
-    eval_files: dict[str, str] | None = field(
-        default=None, metadata={"help": "evaluation files, split name -> path"}
+    tag_column: int | None = option(
+        None, "token files: the 0-based column of the tags (default: the last)", must=_COLUMN
     )
-    text_columns: list[str] | None = field(
-        default=None, metadata={"help": "one or two text columns of the files"}
+    drop_bad_rows: bool = option(
+        False,
+        "leave out rows of the files with an empty text or a blank label (a warning says how "
+        "many) instead of stopping with an error",
     )
-    label_column: str | None = field(default=None, metadata={"help": "label column of the files"})
-    label_kind: str | None = field(
-        default=None,
-        metadata={
-            "help": "what the files' labels are (task 'file'): classification (default), regression (a "
-            "float per row; Pearson, Spearman) or token_classification (CoNLL-style columns)"
-        },
+    max_train_samples: int | None = option(None, "subsample the training set", must=AT_LEAST_1)
+    max_eval_samples: int | None = option(None, "subsample every evaluation split", must=AT_LEAST_1)
+    validation_split: float = option(
+        0.1,
+        "fraction of train held out for model selection",
+        must=Must(lambda value: 0 < value < 1, "in (0, 1)"),
     )
-    token_column: int | None = field(
-        default=None,
-        metadata={"help": "token files: the 0-based column of the words (default 0)"},
+    data_seed: int = option(
+        0, "seed of the validation split, the subsample and the data order", must=AT_LEAST_0
     )
-    tag_column: int | None = field(
-        default=None,
-        metadata={"help": "token files: the 0-based column of the tags (default: the last)"},
+    max_length: int = option(
+        128,
+        "maximum tokens per example (longer ones are truncated; some tasks set their own: `attendout tasks`)",
+        must=Must(lambda value: value >= 8, "at least 8"),
     )
-    drop_bad_rows: bool = field(
-        default=False,
-        metadata={
-            "help": "leave out rows of the files with an empty text or a blank label (a warning says how "
-            "many) instead of stopping with an error"
-        },
+    truncation: str = option(
+        "auto",
+        "texts longer than max_length: head-tail (keep the first quarter and the last three "
+        "quarters of the window; 'auto' = head-tail for single texts, head for pairs), head, or sliding "
+        "(windows with --window-stride pieces of overlap; a document's logits are its windows' mean)",
+        must=one_of(TRUNCATIONS, " or ".join(TRUNCATIONS)),
     )
-    max_train_samples: int | None = field(default=None, metadata={"help": "subsample the training set"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "subsample every evaluation split"})
-    validation_split: float = field(
-        default=0.1, metadata={"help": "fraction of train held out for model selection"}
-    )
-    data_seed: int = field(
-        default=0, metadata={"help": "seed of the validation split, the subsample and the data order"}
-    )
-    max_length: int = field(
-        default=128,
-        metadata={
-            "help": "maximum tokens per example (longer ones are truncated; some tasks set their own: "
-            "`attendout tasks`)"
-        },
-    )
-    truncation: str = field(
-        default="auto",
-        metadata={
-            "help": "texts longer than max_length: head-tail (keep the first quarter and the last three "
-            "quarters of the window; 'auto' = head-tail for single texts, head for pairs), head, or sliding "
-            "(windows with --window-stride pieces of overlap; a document's logits are its windows' mean)"
-        },
-    )
-    window_stride: int | None = field(
-        default=None,
-        metadata={"help": "sliding windows: pieces of overlap between windows (default max_length / 4)"},
+    window_stride: int | None = option(
+        None, "sliding windows: pieces of overlap between windows (default max_length / 4)"
     )
     # generation tasks (lm, seq2seq)
-    block_size: int | None = field(
-        default=None,
-        metadata={"help": "lm: tokens per block of the packed text stream (default max_length)"},
+    block_size: int | None = option(
+        None,
+        "lm: tokens per block of the packed text stream (default max_length)",
+        must=Must(lambda value: value >= 2, "at least 2"),
     )
-    source_column: str | None = field(
-        default=None, metadata={"help": "seq2seq files: the source text column (default 'source')"}
+    source_column: str | None = option(None, "seq2seq files: the source text column (default 'source')")
+    target_column: str | None = option(None, "seq2seq files: the target text column (default 'target')")
+    metrics: str | None = option(
+        None,
+        "comma-separated metrics replacing the task's, the first the main one (e.g. "
+        "rouge1,rouge2,rougeL for summarization)",
     )
-    target_column: str | None = field(
-        default=None, metadata={"help": "seq2seq files: the target text column (default 'target')"}
+    model_init: str = option(
+        "pretrained",
+        "generation tasks: 'pretrained' weights of --model, or 'scratch': random weights of the "
+        "architecture --model names (gpt2, llama, qwen2, mistral; t5, bart, marian) at --model-layers/--model-hidden/--model-heads, or of "
+        "a config.json; the tokenizer is a byte-level BPE of --vocab-size trained on the training split",
+        must=one_of(("pretrained", "scratch"), "'pretrained' or 'scratch'"),
     )
-    metrics: str | None = field(
-        default=None,
-        metadata={
-            "help": "comma-separated metrics replacing the task's, the first the main one (e.g. "
-            "rouge1,rouge2,rougeL for summarization)"
-        },
+    model_layers: int = option(
+        2, "--model-init scratch: layers (per stack of an encoder-decoder)", must=AT_LEAST_1
     )
-    model_init: str = field(
-        default="pretrained",
-        metadata={
-            "help": "generation tasks: 'pretrained' weights of --model, or 'scratch': random weights of the "
-            "architecture --model names (gpt2, llama, qwen2, mistral; t5, bart, marian) at --model-layers/--model-hidden/--model-heads, or of "
-            "a config.json; the tokenizer is a byte-level BPE of --vocab-size trained on the training split"
-        },
+    model_hidden: int = option(128, "--model-init scratch: hidden size (feed-forward 4x)", must=AT_LEAST_1)
+    model_heads: int = option(4, "--model-init scratch: attention heads", must=AT_LEAST_1)
+    vocab_size: int = option(8000, "--model-init scratch: BPE vocabulary size", must=AT_LEAST_1)
+    num_beams: int = option(
+        1, "seq2seq: beams of the decoding the metrics score (1 = greedy)", must=AT_LEAST_1
     )
-    model_layers: int = field(
-        default=2, metadata={"help": "--model-init scratch: layers (per stack of an encoder-decoder)"}
-    )
-    model_hidden: int = field(
-        default=128, metadata={"help": "--model-init scratch: hidden size (feed-forward 4x)"}
-    )
-    model_heads: int = field(default=4, metadata={"help": "--model-init scratch: attention heads"})
-    vocab_size: int = field(default=8000, metadata={"help": "--model-init scratch: BPE vocabulary size"})
-    num_beams: int = field(
-        default=1, metadata={"help": "seq2seq: beams of the decoding the metrics score (1 = greedy)"}
-    )
-    max_new_tokens: int | None = field(
-        default=None, metadata={"help": "seq2seq: longest output decoded (default max_length)"}
+    max_new_tokens: int | None = option(
+        None, "seq2seq: longest output decoded (default max_length)", must=AT_LEAST_1
     )
     # optimisation
-    epochs: float = field(default=3.0, metadata={"help": "training epochs (ignored when max_steps is set)"})
-    max_steps: int | None = field(
-        default=None,
-        metadata={
-            "help": "training steps (overrides epochs); 0 evaluates the model as it is, untrained (a zero-shot floor)"
-        },
+    epochs: float = option(3.0, "training epochs (ignored when max_steps is set)", must=POSITIVE)
+    max_steps: int | None = option(
+        None,
+        "training steps (overrides epochs); 0 evaluates the model as it is, untrained (a zero-shot floor)",
+        must=AT_LEAST_0,
     )
-    batch_size: int = field(
-        default=32, metadata={"help": "training batch size (some tasks set their own: `attendout tasks`)"}
+    batch_size: int = option(
+        32, "training batch size (some tasks set their own: `attendout tasks`)", must=AT_LEAST_1
     )
-    micro_batch_size: int | None = field(
-        default=None,
-        metadata={
-            "help": "split each training batch into micro-batches of at most N examples and accumulate "
-            "their gradients: the update is the whole batch's, the activation memory a micro-batch's"
-        },
+    micro_batch_size: int | None = option(
+        None,
+        "split each training batch into micro-batches of at most N examples and accumulate "
+        "their gradients: the update is the whole batch's, the activation memory a micro-batch's",
+        must=AT_LEAST_1,
     )
-    eval_batch_size: int = field(default=64, metadata={"help": "evaluation batch size"})
-    learning_rate: float = field(
-        default=5e-5,
-        metadata={"help": "peak AdamW learning rate (some tasks set their own: `attendout tasks`)"},
+    eval_batch_size: int = option(64, "evaluation batch size", must=AT_LEAST_1)
+    learning_rate: float = option(
+        5e-5, "peak AdamW learning rate (some tasks set their own: `attendout tasks`)", must=POSITIVE
     )
-    weight_decay: float = field(
-        default=0.01, metadata={"help": "AdamW weight decay (not on biases and LayerNorm)"}
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", must=AT_LEAST_0)
+    warmup_ratio: float = option(
+        0.1, "fraction of steps of linear warm-up", must=Must(lambda value: 0 <= value < 1, "in [0, 1)")
     )
-    warmup_ratio: float = field(default=0.1, metadata={"help": "fraction of steps of linear warm-up"})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm (0 = off)"})
-    seed: int = field(default=42, metadata={"help": "model seed: head initialisation, dropout, masks"})
+    max_grad_norm: float = option(
+        1.0, "gradient clipping norm (0 = off)", must=Must(AT_LEAST_0.holds, "at least 0 (0 = no clipping)")
+    )
+    seed: int = option(42, "model seed: head initialisation, dropout, masks", must=AT_LEAST_0)
     # evaluation, logging, output
-    eval_steps: int | None = field(
-        default=None, metadata={"help": "evaluate every N steps (and at each epoch end)"}
+    eval_steps: int | None = option(None, "evaluate every N steps (and at each epoch end)", must=AT_LEAST_1)
+    early_stopping_patience: int | None = option(
+        None,
+        "stop when the validation metric has not improved for N evaluations in a row "
+        "(the learning-rate schedule still spans the whole budget; default: train the whole budget)",
+        must=AT_LEAST_1,
     )
-    early_stopping_patience: int | None = field(
-        default=None,
-        metadata={
-            "help": "stop when the validation metric has not improved for N evaluations in a row "
-            "(the learning-rate schedule still spans the whole budget; default: train the whole budget)"
-        },
+    model_selection: str = option(
+        "best",
+        "which validated model the run keeps and evaluates: 'best' (the best validation score) or "
+        "'last' (the model at the end of the budget, as scripts that report their final epoch do; still "
+        "validated, for the curves)",
+        must=one_of(("best", "last"), "'best' or 'last'"),
     )
-    model_selection: str = field(
-        default="best",
-        metadata={
-            "help": "which validated model the run keeps and evaluates: 'best' (the best validation score) or "
-            "'last' (the model at the end of the budget, as scripts that report their final epoch do; still "
-            "validated, for the curves)"
-        },
+    log_steps: int = option(10, "write a log line every N steps", must=AT_LEAST_1)
+    output_dir: str = option("runs/latest", "run directory")
+    checkpoint_steps: int | None = option(
+        None,
+        "save a resumable training state every N steps and after each new best validation "
+        "(RUN_DIR/checkpoint, removed when the run finishes)",
+        must=AT_LEAST_1,
     )
-    log_steps: int = field(default=10, metadata={"help": "write a log line every N steps"})
-    output_dir: str = field(default="runs/latest", metadata={"help": "run directory"})
-    checkpoint_steps: int | None = field(
-        default=None,
-        metadata={
-            "help": "save a resumable training state every N steps and after each new best validation "
-            "(RUN_DIR/checkpoint, removed when the run finishes)"
-        },
+    resume: bool = option(
+        False,
+        "continue the unfinished run in output_dir from its checkpoint (afresh if it has none; "
+        "an incomplete or corrupt checkpoint is an error)",
     )
-    resume: bool = field(
-        default=False,
-        metadata={
-            "help": "continue the unfinished run in output_dir from its checkpoint (afresh if it has none; "
-            "an incomplete or corrupt checkpoint is an error)"
-        },
+    overwrite: bool = option(False, "replace a finished run in output_dir, or an unfinished run's checkpoint")
+    save_model: bool = option(True, "save the best model with save_pretrained")
+    evaluate: bool = option(
+        True,
+        "score the evaluation splits with the best model when training ends (off: the run "
+        "never encodes or scores them, as advise's search trials)",
     )
-    overwrite: bool = field(
-        default=False,
-        metadata={"help": "replace a finished run in output_dir, or an unfinished run's checkpoint"},
+    device: str = option("auto", "auto, cpu, cuda, cuda:N or mps")
+    precision: str = option(
+        "fp32",
+        "fp32, bf16 or fp16 (mixed precision, GPU)",
+        must=one_of(("fp32", "bf16", "fp16"), "fp32, bf16 or fp16"),
     )
-    save_model: bool = field(default=True, metadata={"help": "save the best model with save_pretrained"})
-    evaluate: bool = field(
-        default=True,
-        metadata={
-            "help": "score the evaluation splits with the best model when training ends (off: the run "
-            "never encodes or scores them, as advise's search trials)"
-        },
-    )
-    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda, cuda:N or mps"})
-    precision: str = field(default="fp32", metadata={"help": "fp32, bf16 or fp16 (mixed precision, GPU)"})
-    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    progress: bool = option(True, "show progress bars")
     #: the method's config made by the caller (the CLI, settling it for the task): kept, not made again
     method_made: InitVar[MethodConfig | None] = None
 
     def __post_init__(self, method_made: MethodConfig | None = None) -> None:
-        check_fields(self)  # every field its declared type (a bool is no number), before any range
+        check_fields(self)  # every field its declared type (a bool is no number), then its range
         check_device_name(self.device)  # its form; whether this machine has it: pick_device, before any data
-        _check_rules([*_count_rules(self), *_schedule_rules(self)])
-        _check_selection(self)
-        _check_rules(_generation_rules(self))
-        _check_scratch_size(self)
-        _check_file_columns(self)
-        self.label_kind = _label_kind(self.label_kind)
+        _check_between(self)
+        self.label_kind = _LABEL_KINDS.get(self.label_kind)  # by its full name (token: token_classification)
         _keep_made(self, method_made)
         self.method_config()  # a bad method name or option fails now, not after loading data and model
 
@@ -370,95 +341,20 @@ def check_device_name(name: str) -> None:
         raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {name!r}")
 
 
-def _check_rules(rules: list[tuple[bool, str, Any, str]]) -> None:
-    """Raise for the first rule of ``rules`` (ok, field, value, what it must be) that is broken."""
-    for ok, name, value, rule in rules:
-        if not ok:
-            raise ValueError(f"{name} must be {rule}, got {value!r}")
-
-
-def _count_rules(c: TrainConfig) -> list[tuple[bool, str, Any, str]]:
-    """The rules of the counts, seeds and sizes."""
-    return [
-        (c.batch_size >= 1, "batch_size", c.batch_size, "at least 1"),
-        (c.weight_decay >= 0, "weight_decay", c.weight_decay, "at least 0"),
-        (c.max_grad_norm >= 0, "max_grad_norm", c.max_grad_norm, "at least 0 (0 = no clipping)"),
-        (c.seed >= 0, "seed", c.seed, "at least 0"),
-        (c.data_seed >= 0, "data_seed", c.data_seed, "at least 0"),
-        *(
-            (value is None or value >= 1, name, value, "at least 1")
-            for name, value in (
-                ("max_train_samples", c.max_train_samples),
-                ("max_eval_samples", c.max_eval_samples),
-            )
-        ),
-        *(
-            (value is None or value >= 0, name, value, "at least 0 (a 0-based column)")
-            for name, value in (("token_column", c.token_column), ("tag_column", c.tag_column))
-        ),
-        *(
-            (value >= 1, name, value, "at least 1")
-            for name, value in (
-                ("model_layers", c.model_layers),
-                ("model_hidden", c.model_hidden),
-                ("model_heads", c.model_heads),
-                ("vocab_size", c.vocab_size),
-            )
-        ),
-        (
-            c.micro_batch_size is None or c.micro_batch_size >= 1,
-            "micro_batch_size",
-            c.micro_batch_size,
-            "at least 1",
-        ),
-        (c.eval_batch_size >= 1, "eval_batch_size", c.eval_batch_size, "at least 1"),
-    ]
-
-
-def _schedule_rules(c: TrainConfig) -> list[tuple[bool, str, Any, str]]:
-    """The rules of the budget, the schedule, the splits, the lengths and the run's rhythm."""
-    return [
-        (c.learning_rate > 0, "learning_rate", c.learning_rate, "positive"),
-        (c.epochs > 0, "epochs", c.epochs, "positive"),
-        (c.max_steps is None or c.max_steps >= 0, "max_steps", c.max_steps, "at least 0"),
-        (0 <= c.warmup_ratio < 1, "warmup_ratio", c.warmup_ratio, "in [0, 1)"),
-        (0 < c.validation_split < 1, "validation_split", c.validation_split, "in (0, 1)"),
-        (c.max_length >= 8, "max_length", c.max_length, "at least 8"),
-        (c.log_steps >= 1, "log_steps", c.log_steps, "at least 1"),
-        (c.eval_steps is None or c.eval_steps >= 1, "eval_steps", c.eval_steps, "at least 1"),
-        (
-            c.early_stopping_patience is None or c.early_stopping_patience >= 1,
-            "early_stopping_patience",
-            c.early_stopping_patience,
-            "at least 1",
-        ),
-        (
-            c.checkpoint_steps is None or c.checkpoint_steps >= 1,
-            "checkpoint_steps",
-            c.checkpoint_steps,
-            "at least 1",
-        ),
-        (c.precision in ("fp32", "bf16", "fp16"), "precision", c.precision, "fp32, bf16 or fp16"),
-        (c.truncation in TRUNCATIONS, "truncation", c.truncation, " or ".join(TRUNCATIONS)),
-        (
-            c.window_stride is None or c.truncation == "sliding",
-            "window_stride",
-            c.window_stride,
-            "left out unless truncation is 'sliding'",
-        ),
-        (
-            c.window_stride is None or 0 <= c.window_stride < c.max_length - 2,
-            "window_stride",
-            c.window_stride,
-            f"in [0, max_length - 2) = [0, {c.max_length - 2}) (a window holds two special pieces)",
-        ),
-    ]
-
-
-def _check_selection(c: TrainConfig) -> None:
-    """Which model the run keeps, and whether a zero-shot run's method can act."""
-    if c.model_selection not in ("best", "last"):
-        raise ValueError(f"model_selection must be 'best' or 'last', got {c.model_selection!r}")
+def _check_between(c: TrainConfig) -> None:
+    """The rules between fields, in order: sliding windows' stride (only with truncation 'sliding', and
+    inside a window), which model the run keeps and whether a zero-shot run's method can act, a model from
+    scratch's size (:class:`~attendout.models.size.ScratchSize`'s own checks), and a seq2seq file's two
+    text columns (together, and not with ``text_columns``)."""
+    if c.window_stride is not None and c.truncation != "sliding":
+        raise ValueError(
+            f"window_stride must be left out unless truncation is 'sliding', got {c.window_stride!r}"
+        )
+    if c.window_stride is not None and not 0 <= c.window_stride < c.max_length - 2:
+        raise ValueError(
+            f"window_stride must be in [0, max_length - 2) = [0, {c.max_length - 2}) (a window holds two "
+            f"special pieces), got {c.window_stride!r}"
+        )
     if c.model_selection == "last" and c.early_stopping_patience is not None:
         raise ValueError(
             "early_stopping_patience stops at the best validation, which model_selection 'last' does not keep: "
@@ -469,61 +365,17 @@ def _check_selection(c: TrainConfig) -> None:
             f"max_steps 0 evaluates the model as it is, untrained, where method {c.method!r} cannot act: "
             "use method 'none' for a zero-shot floor"
         )
-
-
-def _generation_rules(c: TrainConfig) -> list[tuple[bool, str, Any, str]]:
-    """The rules of the generation kinds' options (lm, seq2seq)."""
-    return [
-        (c.block_size is None or c.block_size >= 2, "block_size", c.block_size, "at least 2"),
-        (c.model_init in ("pretrained", "scratch"), "model_init", c.model_init, "'pretrained' or 'scratch'"),
-        (c.num_beams >= 1, "num_beams", c.num_beams, "at least 1"),
-        (
-            c.max_new_tokens is None or c.max_new_tokens >= 1,
-            "max_new_tokens",
-            c.max_new_tokens,
-            "at least 1",
-        ),
-    ]
-
-
-def _check_scratch_size(c: TrainConfig) -> None:
-    """A model from scratch: its size's own checks (:class:`~attendout.models.size.ScratchSize`)."""
     if c.model_init == "scratch":
         scratch_size(c)
-
-
-def scratch_size(c: TrainConfig) -> ScratchSize:
-    """The size of the model from scratch that ``c`` describes."""
-    return ScratchSize(c.model_layers, c.model_hidden, c.model_heads, c.vocab_size)
-
-
-def _check_file_columns(c: TrainConfig) -> None:
-    """A seq2seq file's two text columns go together, and not with ``text_columns``."""
     if (c.source_column is None) != (c.target_column is None):
         raise ValueError("source_column and target_column go together (a seq2seq file's two text columns)")
     if c.source_column is not None and c.text_columns:
         raise ValueError("give either text_columns or source_column/target_column, not both")
 
 
-#: label_kind's values and the kinds they name.
-_LABEL_KINDS = {
-    "classification": "classification",
-    "regression": "regression",
-    "token": "token_classification",
-    "token_classification": "token_classification",
-}
-
-
-def _label_kind(label_kind: str | None) -> str | None:
-    """``label_kind`` by its full name (token: token_classification); an unknown one is an error."""
-    if label_kind is None:
-        return None
-    if label_kind not in _LABEL_KINDS:
-        raise ValueError(
-            f"label_kind must be classification, regression or token (token_classification), "
-            f"got {label_kind!r}"
-        )
-    return _LABEL_KINDS[label_kind]
+def scratch_size(c: TrainConfig) -> ScratchSize:
+    """The size of the model from scratch that ``c`` describes."""
+    return ScratchSize(c.model_layers, c.model_hidden, c.model_heads, c.vocab_size)
 
 
 # the splits ---------------------------------------------------------------------------------------

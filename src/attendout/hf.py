@@ -72,7 +72,7 @@ from .attention.mpnet import install_hooks as _mpnet  # noqa: F401  (importing i
 from .contract import Distributed, LoopContext, StepInfo
 from .core.limits import check_length
 from .methods import METHODS, MethodConfig, TrainingStrategy, get_method_config, prepare
-from .methods.registry import build_strategy
+from .methods.registry import check_options
 from .run import Stopped, agreed, deferred, requested
 
 __all__ = ["CollatedSource", "Seq2SeqTrainer", "Trainer"]
@@ -180,13 +180,9 @@ class Trainer(transformers.Trainer):
                 method=config,
                 setting="max_length",
             )
-        self.method_config = config
-        self._find_unused_parameters(config)
-        self.strategy: TrainingStrategy = prepare(self.model, config, max_length=max_length)
+        self._fresh_strategy(config, self.model)
         self.validation_dataset = validation_dataset
         self.task = task
-        self._micro_batches: list[dict[str, torch.Tensor]] = []
-        self._started = False
         self.add_callback(_MethodCallback(self))
 
     def _find_unused_parameters(self, config: MethodConfig) -> None:
@@ -196,37 +192,33 @@ class Trainer(transformers.Trainer):
             self.args.ddp_find_unused_parameters = True
 
     # a new model (model_init) or a trial of a hyperparameter search: the method follows -------------
-    def _use_method(self, config: MethodConfig) -> None:
-        """Train ``self.model`` with ``config`` from now on: a fresh strategy, started at the next train."""
-        self._drop_strategy()
-        self.method_config = config
-        self._find_unused_parameters(config)
-        self.strategy = prepare(self.model, config, max_length=self._max_length)
-        self._micro_batches = []
-        self._started = False
+    def _fresh_strategy(self, config: MethodConfig, model: nn.Module | None) -> None:
+        """Train with ``config`` from now on: a fresh strategy attached to ``model``, started at the next
+        train; the last one is taken off the model it is on first.
 
-    def _drop_strategy(self) -> None:
-        """Take the method off the model it is on; the next model gets a fresh strategy.
-
-        Done before ``model_init`` makes the next model, so the last model, its optimizer and the
-        method's own state (AttendOut's Attacker) can be freed first, and a ``model_init`` that returns
-        the same model does not stack two methods on it.
+        With ``model`` None (before ``model_init`` makes the next model) it is attached to none yet
+        (:meth:`_hp_search_setup` attaches it), so the last model, its optimizer and the method's own
+        state (AttendOut's Attacker) can be freed first, and a ``model_init`` that returns the same model
+        does not stack two methods on it.
         """
-        if self.strategy.handle is not None:
+        if getattr(self, "strategy", None) is not None and self.strategy.handle is not None:
             self.strategy.handle.remove()
-        self.strategy = build_strategy(self.method_config)  # attached to no model: _use_method attaches
-        self._micro_batches = []
+        self.method_config = config
+        if model is not None:
+            self._find_unused_parameters(config)
+        self.strategy: TrainingStrategy = prepare(model, config, max_length=self._max_length)
+        self._micro_batches: list[dict[str, torch.Tensor]] = []
         self._started = False
 
     def call_model_init(self, trial: Any = None) -> nn.Module:
         if getattr(self, "strategy", None) is not None:  # not the first model (transformers' __init__)
-            self._drop_strategy()
+            self._fresh_strategy(self.method_config, None)
         return super().call_model_init(trial)
 
     def hyperparameter_search(self, *args: Any, **kwargs: Any):
         best = super().hyperparameter_search(*args, **kwargs)
         if self.model is None:  # transformers released the last trial's model: the method lets it go too
-            self._drop_strategy()  # (and AttendOut's Attacker); method_config stays the last trial's
+            self._fresh_strategy(self.method_config, None)  # (and AttendOut's Attacker); the last trial's
         return best
 
     def _hp_search_setup(self, trial: Any) -> None:
@@ -259,7 +251,7 @@ class Trainer(transformers.Trainer):
                 self.hp_space = hp_space
             self._trial = trial
         if config is not self.method_config or self.strategy.model is not self.model:
-            self._use_method(config)
+            self._fresh_strategy(config, self.model)
 
     # the optimizer: the method's parameter groups --------------------------------------------
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
@@ -296,7 +288,7 @@ class Trainer(transformers.Trainer):
             result = super().train(resume_from_checkpoint, *args, **kwargs)
             signum = requested()
         if signum is not None:
-            raise stop_of(self, signum)
+            raise self._stopped(signum)
         return result
 
     def _stop_requested(self, args: Any) -> bool:
@@ -307,8 +299,66 @@ class Trainer(transformers.Trainer):
     def _start_method(self, state: Any, train_dataloader: Any) -> None:
         if self._started:
             return
-        self.strategy.start(loop_context(self, state, train_dataloader))
+        self.strategy.start(self._loop_context(state, train_dataloader))
         self._started = True
+
+    def _loop_context(self, state: Any, train_dataloader: Any) -> LoopContext:
+        """What the method's strategy starts with in this Trainer's loop (refused: AttendOut on several
+        processes, a method that needs validation data without ``validation_dataset``)."""
+        args, strategy, name = self.args, self.strategy, self.method_config.name
+        distributed = Distributed(args.process_index, args.world_size)
+        if distributed.world_size > 1 and strategy.needs:
+            raise NotImplementedError(
+                f"attendout.hf.Trainer: {name!r} on {distributed.world_size} processes is not "
+                "supported yet (its Attacker and Generator would differ per process); train on one process"
+            )
+        batches = len(train_dataloader) if train_dataloader is not None else state.max_steps
+        steps_per_epoch = max(1, math.ceil(batches / args.gradient_accumulation_steps))
+        dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
+        scaler = getattr(self.accelerator, "scaler", None)
+        validation = self._validation_source() if self.validation_dataset is not None else None
+        if "validation" in strategy.needs and validation is None:
+            raise ValueError(
+                f"attendout.hf.Trainer: {name!r} scores its games on labelled data that is "
+                "never reported: pass validation_dataset= (e.g. a tenth of train, carved off before training)"
+            )
+        return LoopContext(
+            device=args.device,
+            total_steps=max(1, state.max_steps),
+            steps_per_epoch=steps_per_epoch,
+            optimizer=self.optimizer,
+            scheduler=self.lr_scheduler,
+            make_optimizer=self._make_optimizer,
+            autocast_dtype=dtype,
+            max_grad_norm=args.max_grad_norm,
+            seed=args.seed,
+            data_seed=args.data_seed if args.data_seed is not None else args.seed,
+            task=self.task,
+            validation=validation,
+            eval_batch_size=args.per_device_eval_batch_size,
+            loss_scale=scaler.get_scale if scaler is not None and scaler.is_enabled() else None,
+            distributed=distributed,
+            loop="transformers.Trainer",
+        )
+
+    def _stopped(self, signum: int) -> Stopped:
+        """After a stopped ``train()``: the :class:`~attendout.run.interrupt.Stopped` to raise, naming the
+        checkpoint (or, for a method with state of its own, warning that it cannot be resumed from)."""
+        step = self.state.global_step
+        folder = Path(self.args.output_dir) / f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{step}"
+        stateful = keeps_own_state(self.strategy)
+        if stateful:  # the Trainer's checkpoint lacks the method's own state: not a checkpoint to resume
+            logger.warning(
+                "attendout.hf: %s holds the model but not %s's own state; it cannot be resumed from",
+                folder,
+                self.method_config.name,
+            )
+        stop = Stopped(signum, None if stateful else folder, step, self.state.max_steps)
+        if not stateful:
+            stop.args = (
+                f"{stop.describe()}; to go on: trainer.train(resume_from_checkpoint={str(folder)!r})",
+            )
+        return stop
 
     def _validation_source(self) -> CollatedSource:
         """``validation_dataset`` batched as transformers batches the Trainer's own datasets.
@@ -360,7 +410,7 @@ class Trainer(transformers.Trainer):
             self.model.load_state_dict(chosen.state_dict())
 
 
-# the Trainer's method: which one, a trial's, the loop it starts in, a stop ------------------------------
+# the Trainer's method: which one, a trial's ------------------------------
 def method_and_options(
     method: str | MethodConfig, method_options: dict[str, Any] | None
 ) -> tuple[MethodConfig, dict[str, Any]]:
@@ -390,12 +440,7 @@ def trial_method_config(
         if METHODS.get(name) is type(base):
             return get_method_config(name, **{**base_options, **options})
         # a config class of the caller's own, not the one registered under its name
-        known = set(base_options)
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(
-                f"method {name!r} has no option {unknown[0]!r}; its options: {', '.join(sorted(known))}"
-            )
+        check_options(name, options, set(base_options))
         return dataclasses.replace(base, **options)
     except ValueError as error:
         raise ValueError(
@@ -403,68 +448,10 @@ def trial_method_config(
         ) from error
 
 
-def loop_context(trainer: Trainer, state: Any, train_dataloader: Any) -> LoopContext:
-    """What the method's strategy starts with in ``trainer``'s loop (refused: AttendOut on several
-    processes, a method that needs validation data without ``validation_dataset``)."""
-    args, strategy, name = trainer.args, trainer.strategy, trainer.method_config.name
-    distributed = Distributed(args.process_index, args.world_size)
-    if distributed.world_size > 1 and strategy.needs:
-        raise NotImplementedError(
-            f"attendout.hf.Trainer: {name!r} on {distributed.world_size} processes is not "
-            "supported yet (its Attacker and Generator would differ per process); train on one process"
-        )
-    batches = len(train_dataloader) if train_dataloader is not None else state.max_steps
-    steps_per_epoch = max(1, math.ceil(batches / args.gradient_accumulation_steps))
-    dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
-    scaler = getattr(trainer.accelerator, "scaler", None)
-    validation = trainer._validation_source() if trainer.validation_dataset is not None else None
-    if "validation" in strategy.needs and validation is None:
-        raise ValueError(
-            f"attendout.hf.Trainer: {name!r} scores its games on labelled data that is "
-            "never reported: pass validation_dataset= (e.g. a tenth of train, carved off before training)"
-        )
-    return LoopContext(
-        device=args.device,
-        total_steps=max(1, state.max_steps),
-        steps_per_epoch=steps_per_epoch,
-        optimizer=trainer.optimizer,
-        scheduler=trainer.lr_scheduler,
-        make_optimizer=trainer._make_optimizer,
-        autocast_dtype=dtype,
-        max_grad_norm=args.max_grad_norm,
-        seed=args.seed,
-        data_seed=args.data_seed if args.data_seed is not None else args.seed,
-        task=trainer.task,
-        validation=validation,
-        eval_batch_size=args.per_device_eval_batch_size,
-        loss_scale=scaler.get_scale if scaler is not None and scaler.is_enabled() else None,
-        distributed=distributed,
-        loop="transformers.Trainer",
-    )
-
-
 def keeps_own_state(strategy: TrainingStrategy) -> bool:
     """Whether the method keeps state of its own (AttendOut's Attacker and Generator), which a
     transformers checkpoint does not hold."""
     return type(strategy).state_dict is not TrainingStrategy.state_dict
-
-
-def stop_of(trainer: Trainer, signum: int) -> Stopped:
-    """After a stopped ``train()``: the :class:`~attendout.run.interrupt.Stopped` to raise, naming the
-    checkpoint (or, for a method with state of its own, warning that it cannot be resumed from)."""
-    step = trainer.state.global_step
-    folder = Path(trainer.args.output_dir) / f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{step}"
-    stateful = keeps_own_state(trainer.strategy)
-    if stateful:  # the Trainer's checkpoint lacks the method's own state: not a checkpoint to resume
-        logger.warning(
-            "attendout.hf: %s holds the model but not %s's own state; it cannot be resumed from",
-            folder,
-            trainer.method_config.name,
-        )
-    stop = Stopped(signum, None if stateful else folder, step, trainer.state.max_steps)
-    if not stateful:
-        stop.args = (f"{stop.describe()}; to go on: trainer.train(resume_from_checkpoint={str(folder)!r})",)
-    return stop
 
 
 class Seq2SeqTrainer(Trainer, transformers.Seq2SeqTrainer):

@@ -25,10 +25,22 @@ import math
 import numbers
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["OptionTypeError", "check_fields", "check_values", "expected_type", "matches"]
+__all__ = [
+    "AT_LEAST_0",
+    "AT_LEAST_1",
+    "POSITIVE",
+    "Must",
+    "OptionTypeError",
+    "check_fields",
+    "check_values",
+    "expected_type",
+    "matches",
+    "one_of",
+    "option",
+]
 
 
 class OptionTypeError(ValueError, TypeError):
@@ -132,15 +144,50 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def check_fields(obj: Any, owner: str = "") -> None:
-    """Check every init field of the dataclass instance ``obj`` against its declared type.
+@dataclasses.dataclass(frozen=True)
+class Must:
+    """What a field's value must be beyond its type (its metadata ``"must"``, checked by
+    :func:`check_fields` once every type is right): ``holds(value)``, said in ``words``. An unset
+    value (None) is left to the config's own checks."""
 
-    ``owner`` prefixes the message (a method's name, ``"[training]"``); raises :class:`OptionTypeError`.
+    holds: Callable[[Any], bool]
+    words: str
+
+
+AT_LEAST_0 = Must(lambda value: value >= 0, "at least 0")
+AT_LEAST_1 = Must(lambda value: value >= 1, "at least 1")
+POSITIVE = Must(lambda value: value > 0, "positive")
+
+
+def one_of(choices: Sequence[str], words: str | None = None) -> Must:
+    """A value among ``choices`` (said "one of a, b, c" unless ``words``)."""
+    return Must(lambda value: value in choices, words or "one of " + ", ".join(choices))
+
+
+def option(default: Any, help: str, must: Must | None = None, **metadata: Any) -> Any:
+    """A config field: its ``default``, its ``help`` (the CLI's), what its value ``must`` be beyond its
+    type, and any other ``metadata`` (``from_text``...)."""
+    if must is not None:
+        metadata["must"] = must
+    return dataclasses.field(default=default, metadata={"help": help, **metadata})
+
+
+def check_fields(obj: Any, owner: str = "") -> None:
+    """Check every init field of the dataclass instance ``obj`` against its declared type, then against
+    what it must be (:class:`Must`, in the field's metadata).
+
+    ``owner`` prefixes the message (a method's name, ``"[training]"``); raises :class:`OptionTypeError`
+    for a type, a ``ValueError`` ("OWNER: NAME must be WORDS, got VALUE") for a rule.
     """
     hints = _hints(type(obj))
-    for f in dataclasses.fields(obj):
-        if f.init and f.name in hints:
+    fields = [f for f in dataclasses.fields(obj) if f.init]
+    for f in fields:
+        if f.name in hints:
             _check(owner, f.name, getattr(obj, f.name), hints[f.name], bool(f.metadata.get("from_text")))
+    for f in fields:
+        must, value = f.metadata.get("must"), getattr(obj, f.name)
+        if must is not None and value is not None and not must.holds(value):
+            raise ValueError(f"{owner + ': ' if owner else ''}{f.name} must be {must.words}, got {value!r}")
 
 
 def check_values(cls: type, values: Mapping[str, Any], owner: str = "") -> None:

@@ -187,6 +187,9 @@ class AttentionMethod:
     acts_in_eval: bool = False
     #: Layers this method acts on; None = all.
     layers: Sequence[int] | None = None
+    #: Methods whose drops come with each training forward (``call.edits``: AD-DROP's, AttendOut's): what
+    #: a training forward without them raises, instead of training plainly. "" = they come from :meth:`edit`.
+    without_edits: str = ""
 
     def acts_on(self, layer: int, training: bool) -> bool:
         if not (training or self.acts_in_eval):
@@ -194,6 +197,8 @@ class AttentionMethod:
         return self.layers is None or layer in self.layers
 
     def edit(self, call: AttentionCall) -> AttentionEdit | None:
+        if self.without_edits and call.edits is None:
+            raise RuntimeError(self.without_edits)
         return None
 
     def transform_scores(self, call: AttentionCall, scores: torch.Tensor) -> torch.Tensor | None:

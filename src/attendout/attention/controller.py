@@ -82,10 +82,7 @@ class Controller:
             method.set_progress(fraction)
 
     def stats(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for method in self.methods:
-            out.update(method.stats())
-        return out
+        return {key: value for method in self.methods for key, value in method.stats().items()}
 
     def mark_modules(self) -> None:
         """Give each attention module its slot (read by :func:`acting_on`): this controller and its layer

@@ -16,6 +16,7 @@ keeps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -63,22 +64,27 @@ class Family:
     stacks: bool = False
 
 
-_BERT_LIKE = Family(
-    attention=r"(^|\.)encoder\.layer\.(?P<n>\d+)\.attention\.self$",
-    block=r"(^|\.)encoder\.layer\.(?P<n>\d+)$",
-)
+#: an encoder-decoder's two stacks, named in its module names
+_STACKS = r"(?P<stack>encoder|decoder)"
+
+
+def _blocks(blocks: str, attention: str, **options: Any) -> Family:
+    """A family whose blocks are ``BLOCKS.N`` and whose attention modules are ``BLOCKS.N.ATTENTION``
+    (module-name regexes); ``options``: the rest of its :class:`Family`."""
+    block = rf"(^|\.){blocks}\.(?P<n>\d+)"
+    return Family(attention=rf"{block}\.{attention}$", block=f"{block}$", **options)
+
+
+_BERT_LIKE = _blocks(r"encoder\.layer", r"attention\.self")
 # Llama-style decoders (and EuroBERT, an encoder on Llama's layout): model.layers.N.self_attn
-_LLAMA_LIKE = Family(attention=r"(^|\.)layers\.(?P<n>\d+)\.self_attn$", block=r"(^|\.)layers\.(?P<n>\d+)$")
+_LLAMA_LIKE = _blocks("layers", "self_attn")
 
 FAMILIES: dict[str, Family] = {
     "bert": _BERT_LIKE,
     "roberta": _BERT_LIKE,
     "xlm-roberta": _BERT_LIKE,
     "electra": _BERT_LIKE,
-    "distilbert": Family(
-        attention=r"(^|\.)transformer\.layer\.(?P<n>\d+)\.attention$",
-        block=r"(^|\.)transformer\.layer\.(?P<n>\d+)$",
-    ),
+    "distilbert": _blocks(r"transformer\.layer", "attention"),
     "albert": Family(
         attention=r"(^|\.)albert_layer_groups\.\d+\.albert_layers\.\d+\.attention$",
         block=r"(^|\.)albert_layer_groups\.\d+$",
@@ -87,46 +93,27 @@ FAMILIES: dict[str, Family] = {
     # RoPE encoders: rotary positions are applied to query and key before the attention function, and
     # ModernBERT's local layers arrive with the sliding window already in the boolean mask (built through
     # AttentionMaskInterface, as for every family), so every edit stays inside the window.
-    "modernbert": Family(attention=r"(^|\.)layers\.(?P<n>\d+)\.attn$", block=r"(^|\.)layers\.(?P<n>\d+)$"),
+    "modernbert": _blocks("layers", "attn"),
     "eurobert": _LLAMA_LIKE,
     # DeBERTa-v2 and v3 (model_type deberta-v2): disentangled attention in the module's own code
-    "deberta-v2": Family(
-        attention=r"(^|\.)encoder\.layer\.(?P<n>\d+)\.attention\.self$",
-        block=r"(^|\.)encoder\.layer\.(?P<n>\d+)$",
-        route="deberta",
-        block_output="pair",
-    ),
+    "deberta-v2": _blocks(r"encoder\.layer", r"attention\.self", route="deberta", block_output="pair"),
     # MPNet (sentence-transformers' all-mpnet-base-v2): its attention adds a relative position bias in
     # its own code; the route hands its projections and that bias to the hook's paths
-    "mpnet": Family(
-        attention=r"(^|\.)encoder\.layer\.(?P<n>\d+)\.attention\.attn$",
-        block=r"(^|\.)encoder\.layer\.(?P<n>\d+)$",
-        route="mpnet",
-        block_output="tuple",
-    ),
+    "mpnet": _blocks(r"encoder\.layer", r"attention\.attn", route="mpnet", block_output="tuple"),
     # Decoders. Their attention modules are causal (``is_causal``): the hook keeps every edit causal.
-    "gpt2": Family(attention=r"(^|\.)h\.(?P<n>\d+)\.attn$", block=r"(^|\.)h\.(?P<n>\d+)$"),
+    "gpt2": _blocks("h", "attn"),
     "llama": _LLAMA_LIKE,
     "mistral": _LLAMA_LIKE,
     "qwen2": _LLAMA_LIKE,
     # Encoder-decoders: the self-attention of both stacks (the decoder's is causal); the decoder's
     # cross-attention (layer.1.EncDecAttention) is left to stock attention. T5's relative position
     # bias arrives with each call and is added to the scores on every path.
-    "t5": Family(
-        attention=r"(^|\.)(?P<stack>encoder|decoder)\.block\.(?P<n>\d+)\.layer\.0\.SelfAttention$",
-        block=r"(^|\.)(?P<stack>encoder|decoder)\.block\.(?P<n>\d+)$",
-        block_output="t5",
-        stacks=True,
-    ),
+    "t5": _blocks(_STACKS + r"\.block", r"layer\.0\.SelfAttention", block_output="t5", stacks=True),
 }
 FAMILIES["mt5"] = FAMILIES["t5"]
 # BART-style encoder-decoders (BART, mBART, Marian): model.{encoder,decoder}.layers.N.self_attn; the
 # decoder's cross-attention (layers.N.encoder_attn) is left to stock attention, as T5's.
-_BART_LIKE = Family(
-    attention=r"(^|\.)(?P<stack>encoder|decoder)\.layers\.(?P<n>\d+)\.self_attn$",
-    block=r"(^|\.)(?P<stack>encoder|decoder)\.layers\.(?P<n>\d+)$",
-    stacks=True,
-)
+_BART_LIKE = _blocks(_STACKS + r"\.layers", "self_attn", stacks=True)
 for _name in ("bart", "mbart", "marian"):
     FAMILIES[_name] = _BART_LIKE
 

@@ -1,5 +1,5 @@
 """``attendout predict``: label a file or score a split with a fine-tuned model (:class:`attendout.predict.classification.Predictor`;
-generation runs: :func:`attendout.predict.generation.predict_main`)."""
+generation runs: :func:`attendout.predict.generative.predict_main`)."""
 
 from __future__ import annotations
 

@@ -218,6 +218,16 @@ def write_text_atomic(path: Path, text: str) -> None:
 # The files of one run directory
 
 
+class _InRun:
+    """A file or folder of a run directory, by name: ``RunDir(path).results`` is ``path / RESULTS_FILE``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, run: RunDir | None, owner: type | None = None) -> Any:
+        return self if run is None else run.path / self.name
+
+
 @dataclass(frozen=True)
 class RunDir:
     """A run directory (``attendout finetune --output-dir``, a bench cell's folder): its files by name,
@@ -228,41 +238,18 @@ class RunDir:
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
 
-    @property
-    def results(self) -> Path:
-        return self.path / RESULTS_FILE
-
-    @property
-    def config(self) -> Path:
-        return self.path / RUN_CONFIG_FILE
-
-    @property
-    def log(self) -> Path:
-        return self.path / LOG_FILE
-
-    @property
-    def cell(self) -> Path:
-        return self.path / CELL_FILE
-
-    @property
-    def predictions_dir(self) -> Path:
-        return self.path / PREDICTIONS_DIR
+    results = _InRun(RESULTS_FILE)
+    config = _InRun(RUN_CONFIG_FILE)
+    log = _InRun(LOG_FILE)
+    cell = _InRun(CELL_FILE)
+    predictions_dir = _InRun(PREDICTIONS_DIR)
+    model_dir = _InRun(MODEL_DIR)
+    checkpoint_dir = _InRun(CHECKPOINT_DIR)
+    lock = _InRun(LOCK_FILE)
 
     def prediction(self, split: str, compressed: bool = False) -> Path:
         """``predictions/SPLIT.jsonl`` (``.jsonl.gz`` with ``compressed``: a published bench cell's)."""
         return self.predictions_dir / f"{split}.jsonl{'.gz' if compressed else ''}"
-
-    @property
-    def model_dir(self) -> Path:
-        return self.path / MODEL_DIR
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.path / CHECKPOINT_DIR
-
-    @property
-    def lock(self) -> Path:
-        return self.path / LOCK_FILE
 
     @property
     def finished(self) -> bool:

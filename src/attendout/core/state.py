@@ -20,9 +20,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from .lock import RunLock
+
+if TYPE_CHECKING:
+    from .folder import RunDir
 
 __all__ = [
     "FINISHED",
@@ -30,7 +33,6 @@ __all__ = [
     "STOPPED",
     "UNFINISHED",
     "CheckpointStatus",
-    "RunFiles",
     "RunState",
     "read_state",
 ]
@@ -66,25 +68,6 @@ class CheckpointStatus:
     @property
     def resumable(self) -> bool:
         return self.kind in ("complete", "unchecked")
-
-
-class RunFiles(Protocol):
-    """The files of a run directory that its state is read from (:class:`attendout.core.folder.RunDir`)."""
-
-    @property
-    def path(self) -> Path: ...
-
-    @property
-    def model_dir(self) -> Path: ...
-
-    @property
-    def results(self) -> Path: ...
-
-    @property
-    def config(self) -> Path: ...
-
-    @property
-    def log(self) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -193,7 +176,7 @@ class RunState:
         }
 
 
-def read_state(run: RunFiles, checkpoint: CheckpointStatus, summary: Path) -> RunState:
+def read_state(run: RunDir, checkpoint: CheckpointStatus, summary: Path) -> RunState:
     """The state of ``run`` (:meth:`RunDir.state` calls it): ``checkpoint`` is what the checkpoint folder a
     resume reads holds, ``summary`` that folder's state.json (its step, total steps and best step).
 

@@ -170,23 +170,31 @@ class TrainingStrategy:
 
 
 def prepare(
-    model: nn.Module, config: MethodConfig | str, *, max_length: int | None = None, **options: Any
+    model: nn.Module | None, config: MethodConfig | str, *, max_length: int | None = None, **options: Any
 ) -> TrainingStrategy:
-    """The method's training strategy, attached to ``model``: the entry point for any loop (this
+    """The method's training strategy, attached to ``model``: the one way to make one, for any loop (this
     package's own and ``attendout.hf.Trainer`` included). ``max_length``: the loop's longest input, if
-    it knows it (Synthesizer's default ``l_max``).
+    it knows it (Synthesizer's default ``l_max``). ``model`` None: attached to no model yet (``attach``
+    later).
 
     >>> strategy = attendout.prepare(model, "addrop")
     >>> optimizer = torch.optim.AdamW(strategy.param_groups(model, 0.01), lr=5e-5)
     >>> strategy.start(attendout.LoopContext(device="cpu", total_steps=100, steps_per_epoch=100))
     """
-    if isinstance(config, str):
-        config = get_method_config(config, **options)
-    elif options:
-        raise TypeError("pass options either in the config or as keywords with a method name, not both")
-    strategy = (method_parts(config).strategy or TrainingStrategy)(config)
-    strategy.attach(model, max_length=max_length)
+    config = _config_of(config, options)
+    strategy = (method_parts(config)[1] or TrainingStrategy)(config)
+    if model is not None:
+        strategy.attach(model, max_length=max_length)
     return strategy
+
+
+def _config_of(config: MethodConfig | str, options: dict[str, Any]) -> MethodConfig:
+    """``config``, or the config of the method it names with ``options``."""
+    if isinstance(config, str):
+        return get_method_config(config, **options)
+    if options:
+        raise TypeError("pass options either in the config or as keywords with a method name, not both")
+    return config
 
 
 class MethodStackError(ValueError):
@@ -250,10 +258,7 @@ def apply(
             )
         _refuse_stacking(model, configs)
         return CombinedHandle([_attach(model, c) for c in configs])
-    if isinstance(config, str):
-        config = get_method_config(config, **options)
-    elif options:
-        raise TypeError("pass options either in the config or as keywords with a method name, not both")
+    config = _config_of(config, options)
     _refuse_stacking(model, [config])
     return _attach(model, config)
 
@@ -265,7 +270,7 @@ def remove(model: nn.Module) -> None:
 
 def _attach(model: nn.Module, config: MethodConfig) -> MethodHandle:
     controller = install(model)
-    method = method_parts(config).method(config)
+    method = method_parts(config)[0](config)
     controller.add(method)
     method.applied_config = config  # what _refuse_stacking reads; leaves the controller with the method
     return MethodHandle(model, controller, config, method)
@@ -284,10 +289,7 @@ class CombinedHandle:
 
     def stats(self) -> dict[str, float]:
         """Every method's statistics, each under its own method's name."""
-        out: dict[str, float] = {}
-        for handle in self.handles:
-            out.update(handle.stats())
-        return out
+        return {key: value for handle in self.handles for key, value in handle.stats().items()}
 
     def remove(self) -> None:
         for handle in self.handles:

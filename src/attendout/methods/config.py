@@ -8,13 +8,21 @@ on a model are bound to a config by :func:`attendout.methods.registry.register_m
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..core.limits import LimitError
-from ..typecheck import check_fields
+from ..typecheck import Must, check_fields, option
 
-__all__ = ["MethodConfig", "check_probability", "layers_field", "parse_layers"]
+__all__ = [
+    "INTEGER_AT_LEAST_1",
+    "PROBABILITY",
+    "PROBABILITY_OR_ONE",
+    "MethodConfig",
+    "check_probability",
+    "layers_field",
+    "parse_layers",
+]
 
 
 def parse_layers(value: Any) -> list[int] | None:
@@ -32,20 +40,23 @@ def parse_layers(value: Any) -> list[int] | None:
     return layers
 
 
+#: A drop probability: in [0, 1) (one would drop every position), or in [0, 1] where dropping all is a
+#: case the method handles (a skipped layer, a uniform row).
+PROBABILITY = Must(lambda value: 0 <= value < 1, "in [0, 1)")
+PROBABILITY_OR_ONE = Must(lambda value: 0 <= value <= 1, "in [0, 1]")
+#: A count of steps, samples, units: an int (its type checked first) of at least 1.
+INTEGER_AT_LEAST_1 = Must(lambda value: value >= 1, "an integer of at least 1")
+
+
 def check_probability(owner: str, name: str, value: float, *, allow_one: bool = False) -> None:
-    upper_ok = value <= 1 if allow_one else value < 1
-    if not (0 <= value and upper_ok):
-        bound = "[0, 1]" if allow_one else "[0, 1)"
-        raise ValueError(f"{owner}: {name} must be in {bound}, got {value!r}")
+    must = PROBABILITY_OR_ONE if allow_one else PROBABILITY
+    if not must.holds(value):
+        raise ValueError(f"{owner}: {name} must be {must.words}, got {value!r}")
 
 
 def layers_field() -> Any:
-    return field(
-        default=None,
-        metadata={
-            "help": "layers to act on: 'all' or comma-separated indices from 0 (default: all)",
-            "from_text": True,
-        },
+    return option(
+        None, "layers to act on: 'all' or comma-separated indices from 0 (default: all)", from_text=True
     )
 
 

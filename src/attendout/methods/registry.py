@@ -18,15 +18,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .config import MethodConfig
 
 __all__ = [
     "METHODS",
-    "build_method",
-    "build_strategy",
+    "check_options",
     "get_method_config",
     "list_methods",
     "method_parts",
@@ -39,15 +37,8 @@ __all__ = [
 METHODS: dict[str, type[MethodConfig]] = {}
 
 
-@dataclass(frozen=True)
-class _Parts:
-    method: Callable[[Any], Any] | str
-    strategy: Callable[[Any], Any] | str | None
-
-
-_PARTS: dict[str, _Parts] = {}
-#: the strategy of a method registered without one: one plain step per batch
-_DEFAULT_STRATEGY = "attendout.methods.base:TrainingStrategy"
+#: name -> (method, strategy) as registered: callables, or "module:attribute" to import when first made
+_PARTS: dict[str, tuple[Callable[[Any], Any] | str, Callable[[Any], Any] | str | None]] = {}
 
 
 def register_method(
@@ -79,7 +70,7 @@ def register_method(
             )
     config.name = name
     METHODS[name] = config
-    _PARTS[name] = _Parts(method, strategy)
+    _PARTS[name] = (method, strategy)
     return config
 
 
@@ -99,13 +90,17 @@ def get_method_config(name: str, **options: Any) -> MethodConfig:
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; known methods: {', '.join(list_methods())}")
     cls = METHODS[name]
-    known = {f.name for f in dataclasses.fields(cls)}
+    check_options(name, options, {f.name for f in dataclasses.fields(cls)})
+    return cls(**options)
+
+
+def check_options(name: str, options: Mapping[str, Any], known: set[str]) -> None:
+    """Refuse an option of method ``name`` that is not one of its ``known`` ones (a ValueError)."""
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(
             f"method {name!r} has no option {unknown[0]!r}; its options: {', '.join(sorted(known))}"
         )
-    return cls(**options)
 
 
 def _resolve(part: Callable[[Any], Any] | str) -> Callable[[Any], Any]:
@@ -118,40 +113,19 @@ def _resolve(part: Callable[[Any], Any] | str) -> Callable[[Any], Any]:
     return found
 
 
-def _parts(config: MethodConfig) -> _Parts:
+def method_parts(config: MethodConfig) -> tuple[Callable[[Any], Any], Callable[[Any], Any] | None]:
+    """The parts registered for ``config``'s method, imported: ``(method, strategy)``; ``method(config)``
+    makes the attention method and ``strategy(config)`` the training strategy (None: registered without
+    one, the default fits). The caller makes them from the config: the registry finds them by name and
+    never holds the config's values (:func:`~attendout.methods.base.prepare`)."""
     parts = _PARTS.get(config.name)
     if parts is None or METHODS.get(config.name) is not type(config):
         raise ValueError(
             f"{type(config).__name__} (method {config.name!r}) is not registered: "
             f"register_method({config.name!r}, {type(config).__name__}, ...) first"
         )
-    return parts
-
-
-@dataclass(frozen=True)
-class MethodParts:
-    """What makes a registered method act, imported: ``method(config)`` makes the attention method and
-    ``strategy(config)`` the training strategy (None: registered without one, the default fits)."""
-
-    method: Callable[[Any], Any]
-    strategy: Callable[[Any], Any] | None
-
-
-def method_parts(config: MethodConfig) -> MethodParts:
-    """The parts registered for ``config``'s method. The caller makes them from the config: the
-    registry finds them by name and never holds the config's values (:func:`~attendout.methods.base.prepare`)."""
-    parts = _parts(config)
-    return MethodParts(_resolve(parts.method), None if parts.strategy is None else _resolve(parts.strategy))
-
-
-def build_method(config: MethodConfig) -> Any:
-    """The :class:`~attendout.attention.AttentionMethod` registered for ``config``, made from it."""
-    return method_parts(config).method(config)
-
-
-def build_strategy(config: MethodConfig) -> Any:
-    """The :class:`~attendout.methods.base.TrainingStrategy` registered for ``config``, made from it."""
-    return (method_parts(config).strategy or _resolve(_DEFAULT_STRATEGY))(config)
+    method, strategy = parts
+    return _resolve(method), None if strategy is None else _resolve(strategy)
 
 
 def settle_for_task(method: str, options: Mapping[str, Any], task: str | None) -> dict[str, Any]:

@@ -3,8 +3,9 @@ the drop rates an AttendOut run logged (paper 001 §7.2). numpy only: configs us
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -97,18 +98,12 @@ def slopes_from_run(run_dir: str | Path, start: float) -> str:
     """The ``knots`` text of the paper's schedule from an AttendOut run: every layer from ``start`` with
     its own least-squares slope (001 §7.2), its end clipped to [0, 1]. Layers the run did not mask get
     a curve of zeros."""
-    from .droplog import read_drop_pattern
 
-    pattern = read_drop_pattern(run_dir)
-    curves = []
-    for layer in range(max(pattern.layers) + 1):
-        if layer in pattern.layers:
-            slope = slope_through(pattern.progress, pattern.layers[layer], start)
-            curve = [(0.0, start), (1.0, min(max(start + slope, 0.0), 1.0))]
-        else:
-            curve = [(0.0, 0.0), (1.0, 0.0)]
-        curves.append(",".join(f"{t:.4g}:{p:.4f}" for t, p in curve))
-    return ";".join(curves)
+    def line(progress: Any, rates: Any) -> Knots:
+        slope = slope_through(progress, rates, start)
+        return [(0.0, start), (1.0, min(max(start + slope, 0.0), 1.0))]
+
+    return _fitted_to_run(run_dir, line)
 
 
 def knots_from_run(run_dir: str | Path, segments: int) -> str:
@@ -116,14 +111,21 @@ def knots_from_run(run_dir: str | Path, segments: int) -> str:
 
     Layers the run did not mask get a curve of zeros.
     """
+    return _fitted_to_run(run_dir, lambda progress, rates: fit_piecewise_linear(progress, rates, segments))
+
+
+def _fitted_to_run(run_dir: str | Path, fit: Callable[[Any, Any], Knots]) -> str:
+    """The ``knots`` text of ``fit(progress, rates)`` for each layer of an AttendOut run's logged drop
+    probabilities, a curve of zeros for each layer it did not mask."""
     from .droplog import read_drop_pattern
 
     pattern = read_drop_pattern(run_dir)
     curves = []
     for layer in range(max(pattern.layers) + 1):
-        if layer in pattern.layers:
-            curve = fit_piecewise_linear(pattern.progress, pattern.layers[layer], segments)
-        else:
-            curve = [(0.0, 0.0), (1.0, 0.0)]
+        curve = (
+            fit(pattern.progress, pattern.layers[layer])
+            if layer in pattern.layers
+            else [(0.0, 0.0), (1.0, 0.0)]
+        )
         curves.append(",".join(f"{t:.4g}:{p:.4f}" for t, p in curve))
     return ";".join(curves)

@@ -2,7 +2,7 @@
 
 * :mod:`.loading`: the packaged MiniLM, local folders and the hub; a checkpoint's head made to meet the task.
 * :mod:`.offline`: the pretrained models that set up offline (``make models``).
-* :mod:`.generation`: decoders and encoder-decoders of the generation kinds, pretrained or from scratch.
+* :mod:`.decoders`: decoders and encoder-decoders of the generation kinds, pretrained or from scratch.
 * :mod:`.size`: the size of a model from scratch, plain data a run's config checks.
 * :mod:`.tokenizer`: the byte-level BPE a model from scratch reads, trained on the task's own text.
 

@@ -1,5 +1,5 @@
 # attendout.models's public names, by module: lazy_loader.attach_stub imports each on first use.
-from .generation import (
+from .decoders import (
     AUTO_CLASSES,
     INITS,
     SCRATCH_ARCHITECTURES,

@@ -1,7 +1,7 @@
 """The size of a model from scratch (:class:`ScratchSize`): plain data, checked without loading anything.
 
 A run's config checks it when the config is made (:class:`attendout.config.TrainConfig`);
-:mod:`attendout.models.generation` builds the model from it.
+:mod:`attendout.models.decoders` builds the model from it.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 One family: :class:`~.base.BasePredictor` and its two kinds.
 
 * :mod:`.classification`: :class:`Predictor`, classifiers, taggers and multiple choice;
-  :meth:`Predictor.load` hands a generation run to :mod:`.generation`.
-* :mod:`.generation`: :class:`GenerationPredictor`, language models and sequence to sequence, decoding
+  :meth:`Predictor.load` hands a generation run to :mod:`.generative`.
+* :mod:`.generative`: :class:`GenerationPredictor`, language models and sequence to sequence, decoding
   and scoring.
 * :mod:`.base`: :class:`BasePredictor`, what both share: loading a run folder or a model folder, its
   settings, state and splits; and writing rows.

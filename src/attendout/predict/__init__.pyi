@@ -13,4 +13,4 @@ from .base import (
     write_rows_atomic,
 )
 from .classification import Predictions, Predictor, read_inputs, write_predictions
-from .generation import GenerationPredictor, Generations, generation_kind, predict_main, read_sources
+from .generative import GenerationPredictor, Generations, generation_kind, predict_main, read_sources

@@ -1,6 +1,6 @@
 """The predictor family's common ground: :class:`BasePredictor`, and reading run folders and writing rows.
 
-:mod:`attendout.predict.classification` (classifiers, taggers, multiple choice) and :mod:`attendout.predict.generation` (the
+:mod:`attendout.predict.classification` (classifiers, taggers, multiple choice) and :mod:`attendout.predict.generative` (the
 generation kinds, ``lm`` and ``seq2seq``) hold the two kinds of :class:`BasePredictor`; both read run
 directories, load model folders, rebuild a run's splits and write prediction files the same way.
 Both refuse a run directory that is not finished (:func:`check_finished`), unless asked to predict with
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import TrainConfig, split_for_training
 from ..core.folder import RunDir
 from ..core.state import RunState
+from ..encoding import Encoded, predict_batches
 from ..run import autocast_dtype, load_data, pick_device
 from ..tasks import Examples, Task
 
@@ -132,7 +133,7 @@ class BasePredictor:
     """A fine-tuned model with its tokenizer and its task, from a run directory or a model folder.
 
     What the two kinds (:class:`~attendout.predict.classification.Predictor`,
-    :class:`~attendout.predict.generation.GenerationPredictor`) share: the device and precision the model
+    :class:`~attendout.predict.generative.GenerationPredictor`) share: the device and precision the model
     runs in, the run's settings (``settings``: its config.json; None for a model folder), ``source`` (the
     folder it came from), ``progress`` (a bar over batches), ``run_state`` (where the run stands, when its
     model is of a run that is not finished: the outputs record it), and :meth:`split`.
@@ -147,26 +148,43 @@ class BasePredictor:
         tokenizer: Any,
         task: Task,
         *,
-        max_length: int,
-        batch_size: int,
-        device: str,
-        precision: str,
-        settings: dict[str, Any] | None,
-        source: str,
-        progress: bool,
-        run_state: RunState | None,
+        max_length: int = 128,
+        batch_size: int = 64,
+        device: str = "auto",
+        precision: str = "fp32",
+        settings: dict[str, Any] | None = None,
+        source: str = "",
+        progress: bool = False,
+        run_state: RunState | None = None,
     ):
-        self.device = pick_device(device)
-        self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.task = task
         self.max_length = max_length
         self.batch_size = batch_size
-        self.autocast_dtype = autocast_dtype(precision)
         self.settings = settings  # the run's config.json, when loaded from a run directory
         self.source = source
         self.progress = progress  # a bar over the batches of each prediction
         self.run_state = run_state
+        try:
+            self.check(model)
+        except ValueError as error:  # a LimitError: a length beyond the model's positions or its l_max
+            raise PredictError(str(error)) from None
+        self.device = pick_device(device)
+        self.model = model.to(self.device).eval()
+        self.autocast_dtype = autocast_dtype(precision)
+
+    def check(self, model: nn.Module) -> None:
+        """Refuse what cannot predict (a batch size below 1; lengths beyond what ``model`` takes: the
+        kinds' own checks) before any work; a ValueError is a :class:`PredictError`."""
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+
+    def predict_encoded(self, data: Encoded) -> tuple[Any, Any, float | None]:
+        """(predictions, scores, mean loss) of the model over encoded ``data``, in order: the loop's own
+        evaluation (:func:`~attendout.encoding.classification.predict_batches`)."""
+        return predict_batches(
+            self.model, data, self.batch_size, self.device, self.autocast_dtype, progress=self.progress
+        )
 
     @staticmethod
     def locate(path: str | os.PathLike) -> tuple[Path, dict[str, Any] | None, Path]:
@@ -180,6 +198,14 @@ class BasePredictor:
     def run_config(self) -> dict[str, Any]:
         """The run's training settings (``config`` of its config.json); empty for a model folder."""
         return self.settings["config"] if self.settings is not None else {}
+
+    def input_columns(self) -> tuple[str, ...]:
+        """The columns the run read its inputs from: a seq2seq file's source and target, a file task's
+        text columns, else the task's text fields."""
+        run = self.run_config()
+        if run.get("source_column"):
+            return (run["source_column"], run["target_column"])
+        return tuple(run.get("text_columns") or self.task.text_fields)
 
     def state(self) -> dict[str, Any] | None:
         """What the outputs record of a run that is not finished (None: a finished run, a model folder)."""
@@ -196,6 +222,14 @@ class BasePredictor:
         if self.settings is None:
             raise PredictError(f"{self.source} is a model folder, not a run directory: {self.no_split_words}")
         return run_split(self.settings, name, data_dir, self.source)
+
+
+def synthesizer_config(model: nn.Module) -> Any:
+    """The config of the synthesizer ``model`` carries, or None."""
+    from ..methods.synthesizer import get_synthesizer
+
+    synthesizer = get_synthesizer(model)
+    return None if synthesizer is None else synthesizer.resolved_config()
 
 
 def load_model_folder(
@@ -241,6 +275,12 @@ def write_rows(handle: Any, rows: list[dict[str, Any]], fmt: str) -> None:
     writer.writeheader()
     for row in rows:  # a value of several fields (run_state) is a cell of JSON
         writer.writerow({k: json.dumps(v) if isinstance(v, dict) else v for k, v in row.items()})
+
+
+def with_run_state(rows: list[dict[str, Any]], run_state: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """``rows`` with the state of the run that is not finished whose model made them (``run_state``) last
+    in each; as they are for a finished run or a model folder."""
+    return rows if run_state is None else [{**row, "run_state": run_state} for row in rows]
 
 
 def check_output_path(path: str | os.PathLike) -> Path:

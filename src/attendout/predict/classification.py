@@ -34,9 +34,8 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from ..core.limits import LimitError, check_length, position_limit
-from ..core.state import RunState
-from ..encoding import encode, predict_batches
+from ..core.limits import check_length, position_limit
+from ..encoding import encode
 from ..tasks import (
     CLASSIFICATION,
     MULTIPLE_CHOICE,
@@ -56,10 +55,12 @@ from .base import (
     PredictError,
     check_finished,
     load_model_folder,
+    synthesizer_config,
     task_from_settings,
+    with_run_state,
     write_rows_atomic,
 )
-from .generation import GenerationPredictor, generation_kind
+from .generative import GenerationPredictor, generation_kind
 
 __all__ = [
     "Predictions",
@@ -134,17 +135,9 @@ def _model_task(model: nn.Module, name: str) -> Task:
     )
 
 
-def _synthesizer_config(model: nn.Module) -> Any:
-    """The config of the synthesizer ``model`` carries, or None."""
-    from ..methods.synthesizer import get_synthesizer
-
-    synthesizer = get_synthesizer(model)
-    return None if synthesizer is None else synthesizer.resolved_config()
-
-
 def _longest_input(model: nn.Module, tokenizer: Any) -> int:
     """The most tokens the model takes (a default length): a synthesizer's l_max, else its positions."""
-    synthesizer = _synthesizer_config(model)
+    synthesizer = synthesizer_config(model)
     if synthesizer is not None and synthesizer.l_max is not None:
         return int(synthesizer.l_max)
     limits = (position_limit(model.config)[0], getattr(tokenizer, "model_max_length", None))
@@ -186,34 +179,12 @@ class Predictor(BasePredictor):
 
     no_split_words = "it does not know its data; predict a file instead"
 
-    def __init__(
-        self,
-        model: nn.Module,
-        tokenizer: Any,
-        task: Task,
-        *,
-        max_length: int = 128,
-        batch_size: int = 64,
-        device: str = "auto",
-        precision: str = "fp32",
-        settings: dict[str, Any] | None = None,
-        source: str = "",
-        progress: bool = False,
-        run_state: RunState | None = None,
-    ):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        super().__init__(
-            model, tokenizer, task, max_length=max_length, batch_size=batch_size, device=device,
-            precision=precision, settings=settings, source=source, progress=progress, run_state=run_state,
+    def check(self, model: nn.Module) -> None:
+        super().check(model)
+        check_length(
+            self.max_length, model.config, tokenizer=self.tokenizer, method=synthesizer_config(model),
+            model=self.source or "the model", setting="max_length",
         )  # fmt: skip
-        try:
-            check_length(
-                max_length, model.config, tokenizer=tokenizer, method=_synthesizer_config(model),
-                model=source or "the model", setting="max_length",
-            )  # fmt: skip
-        except LimitError as error:
-            raise PredictError(str(error)) from None
 
     @classmethod
     def load(
@@ -232,7 +203,7 @@ class Predictor(BasePredictor):
         """Load a run directory or a model folder (see the module's docstring).
 
         A run of a generation task (``lm``, ``seq2seq``) or a folder of a causal LM or an encoder-decoder
-        loads as a :class:`~attendout.predict.generation.GenerationPredictor`, which takes ``num_beams`` and
+        loads as a :class:`~attendout.predict.generative.GenerationPredictor`, which takes ``num_beams`` and
         ``max_new_tokens`` too. A run directory that is not finished is a
         :class:`~attendout.predict.base.UnfinishedRunError` (its state, its model's step, the command that
         finishes it), unless ``allow_unfinished``: then a warning, and the predictions record its state.
@@ -314,9 +285,7 @@ class Predictor(BasePredictor):
             run.get("truncation", "auto"),
             run.get("window_stride"),
         )
-        preds, scores, loss = predict_batches(
-            self.model, data, self.batch_size, self.device, self.autocast_dtype, progress=self.progress
-        )
+        preds, scores, loss = self.predict_encoded(data)
         return Predictions(preds, scores, self.task.label_names, loss, kind, run_state=self.state())
 
     def predict_words(self, sentences: Sequence[Sequence[str]]) -> Predictions:
@@ -369,7 +338,7 @@ class Predictor(BasePredictor):
             examples = read_choice_inputs(path, columns, label_column=label_column, file_format=file_format)
             self.task = dataclasses.replace(self.task, choices=len(columns) - 1)
             return examples
-        columns = tuple(text_columns or self._default_columns())
+        columns = tuple(text_columns or self.input_columns())
         task = self.task
         if self.settings is None:  # a model folder does not know whether it was trained on pairs
             task = dataclasses.replace(task, text_fields=columns)
@@ -380,11 +349,6 @@ class Predictor(BasePredictor):
             label_column=label_column,
             file_format=file_format,
         )
-
-    def _default_columns(self) -> tuple[str, ...]:
-        if self.run_config().get("text_columns"):
-            return tuple(self.run_config()["text_columns"])
-        return self.task.text_fields
 
 
 def read_inputs(
@@ -512,6 +476,4 @@ def prediction_rows(
             else:
                 row["label"] = label_names[int(gold)] if label_names is not None else gold
         rows.append({**row, **record})
-        if predictions.run_state is not None:
-            rows[-1]["run_state"] = predictions.run_state
-    return rows
+    return with_run_state(rows, predictions.run_state)

@@ -4,7 +4,7 @@
 * :mod:`.setup`, :mod:`.data`: a run's set-up: its data read, split and encoded, its model, its method.
 * :mod:`.runfolder`: the run object that owns the run folder over the run's life (lock, config, log,
   checkpoints, resume, predictions, results); :mod:`.record`: what a run records of itself.
-* :mod:`.interrupt`, :mod:`.evalstop`: a stop at the next whole step (Ctrl-C, SIGTERM) or evaluation batch.
+* :mod:`.interrupt`: a stop at the next whole step (Ctrl-C, SIGTERM) or evaluation batch.
 * :mod:`.devices`: where a run computes.
 
 The run folder's format (its files' names and readers, files written whole, where a run stands, who owns

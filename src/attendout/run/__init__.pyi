@@ -14,8 +14,7 @@ from .devices import (
     set_seed,
     shard,
 )
-from .evalstop import EvaluationStopped
-from .interrupt import Stopped, agreed, check, deferred, handling, requested
+from .interrupt import EvaluationStopped, Stopped, agreed, check, deferred, handling, requested
 from .loop import TrainingLoop, finetune
 from .record import config_record, results_record
 from .runfolder import (

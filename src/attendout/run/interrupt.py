@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Stopped", "agreed", "check", "deferred", "handling", "requested"]
+__all__ = ["EvaluationStopped", "Stopped", "agreed", "check", "deferred", "handling", "requested"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -52,11 +52,13 @@ class Stopped(KeyboardInterrupt):
         checkpoint: str | Path | None = None,
         step: int | None = None,
         total: int | None = None,
+        during: str | None = None,
     ) -> None:
         self.signum = int(signum)
         self.checkpoint = None if checkpoint is None else Path(checkpoint)
         self.step = step
         self.total = total
+        self.during = during  # the evaluation it stopped (:class:`EvaluationStopped`)
         super().__init__(self.describe())
 
     @property
@@ -74,12 +76,24 @@ class Stopped(KeyboardInterrupt):
             text += f" at step {self.step}" + (f" of {self.total}" if self.total else "")
         if self.checkpoint is not None:
             text += f"; the checkpoint in {self.checkpoint} is complete"
+        if self.during and self.checkpoint is not None:
+            text += f" (stopped during {self.during}, which the resumed run does again from its start)"
         return text
 
     @classmethod
     def of(cls, error: BaseException) -> Stopped:
         """``error`` (a KeyboardInterrupt) as a :class:`Stopped`: a plain one is a SIGINT."""
         return error if isinstance(error, Stopped) else cls(signal.SIGINT)
+
+
+class EvaluationStopped(Stopped):
+    """A stop requested during an evaluation of the fine-tuning loop (a validation, or the final
+    evaluation of the evaluation splits; a generation task's decodes for a long time), raised before its
+    next batch. The loop (:mod:`attendout.run.loop`) writes a checkpoint of the state before that
+    evaluation began and raises it again naming the checkpoint and ``during``: a resumed run runs that
+    evaluation again from its start (a validation before the step's training goes on, the final
+    evaluation on every split; nothing of the part done is kept), and so reaches the uninterrupted
+    run's numbers."""
 
 
 def _handle(signum: int, frame: Any) -> None:

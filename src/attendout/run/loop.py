@@ -38,8 +38,7 @@ from .devices import (
     set_rng_state,
     shard,
 )
-from .evalstop import EvaluationStopped
-from .interrupt import Stopped, agreed, deferred
+from .interrupt import EvaluationStopped, Stopped, agreed, deferred
 from .record import config_record, kept_before_acting_warning, results_record
 from .runfolder import RunFolder, TrainState, checkpoint_config, single_class
 from .setup import budget, make_optimizer, set_up, wrap_model
@@ -278,17 +277,13 @@ class TrainingLoop:
         )
 
     # evaluation -------------------------------------------------------------------------------
-    def predict(self, data: Encoded) -> tuple[Any, Any, float | None]:
-        """(predictions, scores, mean loss) as :func:`~attendout.encoding.classification.predict_batches` gives them."""
-        model = self.strategy.eval_model()
-        return predict_batches(
-            model, data, self.config.eval_batch_size, self.device, self.autocast_dtype,
+    def evaluate(self, data: Encoded) -> tuple[dict[str, float], Any, Any]:
+        """(metrics, predictions, scores) of the model being evaluated on ``data``
+        (:func:`~attendout.encoding.classification.predict_batches`, as ``attendout predict``'s)."""
+        preds, scores, loss = predict_batches(
+            self.strategy.eval_model(), data, self.config.eval_batch_size, self.device, self.autocast_dtype,
             between=self.stop_between_batches,
         )  # fmt: skip
-
-    def evaluate(self, data: Encoded) -> tuple[dict[str, float], Any, Any]:
-        """(metrics, predictions, scores) of the model being evaluated on ``data``."""
-        preds, scores, loss = self.predict(data)
         metrics = compute_metrics(self.task, preds, data.gold)
         counts = data.counts() if hasattr(data, "counts") else {}  # what a generation metric is over
         return {**metrics, "loss": loss, **counts}, preds, scores

@@ -141,6 +141,6 @@ __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
 register_method(
     "addrop",
     ADDropConfig,
-    "attendout.methods.addrop.method:addrop",
+    "attendout.methods.addrop.method:ADDrop",
     "attendout.methods.addrop.strategy:ADDropStrategy",
 )

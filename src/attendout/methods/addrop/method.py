@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from ...attention import AttentionCall, AttentionEdit, AttentionMethod, RateMeter, layer_key_valid
+from ...attention import AttentionEdit, AttentionMethod, RateMeter, layer_key_valid
 from ...contract import ForwardEdits
 from ..nexttoken import generation_kind
 from .attribution import (
@@ -41,38 +41,30 @@ class ADDrop(AttentionMethod):
     """
 
     name = "addrop"
+    without_edits = (
+        "addrop: a training forward came without AD-DROP's drops, so it would train plainly. Pass "
+        "them: extra = handle.method.prepare(model, batch); model(**batch, **extra) (or "
+        "handle.method.plain() in a plain phase), or train through attendout.prepare(...), "
+        "attendout.hf.Trainer or `attendout finetune`"
+    )
 
-    def __init__(
-        self,
-        layers: Sequence[int] | str | None,
-        attribution: str | None,
-        p: float | None,
-        q: float | None,
-        ig_steps: int,
-        attribution_dropout: bool,
-        rounding: str = "ceil",
-        ig_form: str = "authors",
-        dropping: str = "high",
-        rd_sampling: str | None = None,
-    ):
+    def __init__(self, config: ADDropConfig):
         #: ``layers="task"`` is settled by :meth:`for_task` (the strategy calls it with the loop's task);
         #: until then the method acts on the first layer, the authors' setting for most tasks
-        self.from_task = layers == TASK_LAYERS
-        self.layers = [0] if self.from_task else layers
+        self.from_task = config.layers == TASK_LAYERS
+        self.layers = [0] if self.from_task else config.layers
         self._told_no_task = False
         #: p, q, attribution left unset (None): :meth:`for_task` takes them from the task (the authors'
         #: script for it); until then they are the authors' ``main.py`` defaults (p 0.3, q 0.2, ga)
-        given = {"p": p, "q": q, "attribution": attribution}
-        self.task_options = {name for name, value in given.items() if value is None}
-        self.attribution: str = AUTHORS_DEFAULTS["attribution"] if attribution is None else attribution
-        self.p: float = AUTHORS_DEFAULTS["p"] if p is None else p
-        self.q: float = AUTHORS_DEFAULTS["q"] if q is None else q
-        self.dropping = dropping
-        self.rd_sampling = "authors" if rd_sampling is None else rd_sampling
-        self.ig_steps = ig_steps
-        self.ig_form = ig_form
-        self.rounding = rounding
-        self.attribution_dropout = attribution_dropout
+        self.task_options = {name for name in AUTHORS_DEFAULTS if getattr(config, name) is None}
+        for name, default in AUTHORS_DEFAULTS.items():
+            setattr(self, name, default if getattr(config, name) is None else getattr(config, name))
+        self.dropping = config.dropping
+        self.rd_sampling = "authors" if config.rd_sampling is None else config.rd_sampling
+        self.ig_steps = config.ig_steps
+        self.ig_form = config.ig_form
+        self.rounding = config.rounding
+        self.attribution_dropout = config.attribution_dropout
         self.num_layers: int | None = None
         self.num_heads: int | None = None
         self.controller_model: nn.Module | None = None
@@ -214,31 +206,5 @@ class ADDrop(AttentionMethod):
         """Count a training step, with or without AD-DROP (the ``addrop/active`` statistic)."""
         self.meter.add("addrop/active", torch.tensor(float(active)), torch.tensor(1.0))
 
-    def edit(self, call: AttentionCall) -> AttentionEdit | None:
-        if call.edits is None:
-            raise RuntimeError(
-                "addrop: a training forward came without AD-DROP's drops, so it would train plainly. Pass "
-                "them: extra = handle.method.prepare(model, batch); model(**batch, **extra) (or "
-                "handle.method.plain() in a plain phase), or train through attendout.prepare(...), "
-                "attendout.hf.Trainer or `attendout finetune`"
-            )
-        return None
-
     def stats(self) -> dict[str, float]:
         return self.meter.pop()
-
-
-def addrop(config: ADDropConfig) -> ADDrop:
-    """AD-DROP's part in the hook, made from its options."""
-    return ADDrop(
-        config.layers,
-        config.attribution,
-        config.p,
-        config.q,
-        config.ig_steps,
-        config.attribution_dropout,
-        rounding=config.rounding,
-        ig_form=config.ig_form,
-        dropping=config.dropping,
-        rd_sampling=config.rd_sampling,
-    )

@@ -83,7 +83,7 @@ def task_layers(task: str | None, kind: str | None = None) -> list[int] | str | 
     encoder's self-attention, as the authors' OPUS-MT trainer. ``lm``: None, every layer (our choice:
     the authors have no language-model run; a causal LM's one stack plays the part of their encoder).
     """
-    kind = kind if kind is not None else _kind_of(task)
+    kind = kind if kind is not None else getattr(_registered(task), "kind", None)
     if kind == "seq2seq":
         return ENCODER_LAYERS
     if kind == "lm":
@@ -98,27 +98,16 @@ def task_settings(task: str | None) -> dict[str, Any]:
     MRPC integrated gradients, WMT16 en-ro p 0.2 and q 0.2), else the defaults of their ``main.py``
     (:data:`AUTHORS_DEFAULTS`: p 0.3, q 0.2, gradient attribution).
     """
-    return {**AUTHORS_DEFAULTS, **TASK_SETTINGS.get(_name_of(task) or "", {})}
+    return {**AUTHORS_DEFAULTS, **TASK_SETTINGS.get(getattr(_registered(task), "name", task) or "", {})}
 
 
-def _name_of(task: str | None) -> str | None:
-    """The registered name of ``task`` (names resolve as :func:`get_task` resolves them), or None."""
+def _registered(task: str | None) -> Any:
+    """The registered task named ``task`` (names resolve as :func:`get_task` resolves them), or None."""
     if task is None:
         return None
     from ...tasks import get_task
 
     try:
-        return get_task(task).name
-    except (KeyError, ValueError):
-        return task
-
-
-def _kind_of(task: str | None) -> str | None:
-    if task is None:
-        return None
-    from ...tasks import get_task
-
-    try:
-        return get_task(task).kind
+        return get_task(task)
     except (KeyError, ValueError):
         return None

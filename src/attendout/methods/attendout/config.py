@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..config import MethodConfig, check_probability, layers_field
+from ...typecheck import AT_LEAST_0, POSITIVE, Must, one_of, option
+from ..config import INTEGER_AT_LEAST_1, PROBABILITY, MethodConfig, layers_field
 
 #: ``validation_source`` of the games: the validation split carved from train
 CARVED = "validation"
@@ -52,172 +53,113 @@ class AttendOutConfig(MethodConfig):
     * one default set for every task: the paper tuned T per task on dev, we do not.
     """
 
-    name = "attendout"
     summary = "AttendOut: a learned Generator drops Attacker scores; Defender/Attacker game (001 §4)"
 
-    dropout_steps: int = field(
-        default=10,
-        metadata={
-            "help": "training steps between games (the paper's T, tuned per task there): enough for the "
-            "two models to diverge, few enough for >= 20 Generator updates on small tasks"
-        },
+    dropout_steps: int = option(
+        10,
+        "training steps between games (the paper's T, tuned per task there): enough for the "
+        "two models to diverge, few enough for >= 20 Generator updates on small tasks",
+        must=INTEGER_AT_LEAST_1,
     )
-    eval_samples: int = field(
-        default=64,
-        metadata={
-            "help": "validation samples each game scores (the paper's T again); two no-grad forwards of "
-            "64 samples are a small fraction of the cost of the 10 training steps between games"
-        },
+    eval_samples: int = option(
+        64,
+        "validation samples each game scores (the paper's T again); two no-grad forwards of "
+        "64 samples are a small fraction of the cost of the 10 training steps between games",
+        must=INTEGER_AT_LEAST_1,
     )
-    validation_source: str = field(
-        default=CARVED,
-        metadata={
-            "help": "samples the games score: 'validation' (split carved from train, default: dev stays "
-            "unseen by every decision) or the name of an evaluation split, e.g. 'dev' (the paper's choice)"
-        },
+    validation_source: str = option(
+        CARVED,
+        "samples the games score: 'validation' (split carved from train, default: dev stays "
+        "unseen by every decision) or the name of an evaluation split, e.g. 'dev' (the paper's choice)",
     )
-    reward: str = field(
-        default="logprob",
-        metadata={
-            "help": "per-sample reward: 'logprob' = log p_A(gold) - log p_D(gold) (default; minus squared "
-            "error for regression), 'correct' = difference of 0/1 correctness (ties almost always), "
-            "'metric' = difference of the task's main metric on the game's samples (one per game)"
-        },
+    reward: str = option(
+        "logprob",
+        "per-sample reward: 'logprob' = log p_A(gold) - log p_D(gold) (default; minus squared "
+        "error for regression), 'correct' = difference of 0/1 correctness (ties almost always), "
+        "'metric' = difference of the task's main metric on the game's samples (one per game)",
+        must=one_of(REWARDS),
     )
-    pairing: str = field(
-        default="mean",
-        metadata={
-            "help": "reward of each cached action: 'mean' = the game's mean reward (default, lower "
-            "variance) or 'sample' = the t-th validation sample's reward (the paper's pairing)"
-        },
+    pairing: str = option(
+        "mean",
+        "reward of each cached action: 'mean' = the game's mean reward (default, lower "
+        "variance) or 'sample' = the t-th validation sample's reward (the paper's pairing)",
+        must=one_of(PAIRINGS),
     )
-    generator_width: int = field(
-        default=64,
-        metadata={
-            "help": "width of the Generator's one attention head (64: with the Attacker's embeddings, G is "
-            "about 1/500 of MiniLM, 1/2000 of RoBERTa-base)"
-        },
+    generator_width: int = option(
+        64,
+        "width of the Generator's one attention head (64: with the Attacker's embeddings, G is "
+        "about 1/500 of MiniLM, 1/2000 of RoBERTa-base)",
+        must=INTEGER_AT_LEAST_1,
     )
-    generator_embeddings: str = field(
-        default="attacker",
-        metadata={
-            "help": "what G reads: 'attacker' = the Attacker's embedding output, detached (default: a small "
-            "G), or 'own' = G's own copy of the embedding block, trained with G, as the paper's Generator "
-            "(with generator_width = the hidden size, 1/3 of RoBERTa-base: the paper's scale)"
-        },
+    generator_embeddings: str = option(
+        "attacker",
+        "what G reads: 'attacker' = the Attacker's embedding output, detached (default: a small "
+        "G), or 'own' = G's own copy of the embedding block, trained with G, as the paper's Generator "
+        "(with generator_width = the hidden size, 1/3 of RoBERTa-base: the paper's scale)",
+        must=one_of(GENERATOR_EMBEDDINGS),
     )
-    temperature: float = field(
-        default=1.0,
-        metadata={
-            "help": "temperature of G's softmax over keys, which places a layer's drops in a row: higher "
-            "spreads them evenly (plain scores dropout), lower piles them on G's favourite keys"
-        },
+    temperature: float = option(
+        1.0,
+        "temperature of G's softmax over keys, which places a layer's drops in a row: higher "
+        "spreads them evenly (plain scores dropout), lower piles them on G's favourite keys",
+        must=POSITIVE,
     )
-    init_drop: float = field(
-        default=0.1,
-        metadata={
-            "help": "initial drop probability of every unit, set through the G-Net's output bias: "
-            "scores-dropout's fixed rate, for the Generator to raise where it pays (0.5, an "
-            "untrained G-Net's natural start, kept MiniLM at the majority class on CoLA)"
-        },
+    init_drop: float = option(
+        0.1,
+        "initial drop probability of every unit, set through the G-Net's output bias: "
+        "scores-dropout's fixed rate, for the Generator to raise where it pays (0.5, an "
+        "untrained G-Net's natural start, kept MiniLM at the majority class on CoLA)",
+        must=Must(lambda value: 0 < value < 1, "in (0, 1)"),
     )
-    rate_noise: float = field(
-        default=0.5,
-        metadata={
-            "help": "standard deviation of each layer's rate logit around its mean, drawn once per game: the "
-            "exploration that lets one reward per game tell rates apart (0.5 spreads 0.1 to about 0.06-0.16); "
-            "0 = no exploration, rates learn through the masks' term alone (attendout 0.1's estimator)"
-        },
+    rate_noise: float = option(
+        0.5,
+        "standard deviation of each layer's rate logit around its mean, drawn once per game: the "
+        "exploration that lets one reward per game tell rates apart (0.5 spreads 0.1 to about 0.06-0.16); "
+        "0 = no exploration, rates learn through the masks' term alone (attendout 0.1's estimator)",
+        must=AT_LEAST_0,
     )
-    rate_lr: float = field(
-        default=0.1,
-        metadata={
-            "help": "Adam learning rate of the per-layer mean rate logits (one step per game): 50 games "
-            "whose rewards agree move a rate from 0.1 to about 0.4 (the planted-signal test); rewards that "
-            "ignore the masks random-walk the rates by about +-0.7 logit in 50 games (0.1 -> 0.05-0.18): "
-            "what the control run shows"
-        },
+    rate_lr: float = option(
+        0.1,
+        "Adam learning rate of the per-layer mean rate logits (one step per game): 50 games "
+        "whose rewards agree move a rate from 0.1 to about 0.4 (the planted-signal test); rewards that "
+        "ignore the masks random-walk the rates by about +-0.7 logit in 50 games (0.1 -> 0.05-0.18): "
+        "what the control run shows",
+        must=POSITIVE,
     )
-    generator_lr: float = field(
-        default=3e-3,
-        metadata={
-            "help": "Adam learning rate of the drop pattern's parameters (G-Net's attention; one step per "
-            "game). The pattern's signal is spread over every unit, so its updates are mostly noise: "
-            "kept small so that it cannot wander far"
-        },
+    generator_lr: float = option(
+        3e-3,
+        "Adam learning rate of the drop pattern's parameters (G-Net's attention; one step per "
+        "game). The pattern's signal is spread over every unit, so its updates are mostly noise: "
+        "kept small so that it cannot wander far",
+        must=POSITIVE,
     )
-    reward_control: str = field(
-        default="none",
-        metadata={
-            "help": "'noise' = the control run: each game's reward is replaced by a draw with the mean and "
-            "spread of the real rewards so far, independent of the masks (the game, the re-initialisation "
-            "and the log are unchanged). A pattern that the control shows too was not learned"
-        },
+    reward_control: str = option(
+        "none",
+        "'noise' = the control run: each game's reward is replaced by a draw with the mean and "
+        "spread of the real rewards so far, independent of the masks (the game, the re-initialisation "
+        "and the log are unchanged). A pattern that the control shows too was not learned",
+        must=one_of(REWARD_CONTROLS),
     )
-    baseline_decay: float = field(
-        default=0.9,
-        metadata={
-            "help": "decay of the moving-average baseline b of eq. 5 (~10 games); b starts at the first "
-            "game's mean reward, and that game updates only b"
-        },
+    baseline_decay: float = option(
+        0.9,
+        "decay of the moving-average baseline b of eq. 5 (~10 games); b starts at the first "
+        "game's mean reward, and that game updates only b",
+        must=PROBABILITY,
     )
-    reinit_temperature: float = field(
-        default=1.0,
-        metadata={
-            "help": "the winner is sampled with P(A) = sigmoid(z / this), z = (s_A - s_D) / its standard "
-            "error over the game's samples: a model ahead by one standard error is kept with probability "
-            "0.73, by two 0.88; 0 = the better always wins (the paper's 'straightforward strategy')"
-        },
+    reinit_temperature: float = option(
+        1.0,
+        "the winner is sampled with P(A) = sigmoid(z / this), z = (s_A - s_D) / its standard "
+        "error over the game's samples: a model ahead by one standard error is kept with probability "
+        "0.73, by two 0.88; 0 = the better always wins (the paper's 'straightforward strategy')",
+        must=AT_LEAST_0,
     )
     layers: list[int] | None = layers_field()
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name, value in (
-            ("dropout_steps", self.dropout_steps),
-            ("eval_samples", self.eval_samples),
-            ("generator_width", self.generator_width),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{self.name}: {name} must be an integer of at least 1, got {value!r}")
-        if self.reward not in REWARDS:
-            raise ValueError(f"{self.name}: reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
-        if self.pairing not in PAIRINGS:
-            raise ValueError(
-                f"{self.name}: pairing must be one of {', '.join(PAIRINGS)}, got {self.pairing!r}"
-            )
         if self.reward == "metric" and self.pairing == "sample":
             raise ValueError(
                 f"{self.name}: reward 'metric' is one number per game; pairing must be 'mean', got 'sample'"
             )
-        if self.generator_embeddings not in GENERATOR_EMBEDDINGS:
-            raise ValueError(
-                f"{self.name}: generator_embeddings must be one of {', '.join(GENERATOR_EMBEDDINGS)}, "
-                f"got {self.generator_embeddings!r}"
-            )
-        if not self.temperature > 0:
-            raise ValueError(f"{self.name}: temperature must be positive, got {self.temperature!r}")
-        if not 0 < self.init_drop < 1:
-            raise ValueError(f"{self.name}: init_drop must be in (0, 1), got {self.init_drop!r}")
-        for name, value in (("generator_lr", self.generator_lr), ("rate_lr", self.rate_lr)):
-            if not value > 0:
-                raise ValueError(f"{self.name}: {name} must be positive, got {value!r}")
-        if not self.rate_noise >= 0:
-            raise ValueError(f"{self.name}: rate_noise must be at least 0, got {self.rate_noise!r}")
-        if self.reward_control not in REWARD_CONTROLS:
-            raise ValueError(
-                f"{self.name}: reward_control must be one of {', '.join(REWARD_CONTROLS)}, "
-                f"got {self.reward_control!r}"
-            )
-        check_probability(self.name, "baseline_decay", self.baseline_decay)
-        if not self.reinit_temperature >= 0:
-            raise ValueError(
-                f"{self.name}: reinit_temperature must be at least 0, got {self.reinit_temperature!r}"
-            )
         if not self.validation_source:
             raise ValueError(f"{self.name}: validation_source is empty; use 'validation' or a split name")
-
-    @property
-    def scores_reported_split(self) -> bool:
-        """True when the games score an evaluation split (the paper's choice: dev informs the Generator)."""
-        return self.validation_source != CARVED

@@ -66,6 +66,19 @@ def gumbel_drop(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return logits / temperature + (torch.log(u) - torch.log1p(-u)) > 0
 
 
+def embed_in_eval(embeddings: nn.Module, tokens: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """(B, L, E) the output of the embedding block ``embeddings`` for the token inputs, in eval mode (no
+    dropout), float32; its training flag is restored after."""
+    was_training = embeddings.training
+    embeddings.eval()
+    try:
+        if isinstance(embeddings, nn.Embedding):  # a token table only (EuroBERT)
+            return embeddings(tokens["input_ids"]).float()
+        return embeddings(**tokens).float()
+    finally:
+        embeddings.train(was_training)
+
+
 @dataclass
 class GeneratorSample:
     """The masks of one batch and their drop probabilities.
@@ -132,14 +145,7 @@ class Generator(nn.Module):
         game's recomputation sees what the sampling saw), float32."""
         if self.embeddings is None:
             raise RuntimeError("Generator: it has no embeddings of its own; give it token representations")
-        was_training = self.embeddings.training
-        self.embeddings.eval()
-        try:
-            if isinstance(self.embeddings, nn.Embedding):  # a token table only (EuroBERT)
-                return self.embeddings(tokens["input_ids"]).float()
-            return self.embeddings(**tokens).float()
-        finally:
-            self.embeddings.train(was_training)
+        return embed_in_eval(self.embeddings, tokens)
 
     def forward(
         self, inputs: torch.Tensor | Mapping[str, torch.Tensor], token_valid: torch.Tensor

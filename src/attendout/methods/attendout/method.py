@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ...attention import AttentionCall, AttentionEdit, AttentionMethod
+from ...attention import AttentionMethod
 
 if TYPE_CHECKING:
     from .config import AttendOutConfig
@@ -23,20 +23,16 @@ class MaskSlot(AttentionMethod):
     """
 
     name = "attendout"
+    without_edits = (
+        "attendout: a training forward of a model with AttendOut came without the Attacker's masks, "
+        "so it would train plainly. AttendOut trains a Defender and an Attacker and plays games "
+        "between them: use attendout.prepare(model, 'attendout') in your loop, attendout.hf.Trainer, "
+        "or `attendout finetune --method attendout` (to drop scores by masks of your own, pass "
+        "model(**batch, **attendout.ForwardEdits({layer: AttentionEdit(drop_scores=mask)}).kwargs()))"
+    )
 
     def __init__(self, layers: Sequence[int] | None = None) -> None:
         self.layers = layers
-
-    def edit(self, call: AttentionCall) -> AttentionEdit | None:
-        if call.edits is None:
-            raise RuntimeError(
-                "attendout: a training forward of a model with AttendOut came without the Attacker's masks, "
-                "so it would train plainly. AttendOut trains a Defender and an Attacker and plays games "
-                "between them: use attendout.prepare(model, 'attendout') in your loop, attendout.hf.Trainer, "
-                "or `attendout finetune --method attendout` (to drop scores by masks of your own, pass "
-                "model(**batch, **attendout.ForwardEdits({layer: AttentionEdit(drop_scores=mask)}).kwargs()))"
-            )
-        return None
 
 
 def mask_slot(config: AttendOutConfig) -> MaskSlot:

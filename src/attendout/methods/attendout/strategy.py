@@ -67,6 +67,7 @@ from .game import (
     sample_rewards,
     score_gap,
 )
+from .generator import embed_in_eval
 from .method import MaskSlot
 from .players import make_generator, masked_layers, validation_source
 from .policy import GeneratorPolicy
@@ -229,16 +230,8 @@ class AttendOutStrategy(TrainingStrategy):
         """(B, L, E) the Attacker's embedding output in eval mode (no dropout), detached; with
         ``generator_embeddings="own"``, the token inputs themselves, which G embeds with its own block."""
         kwargs = {k: v for k, v in inputs.items() if k in self._embedding_args and k != "attention_mask"}
-        if self.generator.embeddings is not None:
-            return {**kwargs, "input_ids": inputs["input_ids"]}
-        was_training = self.embeddings.training
-        self.embeddings.eval()
-        try:
-            if isinstance(self.embeddings, nn.Embedding):  # a token table only (EuroBERT)
-                return self.embeddings(inputs["input_ids"]).float()
-            return self.embeddings(**kwargs).float()
-        finally:
-            self.embeddings.train(was_training)
+        tokens = {**kwargs, "input_ids": inputs["input_ids"]}
+        return tokens if self.generator.embeddings is not None else embed_in_eval(self.embeddings, tokens)
 
     # the game ---------------------------------------------------------------------------------
     def play(self) -> None:

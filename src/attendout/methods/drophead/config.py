@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..config import MethodConfig, check_probability, layers_field
+from ...typecheck import Must, option
+from ..config import PROBABILITY, MethodConfig, check_probability, layers_field
 from ..schedules import Knots, check_knots, parse_knots
 
 __all__ = ["SCHEDULES", "DropHeadConfig", "v_schedule"]
@@ -19,38 +20,30 @@ def v_schedule(p: float, warmup: float) -> Knots:
 
 @dataclass
 class DropHeadConfig(MethodConfig):
-    name = "drophead"
     summary = (
         "drop whole attention heads per example, rescaling the kept ones, at a V-shaped scheduled rate "
         "(Scheduled DropHead)"
     )
 
-    p: float = field(
-        default=0.1,
-        metadata={"help": "probability of dropping each head (with schedule v: at the start and at the end)"},
+    p: float = option(
+        0.1, "probability of dropping each head (with schedule v: at the start and at the end)", PROBABILITY
     )
-    schedule: str = field(
-        default="v",
-        metadata={
-            "help": "v = the paper's V: knots (0, p), (warmup, 0), (1, p) over the fraction of training done; "
-            "fixed = p throughout; or knots 'progress:p,...' (e.g. '0:0.2,1:0')"
-        },
+    schedule: str = option(
+        "v",
+        "v = the paper's V: knots (0, p), (warmup, 0), (1, p) over the fraction of training done; "
+        "fixed = p throughout; or knots 'progress:p,...' (e.g. '0:0.2,1:0')",
     )
-    warmup: float = field(
-        default=0.1,
-        metadata={
-            "help": "schedule v: the fraction of training where the rate reaches 0 (the paper: the end of the "
-            "learning-rate warm-up; keep it equal to --warmup-ratio)"
-        },
+    warmup: float = option(
+        0.1,
+        "schedule v: the fraction of training where the rate reaches 0 (the paper: the end of the "
+        "learning-rate warm-up; keep it equal to --warmup-ratio)",
+        Must(lambda value: 0 < value < 1, "in (0, 1)"),
     )
-    rescale: bool = field(default=True, metadata={"help": "scale kept heads by H / kept, as DropHead does"})
+    rescale: bool = option(True, "scale kept heads by H / kept, as DropHead does")
     layers: list[int] | None = layers_field()
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_probability(self.name, "p", self.p)
-        if not 0 < self.warmup < 1:
-            raise ValueError(f"{self.name}: warmup must be in (0, 1), got {self.warmup!r}")
         if self.schedule not in SCHEDULES:
             if ":" not in str(self.schedule):
                 raise ValueError(

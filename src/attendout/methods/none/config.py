@@ -11,5 +11,4 @@ __all__ = ["NoneConfig"]
 
 @dataclass
 class NoneConfig(MethodConfig):
-    name = "none"
     summary = "plain fine-tuning: the model's own dropout only (stock attention)"

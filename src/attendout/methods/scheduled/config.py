@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..config import MethodConfig, check_probability, layers_field
+from ...typecheck import option
+from ..config import INTEGER_AT_LEAST_1, PROBABILITY_OR_ONE, MethodConfig, layers_field
 from ..schedules import Knots, check_knots, knots_from_run, parse_floats, parse_knots, slopes_from_run
 
 __all__ = ["ScheduledConfig"]
@@ -12,53 +13,41 @@ __all__ = ["ScheduledConfig"]
 
 @dataclass
 class ScheduledConfig(MethodConfig):
-    name = "scheduled"
     summary = "scores dropout with a per-layer piecewise-linear schedule over training (001 §7.2)"
 
-    start: float = field(
-        default=0.6, metadata={"help": "drop probability of every layer at the start (paper: 0.6)"}
+    start: float = option(
+        0.6, "drop probability of every layer at the start (paper: 0.6)", PROBABILITY_OR_ONE
     )
-    slopes: list[float] | None = field(
-        default=None,
-        metadata={
-            "help": "change of p over the whole run, one per layer or one for all, comma-separated "
-            "(default -0.5 for every layer, from start to start-0.5: the paper gives no values; "
-            "from_run with fit_slopes fits one per layer)",
-            "from_text": True,
-        },
+    slopes: list[float] | None = option(
+        None,
+        "change of p over the whole run, one per layer or one for all, comma-separated "
+        "(default -0.5 for every layer, from start to start-0.5: the paper gives no values; "
+        "from_run with fit_slopes fits one per layer)",
+        from_text=True,
     )
-    knots: str | None = field(
-        default=None,
-        metadata={"help": "explicit curves 'progress:p,...', one for all or one per layer separated by ';'"},
+    knots: str | None = option(
+        None, "explicit curves 'progress:p,...', one for all or one per layer separated by ';'"
     )
     layers: list[int] | None = layers_field()
-    from_run: str | None = field(
-        default=None,
-        metadata={
-            "help": "an AttendOut run directory: fit each layer's schedule to the drop probabilities it "
-            "logged (001 §7.2); replaces start/slopes"
-        },
+    from_run: str | None = option(
+        None,
+        "an AttendOut run directory: fit each layer's schedule to the drop probabilities it "
+        "logged (001 §7.2); replaces start/slopes",
     )
-    fit_segments: int = field(
-        default=3,
-        metadata={"help": "linear pieces per layer when fitting from_run (1 = one free line per layer)"},
+    fit_segments: int = option(
+        3,
+        "linear pieces per layer when fitting from_run (1 = one free line per layer)",
+        must=INTEGER_AT_LEAST_1,
     )
-    fit_slopes: bool = field(
-        default=False,
-        metadata={
-            "help": "from_run only: fit the paper's form, every layer from start with its own slope "
-            "(001 §7.2), instead of free piecewise-linear curves"
-        },
+    fit_slopes: bool = option(
+        False,
+        "from_run only: fit the paper's form, every layer from start with its own slope "
+        "(001 §7.2), instead of free piecewise-linear curves",
     )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_probability(self.name, "start", self.start, allow_one=True)
         self.slopes = parse_floats(self.slopes, "slopes")
-        if not isinstance(self.fit_segments, int) or self.fit_segments < 1:
-            raise ValueError(
-                f"scheduled: fit_segments must be an integer of at least 1, got {self.fit_segments!r}"
-            )
         if self.fit_slopes and self.from_run is None:
             raise ValueError("scheduled: fit_slopes fits an AttendOut run's rates; give from_run too")
         if self.from_run is not None:

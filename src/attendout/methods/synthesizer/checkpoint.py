@@ -36,13 +36,13 @@ from safetensors.torch import load_model as load_safetensors_model
 from torch import nn
 from transformers.utils import CONFIG_NAME
 
+from ..base import apply
 from ..registry import get_method_config
 from .method import (
     FORMAT_VERSION,
     MODEL_TYPE,
     WEIGHTS_NAME,
     get_synthesizer,
-    synthesize,
 )
 
 if TYPE_CHECKING:
@@ -109,19 +109,7 @@ def load_synthesized(path: str | os.PathLike, device: str | torch.device = "cpu"
     base = dict(config["base_config"])
     base_config = transformers.AutoConfig.for_model(base.pop("model_type"), **base)
     model = base_class(base_config)
-    options = _synthesizer_config(config)
-    synthesize(
-        model,
-        options.variant,
-        layers=options.layers,
-        max_length=options.l_max,
-        init=options.init,
-        rank=options.rank,
-        fixed=options.fixed,
-        shared_heads=options.shared_heads,
-        mixing=options.mixing,
-        random_init=options.random_init,
-    )
+    apply(model, _synthesizer_config(config))  # as synthesize() would, with the options recorded
     _load_weights(model, path)
     return model.to(device).eval()
 

@@ -137,7 +137,6 @@ class Synthesizer(AttentionMethod):
             raise ValueError(
                 f"{self.name}: rank must be at most l_max ({self.l_max}), got {self.config.rank!r}"
             )
-        layers = range(controller.num_layers) if self.layers is None else self.layers
         reference = next(model.parameters())
         self.modules = nn.ModuleDict(
             {

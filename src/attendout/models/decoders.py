@@ -56,14 +56,10 @@ def _decoder(size: ScratchSize, positions: int) -> dict[str, Any]:
 
 def _bart(size: ScratchSize, positions: int) -> dict[str, Any]:
     """BART and Marian: learned positions; the decoder starts from ``</s>``, as BART's own does."""
+    each = {"layers": size.layers, "attention_heads": size.heads, "ffn_dim": 4 * size.hidden}
     return {
         "d_model": size.hidden,
-        "encoder_layers": size.layers,
-        "decoder_layers": size.layers,
-        "encoder_attention_heads": size.heads,
-        "decoder_attention_heads": size.heads,
-        "encoder_ffn_dim": 4 * size.hidden,
-        "decoder_ffn_dim": 4 * size.hidden,
+        **{f"{stack}_{name}": value for stack in ("encoder", "decoder") for name, value in each.items()},
         "max_position_embeddings": positions,
         "decoder_start_token_id": EOS_ID,
         "forced_eos_token_id": EOS_ID,

@@ -33,7 +33,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.state import RunState
 from ..encoding import GenerationOptions, LMEncoded, Seq2SeqEncoded
 from ..models import end_of_sequence
 from ..tasks import LM, SEQ2SEQ, DataError, Examples, Seq2SeqExamples, Task, compute_metrics, is_generation
@@ -44,6 +43,7 @@ from .base import (
     check_finished,
     load_model_folder,
     task_from_settings,
+    with_run_state,
     write_rows_atomic,
 )
 
@@ -110,15 +110,12 @@ class Generations:
         """One row per input, as ``attendout predict`` writes them: ``text_a`` (the source or prompt),
         ``label`` (the reference, when known) and ``prediction`` (the generated text); ``run_state`` last,
         for a run that is not finished."""
-        rows = []
-        for i, output in enumerate(self.outputs):
-            row: dict[str, Any] = {"text_a": self.inputs[i]}
-            if self.references is not None:
-                row["label"] = self.references[i]
-            rows.append({**row, "prediction": output})
-            if self.run_state is not None:
-                rows[-1]["run_state"] = self.run_state
-        return rows
+        references = self.references
+        rows = [
+            {"text_a": text, **({} if references is None else {"label": references[i]}), "prediction": output}
+            for i, (text, output) in enumerate(zip(self.inputs, self.outputs, strict=True))
+        ]
+        return with_run_state(rows, self.run_state)
 
     def write(self, path: str | os.PathLike) -> Path:
         """Write :meth:`rows` to ``path`` (.jsonl, .csv or .tsv), atomically."""
@@ -139,32 +136,14 @@ class GenerationPredictor(BasePredictor):
         tokenizer: Any,
         task: Task,
         *,
-        max_length: int = 128,
         num_beams: int = 1,
         max_new_tokens: int | None = None,
-        batch_size: int = 64,
-        device: str = "auto",
-        precision: str = "fp32",
-        settings: dict[str, Any] | None = None,
-        source: str = "",
-        progress: bool = False,
-        run_state: RunState | None = None,
+        **options: Any,
     ):
-        if not is_generation(task.kind):
-            raise PredictError(f"task {task.name!r} is {task.kind}, not a generation task (lm, seq2seq)")
-        if batch_size < 1 or max_length < 2:
-            raise PredictError(
-                f"batch_size must be at least 1 and max_length at least 2, got {batch_size}, {max_length}"
-            )
-        try:
-            self.options = GenerationOptions(num_beams, max_new_tokens or max_length)
-            _check_lengths(model, tokenizer, task.kind, max_length, self.options.max_new_tokens, source)
-        except ValueError as error:  # LimitError: a length beyond the model's positions or its l_max
-            raise PredictError(str(error)) from None
-        super().__init__(
-            model, tokenizer, task, max_length=max_length, batch_size=batch_size, device=device,
-            precision=precision, settings=settings, source=source, progress=progress, run_state=run_state,
-        )  # fmt: skip
+        """``options``: :class:`~attendout.predict.base.BasePredictor`'s (max_length, batch_size, device,
+        precision, settings, source, progress, run_state)."""
+        self._decoding = (num_beams, max_new_tokens)  # made :attr:`options` once checked
+        super().__init__(model, tokenizer, task, **options)
         self.cut_prompts = 0  # prompts of the last generate() that kept only their last tokens
 
     @classmethod
@@ -175,13 +154,11 @@ class GenerationPredictor(BasePredictor):
         max_length: int | None = None,
         num_beams: int | None = None,
         max_new_tokens: int | None = None,
-        batch_size: int = 64,
-        device: str = "auto",
-        precision: str = "fp32",
-        progress: bool = False,
         allow_unfinished: bool = False,
+        **options: Any,
     ) -> GenerationPredictor:
-        """Load a run directory of a generation task or a model folder (a causal LM, an encoder-decoder).
+        """Load a run directory of a generation task or a model folder (a causal LM, an encoder-decoder);
+        ``options``: the predictor's batch_size, device, precision and progress.
 
         Unset options are the run's own: ``max_length`` (lm: its ``block_size`` if it set one),
         ``num_beams`` and ``max_new_tokens``; a model folder's defaults are greedy and its context length.
@@ -217,8 +194,30 @@ class GenerationPredictor(BasePredictor):
             max_length = min(context or 512, getattr(tokenizer, "model_max_length", 512) or 512)
         return cls(
             model, tokenizer, task, max_length=max_length, num_beams=num_beams or 1,
-            max_new_tokens=max_new_tokens or min(max_length // (2 if found == LM else 1), 128), batch_size=batch_size, device=device,
-            precision=precision, settings=settings, source=str(path), progress=progress, run_state=run_state,
+            max_new_tokens=max_new_tokens or min(max_length // (2 if found == LM else 1), 128),
+            settings=settings, source=str(path), run_state=run_state, **options,
+        )  # fmt: skip
+
+    def check(self, model: nn.Module) -> None:
+        """The task a generation task, and the lengths predict sends through ``model``
+        (:func:`~attendout.core.limits.check_lengths`), before any work: a scored block or a source, and
+        the tokens decoded (for lm: beside a prompt)."""
+        from ..core.limits import check_lengths
+        from .base import synthesizer_config  # beside the limits: what they are checked against
+
+        task, max_length, batch_size = self.task, self.max_length, self.batch_size
+        if not is_generation(task.kind):
+            raise PredictError(f"task {task.name!r} is {task.kind}, not a generation task (lm, seq2seq)")
+        if batch_size < 1 or max_length < 2:
+            raise PredictError(
+                f"batch_size must be at least 1 and max_length at least 2, got {batch_size}, {max_length}"
+            )
+        num_beams, max_new_tokens = self._decoding
+        self.options = GenerationOptions(num_beams, max_new_tokens or max_length)
+        check_lengths(
+            task.kind, model.config, max_length=max_length, max_new_tokens=self.options.max_new_tokens,
+            tokenizer=self.tokenizer, method=synthesizer_config(model),
+            model=self.source or "the model",
         )  # fmt: skip
 
     # data -------------------------------------------------------------------------------------------
@@ -230,23 +229,15 @@ class GenerationPredictor(BasePredictor):
         if self.task.kind == LM:
             if target_column is not None:
                 raise PredictError("--target-column is for seq2seq runs; an lm run reads one text column")
-            column = source_column or self._run_columns()[0]
+            column = source_column or self.input_columns()[0]
             return Examples(text_a=read_documents(path, column, "input file"), text_b=None, labels=None)
-        columns = self._run_columns()
+        columns = self.input_columns()
         return read_sources(
             path,
             source_column or columns[0],
             target_column or columns[1],
             target_given=target_column is not None,
         )
-
-    def _run_columns(self) -> tuple[str, ...]:
-        run = self.run_config()
-        if run.get("source_column"):
-            return (run["source_column"], run["target_column"])
-        if run.get("text_columns"):
-            return tuple(run["text_columns"])
-        return self.task.text_fields
 
     # predicting -------------------------------------------------------------------------------------
     def evaluate(self, examples: Examples) -> tuple[dict[str, float], Generations | None]:
@@ -262,9 +253,7 @@ class GenerationPredictor(BasePredictor):
                 data = LMEncoded(examples, self.tokenizer, self.max_length)
             except ValueError as error:
                 raise PredictError(str(error)) from None
-            sums, _, loss = data.predict(
-                self.model, self.batch_size, self.device, self.autocast_dtype, self.progress
-            )
+            sums, _, loss = self.predict_encoded(data)
             metrics = compute_metrics(self.task, sums, data.gold)
             return {**metrics, "loss": loss, **data.counts()}, None
         if getattr(examples, "targets", None) is None:
@@ -285,9 +274,7 @@ class GenerationPredictor(BasePredictor):
 
     def _seq2seq(self, examples: Examples) -> tuple[Generations, Seq2SeqEncoded]:
         data = Seq2SeqEncoded(examples, self.tokenizer, self.max_length, self.options)
-        outputs, _, loss = data.predict(
-            self.model, self.batch_size, self.device, self.autocast_dtype, self.progress
-        )
+        outputs, _, loss = self.predict_encoded(data)
         references = getattr(examples, "targets", None)
         return Generations(list(examples.text_a), outputs, references, loss, run_state=self.state()), data
 
@@ -361,21 +348,6 @@ def _ready_tokenizer(tokenizer: Any, model: nn.Module, model_dir: Path, kind: st
         raise PredictError(str(error)) from None
     if tokenizer.pad_token_id is None:  # decoders ship none: pad with end-of-sequence, as training did
         tokenizer.pad_token = tokenizer.eos_token
-
-
-def _check_lengths(
-    model: nn.Module, tokenizer: Any, kind: str, max_length: int, new: int, source: str
-) -> None:
-    """The lengths predict sends through ``model`` (:func:`~attendout.core.limits.check_lengths`), before any
-    work: a scored block or a source, and the tokens decoded (for lm: beside a prompt)."""
-    from ..core.limits import check_lengths
-    from ..methods.synthesizer import get_synthesizer
-
-    synthesizer = get_synthesizer(model)
-    check_lengths(
-        kind, model.config, max_length=max_length, max_new_tokens=new, tokenizer=tokenizer,
-        method=None if synthesizer is None else synthesizer.resolved_config(), model=source or "the model",
-    )  # fmt: skip
 
 
 def _context(model: nn.Module) -> int | None:
@@ -490,9 +462,7 @@ def predict_main(predictor: GenerationPredictor, args: Any) -> int:
     metrics: dict[str, float] | None = None
     if kind == LM and args.prompt is None and not args.generate:  # score the documents
         metrics, _ = predictor.evaluate(examples)
-        rows = [{"input": what, **metrics}]
-        if predictor.run_state is not None:
-            rows[0]["run_state"] = predictor.run_state.to_dict()
+        rows = with_run_state([{"input": what, **metrics}], predictor.state())
         count = "a score"
     else:
         if kind == SEQ2SEQ and getattr(examples, "targets", None) is not None:
