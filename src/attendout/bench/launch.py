@@ -32,14 +32,8 @@ __all__ = ["LaunchOptions", "available_cpus", "make_launcher"]
 
 logger = logging.getLogger(__name__)
 
-#: The counts among the launch options, with their flag and their least value (None: not given).
-_COUNTS = {
-    "cpus_per_run": ("--cpus-per-run", 1),
-    "gpus_per_run": ("--gpus-per-run", 0),
-    "max_parallel": ("--max-parallel", 1),
-    "time_limit": ("--time-limit", 1),
-    "mem_gb": ("--mem-gb", 1),
-}
+#: The counts among the launch options (each the option of its flag), with their least value.
+_LEAST = {"cpus_per_run": 1, "gpus_per_run": 0, "max_parallel": 1, "time_limit": 1, "mem_gb": 1}
 
 
 def available_cpus() -> int:
@@ -69,10 +63,10 @@ class LaunchOptions:
     def __post_init__(self) -> None:
         """Counts below their least value are refused (ValueError naming the flag), whatever the launcher,
         before any default replaces them (``--cpus-per-run 0`` is not "the default")."""
-        for name, (flag, least) in _COUNTS.items():
+        for name, least in _LEAST.items():
             value = getattr(self, name)
             if value is not None and value < least:
-                raise ValueError(f"{flag} must be at least {least}, got {value:g}")
+                raise ValueError(f"--{name.replace('_', '-')} must be at least {least}, got {value:g}")
 
     @classmethod
     def of_args(cls, args: argparse.Namespace, **given: Any) -> LaunchOptions:

@@ -55,25 +55,14 @@ class RayLauncher:
     max_retries: int = 3
     local_cpus: int | None = None  # the CPUs of a Ray instance started here (None: Ray's count)
 
-    def __post_init__(self) -> None:
-        if self.cpus_per_run < 1:
-            raise ValueError(f"--cpus-per-run must be at least 1, got {self.cpus_per_run}")
-        if self.gpus_per_run < 0:
-            raise ValueError(f"--gpus-per-run must be at least 0, got {self.gpus_per_run}")
-
     def run(self, job: BenchJob, cells: list[Cell]) -> None:
         ray = need_ray()
         total = len(cells)
-        todo: list[tuple[int, Cell]] = []
-        for position, cell in enumerate(cells, 1):
-            status, detail = job.store.status(cell)
-            if status == "done":
-                job.summary.skipped_done.append(cell.key)
-            elif status == "running":
-                job.echo(f"{BenchJob.prefix(cell, position, total)}: running in another job ({detail})")
-                job.summary.skipped_claimed.append(cell.key)
-            else:
-                todo.append((position, cell))
+        todo = [
+            (position, cell)
+            for position, cell in enumerate(cells, 1)
+            if not job.skipped(cell, BenchJob.prefix(cell, position, total))
+        ]
         if not todo:
             return
         started_here = not ray.is_initialized()

@@ -178,33 +178,19 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def run_cells(
-    plan: GridPlan,
-    store: ResultsStore,
-    *,
-    rerun_stale: bool = False,
-    heartbeat: float = HEARTBEAT_S,
-    echo: Callable[[str], None] = print,
-    train: Callable[..., dict[str, Any]] = finetune,
-    launcher: Launcher | None = None,
+    plan: GridPlan, store: ResultsStore, *, launcher: Launcher | None = None, **options: Any
 ) -> RunSummary:
     """Train every cell of this job's shard that is neither finished nor claimed by a live job.
 
-    ``train(config, on_log)`` runs one configuration (default: :func:`attendout.run.loop.finetune`);
-    ``echo`` gets one line per cell event and per validation of a training cell. Raises :class:`ExperimentError` before training anything if a cell is
-    invalid, or if finished cells are stale and ``rerun_stale`` is not set. ``launcher`` (default: the
-    one of the enclosing :func:`launching` block, else none) runs the cells in processes of their own
-    instead of this loop (``train`` is then :func:`attendout.run.loop.finetune`).
+    ``options`` are :class:`BenchJob`'s: ``train(config, on_log)`` runs one configuration (default:
+    :func:`attendout.run.loop.finetune`); ``echo`` gets one line per cell event and per validation of a
+    training cell; ``rerun_stale`` replaces finished cells run with another configuration; ``heartbeat`` is
+    the claims' period. Raises :class:`ExperimentError` before training anything if a cell is invalid, or if
+    finished cells are stale and ``rerun_stale`` is not set. ``launcher`` (default: the one of the
+    enclosing :func:`launching` block, else none) runs the cells in processes of their own instead of this
+    loop (``train`` is then :func:`attendout.run.loop.finetune`).
     """
-    job = BenchJob(
-        plan=plan,
-        store=store,
-        rerun_stale=rerun_stale,
-        heartbeat=heartbeat,
-        echo=echo,
-        train=train,
-        launcher=launcher or current_launcher(),
-    )
-    return job.run()
+    return BenchJob(plan, store, launcher=launcher or current_launcher(), **options).run()
 
 
 @dataclass
@@ -271,15 +257,22 @@ class BenchJob:
                 f"(first: {stale[0].key}); pass --rerun-stale to replace them, or use another --results folder"
             )
 
-    def _visit(self, cell: Cell, prefix: str) -> None:
-        """Skip a finished or claimed cell; otherwise claim, train, publish and release it."""
+    def skipped(self, cell: Cell, prefix: str, queued: str = "") -> bool:
+        """Whether ``cell`` is finished, or running in another job (or ``queued``: waiting in a scheduler's
+        queue, in words), counted in the summary as such; what every launcher asks of a cell first."""
         status, detail = self.store.status(cell)
         if status == "done":
             self.summary.skipped_done.append(cell.key)
-            return
-        if status == "running":
-            self.echo(f"{prefix}: running in another job ({detail})")
+            return True
+        if status == "running" or queued:
+            self.echo(f"{prefix}: {queued or f'running in another job ({detail})'}")
             self.summary.skipped_claimed.append(cell.key)
+            return True
+        return False
+
+    def _visit(self, cell: Cell, prefix: str) -> None:
+        """Skip a finished or claimed cell; otherwise claim, train, publish and release it."""
+        if self.skipped(cell, prefix):
             return
         claim = self.store.try_claim(cell)
         if claim is None:

@@ -82,8 +82,9 @@ def default_results_root(experiment: Experiment, budget: Budget | None = None) -
     return Path("results") / f"{experiment.results_name}{suffix}"
 
 
-class ResultsStore:
-    """One results root shared by every job of a grid (see the module docstring)."""
+class ResultsStore(JobLog):
+    """One results root shared by every job of a grid (see the module docstring); its job log
+    (:class:`~attendout.bench.joblog.JobLog`) says what every job did."""
 
     def __init__(self, root: str | Path, stale_after: float = STALE_AFTER_S):
         self.root = Path(root)
@@ -309,28 +310,6 @@ class ResultsStore:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder.name)
         return removed
-
-    # the job log -------------------------------------------------------------------------------
-    @property
-    def log(self) -> JobLog:
-        """``.bench/``: the events of every job and each cell's last failure, as this process writes them."""
-        return JobLog(self.bench_root, self.host, self.pid)
-
-    def event(self, kind: str, cell: Cell | None = None, **fields: Any) -> None:
-        """Append one line to .bench/events.jsonl (single O_APPEND write: lines never interleave)."""
-        self.log.event(kind, cell, **fields)
-
-    def events(self) -> list[dict[str, Any]]:
-        return self.log.events()
-
-    def failure(self, cell: Cell) -> dict[str, Any] | None:
-        return self.log.failure(cell)
-
-    def record_failure(self, cell: Cell, error: str) -> None:
-        self.log.record_failure(cell, error)
-
-    def clear_failure(self, cell: Cell) -> None:
-        self.log.clear_failure(cell)
 
 
 # --------------------------------------------------------------------------------------------------

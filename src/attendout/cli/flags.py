@@ -15,6 +15,7 @@ import os
 import types
 import typing
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -23,6 +24,8 @@ __all__ = [
     "add_file_options",
     "add_threads",
     "dataclass_from_args",
+    "experiment_parser",
+    "load_grid",
     "parse_eval_files",
     "quiet_transformers",
     "set_threads",
@@ -170,6 +173,27 @@ def set_threads(threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+def experiment_parser(prog: str, description: str, results: str) -> argparse.ArgumentParser:
+    """The parser of a command on an experiment grid (``bench``, ``table``): the experiment, where its name
+    is looked up, and ``--results``, the grid's results root (``results``: its default, in words)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("experiment", help="an experiment file, or the name of one in --experiments-dir")
+    parser.add_argument("--results", default=None, help=f"results root (default: {results})")
+    parser.add_argument(
+        "--experiments-dir", default="experiments", help="where experiment names are looked up"
+    )
+    return parser
+
+
+def load_grid(args: argparse.Namespace, budget: Any = None) -> tuple[Any, Path]:
+    """(the experiment of ``experiment_parser``'s ``args``, its results root: ``--results``, else the
+    default one of the experiment and the :class:`~attendout.bench.spec.Budget` ``budget``)."""
+    from ..bench import default_results_root, load_experiment
+
+    experiment = load_experiment(args.experiment, args.experiments_dir)
+    return experiment, Path(args.results) if args.results else default_results_root(experiment, budget)
 
 
 def add_launch_options(parser: argparse.ArgumentParser, description: str | None = None) -> None:

@@ -7,20 +7,18 @@ import argparse
 from pathlib import Path
 
 from ..report.table import write_report
+from .flags import experiment_parser, load_grid
 
 
 def table_parser() -> argparse.ArgumentParser:
     """The flags of ``attendout table``: the grid, where to write, and the statistics' settings."""
-    parser = argparse.ArgumentParser(
-        prog="attendout table",
-        description=(
-            "The comparison table of an experiment grid from its results root: mean ± std over seeds, the "
-            "difference against the baseline with a paired t-test (Holm-corrected) and a bootstrap interval "
-            "over dev examples, and the smallest detectable difference. Prints Markdown unless told where to write."
-        ),
+    parser = experiment_parser(
+        "attendout table",
+        "The comparison table of an experiment grid from its results root: mean ± std over seeds, the "
+        "difference against the baseline with a paired t-test (Holm-corrected) and a bootstrap interval "
+        "over dev examples, and the smallest detectable difference. Prints Markdown unless told where to write.",
+        "results/NAME",
     )
-    parser.add_argument("experiment", help="an experiment file, or the name of one in --experiments-dir")
-    parser.add_argument("--results", default=None, help="results root (default: results/NAME)")
     parser.add_argument(
         "--out", default=None, help="write table.md, table.csv, bars.png, deltas.png and curves-*.png here"
     )
@@ -43,9 +41,6 @@ def table_parser() -> argparse.ArgumentParser:
         "--metric",
         default=None,
         help="the stored metric to compare, e.g. chrf beside a translation grid's bleu (default: each task's main metric)",
-    )
-    parser.add_argument(
-        "--experiments-dir", default="experiments", help="where experiment names are looked up"
     )
     return parser
 
@@ -76,12 +71,10 @@ def _output_paths(args: argparse.Namespace) -> dict[str, Path | None]:
 
 def main(argv: list[str]) -> int:
     """``attendout table``: print or write the Markdown/CSV table and the figures of a grid."""
-    from ..bench import default_results_root, load_experiment
     from ..report.comparison import build_table
 
     args = table_parser().parse_args(argv)
-    experiment = load_experiment(args.experiment, args.experiments_dir)
-    root = Path(args.results) if args.results else default_results_root(experiment)
+    experiment, root = load_grid(args)
     if not root.is_dir():
         raise ValueError(
             f"results root {root} does not exist; run attendout bench {args.experiment} first (or pass --results)"
