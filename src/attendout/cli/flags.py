@@ -14,7 +14,7 @@ import dataclasses
 import os
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +76,14 @@ def add_dataclass_options(
     skip: set[str] = frozenset(),
     prefix: str = "",
     only: Sequence[str] | None = None,
+    choices: Mapping[str, Sequence[str]] = types.MappingProxyType({}),
 ) -> None:
     """One ``--flag`` per dataclass field (``only``: these fields, in this order), typed from its
     annotation, help from its metadata; the metavar is the field's name (``--p P``, not the prefixed
     destination ``METHOD__P``). Other metadata a field may have: ``metavar``, ``choices`` (then no
-    metavar unless given), ``flag_default`` (the flag's default where the field's is not what a user
-    types, e.g. a tuple given as comma-separated text) and ``hide_default`` (no "(default: X)" in
-    the help)."""
+    metavar unless given; ``choices`` here gives them by field name where another module defines
+    them), ``flag_default`` (the flag's default where the field's is not what a user types, e.g. a
+    tuple given as comma-separated text) and ``hide_default`` (no "(default: X)" in the help)."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for name in fields if only is None else only:
@@ -103,14 +104,14 @@ def add_dataclass_options(
                 help=help_text,
             )
         else:  # strings and lists are given as text; the config's checks parse them
-            choices = f.metadata.get("choices")
+            offered = choices.get(f.name, f.metadata.get("choices"))
             parser.add_argument(
                 _option(f.name),
                 dest=dest,
                 type=kind if kind in (int, float) else str,
                 default=default,
-                choices=choices,
-                metavar=f.metadata.get("metavar", None if choices else f.name.upper()),
+                choices=offered,
+                metavar=f.metadata.get("metavar", None if offered else f.name.upper()),
                 help=help_text if f.metadata.get("hide_default") else _with_default(help_text, default),
             )
 
