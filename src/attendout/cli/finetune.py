@@ -18,7 +18,6 @@ from .flags import (
     add_dataclass_options,
     add_file_options,
     add_threads,
-    parse_eval_files,
     set_threads,
     task_defaults_unset,
     train_config,
@@ -124,7 +123,6 @@ def config_from_args(argv: list[str]) -> tuple[Any, int | None]:
         values,
         method_options=method_options if made is None else _options_of(made),
         method_made=made,
-        eval_files=parse_eval_files(values.get("eval_file")) or from_file.get("eval_files"),
     )
     return config, args.threads
 

@@ -273,21 +273,17 @@ def task_defaults_unset(parser: argparse.ArgumentParser) -> None:
 def train_config(values: dict[str, Any], *, leave_out: set[str] = frozenset(), **given: Any) -> Any:
     """The :class:`~attendout.config.TrainConfig` of parsed flags ``values``: each TrainConfig field from
     the flag of its name, except those in ``leave_out`` (the command sets them) and those in ``given``;
-    ``--eval-file`` and ``--text-columns`` parsed; options left out (:func:`task_defaults_unset`) take the
-    task's default (:mod:`attendout.tasks.defaults`), else TrainConfig's."""
+    ``--eval-file`` (else a config file's ``eval_files``) and ``--text-columns`` parsed; options left out
+    (:func:`task_defaults_unset`) take the task's default, else TrainConfig's
+    (:meth:`~attendout.config.TrainConfig.for_task`)."""
     from ..config import TrainConfig
-    from ..tasks.defaults import task_defaults
 
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    chosen = task_defaults(values.get("task"))
-    values = dict(values)
-    for name in TASK_DEFAULT_OPTIONS:
-        if values.get(name) is _UNSET:
-            values[name] = chosen.get(name, fields[name].default)
-    if "eval_files" not in given:
-        given["eval_files"] = parse_eval_files(values.get("eval_file"))
-    if "text_columns" not in given:
-        columns = values.get("text_columns")
-        given["text_columns"] = columns.split(",") if isinstance(columns, str) else columns
-    taken = {name: values[name] for name in fields if name in values and name not in leave_out}
-    return TrainConfig(**{**taken, **given})
+    columns = values.get("text_columns")
+    given = {
+        "eval_files": parse_eval_files(values.get("eval_file")) or values.get("eval_files"),
+        "text_columns": columns.split(",") if isinstance(columns, str) else columns,
+        **given,
+    }
+    names = {f.name for f in dataclasses.fields(TrainConfig)} - set(leave_out)
+    taken = {name: value for name, value in values.items() if name in names and value is not _UNSET}
+    return TrainConfig.for_task(**{**taken, **given})
