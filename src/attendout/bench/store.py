@@ -48,7 +48,6 @@ from typing import Any
 from ..core.folder import RunDir
 from ..core.lock import Owner, process_start_time, this_host
 from .claims import (
-    HEARTBEAT_S,
     STALE_AFTER_S,
     Claim,
     ClaimInfo,
@@ -62,10 +61,6 @@ from .joblog import JobLog
 from .spec import Budget, Cell, Experiment, ExperimentError
 
 __all__ = [
-    "HEARTBEAT_S",
-    "STALE_AFTER_S",
-    "Claim",
-    "ClaimInfo",
     "ResultsStore",
     "compact_predictions",
     "default_results_root",

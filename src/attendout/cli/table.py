@@ -45,28 +45,25 @@ def table_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Each output of :func:`write_report`: the destination of its own flag, and its file under ``--out``
+#: (the curves: ``--out`` itself).
+_OUTPUTS = {
+    "markdown": ("markdown", "table.md"),
+    "csv": ("csv", "table.csv"),
+    "bars": ("bar_chart", "bars.png"),
+    "deltas": ("delta_chart", "deltas.png"),
+    "curves": ("curves", ""),
+}
+
+
 def _output_paths(args: argparse.Namespace) -> dict[str, Path | None]:
     """Where each output goes (:func:`write_report`'s arguments): its own flag, else under ``--out``,
     else nowhere (the Markdown is then printed)."""
-    paths = {
-        "markdown": args.markdown,
-        "csv": args.csv,
-        "bars": args.bar_chart,
-        "deltas": args.delta_chart,
-        "curves": args.curves,
+    out = Path(args.out) if args.out else None
+    return {
+        name: Path(getattr(args, flag)) if getattr(args, flag) else out and out / under_out
+        for name, (flag, under_out) in _OUTPUTS.items()
     }
-    chosen = {name: Path(value) if value else None for name, value in paths.items()}
-    if args.out:
-        out = Path(args.out)
-        under_out = {
-            "markdown": out / "table.md",
-            "csv": out / "table.csv",
-            "bars": out / "bars.png",
-            "deltas": out / "deltas.png",
-            "curves": out,
-        }
-        chosen = {name: chosen[name] or under_out[name] for name in chosen}
-    return chosen
 
 
 def main(argv: list[str]) -> int:
