@@ -33,7 +33,7 @@ __all__ = ["LaunchOptions", "available_cpus", "make_launcher"]
 logger = logging.getLogger(__name__)
 
 #: The counts among the launch options (each the option of its flag), with their least value.
-_LEAST = {"cpus_per_run": 1, "gpus_per_run": 0, "max_parallel": 1, "time_limit": 1, "mem_gb": 1}
+_LEAST = {"threads": 1, "cpus_per_run": 1, "gpus_per_run": 0, "max_parallel": 1, "time_limit": 1, "mem_gb": 1}
 
 
 def available_cpus() -> int:

@@ -157,12 +157,8 @@ def prepare_cells(
             continue
         task_checks[task.id] = _check_task_data(first, check_data)
     plan.not_set_up = [c.set_up for c in model_checks.values() if c.set_up is not None]
-    for model_id, check in model_checks.items():
-        if check.note:
-            plan.notes.append(f"model {model_id}: {check.note}")
-    for task_id, check in task_checks.items():
-        if check.note:
-            plan.notes.append(f"task {task_id}: {check.note}")
+    for kind, checks in (("model", model_checks), ("task", task_checks)):
+        plan.notes += [f"{kind} {entry}: {check.note}" for entry, check in checks.items() if check.note]
     checked = []
     for cell in cells:
         if cell.config is not None and cell.task.id in task_checks:

@@ -17,7 +17,6 @@ tasks: it is the driver of its Ray job.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,14 +90,13 @@ class RayLauncher:
             task = CellTask.of(
                 job, cell.key, BenchJob.prefix(cell, position, total), threads=self.cpus_per_run
             )
-            refs[remote.remote(task)] = (cell, time.time())
+            refs[remote.remote(task)] = cell
         pending = list(refs)
-        times: list[float] = []
         try:
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1, timeout=5.0)
                 for ref in ready:
-                    cell, started = refs[ref]
+                    cell = refs[ref]
                     try:
                         outcome = ray.get(ref)
                     except (
@@ -110,8 +108,6 @@ class RayLauncher:
                         job.echo(f"{cell.key}: FAILED in its Ray task: {message}")
                         continue
                     job.summary.add(outcome)
-                    if outcome.get("trained"):
-                        times.append(time.time() - started)
                     done = len(todo) - len(pending)
                     job.echo(f"grid (ray): {done} of {len(todo)} task(s) ended, {len(pending)} left")
         except KeyboardInterrupt:

@@ -135,8 +135,6 @@ def main(argv: list[str]) -> int:
     launcher = make_launcher(LaunchOptions.of_args(args))
     if launcher is None:  # with a launcher, --threads is each run's
         set_threads(args.threads)
-    elif args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads must be at least 1, got {args.threads}")
     if args.stale_after is not None and args.stale_after <= 0:
         raise ExperimentError(f"--stale-after must be positive, got {args.stale_after}")
     shard = parse_shard(args.shard)

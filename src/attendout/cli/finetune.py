@@ -181,8 +181,8 @@ def _finetune_flags(values: Mapping[str, Any], output_dir: str | os.PathLike) ->
     from ..methods import get_method_config
     from ..tasks.defaults import task_defaults
 
-    fields = [f for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING]
-    defaults = {f.name: f.default for f in fields}
+    fields = dataclasses.fields(TrainConfig)
+    defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
     defaults.update(task_defaults(values.get("task")))
     method = str(values.get("method") or "none")
     argv = [
@@ -192,19 +192,15 @@ def _finetune_flags(values: Mapping[str, Any], output_dir: str | os.PathLike) ->
         str(values.get("model", defaults["model"])),
     ]
     argv += ["--method", method]
-    for f in fields:
-        if f.name in _OWN_PLACE or f.name in _STARTS or f.name not in values:
-            continue
-        flags = _flags(f.name, values[f.name], defaults[f.name])
-        if flags is None:
-            return None
-        argv += flags
+    given = [(k, values[k], v) for k, v in defaults.items() if k in values and k not in _OWN_PLACE | _STARTS]
     try:
         own = get_method_config(method).to_dict()
     except (ValueError, TypeError):
         return None
-    for name, value in (values.get("method_options") or {}).items():
-        flags = [] if name == "name" else _flags(name, value, own.get(name))
+    options = (values.get("method_options") or {}).items()
+    given += [(name, value, own.get(name)) for name, value in options if name != "name"]
+    for name, value, default in given:
+        flags = _flags(name, value, default)
         if flags is None:
             return None
         argv += flags
