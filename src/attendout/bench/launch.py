@@ -79,7 +79,6 @@ def make_launcher(options: LaunchOptions) -> Launcher | None:
     :class:`~attendout.bench.runner.MissingExtraError` (an ImportError) naming the extra to install,
     :class:`~attendout.bench.runner.LauncherUnavailableError` where SLURM is not here; all before anything
     is written."""
-    local_only = {"jobs": options.jobs != 1}
     cluster_only = {
         "--partition": options.partition is not None,
         "--max-parallel": options.max_parallel is not None,
@@ -95,7 +94,7 @@ def make_launcher(options: LaunchOptions) -> Launcher | None:
             raise ValueError(f"--jobs must be at least 1, got {options.jobs}")
         _warn_oversubscribed(options.jobs, options.threads)
         return LocalJobs(options.jobs, options.threads) if options.jobs > 1 else None
-    if local_only["jobs"]:
+    if options.jobs != 1:
         raise ValueError(
             f"--jobs {options.jobs} is for --launcher local; with {options.launcher}, the cluster runs the "
             "cells at once (--max-parallel for SLURM; Ray's resources)"

@@ -295,10 +295,8 @@ class BenchJob:
         shutil.rmtree(work, ignore_errors=True)
         resumed_at = self.store.adopt_work(cell, work)  # a killed job's checkpoint of this cell
         resume = has_checkpoint(work)
-        if resume:
-            self.echo(f"{prefix}: resuming at step {resumed_at} ({cell.method.describe()})")
-        else:
-            self.echo(f"{prefix}: training ({cell.method.describe()})")
+        doing = f"resuming at step {resumed_at}" if resume else "training"
+        self.echo(f"{prefix}: {doing} ({cell.method.describe()})")
         self.store.event("start", cell, work_dir=work.name, resumed_at=resumed_at if resume else None)
         claim.start_heartbeat(self.heartbeat)
         started = time.time()

@@ -83,23 +83,14 @@ class ResultsStore(JobLog):
 
     def __init__(self, root: str | Path, stale_after: float = STALE_AFTER_S):
         self.root = Path(root)
+        self.work_root = self.root / ".work"
+        self.claims_root = self.root / ".claims"
+        self.bench_root = self.root / ".bench"
         self.stale_after = stale_after
         self.host = this_host()
         self.pid = os.getpid()
 
     # layout -----------------------------------------------------------------------------------
-    @property
-    def work_root(self) -> Path:
-        return self.root / ".work"
-
-    @property
-    def claims_root(self) -> Path:
-        return self.root / ".claims"
-
-    @property
-    def bench_root(self) -> Path:
-        return self.root / ".bench"
-
     def cell_dir(self, cell: Cell) -> Path:
         return self.root / cell.key
 
