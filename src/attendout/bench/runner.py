@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import time
@@ -201,7 +202,9 @@ class BenchJob:
     store: ResultsStore
     rerun_stale: bool = False
     heartbeat: float = HEARTBEAT_S
-    echo: Callable[[str], None] = print
+    echo: Callable[[str], None] = functools.partial(
+        print, flush=True
+    )  # a worker's lines reach its parent now
     train: Callable[..., dict[str, Any]] = finetune
     launcher: Launcher | None = None
     retry_out_of_memory: bool = False  # a launcher's worker: a run out of GPU memory is kept to retry

@@ -171,12 +171,6 @@ def main(argv: list[str]) -> int:
                 raise ExperimentError(f"--reuse-runs {source}: no such folder")
             for key in reuse_runs([c for c in plan.shard_cells if c.config is not None], store, Path(source)):
                 print(f"{key}: reused the finished run of the same configuration in {source}")
-    summary = run_cells(
-        plan,
-        store,
-        rerun_stale=args.rerun_stale,
-        echo=lambda line: print(line, flush=True),
-        launcher=launcher,
-    )
+    summary = run_cells(plan, store, rerun_stale=args.rerun_stale, launcher=launcher)
     print(f"bench {experiment.name} shard {shard[0]}/{shard[1]}: {summary.line()}")
     return 1 if summary.failed else 0
