@@ -69,9 +69,8 @@ def reuse_runs(cells: Sequence[Cell], store: ResultsStore, source: Path) -> list
         run = RunDir(results.parent)
         if run.finished and not run.cell.exists() and run.config.is_file():
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                values = run.read_config()["config"]
-                values["method_options"] = {k: v for k, v in values["method_options"].items() if k != "name"}
-                by_fingerprint.setdefault(config_fingerprint(TrainConfig(**values)), run.path)
+                config = TrainConfig.from_dict(run.read_config()["config"])
+                by_fingerprint.setdefault(config_fingerprint(config), run.path)
     reused = []
     for cell in cells:
         found = by_fingerprint.get(cell.fingerprint or "")
