@@ -26,10 +26,6 @@ from .store import ResultsStore
 __all__ = ["CellTask"]
 
 
-def _echo(line: str) -> None:
-    print(line, flush=True)
-
-
 @dataclass
 class CellTask:
     """Run the cell ``key`` of ``plan`` into the results root ``root`` (see the module docstring)."""
@@ -71,7 +67,6 @@ class CellTask:
             store=ResultsStore(self.root, stale_after=self.stale_after),
             rerun_stale=self.rerun_stale,
             heartbeat=self.heartbeat,
-            echo=_echo,
             retry_out_of_memory=self.retry_out_of_memory,
         )
         summary = job.run_cell(cells[0], self.prefix or self.key)

@@ -17,12 +17,12 @@ __all__ = ["JobLog"]
 
 
 class JobLog:
-    """``ROOT/.bench/`` of one results root, written by this process (``host``, ``pid``)."""
+    """``ROOT/.bench/`` of one results root (``bench_root``), written by this process (``host``, ``pid``):
+    what :class:`~attendout.bench.store.ResultsStore` writes of its jobs."""
 
-    def __init__(self, root: Path, host: str, pid: int):
-        self.root = root
-        self.host = host
-        self.pid = pid
+    bench_root: Path
+    host: str
+    pid: int
 
     def event(self, kind: str, cell: Cell | None = None, **fields: Any) -> None:
         """Append one line to .bench/events.jsonl (single O_APPEND write: lines never interleave)."""
@@ -31,8 +31,8 @@ class JobLog:
             record["cell"] = cell.key
         record.update(fields)
         line = (json.dumps(record, default=str) + "\n").encode()
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.bench_root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.bench_root / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
         finally:
@@ -40,13 +40,13 @@ class JobLog:
 
     def events(self) -> list[dict[str, Any]]:
         """Every event of the log, oldest first."""
-        path = self.root / "events.jsonl"
+        path = self.bench_root / "events.jsonl"
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def _failure_path(self, cell: Cell) -> Path:
-        return self.root / "failed" / f"{cell.flat_key}.json"
+        return self.bench_root / "failed" / f"{cell.flat_key}.json"
 
     def failure(self, cell: Cell) -> dict[str, Any] | None:
         """The last failure of ``cell`` (its error, time, host, pid), or None."""

@@ -140,10 +140,6 @@ class LocalJobs:
     poll: float = 0.2
     _lines: queue.Queue = field(default_factory=queue.Queue, repr=False)
 
-    def __post_init__(self) -> None:
-        if self.jobs < 1:
-            raise ValueError(f"--jobs must be at least 1, got {self.jobs}")
-
     def run(self, job: BenchJob, cells: list[Cell]) -> None:
         threads = divide_threads(self.jobs, self.threads)
         total = len(cells)

@@ -32,14 +32,8 @@ __all__ = ["LaunchOptions", "available_cpus", "make_launcher"]
 
 logger = logging.getLogger(__name__)
 
-#: The counts among the launch options, with their flag and their least value (None: not given).
-_COUNTS = {
-    "cpus_per_run": ("--cpus-per-run", 1),
-    "gpus_per_run": ("--gpus-per-run", 0),
-    "max_parallel": ("--max-parallel", 1),
-    "time_limit": ("--time-limit", 1),
-    "mem_gb": ("--mem-gb", 1),
-}
+#: The counts among the launch options (each the option of its flag), with their least value.
+_LEAST = {"threads": 1, "cpus_per_run": 1, "gpus_per_run": 0, "max_parallel": 1, "time_limit": 1, "mem_gb": 1}
 
 
 def available_cpus() -> int:
@@ -69,10 +63,10 @@ class LaunchOptions:
     def __post_init__(self) -> None:
         """Counts below their least value are refused (ValueError naming the flag), whatever the launcher,
         before any default replaces them (``--cpus-per-run 0`` is not "the default")."""
-        for name, (flag, least) in _COUNTS.items():
+        for name, least in _LEAST.items():
             value = getattr(self, name)
             if value is not None and value < least:
-                raise ValueError(f"{flag} must be at least {least}, got {value:g}")
+                raise ValueError(f"--{name.replace('_', '-')} must be at least {least}, got {value:g}")
 
     @classmethod
     def of_args(cls, args: argparse.Namespace, **given: Any) -> LaunchOptions:
@@ -85,7 +79,6 @@ def make_launcher(options: LaunchOptions) -> Launcher | None:
     :class:`~attendout.bench.runner.MissingExtraError` (an ImportError) naming the extra to install,
     :class:`~attendout.bench.runner.LauncherUnavailableError` where SLURM is not here; all before anything
     is written."""
-    local_only = {"jobs": options.jobs != 1}
     cluster_only = {
         "--partition": options.partition is not None,
         "--max-parallel": options.max_parallel is not None,
@@ -101,7 +94,7 @@ def make_launcher(options: LaunchOptions) -> Launcher | None:
             raise ValueError(f"--jobs must be at least 1, got {options.jobs}")
         _warn_oversubscribed(options.jobs, options.threads)
         return LocalJobs(options.jobs, options.threads) if options.jobs > 1 else None
-    if local_only["jobs"]:
+    if options.jobs != 1:
         raise ValueError(
             f"--jobs {options.jobs} is for --launcher local; with {options.launcher}, the cluster runs the "
             "cells at once (--max-parallel for SLURM; Ray's resources)"

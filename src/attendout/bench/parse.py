@@ -32,7 +32,17 @@ from .spec import (
 __all__ = ["find_experiment", "load_experiment"]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
-_EXPERIMENT_KEYS = ("name", "description", "seeds", "data_seed", "baseline", "recipe", "tuning", "results")
+#: The keys of [experiment], with their types (seeds: a non-empty list of integers, none repeated).
+_EXPERIMENT_KEYS = {
+    "name": str,
+    "description": str,
+    "seeds": list[int],
+    "data_seed": int,
+    "baseline": str,
+    "recipe": str,
+    "tuning": str,
+    "results": str,
+}
 _TOP_LEVEL = ("experiment", "training", "models", "tasks", "methods")
 
 
@@ -89,30 +99,21 @@ class _Parser:
             raise self.error("[experiment]", "missing table (it needs at least seeds = [...])")
         for key, value in head.items():
             if key not in _EXPERIMENT_KEYS:
-                raise self.unknown_key("[experiment]", key, value, _EXPERIMENT_KEYS)
+                raise self.unknown_key("[experiment]", key, value, tuple(_EXPERIMENT_KEYS))
+            if key != "seeds":  # seeds: below, with what else they must be
+                self.typed("[experiment]", key, value, _EXPERIMENT_KEYS[key])
         seeds = head.get("seeds")
-        if (
-            not isinstance(seeds, list)
-            or not seeds
-            or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
-        ):
+        if not seeds or not matches(seeds, list[int]):
             raise self.error(f"[experiment] seeds = {seeds!r}", "must be a non-empty list of integers")
         if len(set(seeds)) != len(seeds):
             raise self.error(f"[experiment] seeds = {seeds!r}", "repeats a seed")
-        data_seed = head.get("data_seed", 0)
-        if not isinstance(data_seed, int) or isinstance(data_seed, bool):
-            raise self.error(f"[experiment] data_seed = {data_seed!r}", "must be an integer")
-        texts = {}
-        for key in ("name", "description", "baseline", "recipe", "tuning", "results"):
-            if key in head and not isinstance(head[key], str):
-                raise self.error(f"[experiment] {key} = {head[key]!r}", "must be a string")
-            texts[key] = head.get(key)
-        name = texts["name"] or self.path.stem
+        name = head.get("name") or self.path.stem
         if not _ID.match(name):
             raise self.error(f"[experiment] name = {name!r}", "use letters, digits and . _ + = - only")
-        if texts["results"] is not None and not _ID.match(texts["results"]):
+        results = head.get("results")
+        if results is not None and not _ID.match(results):
             raise self.error(
-                f"[experiment] results = {texts['results']!r}",
+                f"[experiment] results = {results!r}",
                 "a folder name under results/: letters, digits and . _ + = - only",
             )
 
@@ -120,7 +121,7 @@ class _Parser:
         models = self.entries(data, "models", self.model)
         tasks = self.entries(data, "tasks", self.task)
         methods = self.entries(data, "methods", self.method)
-        baseline = texts["baseline"] or "none"
+        baseline = head.get("baseline") or "none"
         if baseline not in {m.id for m in methods}:
             raise self.error(
                 f"[experiment] baseline = {baseline!r}",
@@ -134,12 +135,12 @@ class _Parser:
             tasks=tasks,
             methods=methods,
             training=training,
-            data_seed=data_seed,
+            data_seed=head.get("data_seed", 0),
             baseline=baseline,
-            description=texts["description"] or "",
-            recipe=texts["recipe"] or DEFAULT_RECIPE,
-            tuning=texts["tuning"] or DEFAULT_TUNING,
-            results=texts["results"] or "",
+            description=head.get("description") or "",
+            recipe=head.get("recipe") or DEFAULT_RECIPE,
+            tuning=head.get("tuning") or DEFAULT_TUNING,
+            results=results or "",
         )
 
     def entries(self, data: dict[str, Any], table: str, parse: Any) -> tuple[Any, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,12 +158,8 @@ def prepare_cells(
             continue
         task_checks[task.id] = _check_task_data(first, check_data)
     plan.not_set_up = [c.set_up for c in model_checks.values() if c.set_up is not None]
-    for model_id, check in model_checks.items():
-        if check.note:
-            plan.notes.append(f"model {model_id}: {check.note}")
-    for task_id, check in task_checks.items():
-        if check.note:
-            plan.notes.append(f"task {task_id}: {check.note}")
+    for kind, checks in (("model", model_checks), ("task", task_checks)):
+        plan.notes += [f"{kind} {entry}: {check.note}" for entry, check in checks.items() if check.note]
     checked = []
     for cell in cells:
         if cell.config is not None and cell.task.id in task_checks:
@@ -312,15 +309,14 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
     lines += [f"  {note}" for note in plan.notes]
     width = max((len(c.key) for c in plan.cells), default=10)
     lines.append(f"{'#':>4}  {'shard':<6} {'status':<8} {'cell':<{width}}  detail")
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     times = _finished_times(plan.cells, store)
-    remaining = 0.0
-    remaining_known = True
+    left: list[float | None] = []  # the estimated time of each unfinished cell of the shard (None: unknown)
     for cell in plan.cells:
         status, detail = store.status(cell)
         mine = plan.in_shard(cell)
         if mine:
-            counts[status] = counts.get(status, 0) + 1
+            counts[status] += 1
         if not detail and cell.config is not None:
             detail = _cell_summary(cell, plan.steps.get(cell.key))
         if status in ("todo", "failed"):
@@ -328,11 +324,7 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
             if resumable:
                 detail = f"resumes at step {step if step is not None else '?'}; {detail}"
         if mine and status in ("todo", "failed", "stale", "running"):
-            estimate = times.get(cell.task.id)
-            if estimate is None:
-                remaining_known = False
-            else:
-                remaining += estimate
+            left.append(times.get(cell.task.id))
         shard = plan.shard_label(cell)
         lines.append(
             f"{cell.index + 1:>4}  {shard:<6} {status.upper() if status == 'invalid' else status:<8} {cell.key:<{width}}  {detail}"
@@ -346,9 +338,9 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
     lines.append(f"summary{scope}: {sum(counts.values())} cells: {summary}")
     if plan.models_to_set_up:
         lines.append(f"before training: {set_up_first(plan.models_to_set_up)}")
-    if remaining and remaining_known:
+    if None not in left and sum(left):
         lines.append(
-            f"estimated time left for this shard: {remaining / 3600:.1f} h (mean time of finished cells per task)"
+            f"estimated time left for this shard: {sum(left) / 3600:.1f} h (mean time of finished cells per task)"
         )
     return "\n".join(lines), counts
 

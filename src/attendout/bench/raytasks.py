@@ -17,7 +17,6 @@ tasks: it is the driver of its Ray job.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,25 +54,14 @@ class RayLauncher:
     max_retries: int = 3
     local_cpus: int | None = None  # the CPUs of a Ray instance started here (None: Ray's count)
 
-    def __post_init__(self) -> None:
-        if self.cpus_per_run < 1:
-            raise ValueError(f"--cpus-per-run must be at least 1, got {self.cpus_per_run}")
-        if self.gpus_per_run < 0:
-            raise ValueError(f"--gpus-per-run must be at least 0, got {self.gpus_per_run}")
-
     def run(self, job: BenchJob, cells: list[Cell]) -> None:
         ray = need_ray()
         total = len(cells)
-        todo: list[tuple[int, Cell]] = []
-        for position, cell in enumerate(cells, 1):
-            status, detail = job.store.status(cell)
-            if status == "done":
-                job.summary.skipped_done.append(cell.key)
-            elif status == "running":
-                job.echo(f"{BenchJob.prefix(cell, position, total)}: running in another job ({detail})")
-                job.summary.skipped_claimed.append(cell.key)
-            else:
-                todo.append((position, cell))
+        todo = [
+            (position, cell)
+            for position, cell in enumerate(cells, 1)
+            if not job.skipped(cell, BenchJob.prefix(cell, position, total))
+        ]
         if not todo:
             return
         started_here = not ray.is_initialized()
@@ -102,14 +90,13 @@ class RayLauncher:
             task = CellTask.of(
                 job, cell.key, BenchJob.prefix(cell, position, total), threads=self.cpus_per_run
             )
-            refs[remote.remote(task)] = (cell, time.time())
+            refs[remote.remote(task)] = cell
         pending = list(refs)
-        times: list[float] = []
         try:
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1, timeout=5.0)
                 for ref in ready:
-                    cell, started = refs[ref]
+                    cell = refs[ref]
                     try:
                         outcome = ray.get(ref)
                     except (
@@ -121,8 +108,6 @@ class RayLauncher:
                         job.echo(f"{cell.key}: FAILED in its Ray task: {message}")
                         continue
                     job.summary.add(outcome)
-                    if outcome.get("trained"):
-                        times.append(time.time() - started)
                     done = len(todo) - len(pending)
                     job.echo(f"grid (ray): {done} of {len(todo)} task(s) ended, {len(pending)} left")
         except KeyboardInterrupt:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import time
@@ -68,9 +69,8 @@ def reuse_runs(cells: Sequence[Cell], store: ResultsStore, source: Path) -> list
         run = RunDir(results.parent)
         if run.finished and not run.cell.exists() and run.config.is_file():
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                values = run.read_config()["config"]
-                values["method_options"] = {k: v for k, v in values["method_options"].items() if k != "name"}
-                by_fingerprint.setdefault(config_fingerprint(TrainConfig(**values)), run.path)
+                config = TrainConfig.from_dict(run.read_config()["config"])
+                by_fingerprint.setdefault(config_fingerprint(config), run.path)
     reused = []
     for cell in cells:
         found = by_fingerprint.get(cell.fingerprint or "")
@@ -178,33 +178,19 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def run_cells(
-    plan: GridPlan,
-    store: ResultsStore,
-    *,
-    rerun_stale: bool = False,
-    heartbeat: float = HEARTBEAT_S,
-    echo: Callable[[str], None] = print,
-    train: Callable[..., dict[str, Any]] = finetune,
-    launcher: Launcher | None = None,
+    plan: GridPlan, store: ResultsStore, *, launcher: Launcher | None = None, **options: Any
 ) -> RunSummary:
     """Train every cell of this job's shard that is neither finished nor claimed by a live job.
 
-    ``train(config, on_log)`` runs one configuration (default: :func:`attendout.run.loop.finetune`);
-    ``echo`` gets one line per cell event and per validation of a training cell. Raises :class:`ExperimentError` before training anything if a cell is
-    invalid, or if finished cells are stale and ``rerun_stale`` is not set. ``launcher`` (default: the
-    one of the enclosing :func:`launching` block, else none) runs the cells in processes of their own
-    instead of this loop (``train`` is then :func:`attendout.run.loop.finetune`).
+    ``options`` are :class:`BenchJob`'s: ``train(config, on_log)`` runs one configuration (default:
+    :func:`attendout.run.loop.finetune`); ``echo`` gets one line per cell event and per validation of a
+    training cell; ``rerun_stale`` replaces finished cells run with another configuration; ``heartbeat`` is
+    the claims' period. Raises :class:`ExperimentError` before training anything if a cell is invalid, or if
+    finished cells are stale and ``rerun_stale`` is not set. ``launcher`` (default: the one of the
+    enclosing :func:`launching` block, else none) runs the cells in processes of their own instead of this
+    loop (``train`` is then :func:`attendout.run.loop.finetune`).
     """
-    job = BenchJob(
-        plan=plan,
-        store=store,
-        rerun_stale=rerun_stale,
-        heartbeat=heartbeat,
-        echo=echo,
-        train=train,
-        launcher=launcher or current_launcher(),
-    )
-    return job.run()
+    return BenchJob(plan, store, launcher=launcher or current_launcher(), **options).run()
 
 
 @dataclass
@@ -215,7 +201,9 @@ class BenchJob:
     store: ResultsStore
     rerun_stale: bool = False
     heartbeat: float = HEARTBEAT_S
-    echo: Callable[[str], None] = print
+    echo: Callable[[str], None] = functools.partial(
+        print, flush=True
+    )  # a worker's lines reach its parent now
     train: Callable[..., dict[str, Any]] = finetune
     launcher: Launcher | None = None
     retry_out_of_memory: bool = False  # a launcher's worker: a run out of GPU memory is kept to retry
@@ -271,15 +259,22 @@ class BenchJob:
                 f"(first: {stale[0].key}); pass --rerun-stale to replace them, or use another --results folder"
             )
 
-    def _visit(self, cell: Cell, prefix: str) -> None:
-        """Skip a finished or claimed cell; otherwise claim, train, publish and release it."""
+    def skipped(self, cell: Cell, prefix: str, queued: str = "") -> bool:
+        """Whether ``cell`` is finished, or running in another job (or ``queued``: waiting in a scheduler's
+        queue, in words), counted in the summary as such; what every launcher asks of a cell first."""
         status, detail = self.store.status(cell)
         if status == "done":
             self.summary.skipped_done.append(cell.key)
-            return
-        if status == "running":
-            self.echo(f"{prefix}: running in another job ({detail})")
+            return True
+        if status == "running" or queued:
+            self.echo(f"{prefix}: {queued or f'running in another job ({detail})'}")
             self.summary.skipped_claimed.append(cell.key)
+            return True
+        return False
+
+    def _visit(self, cell: Cell, prefix: str) -> None:
+        """Skip a finished or claimed cell; otherwise claim, train, publish and release it."""
+        if self.skipped(cell, prefix):
             return
         claim = self.store.try_claim(cell)
         if claim is None:
@@ -302,10 +297,8 @@ class BenchJob:
         shutil.rmtree(work, ignore_errors=True)
         resumed_at = self.store.adopt_work(cell, work)  # a killed job's checkpoint of this cell
         resume = has_checkpoint(work)
-        if resume:
-            self.echo(f"{prefix}: resuming at step {resumed_at} ({cell.method.describe()})")
-        else:
-            self.echo(f"{prefix}: training ({cell.method.describe()})")
+        doing = f"resuming at step {resumed_at}" if resume else "training"
+        self.echo(f"{prefix}: {doing} ({cell.method.describe()})")
         self.store.event("start", cell, work_dir=work.name, resumed_at=resumed_at if resume else None)
         claim.start_heartbeat(self.heartbeat)
         started = time.time()

@@ -112,18 +112,6 @@ class SlurmLauncher:
     wait: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # more of submitit's slurm_* parameters
 
-    def __post_init__(self) -> None:
-        flags = {"gpus_per_run": 0, "cpus_per_run": 1, "time_min": 1, "max_parallel": 1, "mem_gb": 1}
-        for name, least in flags.items():
-            value = getattr(self, name)
-            if value is not None and value < least:
-                flag = {"time_min": "--time-limit", "mem_gb": "--mem-gb"}.get(
-                    name, "--" + name.replace("_", "-")
-                )
-                raise ValueError(f"{flag} must be at least {least}, got {value}")
-        if self.cluster not in ("slurm", "local"):
-            raise ValueError(f"the submitit cluster must be slurm or local, got {self.cluster!r}")
-
     def executor(self, folder: Path, name: str) -> Any:
         submitit = need_submitit()
         executor = submitit.AutoExecutor(folder=folder, cluster=self.cluster)
@@ -150,17 +138,13 @@ class SlurmLauncher:
         store = job.store
         folder = store.bench_root / "submitit"
         total = len(cells)
-        todo: list[Cell] = []
-        for position, cell in enumerate(cells, 1):
-            status, detail = store.status(cell)
-            queued = self._queued(store.bench_root, cell)
-            if status == "done":
-                job.summary.skipped_done.append(cell.key)
-            elif status == "running" or queued:
-                job.echo(f"{BenchJob.prefix(cell, position, total)}: {queued or 'running: ' + detail}")
-                job.summary.skipped_claimed.append(cell.key)
-            else:
-                todo.append(cell)
+        todo = [
+            cell
+            for position, cell in enumerate(cells, 1)
+            if not job.skipped(
+                cell, BenchJob.prefix(cell, position, total), self._queued(store.bench_root, cell)
+            )
+        ]
         if not todo:
             job.echo("slurm: nothing to submit")
             return

@@ -51,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -377,24 +378,18 @@ class Experiment:
         ``extra`` sets further TrainConfig fields in every cell (``data_dir``, ``save_model``,
         ``device``, ``micro_batch_size``); a ``None`` value leaves the experiment's own.
         """
-        cells: list[Cell] = []
-        for seed in self.seeds:
-            for model in self.models:
-                for task in self.tasks:
-                    for method in self.methods:
-                        index = len(cells)
-                        base = Cell(index=index, model=model, task=task, method=method, seed=seed)
-                        unknown = _unknown_names(task, method)
-                        if unknown is not None:
-                            cells.append(dataclasses.replace(base, invalid=unknown))
-                            continue
-                        values = self.cell_config_values(model, task, method, seed, budget, **extra)
-                        try:
-                            config = TrainConfig(**values)
-                        except (ValueError, TypeError) as error:
-                            cells.append(dataclasses.replace(base, invalid=str(error)))
-                        else:
-                            cells.append(dataclasses.replace(base, config=config))
+        cells = []
+        grid = itertools.product(self.seeds, self.models, self.tasks, self.methods)
+        for index, (seed, model, task, method) in enumerate(grid):
+            config, invalid = None, _unknown_names(task, method)
+            if invalid is None:
+                try:
+                    config = TrainConfig(
+                        **self.cell_config_values(model, task, method, seed, budget, **extra)
+                    )
+                except (ValueError, TypeError) as error:
+                    invalid = str(error)
+            cells.append(Cell(index, model, task, method, seed, config, invalid))
         return cells
 
 

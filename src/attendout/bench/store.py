@@ -48,7 +48,6 @@ from typing import Any
 from ..core.folder import RunDir
 from ..core.lock import Owner, process_start_time, this_host
 from .claims import (
-    HEARTBEAT_S,
     STALE_AFTER_S,
     Claim,
     ClaimInfo,
@@ -62,10 +61,6 @@ from .joblog import JobLog
 from .spec import Budget, Cell, Experiment, ExperimentError
 
 __all__ = [
-    "HEARTBEAT_S",
-    "STALE_AFTER_S",
-    "Claim",
-    "ClaimInfo",
     "ResultsStore",
     "compact_predictions",
     "default_results_root",
@@ -82,28 +77,20 @@ def default_results_root(experiment: Experiment, budget: Budget | None = None) -
     return Path("results") / f"{experiment.results_name}{suffix}"
 
 
-class ResultsStore:
-    """One results root shared by every job of a grid (see the module docstring)."""
+class ResultsStore(JobLog):
+    """One results root shared by every job of a grid (see the module docstring); its job log
+    (:class:`~attendout.bench.joblog.JobLog`) says what every job did."""
 
     def __init__(self, root: str | Path, stale_after: float = STALE_AFTER_S):
         self.root = Path(root)
+        self.work_root = self.root / ".work"
+        self.claims_root = self.root / ".claims"
+        self.bench_root = self.root / ".bench"
         self.stale_after = stale_after
         self.host = this_host()
         self.pid = os.getpid()
 
     # layout -----------------------------------------------------------------------------------
-    @property
-    def work_root(self) -> Path:
-        return self.root / ".work"
-
-    @property
-    def claims_root(self) -> Path:
-        return self.root / ".claims"
-
-    @property
-    def bench_root(self) -> Path:
-        return self.root / ".bench"
-
     def cell_dir(self, cell: Cell) -> Path:
         return self.root / cell.key
 
@@ -309,28 +296,6 @@ class ResultsStore:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder.name)
         return removed
-
-    # the job log -------------------------------------------------------------------------------
-    @property
-    def log(self) -> JobLog:
-        """``.bench/``: the events of every job and each cell's last failure, as this process writes them."""
-        return JobLog(self.bench_root, self.host, self.pid)
-
-    def event(self, kind: str, cell: Cell | None = None, **fields: Any) -> None:
-        """Append one line to .bench/events.jsonl (single O_APPEND write: lines never interleave)."""
-        self.log.event(kind, cell, **fields)
-
-    def events(self) -> list[dict[str, Any]]:
-        return self.log.events()
-
-    def failure(self, cell: Cell) -> dict[str, Any] | None:
-        return self.log.failure(cell)
-
-    def record_failure(self, cell: Cell, error: str) -> None:
-        self.log.record_failure(cell, error)
-
-    def clear_failure(self, cell: Cell) -> None:
-        self.log.clear_failure(cell)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import logging
 import os
 import shlex
 import sys
-from typing import Any, NamedTuple
+from typing import Any
 
 from .flags import quiet_transformers
 
@@ -28,43 +28,19 @@ from .flags import quiet_transformers
 EXIT_USAGE = 2
 
 
-class Command(NamedTuple):
-    """A command: the module of this package whose ``main(argv)`` runs it, and its line in ``--help``."""
-
-    module: str
-    summary: str
-
-    def run(self, argv: list[str]) -> int:
-        return importlib.import_module(f"{__name__}.{self.module}").main(argv)
-
-
-#: name -> the command's module and its line in ``attendout --help``
+#: name -> the command's line in ``attendout --help``; the command is this package's module of that name,
+#: whose ``main(argv)`` runs it
 COMMANDS = {
-    "advise": Command(
-        "advise",
-        "which regulariser, at what strength, for your model and data: searched, then confirmed on fresh seeds",
-    ),
-    "finetune": Command("finetune", "fine-tune a pretrained encoder on a task with one attention method"),
-    "methods": Command("methods", "list the attention methods and their options"),
-    "tasks": Command("tasks", "list the built-in tasks and where their data comes from"),
-    "models": Command(
-        "models", "list the offline pretrained models, or set them up (`attendout models setup`)"
-    ),
-    "inspect": Command(
-        "inspect", "draw a layer's attention, AD-DROP attribution and dropped positions as PNG"
-    ),
-    "plot": Command(
-        "plot", "draw convergence curves of finished runs, and AttendOut's dropout patterns, as PNG"
-    ),
-    "predict": Command(
-        "predict", "label a file, or score a split of the run's data, with a fine-tuned model"
-    ),
-    "bench": Command(
-        "bench", "run (or resume, or --dry-run) a grid of tasks x methods x seeds from an experiment file"
-    ),
-    "table": Command(
-        "table", "aggregate a grid: mean ± std, paired tests against the baseline, Markdown, CSV, PNG"
-    ),
+    "advise": "which regulariser, at what strength, for your model and data: searched, then confirmed on fresh seeds",
+    "finetune": "fine-tune a pretrained encoder on a task with one attention method",
+    "methods": "list the attention methods and their options",
+    "tasks": "list the built-in tasks and where their data comes from",
+    "models": "list the offline pretrained models, or set them up (`attendout models setup`)",
+    "inspect": "draw a layer's attention, AD-DROP attribution and dropped positions as PNG",
+    "plot": "draw convergence curves of finished runs, and AttendOut's dropout patterns, as PNG",
+    "predict": "label a file, or score a split of the run's data, with a fine-tuned model",
+    "bench": "run (or resume, or --dry-run) a grid of tasks x methods x seeds from an experiment file",
+    "table": "aggregate a grid: mean ± std, paired tests against the baseline, Markdown, CSV, PNG",
 }
 
 
@@ -90,7 +66,7 @@ def import_user_methods() -> list[str]:
 
 def _usage() -> str:
     lines = ["usage: attendout COMMAND [options]   (attendout COMMAND --help for details)", "", "commands:"]
-    lines += [f"  {name:10s} {command.summary}" for name, command in COMMANDS.items()]
+    lines += [f"  {name:10s} {summary}" for name, summary in COMMANDS.items()]
     return "\n".join(lines)
 
 
@@ -155,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import_user_methods()
         with handling():  # Ctrl-C, SIGTERM: a run stops at its next whole step with a checkpoint
-            return COMMANDS[command].run(rest)
+            return importlib.import_module(f"{__name__}.{command}").main(rest)
     except KeyboardInterrupt as error:
         stop = Stopped.of(error)
         print(f"\nattendout {command}: {stop.describe()}.{_go_on(command, rest, stop)}", file=sys.stderr)

@@ -143,8 +143,12 @@ def _parse_option(text: str) -> tuple[str, str, Any]:
     return method, option, parsed
 
 
-def config_from_args(argv: list[str]) -> AdviseConfig:
-    """The :class:`AdviseConfig` of a command line (errors: ValueError naming the flag)."""
+def config_from_args(argv: list[str]) -> tuple[AdviseConfig, Any]:
+    """The :class:`AdviseConfig` of a command line, and its
+    :class:`~attendout.bench.launch.LaunchOptions`: where the search's workers and the confirmation's
+    grid run (errors: ValueError naming the flag)."""
+    from ..bench.launch import LaunchOptions
+
     parser = advise_parser()
     task_defaults_unset(parser)
     args = parser.parse_args(argv)
@@ -174,11 +178,12 @@ def config_from_args(argv: list[str]) -> AdviseConfig:
         seeds = [s for s in range(1, count + len(taken) + 1) if s not in taken][:count]
     set_threads(args.threads)
     given = {"recipe": recipe, "methods": methods, "fixed_options": fixed, "seeds": seeds}
-    return dataclass_from_args(
+    config = dataclass_from_args(
         AdviseConfig,  # every other field from the flag of its name
         {**vars(args), **given, "echo": lambda line: print(line, flush=True)},
         command="attendout advise " + shlex.join(argv),
     )
+    return config, LaunchOptions.of_args(args)
 
 
 def main(argv: list[str]) -> int:
@@ -186,12 +191,10 @@ def main(argv: list[str]) -> int:
     import optuna
 
     from ..advise.workers import advise_launched
-    from ..bench.launch import LaunchOptions
 
-    config = config_from_args(argv)
     # --jobs, --launcher: where the search's workers and the confirmation's grid run (a SLURM array is
     # waited for, since the answer reads the whole confirmation); options that cannot act are refused first
-    options = LaunchOptions.of_args(advise_parser().parse_args(argv))
+    config, options = config_from_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     advise_launched(config, options)
     return 0

@@ -7,24 +7,26 @@ import argparse
 import sys
 from pathlib import Path
 
-from .flags import add_launch_options, add_threads, set_threads
+from .flags import (
+    add_launch_options,
+    add_threads,
+    dataclass_from_args,
+    experiment_parser,
+    load_grid,
+    set_threads,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="attendout bench",
-        description=(
-            "Run a grid of tasks x methods x seeds from an experiment file: one run folder per cell under a "
-            "results root. Resumable: finished cells are skipped, and a killed cell resumes from the checkpoint "
-            "of its last validation (every eval_steps, or checkpoint_steps; a cell with neither restarts) "
-            "to the numbers an uninterrupted run gives. Shareable: several jobs may run on one results root "
-            "at once (claims), or split it with --shard. Scalable: --jobs N runs N cells at once here; "
-            "--launcher slurm submits them as a job array, --launcher ray as Ray tasks."
-        ),
-    )
-    parser.add_argument("experiment", help="an experiment file, or the name of one in --experiments-dir")
-    parser.add_argument(
-        "--results", default=None, help="results root (default: results/NAME, suffixed by budget overrides)"
+    parser = experiment_parser(
+        "attendout bench",
+        "Run a grid of tasks x methods x seeds from an experiment file: one run folder per cell under a "
+        "results root. Resumable: finished cells are skipped, and a killed cell resumes from the checkpoint "
+        "of its last validation (every eval_steps, or checkpoint_steps; a cell with neither restarts) "
+        "to the numbers an uninterrupted run gives. Shareable: several jobs may run on one results root "
+        "at once (claims), or split it with --shard. Scalable: --jobs N runs N cells at once here; "
+        "--launcher slurm submits them as a job array, --launcher ray as Ray tasks.",
+        "results/NAME, suffixed by budget overrides",
     )
     parser.add_argument("--dry-run", action="store_true", help="list and check every cell; train nothing")
     _add_selection(parser)
@@ -36,9 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_budget_overrides(parser)
     _add_cell_running(parser)
     _add_results_handling(parser)
-    parser.add_argument(
-        "--experiments-dir", default="experiments", help="where experiment names are looked up"
-    )
     add_launch_options(parser)
     return parser
 
@@ -120,9 +119,7 @@ def main(argv: list[str]) -> int:
         Budget,
         ExperimentError,
         ResultsStore,
-        default_results_root,
         format_listing,
-        load_experiment,
         parse_shard,
         prepare_cells,
         run_cells,
@@ -133,23 +130,15 @@ def main(argv: list[str]) -> int:
     from ..bench.runner import reuse_runs
 
     args = build_parser().parse_args(argv)
-    experiment = load_experiment(args.experiment, args.experiments_dir)
-    budget = Budget(
-        max_train_samples=args.max_train_samples,
-        max_eval_samples=args.max_eval_samples,
-        epochs=args.epochs,
-        max_steps=args.max_steps,
-    )
+    budget = dataclass_from_args(Budget, vars(args))  # the budget overrides, each the flag of its name
+    experiment, root = load_grid(args, budget)
     launcher = make_launcher(LaunchOptions.of_args(args))
     if launcher is None:  # with a launcher, --threads is each run's
         set_threads(args.threads)
-    elif args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads must be at least 1, got {args.threads}")
     if args.stale_after is not None and args.stale_after <= 0:
         raise ExperimentError(f"--stale-after must be positive, got {args.stale_after}")
     shard = parse_shard(args.shard)
     selection = parse_selection(experiment, args.tasks, args.methods, args.seeds)
-    root = Path(args.results) if args.results else default_results_root(experiment, budget)
     store = ResultsStore(root, stale_after=args.stale_after or STALE_AFTER_S)
     plan = prepare_cells(
         experiment,
@@ -182,12 +171,6 @@ def main(argv: list[str]) -> int:
                 raise ExperimentError(f"--reuse-runs {source}: no such folder")
             for key in reuse_runs([c for c in plan.shard_cells if c.config is not None], store, Path(source)):
                 print(f"{key}: reused the finished run of the same configuration in {source}")
-    summary = run_cells(
-        plan,
-        store,
-        rerun_stale=args.rerun_stale,
-        echo=lambda line: print(line, flush=True),
-        launcher=launcher,
-    )
+    summary = run_cells(plan, store, rerun_stale=args.rerun_stale, launcher=launcher)
     print(f"bench {experiment.name} shard {shard[0]}/{shard[1]}: {summary.line()}")
     return 1 if summary.failed else 0

@@ -18,7 +18,6 @@ from .flags import (
     add_dataclass_options,
     add_file_options,
     add_threads,
-    parse_eval_files,
     set_threads,
     task_defaults_unset,
     train_config,
@@ -32,6 +31,7 @@ def parser_for(method: str | None) -> argparse.ArgumentParser:
     """The parser of ``attendout finetune``, with the options of ``method`` if it is a known method."""
     from ..config import TrainConfig
     from ..methods import METHODS, list_methods
+    from ..methods.synthesizer import VARIANTS
 
     parser = argparse.ArgumentParser(
         prog="attendout finetune",
@@ -47,6 +47,7 @@ def parser_for(method: str | None) -> argparse.ArgumentParser:
         "--attention",
         metavar="VARIANT",
         default=None,
+        choices=VARIANTS,
         help="shorthand for --method synthesizer --variant VARIANT (e.g. random+dot; see --method synthesizer --help)",
     )
     add_file_options(parser)
@@ -63,34 +64,29 @@ def parser_for(method: str | None) -> argparse.ArgumentParser:
         group = parser.add_argument_group(
             f"options of method {method!r} ({cls.model_dropout} the model's own dropout)"
         )
-        add_dataclass_options(group, cls, prefix="method__")
+        choices = {"variant": VARIANTS} if method == "synthesizer" else {}
+        add_dataclass_options(group, cls, prefix="method__", choices=choices)
     return parser
 
 
-def _expand_attention(argv: list[str]) -> list[str]:
-    """``--attention VARIANT`` -> ``--method synthesizer --variant VARIANT`` (Synthesizer attention)."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--attention", default=None)
-    pre.add_argument("--method", default=None)
-    known, rest = pre.parse_known_args(argv)
-    if known.attention is None:
-        return argv
-    if known.method not in (None, "synthesizer"):
-        raise ValueError(
-            f"--attention {known.attention} means --method synthesizer; it cannot go with --method {known.method}"
-        )
-    return ["--method", "synthesizer", "--variant", known.attention, *rest]
-
-
-def _method_and_file(argv: list[str]) -> tuple[str, dict[str, Any]]:
-    """The method the command line names (``--method``, else ``--config``'s, else none) and the config
-    file's values as flag defaults (``method__OPTION`` for its method options)."""
+def _method_and_file(argv: list[str]) -> tuple[list[str], str, dict[str, Any]]:
+    """The command line with ``--attention VARIANT`` written out as ``--method synthesizer --variant VARIANT``
+    (Synthesizer attention), the method it names (``--method``, else ``--config``'s, else none) and the
+    config file's values as flag defaults (``method__OPTION`` for its method options)."""
     from ..methods import METHODS, list_methods
 
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--method", default=None)
-    pre.add_argument("--config", default=None)
-    known, _ = pre.parse_known_args(argv)
+    for flag in ("--attention", "--method", "--config"):
+        pre.add_argument(flag, default=None)
+    known, rest = pre.parse_known_args(argv)
+    if known.attention is not None:
+        if known.method not in (None, "synthesizer"):
+            raise ValueError(
+                f"--attention {known.attention} means --method synthesizer; it cannot go with --method {known.method}"
+            )
+        known.method = "synthesizer"
+        config = [] if known.config is None else ["--config", known.config]
+        argv = ["--method", "synthesizer", "--variant", known.attention, *config, *rest]
     from_file: dict[str, Any] = {}
     if known.config is not None:
         from ..configfile import load_config_file
@@ -101,20 +97,18 @@ def _method_and_file(argv: list[str]) -> tuple[str, dict[str, Any]]:
                 f"--method {known.method} contradicts {known.config}, whose method is {file_method.name!r}"
             )
         known.method = file_method.name
-        options = {k: v for k, v in file_method.to_dict().items() if k != "name"}
-        from_file = {**training, **{f"method__{k}": v for k, v in options.items()}}
+        from_file = {**training, **{f"method__{k}": v for k, v in _options_of(file_method).items()}}
     method = known.method or "none"
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; known methods: {', '.join(list_methods())}")
-    return method, from_file
+    return argv, method, from_file
 
 
 def config_from_args(argv: list[str]) -> tuple[Any, int | None]:
     """(the :class:`~attendout.config.TrainConfig` of ``attendout finetune ARGV``, its ``--threads``)."""
     from ..methods import get_method_config
 
-    argv = _expand_attention(argv)
-    method, from_file = _method_and_file(argv)
+    argv, method, from_file = _method_and_file(argv)
     parser = parser_for(method)
     task_defaults_unset(parser)
     parser.set_defaults(**from_file, method=method)
@@ -129,7 +123,6 @@ def config_from_args(argv: list[str]) -> tuple[Any, int | None]:
         values,
         method_options=method_options if made is None else _options_of(made),
         method_made=made,
-        eval_files=parse_eval_files(values.get("eval_file")) or from_file.get("eval_files"),
     )
     return config, args.threads
 
@@ -188,8 +181,8 @@ def _finetune_flags(values: Mapping[str, Any], output_dir: str | os.PathLike) ->
     from ..methods import get_method_config
     from ..tasks.defaults import task_defaults
 
-    fields = [f for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING]
-    defaults = {f.name: f.default for f in fields}
+    fields = dataclasses.fields(TrainConfig)
+    defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
     defaults.update(task_defaults(values.get("task")))
     method = str(values.get("method") or "none")
     argv = [
@@ -199,19 +192,15 @@ def _finetune_flags(values: Mapping[str, Any], output_dir: str | os.PathLike) ->
         str(values.get("model", defaults["model"])),
     ]
     argv += ["--method", method]
-    for f in fields:
-        if f.name in _OWN_PLACE or f.name in _STARTS or f.name not in values:
-            continue
-        flags = _flags(f.name, values[f.name], defaults[f.name])
-        if flags is None:
-            return None
-        argv += flags
+    given = [(k, values[k], v) for k, v in defaults.items() if k in values and k not in _OWN_PLACE | _STARTS]
     try:
         own = get_method_config(method).to_dict()
     except (ValueError, TypeError):
         return None
-    for name, value in (values.get("method_options") or {}).items():
-        flags = [] if name == "name" else _flags(name, value, own.get(name))
+    options = (values.get("method_options") or {}).items()
+    given += [(name, value, own.get(name)) for name, value in options if name != "name"]
+    for name, value, default in given:
+        flags = _flags(name, value, default)
         if flags is None:
             return None
         argv += flags

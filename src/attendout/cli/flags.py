@@ -14,7 +14,8 @@ import dataclasses
 import os
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -23,6 +24,8 @@ __all__ = [
     "add_file_options",
     "add_threads",
     "dataclass_from_args",
+    "experiment_parser",
+    "load_grid",
     "parse_eval_files",
     "quiet_transformers",
     "set_threads",
@@ -73,13 +76,14 @@ def add_dataclass_options(
     skip: set[str] = frozenset(),
     prefix: str = "",
     only: Sequence[str] | None = None,
+    choices: Mapping[str, Sequence[str]] = types.MappingProxyType({}),
 ) -> None:
     """One ``--flag`` per dataclass field (``only``: these fields, in this order), typed from its
     annotation, help from its metadata; the metavar is the field's name (``--p P``, not the prefixed
     destination ``METHOD__P``). Other metadata a field may have: ``metavar``, ``choices`` (then no
-    metavar unless given), ``flag_default`` (the flag's default where the field's is not what a user
-    types, e.g. a tuple given as comma-separated text) and ``hide_default`` (no "(default: X)" in
-    the help)."""
+    metavar unless given; ``choices`` here gives them by field name where another module defines
+    them), ``flag_default`` (the flag's default where the field's is not what a user types, e.g. a
+    tuple given as comma-separated text) and ``hide_default`` (no "(default: X)" in the help)."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for name in fields if only is None else only:
@@ -100,14 +104,14 @@ def add_dataclass_options(
                 help=help_text,
             )
         else:  # strings and lists are given as text; the config's checks parse them
-            choices = f.metadata.get("choices")
+            offered = choices.get(f.name, f.metadata.get("choices"))
             parser.add_argument(
                 _option(f.name),
                 dest=dest,
                 type=kind if kind in (int, float) else str,
                 default=default,
-                choices=choices,
-                metavar=f.metadata.get("metavar", None if choices else f.name.upper()),
+                choices=offered,
+                metavar=f.metadata.get("metavar", None if offered else f.name.upper()),
                 help=help_text if f.metadata.get("hide_default") else _with_default(help_text, default),
             )
 
@@ -170,6 +174,27 @@ def set_threads(threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+def experiment_parser(prog: str, description: str, results: str) -> argparse.ArgumentParser:
+    """The parser of a command on an experiment grid (``bench``, ``table``): the experiment, where its name
+    is looked up, and ``--results``, the grid's results root (``results``: its default, in words)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("experiment", help="an experiment file, or the name of one in --experiments-dir")
+    parser.add_argument("--results", default=None, help=f"results root (default: {results})")
+    parser.add_argument(
+        "--experiments-dir", default="experiments", help="where experiment names are looked up"
+    )
+    return parser
+
+
+def load_grid(args: argparse.Namespace, budget: Any = None) -> tuple[Any, Path]:
+    """(the experiment of ``experiment_parser``'s ``args``, its results root: ``--results``, else the
+    default one of the experiment and the :class:`~attendout.bench.spec.Budget` ``budget``)."""
+    from ..bench import default_results_root, load_experiment
+
+    experiment = load_experiment(args.experiment, args.experiments_dir)
+    return experiment, Path(args.results) if args.results else default_results_root(experiment, budget)
 
 
 def add_launch_options(parser: argparse.ArgumentParser, description: str | None = None) -> None:
@@ -248,21 +273,17 @@ def task_defaults_unset(parser: argparse.ArgumentParser) -> None:
 def train_config(values: dict[str, Any], *, leave_out: set[str] = frozenset(), **given: Any) -> Any:
     """The :class:`~attendout.config.TrainConfig` of parsed flags ``values``: each TrainConfig field from
     the flag of its name, except those in ``leave_out`` (the command sets them) and those in ``given``;
-    ``--eval-file`` and ``--text-columns`` parsed; options left out (:func:`task_defaults_unset`) take the
-    task's default (:mod:`attendout.tasks.defaults`), else TrainConfig's."""
+    ``--eval-file`` (else a config file's ``eval_files``) and ``--text-columns`` parsed; options left out
+    (:func:`task_defaults_unset`) take the task's default, else TrainConfig's
+    (:meth:`~attendout.config.TrainConfig.for_task`)."""
     from ..config import TrainConfig
-    from ..tasks.defaults import task_defaults
 
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    chosen = task_defaults(values.get("task"))
-    values = dict(values)
-    for name in TASK_DEFAULT_OPTIONS:
-        if values.get(name) is _UNSET:
-            values[name] = chosen.get(name, fields[name].default)
-    if "eval_files" not in given:
-        given["eval_files"] = parse_eval_files(values.get("eval_file"))
-    if "text_columns" not in given:
-        columns = values.get("text_columns")
-        given["text_columns"] = columns.split(",") if isinstance(columns, str) else columns
-    taken = {name: values[name] for name in fields if name in values and name not in leave_out}
-    return TrainConfig(**{**taken, **given})
+    columns = values.get("text_columns")
+    given = {
+        "eval_files": parse_eval_files(values.get("eval_file")) or values.get("eval_files"),
+        "text_columns": columns.split(",") if isinstance(columns, str) else columns,
+        **given,
+    }
+    names = {f.name for f in dataclasses.fields(TrainConfig)} - set(leave_out)
+    taken = {name: value for name, value in values.items() if name in names and value is not _UNSET}
+    return TrainConfig.for_task(**{**taken, **given})

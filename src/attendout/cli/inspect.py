@@ -6,6 +6,9 @@ import argparse
 
 from .flags import add_dataclass_options, dataclass_from_args
 
+#: AD-DROP's options the drawing takes (flags of their name, then settled as a run settles them).
+_DRAWN = ("attribution", "p", "q", "ig_steps", "ig_form", "rounding")
+
 
 def main(argv: list[str]) -> int:
     """Draw AD-DROP's view of one example: attention map, attribution, candidates, drops (002 Figure 1)."""
@@ -24,11 +27,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--layer", type=int, default=0, help="layer to draw, from 0 (default: 0)")
     parser.add_argument("--head", default="0", help="head index from 0, or 'mean' (default: 0)")
-    add_dataclass_options(
-        parser,
-        ADDropConfig,
-        skip={"layers", "cross_tuning", "period", "start", "attribution_dropout", "dropping", "rd_sampling"},
-    )
+    add_dataclass_options(parser, ADDropConfig, only=_DRAWN)
     parser.add_argument(
         "--num-labels",
         type=int,
@@ -51,13 +50,8 @@ def main(argv: list[str]) -> int:
         args.text,
         args.text_pair,
         layer=args.layer,
-        attribution=options.attribution,
-        p=options.p,
-        q=options.q,
-        ig_steps=options.ig_steps,
-        ig_form=options.ig_form,
-        rounding=options.rounding,
         seed=args.seed,
+        **{name: getattr(options, name) for name in _DRAWN},
         max_length=args.max_length,
         model_name=description,
     )

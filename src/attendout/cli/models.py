@@ -59,15 +59,17 @@ def _list() -> int:
     return 0
 
 
-def _refused_places(wheels: Path | None) -> str | None:
-    """Why the set-up cannot start, checked before anything is written: ``--wheels`` a file, or the
-    models' home (``$ATTENDOUT_MODELS``) a file or under one. None when neither."""
+def _check_places(wheels: Path | None) -> None:
+    """Refuse (a ValueError saying why) a set-up that cannot start, before anything is written: ``--wheels``
+    a file, or the models' home (``$ATTENDOUT_MODELS``) a file or under one."""
     import os
 
     from ..models import MODELS_VARIABLE, models_home
 
     if wheels is not None and wheels.exists() and not wheels.is_dir():
-        return f"--wheels {wheels} is a file: it must be a folder, the one that holds the model's wheels"
+        raise ValueError(
+            f"--wheels {wheels} is a file: it must be a folder, the one that holds the model's wheels"
+        )
     home = models_home()
     blocking = next((p for p in (home, *home.parents) if p.exists()), None)
     if blocking is not None and not blocking.is_dir():
@@ -77,8 +79,9 @@ def _refused_places(wheels: Path | None) -> str | None:
             else f"the models' folder {home}"
         )
         what = "a file" if blocking == home else f"under the file {blocking}"
-        return f"{where}, {what}: it must name a folder (made if missing) where the models are set up"
-    return None
+        raise ValueError(
+            f"{where}, {what}: it must name a folder (made if missing) where the models are set up"
+        )
 
 
 def main(argv: list[str]) -> int:
@@ -89,17 +92,11 @@ def main(argv: list[str]) -> int:
         return _list()
     names = args.names or list(OFFLINE_MODELS)
     unknown = [n for n in names if n not in OFFLINE_MODELS]
-    if unknown:
-        print(
-            f"attendout: error: no offline model called {', '.join(map(repr, unknown))}; "
-            f"there are: {', '.join(OFFLINE_MODELS)}",
-            file=sys.stderr,
+    if unknown:  # ValueError: one line, exit 2 (attendout.cli.main)
+        raise ValueError(
+            f"no offline model called {', '.join(map(repr, unknown))}; there are: {', '.join(OFFLINE_MODELS)}"
         )
-        return 2
-    refused = _refused_places(args.wheels)
-    if refused:
-        print(f"attendout: error: {refused}", file=sys.stderr)
-        return 2
+    _check_places(args.wheels)
     for name in names:
         try:
             folder, made = setup_model(name, wheels=args.wheels, log=lambda line: print(line, flush=True))

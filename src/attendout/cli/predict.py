@@ -8,6 +8,18 @@ import sys
 
 from .flags import add_threads, set_threads
 
+#: The flags that are :meth:`~attendout.predict.classification.Predictor.load`'s options of their name.
+_LOADING = (
+    "max_length",
+    "batch_size",
+    "device",
+    "precision",
+    "progress",
+    "num_beams",
+    "max_new_tokens",
+    "allow_unfinished",
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -101,17 +113,7 @@ def main(argv: list[str]) -> int:
     from .finetune import how_to_finish
 
     try:
-        predictor = Predictor.load(
-            args.model,
-            max_length=args.max_length,
-            batch_size=args.batch_size,
-            device=args.device,
-            precision=args.precision,
-            progress=args.progress,
-            num_beams=args.num_beams,
-            max_new_tokens=args.max_new_tokens,
-            allow_unfinished=args.allow_unfinished,
-        )
+        predictor = Predictor.load(args.model, **{name: getattr(args, name) for name in _LOADING})
     except UnfinishedRunError as refused:  # the command line names the command that finishes the run
         raise refused.saying(how_to_finish(refused.state)) from None
     if not isinstance(predictor, Predictor):  # a generation run (lm, seq2seq)

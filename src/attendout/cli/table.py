@@ -7,20 +7,18 @@ import argparse
 from pathlib import Path
 
 from ..report.table import write_report
+from .flags import experiment_parser, load_grid
 
 
 def table_parser() -> argparse.ArgumentParser:
     """The flags of ``attendout table``: the grid, where to write, and the statistics' settings."""
-    parser = argparse.ArgumentParser(
-        prog="attendout table",
-        description=(
-            "The comparison table of an experiment grid from its results root: mean ± std over seeds, the "
-            "difference against the baseline with a paired t-test (Holm-corrected) and a bootstrap interval "
-            "over dev examples, and the smallest detectable difference. Prints Markdown unless told where to write."
-        ),
+    parser = experiment_parser(
+        "attendout table",
+        "The comparison table of an experiment grid from its results root: mean ± std over seeds, the "
+        "difference against the baseline with a paired t-test (Holm-corrected) and a bootstrap interval "
+        "over dev examples, and the smallest detectable difference. Prints Markdown unless told where to write.",
+        "results/NAME",
     )
-    parser.add_argument("experiment", help="an experiment file, or the name of one in --experiments-dir")
-    parser.add_argument("--results", default=None, help="results root (default: results/NAME)")
     parser.add_argument(
         "--out", default=None, help="write table.md, table.csv, bars.png, deltas.png and curves-*.png here"
     )
@@ -44,44 +42,36 @@ def table_parser() -> argparse.ArgumentParser:
         default=None,
         help="the stored metric to compare, e.g. chrf beside a translation grid's bleu (default: each task's main metric)",
     )
-    parser.add_argument(
-        "--experiments-dir", default="experiments", help="where experiment names are looked up"
-    )
     return parser
+
+
+#: Each output of :func:`write_report`: the destination of its own flag, and its file under ``--out``
+#: (the curves: ``--out`` itself).
+_OUTPUTS = {
+    "markdown": ("markdown", "table.md"),
+    "csv": ("csv", "table.csv"),
+    "bars": ("bar_chart", "bars.png"),
+    "deltas": ("delta_chart", "deltas.png"),
+    "curves": ("curves", ""),
+}
 
 
 def _output_paths(args: argparse.Namespace) -> dict[str, Path | None]:
     """Where each output goes (:func:`write_report`'s arguments): its own flag, else under ``--out``,
     else nowhere (the Markdown is then printed)."""
-    paths = {
-        "markdown": args.markdown,
-        "csv": args.csv,
-        "bars": args.bar_chart,
-        "deltas": args.delta_chart,
-        "curves": args.curves,
+    out = Path(args.out) if args.out else None
+    return {
+        name: Path(getattr(args, flag)) if getattr(args, flag) else out and out / under_out
+        for name, (flag, under_out) in _OUTPUTS.items()
     }
-    chosen = {name: Path(value) if value else None for name, value in paths.items()}
-    if args.out:
-        out = Path(args.out)
-        under_out = {
-            "markdown": out / "table.md",
-            "csv": out / "table.csv",
-            "bars": out / "bars.png",
-            "deltas": out / "deltas.png",
-            "curves": out,
-        }
-        chosen = {name: chosen[name] or under_out[name] for name in chosen}
-    return chosen
 
 
 def main(argv: list[str]) -> int:
     """``attendout table``: print or write the Markdown/CSV table and the figures of a grid."""
-    from ..bench import default_results_root, load_experiment
     from ..report.comparison import build_table
 
     args = table_parser().parse_args(argv)
-    experiment = load_experiment(args.experiment, args.experiments_dir)
-    root = Path(args.results) if args.results else default_results_root(experiment)
+    experiment, root = load_grid(args)
     if not root.is_dir():
         raise ValueError(
             f"results root {root} does not exist; run attendout bench {args.experiment} first (or pass --results)"
