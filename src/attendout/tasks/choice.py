@@ -50,8 +50,7 @@ from typing import Any
 from .base import MULTIPLE_CHOICE, DataError
 from .core import ChoiceExamples, LoadOptions, Task, TaskData, register_task, split_data
 from .hub import hub_columns, hub_only, hub_splits, load_hub
-from .readers import check_file, data_root, find_folder, log_dropped, open_text
-from .utf8 import not_utf8
+from .readers import check_file, data_root, find_folder, log_dropped, reading
 
 __all__ = [
     "ARC_CHALLENGE",
@@ -145,7 +144,7 @@ def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool
     labels: list[int] = []
     bad: list[tuple[int, str, str]] = []  # (line, field, why)
     try:
-        with open_text(path) as handle:
+        with reading(path) as handle:
             reader = csv.reader(handle)
             for row in reader:
                 if not row:
@@ -165,8 +164,6 @@ def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool
                 labels.append(0 if index is None else index)  # never None here: checked above
     except csv.Error as error:
         raise DataError(f"{path} line {reader.line_num}: malformed CSV ({error})") from None
-    except UnicodeDecodeError:
-        raise not_utf8(path) from None
     if bad and not drop_bad_rows:
         line, field, why = bad[0]
         raise DataError(
