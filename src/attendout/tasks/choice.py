@@ -49,7 +49,7 @@ from typing import Any
 
 from .base import MULTIPLE_CHOICE, DataError
 from .core import ChoiceExamples, LoadOptions, Task, TaskData, register_task, split_data
-from .hub import hub_columns, hub_only, hub_splits, load_hub
+from .hub import HUB_SPLITS, hub_columns, hub_only, hub_splits, load_hub
 from .readers import check_file, data_root, find_folder, log_dropped, reading
 
 __all__ = [
@@ -181,9 +181,7 @@ def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool
 def _load_arc_hub(task: Task, spec: _ArcSpec) -> tuple[Task, TaskData]:
     names = (ARC_HUB, spec.hub_config)
     dataset_dict = load_hub(*names)
-    splits = {"train": "train", "dev": "validation", "test": "test"}
-    if "test" not in dataset_dict:
-        del splits["test"]
+    splits = {split: hub for split, hub in HUB_SPLITS.items() if split != "test" or "test" in dataset_dict}
     parts: dict[str, ChoiceExamples] = {}
     for split, dataset in hub_splits(dataset_dict, names, splits).items():
         where = f"hub {ARC_HUB} {spec.hub_config} {splits[split]}"
@@ -262,7 +260,7 @@ def load_swag(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     """Loader of ``swag``: the hub only (see the module docstring)."""
     hub_only(task, options, SWAG_HUB, "; offline, arc-easy is the multiple-choice stand-in")
     names = (SWAG_HUB, SWAG_CONFIG)
-    splits = {"train": "train", "dev": "validation"}
+    splits = {"train": "train", "dev": "validation"}  # the hub's test split has no labels
     parts = {
         split: _swag_examples(dataset, f"hub {SWAG_HUB} {SWAG_CONFIG} {splits[split]}")
         for split, dataset in hub_splits(load_hub(*names), names, splits).items()

@@ -344,10 +344,8 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
 def _check_file_request(task: Task, options: LoadOptions, generic: bool, kind: str) -> None:
     """Refuse what no file can give: another kind for a built-in task, a kind files do not hold, the
     "file" task without a train file, an empty ``eval_files``."""
-    if not generic and kind != task.kind:
-        raise DataError(
-            f"task {task.name!r} is {task.kind}; kind={options.kind!r} applies to the 'file' task only"
-        )
+    if not generic:
+        _refuse_other_kind(task, options)
     if kind not in (CLASSIFICATION, REGRESSION, TOKEN_CLASSIFICATION):
         raise DataError(
             f"files can be read for classification, regression or token_classification, not kind={kind!r}"
@@ -474,6 +472,11 @@ def _refuse_file_options(task: Task, options: LoadOptions) -> None:
     )
     if name is not None:
         raise DataError(f"{name}= applies to train_file/eval_files; task {task.name!r} was given no files")
+    _refuse_other_kind(task, options)
+
+
+def _refuse_other_kind(task: Task, options: LoadOptions) -> None:
+    """A built-in task is of its own kind: ``kind`` is for the "file" task."""
     if options.kind is not None and options.kind != task.kind:
         raise DataError(
             f"task {task.name!r} is {task.kind}; kind={options.kind!r} applies to the 'file' task only"

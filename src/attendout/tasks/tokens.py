@@ -56,7 +56,7 @@ from typing import Any
 
 from .base import TOKEN_CLASSIFICATION, DataError
 from .core import LoadOptions, Task, TaskData, TokenExamples, register_task, split_data
-from .hub import first_line, hub_columns, hub_splits, import_datasets
+from .hub import HUB_SPLITS, first_line, hub_columns, hub_splits, import_datasets
 from .metrics import iob_parts
 from .readers import check_file, data_root, find_folder, reading, zip_texts
 
@@ -90,7 +90,6 @@ CONLL2003_FILES = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"
 CONLL2003_COLUMNS = 4  # token, POS, chunk, NER
 CONLL2003_HUB = "eriktks/conll2003"
 CONLL2003_HUB_PARQUET = "refs/convert/parquet"  # tried when the plain load fails
-CONLL2003_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 
 CONLL2003 = Task(
     name="conll2003",
@@ -297,8 +296,8 @@ def _load_conll_hub(task: Task) -> tuple[Task, TaskData]:
                 f"({first_line(error)})"
             ) from None
     parts = {}
-    for split, dataset in hub_splits(dataset_dict, (CONLL2003_HUB,), CONLL2003_HUB_SPLITS).items():
-        sentences = _conll_hub_sentences(dataset, f"hub {CONLL2003_HUB} {CONLL2003_HUB_SPLITS[split]}")
+    for split, dataset in hub_splits(dataset_dict, (CONLL2003_HUB,), HUB_SPLITS).items():
+        sentences = _conll_hub_sentences(dataset, f"hub {CONLL2003_HUB} {HUB_SPLITS[split]}")
         parts[split] = to_token_examples(
             sentences, task.label_names or (), split=split, iob=True, groups=False
         )
