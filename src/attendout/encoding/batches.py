@@ -35,6 +35,11 @@ class Batches:
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
+    def examples_count(self) -> int:
+        """How many examples the predictions are for (a kind whose items are windows or blocks of its
+        examples folds them back into these)."""
+        return len(self)
+
     def batches(
         self, batch_size: int, generator: torch.Generator | None = None, skip: int = 0
     ) -> Iterator[dict[str, torch.Tensor]]:

@@ -150,10 +150,6 @@ class Encoded(Batches):
         return indices
 
     # prediction: logits of batches in order -> predictions and scores per example -------------
-    def examples_count(self) -> int:
-        """How many examples the predictions are for (windows and words fold into them)."""
-        return len(self)
-
     def _predictions(
         self, model: nn.Module, batches: Iterator[dict[str, torch.Tensor]], autocast: Callable[[], Any]
     ) -> tuple[Any, Any, float | None]:

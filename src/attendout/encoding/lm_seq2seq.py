@@ -177,9 +177,6 @@ class Seq2SeqEncoded(Batches):
     def counts(self) -> dict[str, float]:
         return {} if self.target_ids is None else {"target_tokens": float(sum(map(len, self.target_ids)))}
 
-    def examples_count(self) -> int:
-        return len(self)
-
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
         batch = dict(
             self.tokenizer.pad([self.features[i] for i in indices], padding=True, return_tensors="pt")

@@ -49,9 +49,8 @@ from typing import Any
 
 from .base import MULTIPLE_CHOICE, DataError
 from .core import ChoiceExamples, LoadOptions, Task, TaskData, register_task, split_data
-from .hub import hub_columns, hub_only, hub_splits, load_hub
-from .readers import check_file, data_root, find_folder, log_dropped, open_text
-from .utf8 import not_utf8
+from .hub import HUB_SPLITS, hub_columns, hub_only, hub_splits, load_hub
+from .readers import check_file, data_root, find_folder, log_dropped, reading
 
 __all__ = [
     "ARC_CHALLENGE",
@@ -145,7 +144,7 @@ def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool
     labels: list[int] = []
     bad: list[tuple[int, str, str]] = []  # (line, field, why)
     try:
-        with open_text(path) as handle:
+        with reading(path) as handle:
             reader = csv.reader(handle)
             for row in reader:
                 if not row:
@@ -165,8 +164,6 @@ def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool
                 labels.append(0 if index is None else index)  # never None here: checked above
     except csv.Error as error:
         raise DataError(f"{path} line {reader.line_num}: malformed CSV ({error})") from None
-    except UnicodeDecodeError:
-        raise not_utf8(path) from None
     if bad and not drop_bad_rows:
         line, field, why = bad[0]
         raise DataError(
@@ -184,9 +181,7 @@ def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool
 def _load_arc_hub(task: Task, spec: _ArcSpec) -> tuple[Task, TaskData]:
     names = (ARC_HUB, spec.hub_config)
     dataset_dict = load_hub(*names)
-    splits = {"train": "train", "dev": "validation", "test": "test"}
-    if "test" not in dataset_dict:
-        del splits["test"]
+    splits = {split: hub for split, hub in HUB_SPLITS.items() if split != "test" or "test" in dataset_dict}
     parts: dict[str, ChoiceExamples] = {}
     for split, dataset in hub_splits(dataset_dict, names, splits).items():
         where = f"hub {ARC_HUB} {spec.hub_config} {splits[split]}"
@@ -265,7 +260,7 @@ def load_swag(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     """Loader of ``swag``: the hub only (see the module docstring)."""
     hub_only(task, options, SWAG_HUB, "; offline, arc-easy is the multiple-choice stand-in")
     names = (SWAG_HUB, SWAG_CONFIG)
-    splits = {"train": "train", "dev": "validation"}
+    splits = {"train": "train", "dev": "validation"}  # the hub's test split has no labels
     parts = {
         split: _swag_examples(dataset, f"hub {SWAG_HUB} {SWAG_CONFIG} {splits[split]}")
         for split, dataset in hub_splits(load_hub(*names), names, splits).items()

@@ -36,6 +36,7 @@ __all__ = [
     "TaskLoader",
     "carve_validation",
     "compute_metrics",
+    "default_metrics",
     "get_loader",
     "get_task",
     "known_kinds",
@@ -414,6 +415,19 @@ def subsample(examples: Examples, n: int | None, seed: int) -> Examples:
     return examples.subset(picked)
 
 
+def default_metrics(kind: str, label_names: Sequence[str] | None) -> tuple[str, ...]:
+    """The metrics of a task of ``kind`` that names none (a model's head, the ``"file"`` task): Pearson
+    and Spearman for regression, token accuracy for tags, accuracy (and F1 of label index 1 for two
+    classes) otherwise."""
+    if kind == REGRESSION:
+        return ("pearson", "spearman")
+    if kind == TOKEN_CLASSIFICATION:
+        return ("token_accuracy",)
+    if kind == CLASSIFICATION and label_names is not None and len(label_names) == 2:
+        return ("accuracy", "f1")
+    return ("accuracy",)
+
+
 def task_of(model: Any) -> Task:
     """The task a ``transformers`` model's head implies, for loops that bring no attendout task.
 
@@ -427,23 +441,20 @@ def task_of(model: Any) -> Task:
     count = getattr(config, "num_labels", 2)
     names = None
     if head.endswith("ForMultipleChoice"):
-        kind, metrics = MULTIPLE_CHOICE, ("accuracy",)
+        kind = MULTIPLE_CHOICE
     elif getattr(config, "problem_type", None) == "regression" or count == 1:
-        kind, metrics = REGRESSION, ("pearson", "spearman")
+        kind = REGRESSION
     else:
         names = tuple(str((config.id2label or {}).get(i, i)) for i in range(count))
         if len(set(names)) != count:
             names = tuple(str(i) for i in range(count))
-        if head.endswith("ForTokenClassification"):
-            kind, metrics = TOKEN_CLASSIFICATION, ("token_accuracy",)
-        else:
-            kind, metrics = CLASSIFICATION, ("accuracy", "f1") if count == 2 else ("accuracy",)
+        kind = TOKEN_CLASSIFICATION if head.endswith("ForTokenClassification") else CLASSIFICATION
     return Task(
         name="model-head",
         kind=kind,
         text_fields={MULTIPLE_CHOICE: ("question",), TOKEN_CLASSIFICATION: ("tokens",)}.get(kind, ("text",)),
         label_names=names,
-        metrics=metrics,
+        metrics=default_metrics(kind, names),
         eval_split_names=("validation",),
         description=f"the {kind.replace('_', '-')} head of the model",
         choices=2 if kind == MULTIPLE_CHOICE else None,  # the batches say how many; nothing depends on it

@@ -46,7 +46,7 @@ from . import textmetrics  # noqa: F401  registers perplexity, bleu... before th
 from .base import LM, SEQ2SEQ, DataError
 from .core import Examples, LoadOptions, Task, TaskData, carve_validation, register_task, split_data
 from .documents import MOVIE_REVIEWS_ZIP, read_movie_reviews
-from .hub import hub_only, load_hub
+from .hub import HUB_SPLITS, hub_only, load_hub
 from .readers import EXTENSIONS, data_root, detect_format, read_file
 from .tokens import find_nltk_zip
 from .utf8 import not_utf8
@@ -289,15 +289,11 @@ def wikitext_articles(lines: list[str]) -> list[str]:
     return [" ".join(a) for a in articles if a]
 
 
-#: our split -> the hub's, for the hub tasks
-_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
-
-
 def load_wikitext2(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     hub_only(task, options, " ".join(WIKITEXT2_HUB))
     data = load_hub(*WIKITEXT2_HUB)
     parts = {
-        split: documents(wikitext_articles(list(data[_HUB_SPLITS[split]]["text"])))
+        split: documents(wikitext_articles(list(data[HUB_SPLITS[split]]["text"])))
         for split in ("train", *task.eval_split_names)
     }
     return split_data(task, parts, f"hub {WIKITEXT2_HUB[0]}")
@@ -335,7 +331,7 @@ def load_wmt16_en_ro(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     data = load_hub(*WMT16_HUB)
     parts = {}
     for split in ("train", *task.eval_split_names):
-        rows = data[_HUB_SPLITS[split]]["translation"]
+        rows = data[HUB_SPLITS[split]]["translation"]
         parts[split] = Seq2SeqExamples.from_pairs([r["en"] for r in rows], [r["ro"] for r in rows])
     return split_data(task, parts, f"hub {WMT16_HUB[0]}")
 

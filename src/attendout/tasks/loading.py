@@ -46,6 +46,7 @@ from .core import (
     Task,
     TaskData,
     carve_validation,
+    default_metrics,
     get_loader,
     get_task,
     register_task,
@@ -183,13 +184,6 @@ class _TableFiles:
             part, kind=self.kind, label_names=label_names, split=split, label_range=self.task.label_range
         )
 
-    def default_metrics(self, label_names: tuple[str, ...] | None) -> tuple[str, ...]:
-        if self.kind == REGRESSION:
-            return ("pearson", "spearman")
-        if label_names is not None and len(label_names) == 2:
-            return ("accuracy", "f1")  # F1 of label index 1
-        return ("accuracy",)
-
 
 class _TokenFiles:
     """The CoNLL-style split files of a token classification task (see the module doc)."""
@@ -242,9 +236,6 @@ class _TokenFiles:
 
     def examples(self, sentences: TaggedSentences, split: str, label_names: tuple[str, ...]) -> Examples:
         return to_token_examples(sentences, label_names, split=split, iob=is_iob(label_names), groups=False)
-
-    def default_metrics(self, label_names: tuple[str, ...]) -> tuple[str, ...]:
-        return ENTITY_METRICS if is_iob(label_names) else ("token_accuracy",)
 
 
 def refuse_fraction_labels(raw: RawTable, label_names: Sequence[str] | None) -> None:
@@ -336,7 +327,9 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
             kind=kind,
             text_fields=files.text_fields,
             label_names=label_names,
-            metrics=files.default_metrics(label_names),
+            metrics=ENTITY_METRICS
+            if kind == TOKEN_CLASSIFICATION and is_iob(label_names or ())
+            else default_metrics(kind, label_names),
             eval_split_names=tuple(eval_splits),
             description=f"{kind} from {Path(options.train_file or '').name}",
         )
@@ -351,10 +344,8 @@ def load_files(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
 def _check_file_request(task: Task, options: LoadOptions, generic: bool, kind: str) -> None:
     """Refuse what no file can give: another kind for a built-in task, a kind files do not hold, the
     "file" task without a train file, an empty ``eval_files``."""
-    if not generic and kind != task.kind:
-        raise DataError(
-            f"task {task.name!r} is {task.kind}; kind={options.kind!r} applies to the 'file' task only"
-        )
+    if not generic:
+        _refuse_other_kind(task, options)
     if kind not in (CLASSIFICATION, REGRESSION, TOKEN_CLASSIFICATION):
         raise DataError(
             f"files can be read for classification, regression or token_classification, not kind={kind!r}"
@@ -481,6 +472,11 @@ def _refuse_file_options(task: Task, options: LoadOptions) -> None:
     )
     if name is not None:
         raise DataError(f"{name}= applies to train_file/eval_files; task {task.name!r} was given no files")
+    _refuse_other_kind(task, options)
+
+
+def _refuse_other_kind(task: Task, options: LoadOptions) -> None:
+    """A built-in task is of its own kind: ``kind`` is for the "file" task."""
     if options.kind is not None and options.kind != task.kind:
         raise DataError(
             f"task {task.name!r} is {task.kind}; kind={options.kind!r} applies to the 'file' task only"

@@ -44,6 +44,7 @@ __all__ = [
     "infer_label_names",
     "log_dropped",
     "open_text",
+    "reading",
     "read_file",
     "to_examples",
     "zip_texts",
@@ -133,10 +134,21 @@ def _field_limit(limit: int) -> Iterator[None]:
 def open_text(path: Path) -> IO[str]:
     """``path`` opened for reading as UTF-8 text (a BOM dropped, newlines as written), gzip or bz2
     decompressed by its suffix (``.gz``, ``.bz2``)."""
-    opener = COMPRESSED.get(path.suffix.lower())
-    if opener is not None:
-        return opener(path, "rt", encoding="utf-8-sig", newline="")
-    return open(path, encoding="utf-8-sig", newline="")
+    opener = COMPRESSED.get(path.suffix.lower(), open)
+    return opener(path, "rt", encoding="utf-8-sig", newline="")
+
+
+@contextlib.contextmanager
+def reading(path: Path) -> Iterator[IO[str]]:
+    """``path`` opened by :func:`open_text`; a file that is not UTF-8, or an unreadable or corrupt
+    compressed one, is a :class:`DataError` (raised from the reading done inside the block)."""
+    try:
+        with open_text(path) as handle:
+            yield handle
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+    except ARCHIVE_ERRORS as error:
+        raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
 
 
 def check_file(path: Path, what: str) -> None:
@@ -315,21 +327,14 @@ def read_file(
     fmt = detect_format(path, file_format)
     columns = (text_columns, label_column, group_column)
     wanted = [*text_columns] + [c for c in (label_column, group_column) if c is not None]
-    try:
-        with open_text(path) as handle:
-            if fmt == "jsonl":
-                return _table(
-                    path, _jsonl_records(handle, path, wanted, text_columns, group_column), *columns
-                )
-            delimiter = "\t" if fmt == "tsv" else ","
-            quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-            reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
-            with _field_limit(FIELD_LIMIT):
-                return _table(path, _delimited_records(reader, path, fmt, wanted, column_names), *columns)
-    except UnicodeDecodeError:
-        raise not_utf8(path) from None
-    except ARCHIVE_ERRORS as error:  # unreadable or corrupt compressed file
-        raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
+    with reading(path) as handle:
+        if fmt == "jsonl":
+            return _table(path, _jsonl_records(handle, path, wanted, text_columns, group_column), *columns)
+        delimiter = "\t" if fmt == "tsv" else ","
+        quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
+        reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
+        with _field_limit(FIELD_LIMIT):
+            return _table(path, _delimited_records(reader, path, fmt, wanted, column_names), *columns)
 
 
 def _table(

@@ -56,10 +56,9 @@ from typing import Any
 
 from .base import TOKEN_CLASSIFICATION, DataError
 from .core import LoadOptions, Task, TaskData, TokenExamples, register_task, split_data
-from .hub import first_line, hub_columns, hub_splits, import_datasets
+from .hub import HUB_SPLITS, first_line, hub_columns, hub_splits, import_datasets
 from .metrics import iob_parts
-from .readers import ARCHIVE_ERRORS, check_file, data_root, find_folder, open_text, zip_texts
-from .utf8 import not_utf8
+from .readers import check_file, data_root, find_folder, reading, zip_texts
 
 __all__ = [
     "CONLL2003",
@@ -91,7 +90,6 @@ CONLL2003_FILES = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"
 CONLL2003_COLUMNS = 4  # token, POS, chunk, NER
 CONLL2003_HUB = "eriktks/conll2003"
 CONLL2003_HUB_PARQUET = "refs/convert/parquet"  # tried when the plain load fails
-CONLL2003_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 
 CONLL2003 = Task(
     name="conll2003",
@@ -158,38 +156,33 @@ def read_conll(
     document = 0
     first_line = 0  # the first token line, which sets the number of columns
     expected = columns
-    try:
-        with open_text(path) as handle:
-            for number, line in enumerate(handle, start=1):
-                stripped = line.strip(_ASCII_SPACE)
-                fields = _FIELD_SEPARATOR.split(stripped) if stripped else []
-                if not fields or fields[0] == DOCSTART:  # DOCSTART first: its column count may differ
-                    ended = True
-                    if fields:  # -DOCSTART- also ends the document
-                        document += 1
-                    continue
-                if expected is None:
-                    expected, first_line = len(fields), number
-                if len(fields) != expected:
-                    since = f" (as line {first_line})" if first_line else ""
+    with reading(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            stripped = line.strip(_ASCII_SPACE)
+            fields = _FIELD_SEPARATOR.split(stripped) if stripped else []
+            if not fields or fields[0] == DOCSTART:  # DOCSTART first: its column count may differ
+                ended = True
+                if fields:  # -DOCSTART- also ends the document
+                    document += 1
+                continue
+            if expected is None:
+                expected, first_line = len(fields), number
+            if len(fields) != expected:
+                since = f" (as line {first_line})" if first_line else ""
+                raise DataError(
+                    f"{path} line {number}: expected {expected} whitespace-separated columns{since}, "
+                    f"found {len(fields)}"
+                )
+            for name, index in (("token_column", token_column), ("tag_column", tag_column)):
+                if not -len(fields) <= index < len(fields):
                     raise DataError(
-                        f"{path} line {number}: expected {expected} whitespace-separated columns{since}, "
-                        f"found {len(fields)}"
+                        f"{path} line {number}: {name}={index} is outside the {len(fields)} columns of "
+                        f"the line (0-based, negative from the end)"
                     )
-                for name, index in (("token_column", token_column), ("tag_column", tag_column)):
-                    if not -len(fields) <= index < len(fields):
-                        raise DataError(
-                            f"{path} line {number}: {name}={index} is outside the {len(fields)} columns of "
-                            f"the line (0-based, negative from the end)"
-                        )
-                if ended:
-                    sentences.append((f"{path.name}#doc{document}", []))
-                    ended = False
-                sentences[-1][1].append((fields[token_column], fields[tag_column], number))
-    except UnicodeDecodeError:
-        raise not_utf8(path) from None
-    except ARCHIVE_ERRORS as error:
-        raise DataError(f"{path}: cannot read ({type(error).__name__}: {error})") from None
+            if ended:
+                sentences.append((f"{path.name}#doc{document}", []))
+                ended = False
+            sentences[-1][1].append((fields[token_column], fields[tag_column], number))
     if not sentences:
         raise DataError(f"{path}: no sentence (the file is empty or holds only blank and {DOCSTART} lines)")
     column = (expected or 1) + tag_column if tag_column < 0 else tag_column
@@ -303,8 +296,8 @@ def _load_conll_hub(task: Task) -> tuple[Task, TaskData]:
                 f"({first_line(error)})"
             ) from None
     parts = {}
-    for split, dataset in hub_splits(dataset_dict, (CONLL2003_HUB,), CONLL2003_HUB_SPLITS).items():
-        sentences = _conll_hub_sentences(dataset, f"hub {CONLL2003_HUB} {CONLL2003_HUB_SPLITS[split]}")
+    for split, dataset in hub_splits(dataset_dict, (CONLL2003_HUB,), HUB_SPLITS).items():
+        sentences = _conll_hub_sentences(dataset, f"hub {CONLL2003_HUB} {HUB_SPLITS[split]}")
         parts[split] = to_token_examples(
             sentences, task.label_names or (), split=split, iob=True, groups=False
         )
