@@ -35,6 +35,7 @@ __all__ = [
     "Must",
     "OptionTypeError",
     "check_fields",
+    "check_rules",
     "check_values",
     "expected_type",
     "matches",
@@ -184,9 +185,15 @@ def check_fields(obj: Any, owner: str = "") -> None:
     for f in fields:
         if f.name in hints:
             _check(owner, f.name, getattr(obj, f.name), hints[f.name], bool(f.metadata.get("from_text")))
-    for f in fields:
+    check_rules(obj, owner)
+
+
+def check_rules(obj: Any, owner: str = "") -> None:
+    """Check every init field of the dataclass instance ``obj`` against what it must be (:class:`Must`),
+    its type aside: a ``ValueError`` ("OWNER: NAME must be WORDS, got VALUE")."""
+    for f in dataclasses.fields(obj):
         must, value = f.metadata.get("must"), getattr(obj, f.name)
-        if must is not None and value is not None and not must.holds(value):
+        if f.init and must is not None and value is not None and not must.holds(value):
             raise ValueError(f"{owner + ': ' if owner else ''}{f.name} must be {must.words}, got {value!r}")
 
 

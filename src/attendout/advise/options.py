@@ -11,6 +11,7 @@ from typing import Any
 
 from ..bench import config_fingerprint
 from ..config import TrainConfig
+from ..typecheck import AT_LEAST_1, POSITIVE, Must, check_rules, one_of, option
 from .plan import OBJECTIVES, search_seeds
 from .scales import plain_name
 from .spaces import DEFAULT_METHODS, search_space
@@ -18,12 +19,7 @@ from .spaces import DEFAULT_METHODS, search_space
 __all__ = ["STAGES", "AdviseConfig"]
 
 STAGES = ("regime", "search", "confirm", "answer")
-
-
-def _flag(help_text: str, **more: Any) -> dict[str, Any]:
-    """A field's metadata: the help of its ``attendout advise`` flag, and how the flag shows it
-    (:func:`attendout.cli.flags.add_dataclass_options`)."""
-    return {"help": help_text, **more}
+_AT_LEAST_2 = Must(lambda value: value >= 2, "at least 2")
 
 
 @dataclass
@@ -32,134 +28,124 @@ class AdviseConfig:
     texts are the CLI's (``attendout advise``)."""
 
     recipe: TrainConfig
-    output_dir: str = field(default="advice", metadata=_flag("the study's folder"))
-    methods: Sequence[str] = field(
-        default=DEFAULT_METHODS,
-        metadata=_flag(
-            "methods to compare with plain fine-tuning, comma-separated",
-            flag_default=",".join(DEFAULT_METHODS),
-        ),
+    output_dir: str = option("advice", "the study's folder")
+    methods: Sequence[str] = option(
+        DEFAULT_METHODS,
+        "methods to compare with plain fine-tuning, comma-separated",
+        flag_default=",".join(DEFAULT_METHODS),
     )
     #: per method, options held fixed while its strength is searched (e.g. addrop: attribution "ga")
     fixed_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    regime_epochs: int = field(default=12, metadata=_flag("epochs of the plain run the budget is read from"))
-    regime_run: str | None = field(  # read plain fine-tuning's curves from this finished run instead
-        default=None,
-        metadata=_flag(
-            "read plain fine-tuning's curves from this finished run (one validation per epoch) instead of "
-            "training one",
-            metavar="RUN_DIR",
-            hide_default=True,
-        ),
+    regime_epochs: int = option(
+        12,
+        "epochs of the plain run the budget is read from",
+        must=_AT_LEAST_2,
     )
-    epochs: int | None = field(  # the budget, instead of the one the regime stage reads
-        default=None,
-        metadata=_flag(
-            "the budget of every run, instead of the one read off the curves (the probe is then skipped "
-            "unless --probe asks for it)",
-            hide_default=True,
-        ),
+    regime_run: str | None = option(  # read plain fine-tuning's curves from this finished run instead
+        None,
+        "read plain fine-tuning's curves from this finished run (one validation per epoch) instead of "
+        "training one",
+        metavar="RUN_DIR",
+        hide_default=True,
     )
-    probe: bool | None = field(  # run the regime probe (default: only when ``epochs`` is not given)
-        default=None,
-        metadata=_flag(
-            "train (or read) plain fine-tuning's long run first (default: only without --epochs); with "
-            "--epochs it is read to tell whether that budget undertrains"
-        ),
+    epochs: int | None = option(  # the budget, instead of the one the regime stage reads
+        None,
+        "the budget of every run, instead of the one read off the curves (the probe is then skipped "
+        "unless --probe asks for it)",
+        hide_default=True,
+        must=AT_LEAST_1,
     )
-    trials: int = field(default=8, metadata=_flag("trials per method"))
-    hours: float | None = field(  # search time budget: summed time of finished trials, all invocations
-        default=None,
-        metadata=_flag(
-            "stop starting trials once the finished ones took this long, over every invocation (default: no "
-            "limit)"
-        ),
+    probe: bool | None = option(  # run the regime probe (default: only when ``epochs`` is not given)
+        None,
+        "train (or read) plain fine-tuning's long run first (default: only without --epochs); with "
+        "--epochs it is read to tell whether that budget undertrains",
     )
-    sampler: str = field(
-        default="tpe",
-        metadata=_flag(
-            "Optuna's TPE, or each method's small grid", choices=("tpe", "grid"), hide_default=True
-        ),
+    trials: int = option(8, "trials per method", must=AT_LEAST_1)
+    hours: float | None = option(  # search time budget: summed time of finished trials, all invocations
+        None,
+        "stop starting trials once the finished ones took this long, over every invocation (default: no "
+        "limit)",
+        must=POSITIVE,
     )
-    pruning: bool = field(default=True, metadata=_flag("stop trials below the median early"))
-    storage: str | None = field(  # Optuna storage URL; default sqlite:///OUTPUT/search.db
-        default=None,
-        metadata=_flag(
-            "Optuna storage URL shared by processes or machines (default: sqlite:///OUTPUT_DIR/search.db); "
-            "postgresql://... needs psycopg ('pip install attendout[postgres]') or psycopg2"
-        ),
+    sampler: str = option(
+        "tpe",
+        "Optuna's TPE, or each method's small grid",
+        choices=("tpe", "grid"),
+        hide_default=True,
+        must=one_of(("tpe", "grid"), "tpe or grid"),
     )
-    search_seed: int = field(default=0, metadata=_flag("the first search seed"))
-    search_repeats: int = field(  # seeds per trial: search_seed, search_seed + 1000, ...
-        default=2,
-        metadata=_flag(
-            "seeds per trial: --search-seed, +1000, ... (default: 2; the spread of a trial's seeds is the "
-            "objective's measured noise)",
-            metavar="K",
-        ),
+    pruning: bool = option(True, "stop trials below the median early")
+    storage: str | None = option(  # Optuna storage URL; default sqlite:///OUTPUT/search.db
+        None,
+        "Optuna storage URL shared by processes or machines (default: sqlite:///OUTPUT_DIR/search.db); "
+        "postgresql://... needs psycopg ('pip install attendout[postgres]') or psycopg2",
     )
-    objective: str = field(  # attendout.advise.search.OBJECTIVES
-        default="delta",
-        metadata=_flag(
-            "a trial's score: delta (its best validation metric minus plain fine-tuning's at the same seed; "
-            "default), delta-loss (the same for the lowest validation loss), score (the validation metric "
-            "itself, v0.4's)",
-            choices=tuple(OBJECTIVES),
-        ),
+    search_seed: int = option(0, "the first search seed")
+    search_repeats: int = option(  # seeds per trial: search_seed, search_seed + 1000, ...
+        2,
+        "seeds per trial: --search-seed, +1000, ... (default: 2; the spread of a trial's seeds is the "
+        "objective's measured noise)",
+        metavar="K",
+        must=AT_LEAST_1,
+    )
+    objective: str = option(  # attendout.advise.search.OBJECTIVES
+        "delta",
+        "a trial's score: delta (its best validation metric minus plain fine-tuning's at the same seed; "
+        "default), delta-loss (the same for the lowest validation loss), score (the validation metric "
+        "itself, v0.4's)",
+        choices=tuple(OBJECTIVES),
+        must=one_of(OBJECTIVES, " or ".join(OBJECTIVES)),
     )
     #: confirmation seeds, never a search seed; "auto": a pilot's 5, then as many as detect ``detect`` (.seeds)
-    seeds: Sequence[int] | str = field(
-        default=(1, 2, 3, 4, 5),
-        metadata=_flag(
-            "fresh seeds of the confirmation: 1..N, skipping the search seeds (default: 5); auto: as many as "
-            "detect a gain of --detect with 80% power at the 90% upper bound of the noise a pilot of 5 fresh "
-            "seeds measures on the evaluation split (the pilot's runs are the first seeds), at most --max-seeds "
-            "and within --confirm-hours",
-            metavar="N|auto",
-            flag_default="5",
+    seeds: Sequence[int] | str = option(
+        (1, 2, 3, 4, 5),
+        "fresh seeds of the confirmation: 1..N, skipping the search seeds (default: 5); auto: as many as "
+        "detect a gain of --detect with 80% power at the 90% upper bound of the noise a pilot of 5 fresh "
+        "seeds measures on the evaluation split (the pilot's runs are the first seeds), at most --max-seeds "
+        "and within --confirm-hours",
+        metavar="N|auto",
+        flag_default="5",
+        must=Must(
+            lambda value: value == "auto" or len(value) >= 2, "at least 2 seeds (a paired test needs them)"
         ),
     )
     #: the smallest gain a user cares about, on the metric's scale (:mod:`.scales`): 0.02 is 2 points of
     #: accuracy, 2.0 is 2 BLEU, 0.02 is a 2% fall of perplexity; default 2 points (or 2%)
-    detect: float | None = field(
-        default=None,
-        metadata=_flag(
-            "the smallest gain you care about: in the metric's units for scores (default 2 points: 0.02 of "
-            "accuracy or MCC, 2 BLEU), a share for perplexity and the loss (default 0.02: a 2% fall); the answer "
-            "says when the design could not detect it",
-            metavar="GAIN",
-        ),
+    detect: float | None = option(
+        None,
+        "the smallest gain you care about: in the metric's units for scores (default 2 points: 0.02 of "
+        "accuracy or MCC, 2 BLEU), a share for perplexity and the loss (default 0.02: a 2% fall); the answer "
+        "says when the design could not detect it",
+        metavar="GAIN",
+        must=POSITIVE,
     )
-    confirm_hours: float | None = field(
-        default=None,
-        metadata=_flag(
-            "with --seeds auto: at most this much confirmation training (from the search's time per run)",
-            hide_default=True,
-        ),
+    confirm_hours: float | None = option(
+        None,
+        "with --seeds auto: at most this much confirmation training (from the search's time per run)",
+        hide_default=True,
+        must=POSITIVE,
     )
-    max_seeds: int = field(default=20, metadata=_flag("with --seeds auto: at most this many"))
+    max_seeds: int = option(20, "with --seeds auto: at most this many", must=_AT_LEAST_2)
     #: a results root (e.g. an earlier `attendout bench` grid) whose finished runs with a confirmation
     #: cell's exact configuration (fingerprint, seed included) are copied in instead of retrained
-    reuse_runs: str | None = field(
-        default=None,
-        metadata=_flag(
-            "copy in finished runs (e.g. of an earlier `attendout bench` grid) whose configuration, seed "
-            "included, is exactly a confirmation cell's, instead of training them again",
-            metavar="RESULTS_ROOT",
-            hide_default=True,
-        ),
+    reuse_runs: str | None = option(
+        None,
+        "copy in finished runs (e.g. of an earlier `attendout bench` grid) whose configuration, seed "
+        "included, is exactly a confirmation cell's, instead of training them again",
+        metavar="RESULTS_ROOT",
+        hide_default=True,
     )
-    alpha: float = field(default=0.05, metadata=_flag("significance level"))
-    until: str = field(default="answer", metadata=_flag("stop after this stage", choices=STAGES))
-    stale_after: float = field(
-        default=900.0,
-        metadata=_flag(
-            "a trial or run of another host without a heartbeat for this long is taken over (default: 900)",
-            metavar="SECONDS",
-        ),
+    alpha: float = option(0.05, "significance level", must=Must(lambda value: 0 < value < 1, "in (0, 1)"))
+    until: str = option(
+        "answer", "stop after this stage", choices=STAGES, must=one_of(STAGES, " or ".join(STAGES))
+    )
+    stale_after: float = option(
+        900.0,
+        "a trial or run of another host without a heartbeat for this long is taken over (default: 900)",
+        metavar="SECONDS",
     )
     poll: float = 30.0  # seconds between looks at the trials other processes run (search)
-    progress: bool = field(default=True, metadata=_flag("progress bars with ETA (stderr)"))
+    progress: bool = option(True, "progress bars with ETA (stderr)")
     echo: Callable[[str], None] = print
     command: str = ""  # the command line that made the study, for advice.md
 
@@ -192,29 +178,9 @@ class AdviseConfig:
                 raise ValueError(f"advise: seeds must be a list of seeds or 'auto', got {self.seeds!r}")
         else:
             self.seeds = tuple(self.seeds)
-        checks = [  # (whether the field's value is good, the field, what it must be)
-            (self.trials >= 1, "trials", "at least 1"),
-            (self.hours is None or self.hours > 0, "hours", "positive"),
-            (self.sampler in ("tpe", "grid"), "sampler", "tpe or grid"),
-            (self.regime_epochs >= 2, "regime_epochs", "at least 2"),
-            (self.epochs is None or self.epochs >= 1, "epochs", "at least 1"),
-            (
-                self.seeds == "auto" or len(self.seeds) >= 2,
-                "seeds",
-                "at least 2 seeds (a paired test needs them)",
-            ),
-            (self.seeds == "auto" or len(set(self.seeds)) == len(self.seeds), "seeds", "distinct"),
-            (self.search_repeats >= 1, "search_repeats", "at least 1"),
-            (self.objective in OBJECTIVES, "objective", " or ".join(OBJECTIVES)),
-            (self.detect is None or self.detect > 0, "detect", "positive"),
-            (self.confirm_hours is None or self.confirm_hours > 0, "confirm_hours", "positive"),
-            (self.max_seeds >= 2, "max_seeds", "at least 2"),
-            (0 < self.alpha < 1, "alpha", "in (0, 1)"),
-            (self.until in STAGES, "until", " or ".join(STAGES)),
-        ]
-        for ok, name, rule in checks:
-            if not ok:
-                raise ValueError(f"advise: {name} must be {rule}, got {getattr(self, name)!r}")
+        check_rules(self, "advise")
+        if self.seeds != "auto" and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"advise: seeds must be distinct, got {self.seeds!r}")
         taken = set(search_seeds(self.search_seed, self.search_repeats))
         if self.seeds != "auto" and taken & set(self.seeds):
             raise ValueError(

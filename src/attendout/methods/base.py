@@ -117,6 +117,12 @@ class TrainingStrategy:
             )
         self.loop = loop
 
+    def started(self) -> LoopContext:
+        """The loop's context taken by :meth:`start` (raises before it)."""
+        if self.loop is None:
+            raise RuntimeError(f"{self.config.name}: call strategy.start(LoopContext(...)) before training")
+        return self.loop
+
     def set_progress(self, fraction: float) -> None:
         """Training progress in [0, 1] (for methods with schedules)."""
         if self.handle is not None:

@@ -52,15 +52,11 @@ def read_drop_pattern(run_dir: str | Path) -> DropPattern:
             f"{run_dir}: {LOG_FILE} has no AttendOut drop probabilities ({DROP_PROB_KEY.format(layer='N')}); "
             "is it a run of --method attendout?"
         )
-    total = _total_steps(run_dir) or max(step for step, _ in rows)
+    recorded = run.read_config().get("total_steps") if run.config.is_file() else None
+    total = recorded or max(step for step, _ in rows)
     steps = np.array([step for step, _ in rows])
     layers = {
         layer: np.array([values.get(layer, np.nan) for _, values in rows])
         for layer in sorted({layer for _, values in rows for layer in values})
     }
     return DropPattern(run_dir, steps, np.clip(steps / total, 0.0, 1.0), layers, total)
-
-
-def _total_steps(run_dir: Path) -> int | None:
-    run = RunDir(run_dir)
-    return run.read_config().get("total_steps") if run.config.is_file() else None

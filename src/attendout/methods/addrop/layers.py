@@ -30,13 +30,11 @@ def attended_keys(model: nn.Module, batch: Mapping[str, torch.Tensor], layer: in
         mask = batch.get("decoder_attention_mask")
         if mask is None:
             mask = torch.ones_like(batch["labels"] if "labels" in batch else batch["decoder_input_ids"])
-        b, length = mask.shape
-        return mask.bool()[:, None, None, :].expand(b, 1, length, length)
-    ids = batch["input_ids"]
-    mask = batch.get("attention_mask")
-    if mask is None:
-        mask = torch.ones_like(ids)
-    mask = mask.reshape(-1, mask.shape[-1])  # multiple choice: (B, C, L) -> the encoder's (B * C, L)
+    else:
+        mask = batch.get("attention_mask")
+        if mask is None:
+            mask = torch.ones_like(batch["input_ids"])
+        mask = mask.reshape(-1, mask.shape[-1])  # multiple choice: (B, C, L) -> the encoder's (B * C, L)
     b, length = mask.shape
     return mask.bool()[:, None, None, :].expand(b, 1, length, length)
 

@@ -59,12 +59,7 @@ class ADDrop(AttentionMethod):
         self.task_options = {name for name in AUTHORS_DEFAULTS if getattr(config, name) is None}
         for name, default in AUTHORS_DEFAULTS.items():
             setattr(self, name, default if getattr(config, name) is None else getattr(config, name))
-        self.dropping = config.dropping
-        self.rd_sampling = "authors" if config.rd_sampling is None else config.rd_sampling
-        self.ig_steps = config.ig_steps
-        self.ig_form = config.ig_form
-        self.rounding = config.rounding
-        self.attribution_dropout = config.attribution_dropout
+        self.config = config  # the options read as given: dropping, rd_sampling, ig_*, rounding
         self.num_layers: int | None = None
         self.num_heads: int | None = None
         self.controller_model: nn.Module | None = None
@@ -157,7 +152,7 @@ class ADDrop(AttentionMethod):
         heads = self.num_heads or 1
         scores: dict[int, torch.Tensor] | None = None
         if self.attribution == "rd":  # the control needs no pass
-            if self.rd_sampling == "exact":  # random scores: ceil(p n) random candidates per row
+            if self.config.rd_sampling == "exact":  # random scores: ceil(p n) random candidates per row
                 scores = {}
                 for layer, seen in valid.items():
                     b, _, lq, lk = seen.shape
@@ -168,9 +163,9 @@ class ADDrop(AttentionMethod):
                 batch,
                 layers,
                 self.attribution,
-                ig_steps=self.ig_steps,
-                ig_form=self.ig_form,
-                dropout=self.attribution_dropout,
+                ig_steps=self.config.ig_steps,
+                ig_form=self.config.ig_form,
+                dropout=self.config.attribution_dropout,
                 loss_scale=None if loss_scale is None else min(loss_scale, self.scale_cap),
             )
             if loss_scale is not None and result.loss_scale < min(loss_scale, self.scale_cap):
@@ -182,9 +177,9 @@ class ADDrop(AttentionMethod):
             if scores is None:  # the random control as the authors draw it: each key with p * q
                 candidate, drop = random_drops(seen, heads, self.p, self.q)  # (B, H, Lq, Lk) bool
             else:
-                lowest = self.dropping == "low"  # the ablation: the lowest-attribution keys
+                lowest = self.config.dropping == "low"  # the ablation: the lowest-attribution keys
                 candidate = candidate_region(
-                    scores[layer], seen, self.p, rounding=self.rounding, lowest=lowest
+                    scores[layer], seen, self.p, rounding=self.config.rounding, lowest=lowest
                 )
                 drop = sample_drops(candidate, self.q)  # (B, H, Lq, Lk) bool
             # count_nonzero: a bool sum() would first copy each (B, H, L, L) mask to int64

@@ -84,9 +84,7 @@ class ADDropStrategy(TrainingStrategy):
     def before_forward(
         self, model: nn.Module, batch: dict[str, torch.Tensor], step: StepInfo
     ) -> dict[str, Any]:
-        loop = self.loop
-        if loop is None:
-            raise RuntimeError("addrop: call strategy.start(LoopContext(...)) before training")
+        loop = self.started()
         c = self.config
         active = addrop_active(step.step, loop.steps_per_epoch, c.cross_tuning, c.period, c.start)
         method = self.method

@@ -185,9 +185,7 @@ class AttendOutStrategy(TrainingStrategy):
     # training ---------------------------------------------------------------------------------
     def after_step(self, micro_batches: list[dict[str, torch.Tensor]], step: StepInfo) -> None:
         """A's step on D's batch under G's masks; a game every ``dropout_steps`` steps."""
-        loop = self.loop
-        if loop is None:
-            raise RuntimeError("attendout: call strategy.start(LoopContext(...)) before training")
+        loop = self.started()
         batch = {k: v.to(loop.device) for k, v in concat_batches(micro_batches).items()}
         # The encoder's rows: multiple choice's (B, C, L) inputs are B * C sequences to the encoder.
         inputs = {k: batch[k].reshape(-1, batch[k].shape[-1]) for k in MODEL_INPUTS if k in batch}

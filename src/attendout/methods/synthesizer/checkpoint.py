@@ -56,13 +56,6 @@ __all__ = [
 ]
 
 
-def _read_config(path: Path) -> dict[str, Any]:
-    file = path / CONFIG_NAME
-    if not file.is_file():
-        raise FileNotFoundError(f"{path} has no {CONFIG_NAME}")
-    return json.loads(file.read_text())
-
-
 def is_synthesized_checkpoint(path: str | os.PathLike) -> bool:
     """Whether the folder ``path`` holds a checkpoint written by :func:`save_synthesized`."""
     file = Path(path) / CONFIG_NAME
@@ -70,7 +63,10 @@ def is_synthesized_checkpoint(path: str | os.PathLike) -> bool:
 
 
 def _checked_config(path: Path) -> dict[str, Any]:
-    config = _read_config(path)
+    file = path / CONFIG_NAME
+    if not file.is_file():
+        raise FileNotFoundError(f"{path} has no {CONFIG_NAME}")
+    config = json.loads(file.read_text())
     if config.get("model_type") != MODEL_TYPE:
         raise ValueError(
             f"{path} is not a synthesized checkpoint (model_type {config.get('model_type')!r}, expected "

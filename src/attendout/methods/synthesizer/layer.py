@@ -63,7 +63,6 @@ import torch
 from torch import nn
 
 from .variants import (
-    BASE_VARIANTS,
     MIXINGS,
     OFFICIAL_RANK,
     VARIANTS,
@@ -235,16 +234,15 @@ def build_logits(
     init_std: float,
     random_init: str | None = "glorot",
 ) -> nn.Module:
-    """The logits module of a base variant ('dense', 'factorized-dense', 'random', 'factorized-random')."""
+    """The logits module of a base variant ('dense', 'factorized-dense', 'random', 'factorized-random';
+    :class:`SynthesizerLayer` has checked it)."""
     if variant == "dense":
         return DenseLogits(hidden_size, heads, l_max, init_std)
     if variant == "factorized-dense":
         return FactorizedDenseLogits(hidden_size, heads, l_max, rank, init_std)
     if variant == "random":
         return RandomLogits(heads, l_max, fixed, random_init or "glorot")
-    if variant == "factorized-random":
-        return FactorizedRandomLogits(heads, l_max, rank, fixed, random_init or "glorot")
-    raise ValueError(f"variant must be one of {', '.join(BASE_VARIANTS)}, got {variant!r}")
+    return FactorizedRandomLogits(heads, l_max, rank, fixed, random_init or "glorot")
 
 
 class SynthesizerLayer(nn.Module):
