@@ -208,8 +208,6 @@ class Predictor(BasePredictor):
         :class:`~attendout.predict.base.UnfinishedRunError` (its state, its model's step, the command that
         finishes it), unless ``allow_unfinished``: then a warning, and the predictions record its state.
         """
-        from ..methods.synthesizer import load_model
-
         path, settings, model_dir = cls.locate(path)
         generation = settings is not None and is_generation(settings["task"].get("kind", ""))
         if generation or (settings is None and generation_kind(model_dir) is not None):
@@ -225,7 +223,7 @@ class Predictor(BasePredictor):
             )
         run_state = check_finished(path, allow_unfinished) if settings is not None else None
         _check_has_model(path, model_dir, settings)
-        model, tokenizer = load_model_folder(model_dir, load_model)
+        model, tokenizer = load_model_folder(model_dir)
         if settings is not None:
             task = _run_task(settings, model, model_dir)
             max_length = max_length or int(settings["config"]["max_length"])
