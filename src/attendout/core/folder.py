@@ -438,15 +438,14 @@ class _Sink:
         self.error: OSError | None = None
 
     def write(self, data: Any) -> int:
-        try:
-            return self.file.write(data)
-        except OSError as error:
-            self.error = error
-            raise
+        return self._keeping_error(self.file.write, data)
 
     def flush(self) -> None:
+        self._keeping_error(self.file.flush)
+
+    def _keeping_error(self, act: Callable[..., Any], *args: Any) -> Any:
         try:
-            self.file.flush()
+            return act(*args)
         except OSError as error:
             self.error = error
             raise
