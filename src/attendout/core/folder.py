@@ -205,8 +205,7 @@ def _write_atomic(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that a reader never sees half a file (temp file + rename)."""
-    text = json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
-    _write_atomic(path, lambda file: file.write(text.encode()))
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -111,19 +111,17 @@ class Predictions:
         spaces) and, for classes and options, each probability."""
         if self.kind == TOKEN_CLASSIFICATION:
             return [{"prediction": " ".join(tags)} for tags in self.labels]
-        if self.kind == MULTIPLE_CHOICE:
-            return [
-                {"prediction": index, **{f"p_{k}": round(float(p), 6) for k, p in enumerate(row)}}
-                for index, row in zip(self.labels, self.scores, strict=True)
-            ]
-        if self.label_names is None:
+        if self.kind != MULTIPLE_CHOICE and self.label_names is None:  # regression
             return [{"prediction": value} for value in self.labels]
-        return [
+        return [  # each class by its name, each option by its index
             {
-                "prediction": name,
-                **{f"p_{label}": round(float(p), 6) for label, p in zip(self.label_names, row, strict=True)},
+                "prediction": label,
+                **{
+                    f"p_{name}": round(float(p), 6)
+                    for name, p in zip(self.label_names or range(len(row)), row, strict=True)
+                },
             }
-            for name, row in zip(self.labels, self.scores, strict=True)
+            for label, row in zip(self.labels, self.scores, strict=True)
         ]
 
 
