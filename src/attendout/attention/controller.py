@@ -110,13 +110,13 @@ class Controller:
         self._calls += 1
         return index
 
-    def next_block(self) -> int:
+    def block_index(self, position: int | None) -> int:
+        """``position``, or for a shared block (ALBERT's) the next of this forward's calls."""
+        if position is not None:
+            return position
         index = self._block_calls % self.num_layers
         self._block_calls += 1
         return index
-
-    def block_index(self, position: int | None) -> int:
-        return self.next_block() if position is None else position
 
 
 @dataclass(frozen=True)

@@ -35,16 +35,10 @@ _STACK_ORDER = {None: 0, "encoder": 0, "decoder": 1}
 
 def _numbered(model: nn.Module, pattern: str, shared: bool) -> list[nn.Module]:
     regex = re.compile(pattern)
-    found = [(regex.search(name), module) for name, module in model.named_modules() if regex.search(name)]
-    if shared:
-        return [module for _, module in found]
-    # by stack (encoder, then decoder), then by the layer number ("10" sorts after "2")
-    return [
-        module
-        for _, module in sorted(
-            found, key=lambda item: (_STACK_ORDER[item[0].groupdict().get("stack")], int(item[0]["n"]))
-        )
-    ]
+    found = [(match, module) for name, module in model.named_modules() if (match := regex.search(name))]
+    if not shared:  # by stack (encoder, then decoder), then by the layer number ("10" sorts after "2")
+        found.sort(key=lambda item: (_STACK_ORDER[item[0].groupdict().get("stack")], int(item[0]["n"])))
+    return [module for _, module in found]
 
 
 def _expected_layers(model: nn.Module, family: Family, found: int) -> int:

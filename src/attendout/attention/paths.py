@@ -232,7 +232,6 @@ def attention_probs(
     replaces the token-token scores, and the position bias stays, as BERT's position embeddings do.
     """
     query, key = call.query, per_query_head(call, call.key)
-    b, h, lq, lk = call.shape
     valid = call.key_valid  # (B, 1, Lq, Lk) or None
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     scores = torch.matmul(query, key.transpose(-1, -2)) * scale  # (B, H, Lq, Lk)
@@ -243,13 +242,11 @@ def attention_probs(
     if bias is not None:
         scores = scores + bias
     lowest = torch.finfo(scores.dtype).min
-    if drop is None:
-        if valid is not None:
-            scores = scores.masked_fill(~valid, lowest)
-        return no_key_rows_zero(torch.softmax(scores, dim=-1), valid)
-
-    allowed, empty = allowed_keys(call, drop)  # rows with every real key dropped: eq. 4
-    scores = scores.masked_fill(empty, 0.0).masked_fill(~allowed, lowest)
+    if drop is not None:
+        allowed, empty = allowed_keys(call, drop)  # rows with every real key dropped: eq. 4
+        scores = scores.masked_fill(empty, 0.0).masked_fill(~allowed, lowest)
+    elif valid is not None:
+        scores = scores.masked_fill(~valid, lowest)
     return no_key_rows_zero(torch.softmax(scores, dim=-1), valid)
 
 

@@ -205,8 +205,7 @@ def _write_atomic(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that a reader never sees half a file (temp file + rename)."""
-    text = json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
-    _write_atomic(path, lambda file: file.write(text.encode()))
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -438,15 +437,14 @@ class _Sink:
         self.error: OSError | None = None
 
     def write(self, data: Any) -> int:
-        try:
-            return self.file.write(data)
-        except OSError as error:
-            self.error = error
-            raise
+        return self._keeping_error(self.file.write, data)
 
     def flush(self) -> None:
+        self._keeping_error(self.file.flush)
+
+    def _keeping_error(self, act: Callable[..., Any], *args: Any) -> Any:
         try:
-            self.file.flush()
+            return act(*args)
         except OSError as error:
             self.error = error
             raise

@@ -121,10 +121,7 @@ class RunLock:
             except OSError:
                 holder = os.read(fd, 200).decode(errors="replace").strip() or "a process"
                 os.close(fd)
-                raise RunBusyError(
-                    f"{self.folder} is in use by another run ({holder}; lock file {self.path}); wait for it "
-                    "to end or choose another --output-dir"
-                ) from None
+                raise self._busy(holder) from None
             try:
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
             except FileNotFoundError:  # its holder removed it between our open and lock: again
@@ -161,10 +158,14 @@ class RunLock:
         """:class:`RunBusyError` naming the holder if a live process holds the folder's lock."""
         holder = self.holder()
         if holder is not None:
-            raise RunBusyError(
-                f"{self.folder} is in use by another run ({holder}; lock file {self.path}); wait for it "
-                "to end or choose another --output-dir"
-            )
+            raise self._busy(holder)
+
+    def _busy(self, holder: str) -> RunBusyError:
+        """The refusal of a folder whose lock ``holder`` (the lock file's line) holds."""
+        return RunBusyError(
+            f"{self.folder} is in use by another run ({holder}; lock file {self.path}); wait for it "
+            "to end or choose another --output-dir"
+        )
 
     def release(self) -> None:
         fd = _HELD.pop(os.path.realpath(self.path), None)

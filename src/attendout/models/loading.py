@@ -112,8 +112,10 @@ HEAD_CLASSES = {
 }
 
 
-def _architecture_suffix(kind: str) -> str:
-    return HEAD_CLASSES[kind].removeprefix("AutoModel")
+def _has_head_of(config, kind: str) -> bool:
+    """Whether a checkpoint's ``architectures`` name a head of the task kind's class."""
+    suffix = HEAD_CLASSES[kind].removeprefix("AutoModel")
+    return any(str(a).endswith(suffix) for a in getattr(config, "architectures", None) or [])
 
 
 def head_class(config):
@@ -121,9 +123,8 @@ def head_class(config):
     ``architectures``: token classification, multiple choice, else sequence classification)."""
     import transformers
 
-    architectures = [str(a) for a in getattr(config, "architectures", None) or []]
     for kind in ("token_classification", "multiple_choice"):
-        if any(a.endswith(_architecture_suffix(kind)) for a in architectures):
+        if _has_head_of(config, kind):
             return getattr(transformers, HEAD_CLASSES[kind])
     return transformers.AutoModelForSequenceClassification
 
@@ -132,8 +133,7 @@ def checkpoint_head(config, kind: str = "classification") -> tuple[str, ...] | N
     """The label names of a checkpoint's head of the task kind's class (``("<regression>",)`` for a
     one-output regression head; ``("<choice>",)`` for a multiple-choice head), or None when the
     checkpoint has no such head (a bare encoder, or a head of another kind)."""
-    architectures = getattr(config, "architectures", None) or []
-    if not any(str(a).endswith(_architecture_suffix(kind)) for a in architectures):
+    if not _has_head_of(config, kind):
         return None
     if kind == "multiple_choice":
         return (CHOICE_HEAD,)

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -233,22 +232,37 @@ def synthesizer_config(model: nn.Module) -> Any:
 
 
 def load_model_folder(
-    model_dir: Path, load: Callable[[Path], nn.Module], *, file_errors_as_is: bool = False
+    model_dir: Path, kind: str | None = None, *, file_errors_as_is: bool = False
 ) -> tuple[nn.Module, Any]:
-    """The model (by ``load``) and the tokenizer of ``model_dir``, checked first
+    """The model and the tokenizer of ``model_dir``, checked first
     (:func:`~attendout.models.loading.check_model_folder`); what goes wrong is a :class:`PredictError`.
 
-    A damaged file found by the check is reported in its own words; one found while loading too when
-    ``file_errors_as_is``, else as any other failure to load ("cannot load the model in ...").
+    The model is Synthesizer's documented form (:func:`~attendout.methods.synthesizer.checkpoint.load_synthesized`)
+    or a plain ``transformers`` one: with its own head (``kind`` None: a classifier, a tagger, multiple
+    choice) or of a generation ``kind`` (``AutoModelForCausalLM``, ``AutoModelForSeq2SeqLM``); its
+    weights finite (:func:`~attendout.models.loading.check_finite`). A damaged file found by the check is
+    reported in its own words; one found while loading too when ``file_errors_as_is``, else as any
+    other failure to load ("cannot load the model in ...").
     """
-    from ..models.loading import ModelFileError, check_model_folder, load_tokenizer
+    import transformers
+
+    from ..methods.synthesizer import is_synthesized_checkpoint, load_synthesized
+    from ..models import AUTO_CLASSES
+    from ..models.loading import ModelFileError, check_finite, check_model_folder, head_class, load_tokenizer
 
     try:
         check_model_folder(model_dir)  # its manifest, if attendout saved it; safetensors headers
     except ModelFileError as error:
         raise PredictError(str(error)) from None
     try:
-        return load(model_dir), load_tokenizer(model_dir)
+        if is_synthesized_checkpoint(model_dir):
+            model = load_synthesized(model_dir)
+        elif kind is None:
+            model = head_class(transformers.AutoConfig.from_pretrained(model_dir)).from_pretrained(model_dir)
+        else:
+            model = getattr(transformers, AUTO_CLASSES[kind]).from_pretrained(model_dir)
+        check_finite(model, str(model_dir))
+        return model, load_tokenizer(model_dir)
     except ModelFileError as error:
         if not file_errors_as_is:
             raise _cannot_load(model_dir, error) from None

@@ -111,19 +111,17 @@ class Predictions:
         spaces) and, for classes and options, each probability."""
         if self.kind == TOKEN_CLASSIFICATION:
             return [{"prediction": " ".join(tags)} for tags in self.labels]
-        if self.kind == MULTIPLE_CHOICE:
-            return [
-                {"prediction": index, **{f"p_{k}": round(float(p), 6) for k, p in enumerate(row)}}
-                for index, row in zip(self.labels, self.scores, strict=True)
-            ]
-        if self.label_names is None:
+        if self.kind != MULTIPLE_CHOICE and self.label_names is None:  # regression
             return [{"prediction": value} for value in self.labels]
-        return [
+        return [  # each class by its name, each option by its index
             {
-                "prediction": name,
-                **{f"p_{label}": round(float(p), 6) for label, p in zip(self.label_names, row, strict=True)},
+                "prediction": label,
+                **{
+                    f"p_{name}": round(float(p), 6)
+                    for name, p in zip(self.label_names or range(len(row)), row, strict=True)
+                },
             }
-            for name, row in zip(self.labels, self.scores, strict=True)
+            for label, row in zip(self.labels, self.scores, strict=True)
         ]
 
 
@@ -208,8 +206,6 @@ class Predictor(BasePredictor):
         :class:`~attendout.predict.base.UnfinishedRunError` (its state, its model's step, the command that
         finishes it), unless ``allow_unfinished``: then a warning, and the predictions record its state.
         """
-        from ..methods.synthesizer import load_model
-
         path, settings, model_dir = cls.locate(path)
         generation = settings is not None and is_generation(settings["task"].get("kind", ""))
         if generation or (settings is None and generation_kind(model_dir) is not None):
@@ -225,7 +221,7 @@ class Predictor(BasePredictor):
             )
         run_state = check_finished(path, allow_unfinished) if settings is not None else None
         _check_has_model(path, model_dir, settings)
-        model, tokenizer = load_model_folder(model_dir, load_model)
+        model, tokenizer = load_model_folder(model_dir)
         if settings is not None:
             task = _run_task(settings, model, model_dir)
             max_length = max_length or int(settings["config"]["max_length"])

@@ -49,8 +49,6 @@ from .base import (
 
 __all__ = ["GenerationPredictor", "Generations", "generation_kind", "predict_main", "read_sources"]
 
-_AUTO = {LM: "AutoModelForCausalLM", SEQ2SEQ: "AutoModelForSeq2SeqLM"}
-
 
 def generation_kind(model_dir: str | os.PathLike) -> str | None:
     """``"lm"`` or ``"seq2seq"`` for a folder holding a causal LM or an encoder-decoder (by its config's
@@ -73,20 +71,6 @@ def generation_kind(model_dir: str | os.PathLike) -> str | None:
     if any(n.endswith(("ForCausalLM", "LMHeadModel")) for n in names):
         return LM
     return None
-
-
-def _load_model(model_dir: Path, kind: str) -> nn.Module:
-    import transformers
-
-    from ..methods.synthesizer import is_synthesized_checkpoint, load_synthesized
-    from ..models.loading import check_finite
-
-    if is_synthesized_checkpoint(model_dir):
-        model = load_synthesized(model_dir)
-    else:
-        model = getattr(transformers, _AUTO[kind]).from_pretrained(model_dir)
-    check_finite(model, str(model_dir))
-    return model
 
 
 @dataclass(frozen=True)
@@ -185,9 +169,7 @@ class GenerationPredictor(BasePredictor):
             )
         else:
             task = LM_FILE_TASK if found == LM else SEQ2SEQ_FILE_TASK
-        model, tokenizer = load_model_folder(
-            model_dir, lambda folder: _load_model(folder, found), file_errors_as_is=True
-        )
+        model, tokenizer = load_model_folder(model_dir, found, file_errors_as_is=True)
         _ready_tokenizer(tokenizer, model, model_dir, found)
         if max_length is None:
             context = _context(model)

@@ -100,28 +100,17 @@ def pick_device(name: str) -> torch.device:
     A device this machine lacks (``cuda`` with no GPU, ``cuda:3`` on a two-GPU machine, ``mps`` off a
     Mac) is a ValueError naming it and the devices there are, before any data or model is loaded.
     """
-    if name != "auto":
-        check_device_name(name)
-        device = torch.device(name)
-        if device.type == "cuda":
-            missing = not torch.cuda.is_available() or (
-                device.index is not None and device.index >= torch.cuda.device_count()
-            )
-        elif device.type == "mps":
-            missing = getattr(torch.backends, "mps", None) is None or not torch.backends.mps.is_available()
-        else:
-            missing = False
-        if missing:
-            raise ValueError(
-                f"device {name!r} is not available on this machine; available: "
-                f"{', '.join(available_devices())} (or auto)"
-            )
-        return device
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+    available = available_devices()
+    if name == "auto":
+        gpu = [device for device in ("cuda:0", "mps") if device in available]
+        return torch.device(gpu[0].removesuffix(":0") if gpu else "cpu")
+    check_device_name(name)
+    device = torch.device(name)
+    if (f"cuda:{device.index or 0}" if device.type == "cuda" else device.type) not in available:
+        raise ValueError(
+            f"device {name!r} is not available on this machine; available: {', '.join(available)} (or auto)"
+        )
+    return device
 
 
 def process_group(device: str) -> tuple[Distributed, torch.device]:

@@ -48,6 +48,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["TrainingLoop", "finetune"]
 
 
+#: The loop's parts with a state of their own, each saved in a checkpoint under its name.
+_STATEFUL = ("model", "optimizer", "scheduler", "scaler", "strategy")
+
+
 class TrainingLoop:
     """One run's loop: the model, optimizer, schedule and method over the data of its set-up
     (:attr:`inputs`), writing through its run folder (:attr:`run`)."""
@@ -123,11 +127,7 @@ class TrainingLoop:
             "format": CHECKPOINT_FORMAT,
             "config": checkpoint_config(self.config),
             "state": dataclasses.asdict(self.state),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "strategy": self.strategy.state_dict(),
+            **{part: getattr(self, part).state_dict() for part in _STATEFUL},
             "best_state": self.run.best_state,
             "running": [float(x) for x in self.running],
             "elapsed": elapsed,
@@ -137,11 +137,8 @@ class TrainingLoop:
     def restore(self, checkpoint: dict[str, Any]) -> None:
         """Go on from ``checkpoint`` (:meth:`checkpoint_contents`'s), as if the run had never stopped."""
         self.state = TrainState(**checkpoint["state"])
-        self.model.load_state_dict(checkpoint["model"])
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
-        self.scheduler.load_state_dict(checkpoint["scheduler"])
-        self.scaler.load_state_dict(checkpoint["scaler"])
-        self.strategy.load_state_dict(checkpoint["strategy"])
+        for part in _STATEFUL:
+            getattr(self, part).load_state_dict(checkpoint[part])
         if checkpoint["best_state"] is not None:
             self.run.best_state = checkpoint["best_state"]
         self.running = [torch.tensor(x, device=self.device) for x in checkpoint["running"]]  # beside new ones
