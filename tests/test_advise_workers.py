@@ -111,6 +111,8 @@ def test_two_workers_started_at_once_run_the_studys_budget_not_one_each(tmp_path
     waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     ran = [t.params for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
     assert len(ran) == 1 and all(t.system_attrs["fixed_params"] != ran[0] for t in waiting)  # not twice
+    failed = study.get_trials(states=(optuna.trial.TrialState.FAIL,))  # (Optuna has no "never run")
+    assert len(failed) == 1 and failed[0].user_attrs["given_back"].startswith("not a failure: never trained")
 
 
 def test_a_budget_larger_than_one_is_shared_too(tmp_path, monkeypatch):

@@ -198,14 +198,20 @@ def _within_budget(study: Any, trial: Any, limit: int, stale_after: float) -> bo
     return ahead < limit
 
 
-def _give_back(study: Any, trial: Any) -> None:
+def _give_back(study: Any, trial: Any, limit: int) -> None:
     """End ``trial``, asked beyond the study's budget, as failed and marked (never counted, listed or
-    queued again as an interrupted one would be); a queued trial it had taken goes back to the queue."""
+    queued again as an interrupted one would be); a queued trial it had taken goes back to the queue.
+    Optuna has no state for a trial that was never run, so its ``given_back`` attribute says what it is
+    to whoever reads the study (Optuna's dashboard, ``optuna trials``)."""
     import optuna
 
     frozen = study._storage.get_trial(trial._trial_id)
     trial.set_user_attr("interrupted", True)  # what every count and listing leaves out
-    trial.set_user_attr("over_budget", True)
+    trial.set_user_attr(
+        "given_back",
+        f"not a failure: never trained; asked beyond the study's {limit} trials at the same moment as "
+        "another process, and given back",
+    )
     study.tell(trial, state=optuna.trial.TrialState.FAIL)
     queued = frozen.system_attrs.get("fixed_params")
     if queued and not any(  # a point of the grid, or an interrupted trial's options: still to run, once
@@ -349,7 +355,7 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
         trial, options = _ask(plan, study, method)
         within = _within_budget(study, trial, plan.trials_of(method), plan.stale_after)
         if not within:
-            _give_back(study, trial)
+            _give_back(study, trial, plan.trials_of(method))
     if not within:
         plan.echo(
             f"search {method}: trial {trial.number} given back: the study's {plan.trials_of(method)} trials "
