@@ -62,6 +62,16 @@ def test_advise_on_slurm_without_slurm_is_one_line_before_anything_is_written(ti
     assert "srun" in line and "--submitit-cluster local" in line, line
 
 
+def test_advise_jobs_2_on_a_storage_nobody_answers_is_one_line_before_any_worker_starts(tiny_run, capsys):
+    """Issue 69, class 5: each worker printed a traceback, then the parent; serial advise said one line."""
+    pytest.importorskip("psycopg")
+    line = advise_refused(
+        tiny_run, capsys, "--jobs", "2", "--storage", "postgresql://nobody@127.0.0.1:1/study"
+    )
+    assert line.startswith("attendout: error: --storage postgresql://nobody@127.0.0.1:1/study"), line
+    assert "search worker" not in line
+
+
 @pytest.mark.skipif(not NO_RAY, reason="Ray is installed")
 @pytest.mark.parametrize("command", ["bench", "advise"])
 def test_ray_launcher_without_ray_is_one_line_naming_the_extra(tiny_run, capsys, command):

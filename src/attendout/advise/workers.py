@@ -38,7 +38,7 @@ from ..bench.runner import launching
 from ..bench.slurm import SlurmLauncher, preemptible
 from ..run import Stopped
 from .options import STAGES, AdviseConfig
-from .storage import redacted
+from .storage import open_storage, redacted
 from .study import Advice, advise
 
 __all__ = ["SearchWorker", "advise_launched", "check_storage", "search_workers"]
@@ -240,6 +240,8 @@ def advise_launched(config: AdviseConfig, options: LaunchOptions) -> Advice:
     grid = dataclasses.replace(options, max_parallel=None) if options.launcher == "ray" else options
     launcher = make_launcher(dataclasses.replace(grid, wait=True))
     searches = STAGES.index(config.until) >= STAGES.index("search")
+    if searches:  # once, here: a server nobody answers is one line, not a traceback from every worker
+        open_storage(config.storage_url)
     if searches and isinstance(launcher, SlurmLauncher):
         _search_on_slurm(config, count, launcher)
     elif searches and isinstance(launcher, RayLauncher):
