@@ -100,8 +100,33 @@ def _fresh_logging_and_warnings() -> None:
     warnings._showwarnmsg_impl = lambda message: sys.stderr.write(warnings._formatwarnmsg(message))
 
 
-def _status(raw: int) -> int:
+def _fork(target: list[str], env: dict | None, cwd, stdout_fd: int, stderr_fd: int, close=()) -> int:
+    """Fork a child that becomes ``python *target`` with these streams (closing ``close`` in it); its pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        for fd in close:
+            os.close(fd)
+        _child(target, env, cwd, stdout_fd, stderr_fd)
+    return pid
+
+
+def _reaped(pid: int) -> int | None:
+    """The child's exit status once it has ended (minus N: killed by signal N), else None."""
+    done, raw = os.waitpid(pid, os.WNOHANG)
+    if not done:
+        return None
     return -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
+
+
+def _wait(pid: int, timeout: float | None) -> int:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while (code := _reaped(pid)) is None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(["forked", str(pid)], timeout)
+        time.sleep(0.02)
+    return code
 
 
 class Popen:
@@ -112,16 +137,9 @@ class Popen:
     def __init__(self, target: list[str], env: dict | None = None, cwd=None) -> None:
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            os.close(out_read)
-            os.close(err_read)
-            _child(target, env, cwd, out_write, err_write)
+        self.pid, self.returncode = _fork(target, env, cwd, out_write, err_write, (out_read, err_read)), None
         os.close(out_write)
         os.close(err_write)
-        self.pid, self.returncode = pid, None
         self.stdout = open(out_read, encoding="utf-8", errors="replace")  # noqa: SIM115
         self.stderr = open(err_read, encoding="utf-8", errors="replace")  # noqa: SIM115
 
@@ -134,17 +152,12 @@ class Popen:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            pid, raw = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = _status(raw)
+            self.returncode = _reaped(self.pid)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(["forked", str(self.pid)], timeout)
-            time.sleep(0.02)
+        if self.returncode is None:
+            self.returncode = _wait(self.pid, timeout)
         return self.returncode
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
@@ -179,18 +192,12 @@ def run(target: list[str], env: dict | None = None, cwd=None, timeout: float = 3
     """``subprocess.run([sys.executable, *target], capture_output=True, text=True, env=env, cwd=cwd,
     timeout=timeout)`` for a forked child: a :class:`subprocess.CompletedProcess`."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _child(target, env, cwd, out.fileno(), err.fileno())
-        child = Popen.__new__(Popen)
-        child.pid, child.returncode = pid, None
+        pid = _fork(target, env, cwd, out.fileno(), err.fileno())
         try:
-            code = child.wait(timeout)
+            code = _wait(pid, timeout)
         except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+            os.kill(pid, signal.SIGKILL)
+            _wait(pid, None)
             raise
         texts = []
         for f in (out, err):
