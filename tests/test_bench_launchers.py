@@ -7,6 +7,7 @@ processes on a tiny grid (tests/test_bench.py's), kill and stop them, and read t
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import re
@@ -123,7 +124,8 @@ def test_jobs_2_overlaps_two_cells_and_a_killed_parent_is_finished_by_a_rerun_wi
     assert re.search(r"jobs: 2 run\(s\) at once, \d+ torch thread\(s\) each", first), first
     interrupted = {e["cell"] for e in events(root, "interrupted")}
     # a worker's write to the dead pipe fails nothing
-    assert not events(root, "failed"), events(root, "failed")
+    failed = [f"{e['cell']}: {e['error']}\n{e.get('traceback', '')}" for e in events(root, "failed")]
+    assert not failed, "\n".join(failed)
     assert len(interrupted) == 2 and all(e["resumable"] for e in events(root, "interrupted"))
     assert {"/".join(f.name.split("--")[:4]) for f in killed} == interrupted
 
@@ -170,6 +172,39 @@ open({str(survived)!r}, "w").write("yes")
     process.stdin.close()
     assert process.wait(timeout=60) == 0
     assert survived.read_text() == "yes"
+
+
+def test_a_signal_handler_that_finds_the_pipe_gone_mid_write_fails_nothing():
+    # The parent dies while the worker is writing a line; its SIGTERM handler (a line of its own, run
+    # inside that write) finds the pipe broken first. The write it interrupted must end quietly too.
+    from attendout.bench.worker import ToParent
+
+    read_end, write_end = os.pipe()
+
+    class Broken(io.TextIOBase):  # a pipe whose reader is gone once the handler's line is written
+        writes = 0
+
+        def write(self, text):
+            Broken.writes += 1
+            if Broken.writes == 1:
+                child.write("a signal handler's line\n")  # the handler runs inside this write
+            return len(text)
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self):
+            return write_end
+
+    child = ToParent(Broken())
+    try:
+        assert child.write("a progress line\n") == len("a progress line\n")
+        assert child.stream is None and Broken.writes == 2
+        child.write("more\n")
+        child.flush()
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
 def test_ctrl_c_stops_every_worker_with_a_checkpoint_and_prints_one_resume_command(tiny_run, monkeypatch):

@@ -328,7 +328,7 @@ class BenchJob:
                 shutil.rmtree(work, ignore_errors=True)
             message = f"{type(error).__name__}: {error}"
             self.store.record_failure(cell, message)
-            self.store.event("failed", cell, error=message, traceback=traceback.format_exc(limit=5))
+            self.store.event("failed", cell, error=message, traceback=traceback.format_exc(limit=-8))
             self.summary.failed.append(cell.key)
             self.echo(f"{prefix}: FAILED: {message}")
             return

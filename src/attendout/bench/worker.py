@@ -40,23 +40,27 @@ class ToParent(io.TextIOBase):
         self.descriptor = stream.fileno()  # after the parent is gone, /dev/null
 
     def write(self, text: str) -> int:
-        if self.stream is not None:
+        stream = self.stream  # a signal handler's line may find the pipe gone (and end it) between two calls
+        if stream is not None:
             try:
-                self.stream.write(text)
+                stream.write(text)
                 if "\n" in text:
-                    self.stream.flush()
+                    stream.flush()
             except (BrokenPipeError, ConnectionResetError):
                 self._gone()
         return len(text)
 
     def flush(self) -> None:
-        if self.stream is not None:
+        stream = self.stream
+        if stream is not None:
             try:
-                self.stream.flush()
+                stream.flush()
             except (BrokenPipeError, ConnectionResetError):
                 self._gone()
 
     def _gone(self) -> None:
+        if self.stream is None:
+            return
         self.stream = None
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, self.descriptor)  # what is still buffered for the pipe is flushed there at exit

@@ -102,12 +102,15 @@ def _handle(signum: int, frame: Any) -> None:
     if first and _defer_depth > 0:
         name = signal.Signals(signum).name
         again = "Ctrl-C" if signum == signal.SIGINT else "the signal"
-        print(
-            f"\nattendout: {name}: stopping after this step or evaluation batch, with a checkpoint "
-            f"({again} again stops at once)",
-            file=sys.stderr,
-            flush=True,
-        )
+        try:  # the request is recorded; its line is not worth a run (a stream the signal cut mid-write)
+            print(
+                f"\nattendout: {name}: stopping after this step or evaluation batch, with a checkpoint "
+                f"({again} again stops at once)",
+                file=sys.stderr,
+                flush=True,
+            )
+        except (OSError, RuntimeError, ValueError):
+            pass
         return
     raise Stopped(signum)
 
