@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import forked
 from attendout.cli import main
 from conftest import hold_the_first_two_runs
 from test_bench import assert_complete_cell, bench_process, events, finished_cells, write_experiment
@@ -205,6 +206,30 @@ def test_a_signal_handler_that_finds_the_pipe_gone_mid_write_fails_nothing():
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_parent_death_signal_sent_once_per_dying_thread_is_one_stop_request(tmp_path):
+    # A parent with reader threads sends its worker the parent-death signal once per exiting thread; only
+    # the first may count, as a first SIGTERM (stop at the next step): a second would stop at once, in
+    # the middle of the checkpoint the first asked for.
+    child = tmp_path / "child.py"
+    child.write_text(
+        """
+import os, signal
+from attendout.bench import worker
+from attendout.run import interrupt
+with interrupt.handling(), interrupt.deferred():
+    worker._die_with_parent()
+    for _ in range(3):
+        os.kill(os.getpid(), signal.SIGHUP)
+    print("requested", interrupt.requested(), len(interrupt._requested))
+"""
+    )
+    done = forked.run(forked.script(child))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"requested {int(signal.SIGTERM)} 1"
+    assert done.stderr.count("SIGTERM: stopping after this step") == 1
 
 
 def test_ctrl_c_stops_every_worker_with_a_checkpoint_and_prints_one_resume_command(tiny_run, monkeypatch):

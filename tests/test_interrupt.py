@@ -19,6 +19,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
+import attendout.core.folder as folder_mod
 import attendout.run.runfolder as runfolder_mod
 import attendout.run.setup as setup_mod
 import forked
@@ -165,6 +166,29 @@ def test_a_second_signal_stops_at_once_leaving_the_last_complete_checkpoint(tiny
     resumed = TrainingLoop(run_config(tiny_run, "stopped", "none", {}, resume=True))
     assert resumed.state.step == step
     same_as_whole(run, tiny_run["tmp"] / "whole", resumed.fit(), whole)
+
+
+def test_a_second_signal_inside_torch_save_is_a_stop_not_a_failure(tiny_run, monkeypatch):
+    # torch.save calls the file's write from C++, which turns an exception raised there into a
+    # RuntimeError: the stop at once must still be a stop, and the last complete checkpoint stays.
+    trainer = TrainingLoop(run_config(tiny_run, "stopped", "none", {}))
+    state = trainer.run.path / CHECKPOINT_DIR / "state.json"
+    before, writes = [], []
+    write = folder_mod._Sink.write
+
+    def write_then_signal(sink, data):
+        writes.append(state.exists())
+        if writes.count(True) == 2:  # not the first write: torch then reports it as "unexpected pos"
+            before.append(state.read_text())
+            send(signal.SIGTERM, times=2)
+        return write(sink, data)
+
+    monkeypatch.setattr(folder_mod._Sink, "write", write_then_signal)
+    with pytest.raises(Stopped, match="SIGTERM") as stopped:
+        trainer.fit()
+    assert before and stopped.value.checkpoint is None
+    assert state.read_text() == before[0]  # the last complete checkpoint, untouched
+    assert not list(trainer.run.path.glob(".*tmp*"))  # no half-written folder left beside it
 
 
 def test_outside_a_loop_a_signal_raises_at_once_and_is_remembered_for_check():

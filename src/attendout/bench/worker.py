@@ -6,7 +6,7 @@ checkpoint: :mod:`attendout.run.interrupt`), and ends with one line ``RESULT_MAR
 on standard output, which the parent reads (:mod:`attendout.bench.jobs`). Its other lines (the
 cell's progress) the parent prints as they come.
 
-On Linux the worker asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``): a parent
+On Linux the worker asks the kernel for a signal when its parent dies (``PR_SET_PDEATHSIG``), which it takes as a SIGTERM: a parent
 killed outright (SIGKILL, a closed terminal) leaves no worker training on; each stops at its next step
 with a checkpoint and releases its claim, and rerunning the command resumes it. Its output goes to the
 parent through a pipe that dies with the parent: from then on the worker's lines go nowhere
@@ -24,6 +24,7 @@ import signal
 import sys
 
 from ..run import Stopped, handling
+from ..run.interrupt import request_once
 
 __all__ = ["PARENT_VARIABLE", "RESULT_MARKER", "ToParent", "main"]
 
@@ -78,12 +79,19 @@ class ToParent(io.TextIOBase):
 
 
 def _die_with_parent() -> None:
-    """SIGTERM this process when its parent dies (Linux); if the parent is already gone, stop now."""
+    """Stop as on SIGTERM when the parent dies (Linux); if the parent is already gone, stop now.
+
+    The kernel's parent-death signal comes once for each thread of the parent that exits (a worker
+    belongs to the thread that started it, and is handed to the next as each dies), so a parent with
+    reader threads sends several. It is SIGHUP, of which only the first counts: a request to stop at the
+    next step, as a first SIGTERM is; a second SIGTERM would stop at once, in the middle of the checkpoint
+    that the first asked for."""
     if sys.platform.startswith("linux"):
         import ctypes
 
+        signal.signal(signal.SIGHUP, lambda signum, frame: request_once(signal.SIGTERM))
         try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGHUP))  # PR_SET_PDEATHSIG
         except OSError:  # no libc of that name: the parent's own stop still reaches us
             pass
     parent = os.environ.get(PARENT_VARIABLE)

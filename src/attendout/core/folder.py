@@ -381,7 +381,7 @@ def write_folder_atomic(target: Path, fill: Callable[[Path], Any], **manifest: A
         tmp.mkdir(parents=True)
         fill(tmp)
         write_manifest(tmp, **manifest)
-    except Exception:
+    except BaseException:  # a failure or a stop at once: no half-written folder is left beside the whole one
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if target.exists():
@@ -430,7 +430,8 @@ def save_model_atomic(
 
 class _Sink:
     """A binary file for ``torch.save`` that keeps the ``OSError`` of a failed write (which torch
-    turns into a ``RuntimeError`` that no longer says what happened)."""
+    turns into a ``RuntimeError`` that no longer says what happened). A stop raised inside a write
+    (Ctrl-C twice) torch turns into a ``RuntimeError`` too: :func:`_torch_save` raises the stop again."""
 
     def __init__(self, file: IO[bytes]) -> None:
         self.file = file
@@ -454,9 +455,11 @@ def _torch_save(state: Any, file: IO[bytes]) -> None:
     sink = _Sink(file)
     try:
         torch.save(state, sink)
-    except RuntimeError:
+    except RuntimeError as error:
         if sink.error is not None:
             raise sink.error from None
+        if isinstance(error.__context__, KeyboardInterrupt):  # a stop at once (a second Ctrl-C) in a write
+            raise error.__context__ from None
         raise
 
 

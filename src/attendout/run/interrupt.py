@@ -29,7 +29,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EvaluationStopped", "Stopped", "agreed", "check", "deferred", "handling", "requested"]
+__all__ = [
+    "EvaluationStopped",
+    "Stopped",
+    "agreed",
+    "check",
+    "deferred",
+    "handling",
+    "request_once",
+    "requested",
+]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -144,6 +153,13 @@ def _quiet_stop(hook: Any, unraisable: Any) -> None:
     again at the next safe point (:func:`check`): no traceback for it; anything else to ``hook``."""
     if not isinstance(unraisable.exc_value, Stopped):
         hook(unraisable)
+
+
+def request_once(signum: int) -> None:
+    """A stop asked for as a first ``signum`` would, unless one was already requested (then nothing): for a
+    signal that may come several times for one cause (a worker's parent-death signal)."""
+    if not _requested:
+        _handle(signum, None)
 
 
 def requested() -> int | None:
