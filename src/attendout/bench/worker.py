@@ -6,9 +6,10 @@ checkpoint: :mod:`attendout.run.interrupt`), and ends with one line ``RESULT_MAR
 on standard output, which the parent reads (:mod:`attendout.bench.jobs`). Its other lines (the
 cell's progress) the parent prints as they come.
 
-On Linux the worker asks the kernel for a signal when its parent dies (``PR_SET_PDEATHSIG``), which it takes as a SIGTERM: a parent
-killed outright (SIGKILL, a closed terminal) leaves no worker training on; each stops at its next step
-with a checkpoint and releases its claim, and rerunning the command resumes it. Its output goes to the
+On Linux the worker asks the kernel for a signal when its parent dies (``PR_SET_PDEATHSIG``), which it
+takes as a SIGTERM: a parent killed outright (SIGKILL, a closed terminal) leaves no worker training on;
+each stops at its next step with a checkpoint and releases its claim, and rerunning the command resumes
+it. Its output goes to the
 parent through a pipe that dies with the parent: from then on the worker's lines go nowhere
 (:class:`ToParent`), so that a write cannot raise in the middle of a step and fail a cell that should stop
 with its checkpoint.
