@@ -43,7 +43,7 @@ from typing import Any
 
 from ..bench import config_fingerprint
 from ..config import TrainConfig, split_for_training
-from ..core.folder import LOG_FILE, RunDir, write_json_atomic
+from ..core.folder import LOG_FILE, RunDir, portable, write_json_atomic
 from ..core.lock import RunBusyError, RunLock
 from ..report.render import kept_before_acting_sentence
 from ..run import check as raise_if_stopped
@@ -164,7 +164,7 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
     reading = read_regime(epoch_curves(run.path))
     budget = reading.budget if config.epochs is None else config.epochs
     reading = dataclasses.replace(reading, plain=config.plain, budget=budget)
-    write_json_atomic(config.out / "regime.json", {"run": str(run.path), **reading.to_dict()})
+    write_json_atomic(config.out / "regime.json", {"run": portable(str(run.path)), **reading.to_dict()})
     budgets = {run_task_id(run.path): reading.budget}
     regime_figure([run.path], config.out / "regime.png", budgets, f"advise: {config.plain} by epoch")
     config.echo(f"advise: regime: {reading.sentence}")
