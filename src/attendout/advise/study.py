@@ -66,7 +66,7 @@ from .search import epoch_run, run_search
 from .seeds import choose as choose_seeds
 from .trend import plain_trend
 
-__all__ = ["STAGES", "AdviseConfig", "Advice", "advise"]
+__all__ = ["STAGES", "AdviseConfig", "Advice", "advise", "search_plan"]
 
 
 @dataclass
@@ -204,6 +204,16 @@ def advise(config: AdviseConfig) -> Advice:
     if config.until == "confirm":
         return Advice(regime, searches, confirmation, "confirmed; run the answer stage", None, files, noise)
     return _answer(config, plan, regime, searches, noise, confirmation, tuned)
+
+
+def search_plan(config: AdviseConfig) -> SearchPlan | None:
+    """The search's plan as :func:`advise` makes it, without training anything: None where the regime
+    stage has not chosen the budget yet (no ``regime.json``)."""
+    regime = config.out / "regime.json"
+    if config.probes and not regime.is_file():
+        return None
+    budget = json.loads(regime.read_text())["budget"] if config.probes else config.epochs
+    return _search_plan(config, int(budget or 0), *_steps_per_epoch(_search_recipe(config.recipe)))
 
 
 def _search_plan(config: AdviseConfig, budget: int, steps_per_epoch: int, metric: str) -> SearchPlan:
