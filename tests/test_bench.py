@@ -454,6 +454,34 @@ def test_a_grid_whose_model_is_not_set_up_is_one_line_naming_the_set_up_and_writ
     assert not results.exists()
 
 
+def test_a_grid_whose_set_up_model_was_tampered_with_is_one_line_before_any_worker_starts(
+    tmp_path, monkeypatch, capsys
+):
+    """Issue 69, class 6: a set-up model whose file changed since (a byte, the size kept) is found once by
+    the pre-flight check, with the command that repairs it, not by every cell's load under --jobs."""
+    from attendout.core.folder import write_manifest
+
+    folder = tmp_path / "models" / "smollm2-135m"
+    folder.mkdir(parents=True)
+    (folder / "offline-model.json").write_text(json.dumps({"name": "smollm2-135m"}))
+    (folder / "model.safetensors").write_bytes(b"weights")
+    write_manifest(folder)
+    (folder / "model.safetensors").write_bytes(b"Weights")
+    monkeypatch.setenv("ATTENDOUT_MODELS", str(tmp_path / "models"))
+    monkeypatch.chdir(REPO)
+    results = tmp_path / "grid"
+    code = main(
+        ["bench", "smollm2-movie-reviews", "--no-data-check", "--jobs", "2", "--results", str(results)]
+    )
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "attendout: error: model smollm2-135m not set up on this machine (smollm2-135m is damaged: "
+        "model.safetensors has other bytes than when it was written (its sha256 differs from manifest.json)); "
+        "set it up with: make models (or: attendout models setup smollm2-135m)"
+    )
+    assert not results.exists()
+
+
 # --------------------------------------------------------------------------------------------------
 # Claims and publication (in-process, no training)
 

@@ -247,7 +247,7 @@ class BenchJob:
         if self.plan.models_to_set_up:
             from .plan import set_up_first
 
-            raise ExperimentError(set_up_first(self.plan.models_to_set_up))
+            raise ExperimentError(set_up_first(self.plan.models_to_set_up, self.plan.damaged))
         if self.plan.invalid:
             first = self.plan.invalid[0]
             raise ExperimentError(
