@@ -571,10 +571,14 @@ def test_a_trial_killed_mid_training_resumes_to_the_uninterrupted_score(tiny_run
 
 
 def test_advise_end_to_end_writes_its_answer_and_a_rerun_trains_nothing(tiny_run, monkeypatch):
+    monkeypatch.chdir(tiny_run["tmp"])  # the folders it records are named from here (issue 69, class 8)
     out = tiny_run["tmp"] / "advice"
     advice = advise(tiny_study(tiny_run, out))
     for name in ("advice.md", "advice.png", "advice.toml", "search.db", "confirm.toml", "regime.json"):
         assert (out / name).is_file(), name
+    assert json.loads((out / "regime.json").read_text())["run"] == "advice/regime"
+    cell = json.loads(next((out / "confirm").rglob("cell.json")).read_text())
+    assert cell["experiment_file"] == "advice/confirm.toml"
     assert advice.sentence in (out / "advice.md").read_text()
     # the confirmation's runs used the fresh seeds; the search's the search seed
     confirm_seeds = {

@@ -211,3 +211,45 @@ def test_advise_through_a_local_ray_instance_completes_a_study(tiny_run, capsys)
     assert os.getpid() not in {t.user_attrs["pid"] for t in found}
     assert len(list((out / "confirm").rglob("results.json"))) == 4  # the confirmation's cells as Ray tasks
     assert (out / "advice.md").is_file()
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_a_search_worker_killed_says_what_the_studys_storage_says(tiny_run, capsys, monkeypatch, finished):
+    """Issue 69, class 5: a search worker SIGKILLed (no report) after the other had run the study's last
+    trial is no failure: the storage says the search is finished, and the command goes on. Killed before
+    it, the command's one line says what is left; no traceback either way. (The workers are stand-ins:
+    worker 1 runs its search here, or dies too; worker 2 is a process killed by SIGKILL.)"""
+    import subprocess
+    import threading
+
+    import torch
+
+    from attendout.advise import workers
+    from attendout.bench.jobs import Worker
+
+    def start(task, item, prefix, threads, lines):
+        result = task() if task.index == 1 and finished else None
+        process = subprocess.Popen(["sh", "-c", "true" if result else "kill -9 $$"])
+        process.wait()
+        reader = threading.Thread(target=lambda: None)
+        reader.start()
+        return Worker(item, prefix, process, time.time(), reader, result)
+
+    monkeypatch.setattr(workers, "start_worker", start)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # (worker 1 runs in this process)
+    out = tiny_run["tmp"] / "killed"
+    code = main(advise_args(tiny_run, out, "--jobs", "2", "--until", "search"))
+    text, err = capsys.readouterr()
+    assert "Traceback" not in text + err
+    killed = "search worker 2/2 (status -9) ended without a report"
+    if finished:
+        assert code == 0, err
+        assert f"{killed}, after the study's search was finished (its storage says so); going on" in text
+        assert sorted(t.state.name for t in trials(out)) == ["COMPLETE", "COMPLETE"]
+    else:
+        assert code == 1
+        assert err.strip().splitlines() == [
+            "attendout: error: advise: search: search worker 1/2 (status -9), search worker 2/2 (status -9) "
+            "ended without a report (its lines above say why) before the study's search was finished "
+            f"({METHOD}: 0 of 2 trials); finished trials are kept: rerun the same command to go on"
+        ]

@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import os
 import re
+import runpy
 import signal
 import socket
 import subprocess
@@ -453,6 +454,34 @@ def test_a_grid_whose_model_is_not_set_up_is_one_line_naming_the_set_up_and_writ
     assert not results.exists()
 
 
+def test_a_grid_whose_set_up_model_was_tampered_with_is_one_line_before_any_worker_starts(
+    tmp_path, monkeypatch, capsys
+):
+    """Issue 69, class 6: a set-up model whose file changed since (a byte, the size kept) is found once by
+    the pre-flight check, with the command that repairs it, not by every cell's load under --jobs."""
+    from attendout.core.folder import write_manifest
+
+    folder = tmp_path / "models" / "smollm2-135m"
+    folder.mkdir(parents=True)
+    (folder / "offline-model.json").write_text(json.dumps({"name": "smollm2-135m"}))
+    (folder / "model.safetensors").write_bytes(b"weights")
+    write_manifest(folder)
+    (folder / "model.safetensors").write_bytes(b"Weights")
+    monkeypatch.setenv("ATTENDOUT_MODELS", str(tmp_path / "models"))
+    monkeypatch.chdir(REPO)
+    results = tmp_path / "grid"
+    code = main(
+        ["bench", "smollm2-movie-reviews", "--no-data-check", "--jobs", "2", "--results", str(results)]
+    )
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "attendout: error: model smollm2-135m not set up on this machine (smollm2-135m is damaged: "
+        "model.safetensors has other bytes than when it was written (its sha256 differs from manifest.json)); "
+        "set it up with: make models (or: attendout models setup smollm2-135m)"
+    )
+    assert not results.exists()
+
+
 # --------------------------------------------------------------------------------------------------
 # Claims and publication (in-process, no training)
 
@@ -764,3 +793,39 @@ name = "none"
     assert floor is not None
     expected = copy_floor("bleu", [s for s, _ in pairs], [t for _, t in pairs])
     assert floor.score == pytest.approx(expected.score)
+
+
+def test_a_grid_records_no_path_of_this_machine(tiny_run, one_thread, monkeypatch):
+    """Issue 69, class 8: a new grid's files name its run, data and experiment folders as the one-time
+    rewrite of results/ did (experiments/relative_paths.py): below the working folder relative to it, the
+    data below the data root relative to that; a rewrite of them changes nothing."""
+    tmp = tiny_run["tmp"]
+    monkeypatch.chdir(tmp)
+    monkeypatch.setenv("ATTENDOUT_DATA", str(tmp))  # the toy CSVs lie in the data root
+    grid = write_experiment(tiny_run, seeds=(1,), max_steps=2)
+    grid.write_text(grid.read_text().replace(f"{tmp}/", ""))  # its model and files as a user names them
+    source, root = tmp / "earlier", tmp / "results"
+    given = ["--data-dir", str(tmp), "--methods", "none"]
+    assert main(["bench", str(grid), "--results", str(source), *given]) == 0
+    assert main(["bench", str(grid), "--results", str(root), *given, "--reuse-runs", str(source)]) == 0
+    published = [
+        p
+        for p in [*source.rglob("*"), *root.rglob("*")]
+        if p.suffix in {".json", ".jsonl", ".md", ".csv", ".txt"} and ".work" not in p.parts
+    ]
+    assert published and [p for p in published if str(tmp) in p.read_text()] == []
+    rewrite = runpy.run_path(str(Path(__file__).parents[1] / "experiments" / "relative_paths.py"))["rewrite"]
+    assert [p for p in published if rewrite(p.read_text()) != p.read_text()] == []
+    run = root / "tiny-bert" / "toy" / "none" / "seed-1"
+    cell = json.loads((run / "cell.json").read_text())
+    assert (cell["reused_from"], cell["experiment_file"]) == (
+        "earlier/tiny-bert/toy/none/seed-1",
+        "tiny.toml",
+    )
+    config = json.loads((run / "config.json").read_text())
+    assert config["config"]["data_dir"] == "." and config["config"]["output_dir"].startswith("earlier/.work/")
+    assert config["data_source"] == json.loads((run / "results.json").read_text())["data_source"]
+    assert (
+        "train.csv" in config["data_source"]
+        and json.loads((root / "experiment.json").read_text())["file"] == "tiny.toml"
+    )

@@ -27,6 +27,7 @@ from ..bench.runner import reuse_runs
 from ..bench.spec import RESERVED_TRAINING_KEYS
 from ..config import NEUTRAL_OPTIONS, TrainConfig
 from ..configfile import dumps_toml
+from ..core.folder import relative_here
 from ..report.comparison import ComparisonTable, build_table
 from ..report.stats import (
     TEXT_METRICS,
@@ -211,7 +212,7 @@ def confirm_experiment(
     training["epochs"] = epochs
     training["checkpoint_steps"] = steps_per_epoch  # each cell resumes from its last epoch
     if base.data_dir:
-        training["data_dir"] = base.data_dir
+        training["data_dir"] = relative_here(base.data_dir)  # naming no machine
     plain = plain_name(base.model_init)
     methods = [{"id": "none", "name": "none", "label": f"none ({plain})"}]
     for method, options in tuned.items():

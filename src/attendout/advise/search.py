@@ -63,7 +63,7 @@ from .plan import MethodSearch, SearchPlan
 from .spaces import queue_grid, shown, suggest
 from .storage import asking, open_storage, redacted
 
-__all__ = ["run_search", "search_results"]
+__all__ = ["left_to_search", "run_search", "search_results"]
 
 logger = logging.getLogger(__name__)
 
@@ -303,6 +303,18 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
     finally:
         bar.close()
     return search_results(plan)
+
+
+def left_to_search(plan: SearchPlan) -> list[str]:
+    """What the study's search still lacks, read from its storage (no training): ``"METHOD: K of N
+    trials"`` for each method short of its trials, a trial still running not counted; none once every
+    method has them or the time budget is spent (where :func:`run_search` stops)."""
+    storage = open_storage(plan.storage)
+    studies = {m: _study(plan, storage, m) for m in plan.methods}
+    if plan.hours is not None and _spent(studies) >= plan.hours * 3600:
+        return []
+    done = {m: _counted(s, plan.stale_after, running=False) for m, s in studies.items()}
+    return [f"{m}: {n} of {plan.trials_of(m)} trials" for m, n in done.items() if n < plan.trials_of(m)]
 
 
 def _ask(plan: SearchPlan, study: Any, method: str) -> tuple[Any, dict[str, float]]:

@@ -43,7 +43,7 @@ from typing import Any
 
 from ..bench import config_fingerprint
 from ..config import TrainConfig, split_for_training
-from ..core.folder import LOG_FILE, RunDir, write_json_atomic
+from ..core.folder import LOG_FILE, RunDir, portable, write_json_atomic
 from ..core.lock import RunBusyError, RunLock
 from ..report.render import kept_before_acting_sentence
 from ..run import check as raise_if_stopped
@@ -66,7 +66,7 @@ from .search import epoch_run, run_search
 from .seeds import choose as choose_seeds
 from .trend import plain_trend
 
-__all__ = ["STAGES", "AdviseConfig", "Advice", "advise"]
+__all__ = ["STAGES", "AdviseConfig", "Advice", "advise", "search_plan"]
 
 
 @dataclass
@@ -164,7 +164,7 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
     reading = read_regime(epoch_curves(run.path))
     budget = reading.budget if config.epochs is None else config.epochs
     reading = dataclasses.replace(reading, plain=config.plain, budget=budget)
-    write_json_atomic(config.out / "regime.json", {"run": str(run.path), **reading.to_dict()})
+    write_json_atomic(config.out / "regime.json", {"run": portable(str(run.path)), **reading.to_dict()})
     budgets = {run_task_id(run.path): reading.budget}
     regime_figure([run.path], config.out / "regime.png", budgets, f"advise: {config.plain} by epoch")
     config.echo(f"advise: regime: {reading.sentence}")
@@ -204,6 +204,16 @@ def advise(config: AdviseConfig) -> Advice:
     if config.until == "confirm":
         return Advice(regime, searches, confirmation, "confirmed; run the answer stage", None, files, noise)
     return _answer(config, plan, regime, searches, noise, confirmation, tuned)
+
+
+def search_plan(config: AdviseConfig) -> SearchPlan | None:
+    """The search's plan as :func:`advise` makes it, without training anything: None where the regime
+    stage has not chosen the budget yet (no ``regime.json``)."""
+    regime = config.out / "regime.json"
+    if config.probes and not regime.is_file():
+        return None
+    budget = json.loads(regime.read_text())["budget"] if config.probes else config.epochs
+    return _search_plan(config, int(budget or 0), *_steps_per_epoch(_search_recipe(config.recipe)))
 
 
 def _search_plan(config: AdviseConfig, budget: int, steps_per_epoch: int, metric: str) -> SearchPlan:

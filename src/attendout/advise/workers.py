@@ -38,10 +38,11 @@ from ..bench.runner import launching
 from ..bench.slurm import SlurmLauncher, preemptible
 from ..run import Stopped
 from .options import STAGES, AdviseConfig
+from .search import left_to_search
 from .storage import open_storage, redacted
-from .study import Advice, advise
+from .study import Advice, advise, search_plan
 
-__all__ = ["SearchWorker", "advise_launched", "check_storage", "search_workers"]
+__all__ = ["SearchUnfinishedError", "SearchWorker", "advise_launched", "check_storage", "search_workers"]
 
 
 def search_workers(options: LaunchOptions) -> int:
@@ -148,7 +149,7 @@ def _search_here(config: AdviseConfig, count: int, threads_given: int | None) ->
     except KeyboardInterrupt as error:
         stop_workers(running, Stopped.of(error), lines, config.echo, what="search worker(s)")
         raise
-    _raise_if_failed(failed)
+    _after_failed(config, failed)
 
 
 def _search_on_slurm(config: AdviseConfig, count: int, launcher: SlurmLauncher) -> None:
@@ -173,7 +174,7 @@ def _search_on_slurm(config: AdviseConfig, count: int, launcher: SlurmLauncher) 
         except Exception as error:  # noqa: BLE001 (submitit's FailedJobState and kin; the log says more)
             failed.append(f"{task.prefix} (job {job.job_id}: {_last_line(error)})")
         config.echo(f"advise: search: {task.prefix} (job {job.job_id}) ended")
-    _raise_if_failed(failed)
+    _after_failed(config, failed)
 
 
 def _run(task: SearchWorker) -> dict[str, Any]:
@@ -216,7 +217,7 @@ def _search_on_ray(config: AdviseConfig, count: int, launcher: RayLauncher) -> N
     finally:
         if started_here:
             ray.shutdown()
-    _raise_if_failed(failed)
+    _after_failed(config, failed)
 
 
 def _last_line(error: Exception) -> str:
@@ -224,12 +225,28 @@ def _last_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[-1][:300]
 
 
-def _raise_if_failed(failed: list[str]) -> None:
-    if failed:  # the search is not complete: the confirmation does not start on part of it
-        raise RuntimeError(
-            f"advise: search: {', '.join(failed)} ended without finishing its search (its lines above say "
-            "why); finished trials are kept: rerun the same command to go on"
-        )
+class SearchUnfinishedError(RuntimeError):
+    """Search workers ended without their report (a kill, a lost node, an error) before the study's
+    search was finished: the command says so in one line (exit 1)."""
+
+
+def _after_failed(config: AdviseConfig, failed: list[str]) -> None:
+    """Workers that ended without their report (``failed``) may have ended after the study's search was
+    done (killed once the other workers had run its last trials): the study's storage says whether it is,
+    not the lost reports. Done: the command goes on; not done: :class:`SearchUnfinishedError`, saying
+    what is left."""
+    if not failed:
+        return
+    plan = search_plan(config)
+    left = left_to_search(plan) if plan is not None else ["the regime stage (no regime.json yet)"]
+    ended = f"advise: search: {', '.join(failed)} ended without a report"
+    if not left:  # the confirmation starts on the whole search, as with every worker's report
+        config.echo(f"{ended}, after the study's search was finished (its storage says so); going on")
+        return
+    raise SearchUnfinishedError(
+        f"{ended} (its lines above say why) before the study's search was finished ({'; '.join(left)}); "
+        "finished trials are kept: rerun the same command to go on"
+    )
 
 
 def advise_launched(config: AdviseConfig, options: LaunchOptions) -> Advice:

@@ -53,6 +53,7 @@ class CellCheck:
     steps: int | None = None
     model_config: Any = None  # a model's config, where it could be read without a download: its limits
     set_up: str | None = None  # an offline model's short name that is not set up on this machine (yet)
+    damaged: str | None = None  # what is wrong with its set-up folder, where it is set up but damaged
 
 
 @dataclass
@@ -66,6 +67,7 @@ class GridPlan:
     notes: list[str] = field(default_factory=list)
     steps: dict[str, int] = field(default_factory=dict)  # cell key -> training steps, when known
     not_set_up: list[str] = field(default_factory=list)  # offline models of the grid not set up here
+    damaged: dict[str, str] = field(default_factory=dict)  # those of them set up damaged: what is wrong
     # --tasks/--methods/--seeds: "task", "method", "seed" -> the ids this job runs (absent: all)
     selection: dict[str, frozenset[str]] = field(default_factory=dict)
 
@@ -158,6 +160,7 @@ def prepare_cells(
             continue
         task_checks[task.id] = _check_task_data(first, check_data)
     plan.not_set_up = [c.set_up for c in model_checks.values() if c.set_up is not None]
+    plan.damaged = {c.set_up: c.damaged for c in model_checks.values() if c.set_up and c.damaged}
     for kind, checks in (("model", model_checks), ("task", task_checks)):
         plan.notes += [f"{kind} {entry}: {check.note}" for entry, check in checks.items() if check.note]
     checked = []
@@ -225,12 +228,16 @@ def _check_model(name: str, scratch: bool = False) -> CellCheck:
 
     A model from scratch (an architecture name or a config.json) is built by the run: nothing to load.
     """
-    from ..models import ModelNotFoundError, model_folder, models_home, offline_model, resolve_model
+    from ..models import ModelNotFoundError, damage, model_folder, models_home, offline_model, resolve_model
 
     if scratch:
         return CellCheck(note=f"{name} from scratch (random weights, a tokenizer trained at run time)")
-    if offline_model(name) is not None and model_folder(name) is None:
+    folder = model_folder(name) if offline_model(name) is not None else None
+    if offline_model(name) is not None and folder is None:
         return CellCheck(note=f"not set up on this machine (looked in {models_home() / name})", set_up=name)
+    problem = damage(folder) if folder is not None else None  # once here, not by each cell's (worker's) load
+    if problem is not None:
+        return CellCheck(note=f"set up in {folder}, damaged: {problem}", set_up=name, damaged=problem)
     try:
         path, description = resolve_model(name)
     except ModelNotFoundError as error:
@@ -337,7 +344,7 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
     )
     lines.append(f"summary{scope}: {sum(counts.values())} cells: {summary}")
     if plan.models_to_set_up:
-        lines.append(f"before training: {set_up_first(plan.models_to_set_up)}")
+        lines.append(f"before training: {set_up_first(plan.models_to_set_up, plan.damaged)}")
     if None not in left and sum(left):
         lines.append(
             f"estimated time left for this shard: {sum(left) / 3600:.1f} h (mean time of finished cells per task)"
@@ -345,11 +352,15 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
     return "\n".join(lines), counts
 
 
-def set_up_first(names: list[str]) -> str:
-    """The one line that says which offline models a grid needs set up, and the command that does it."""
+def set_up_first(names: list[str], damaged: dict[str, str] | None = None) -> str:
+    """The one line that says which offline models a grid needs set up (or set up again: ``damaged``, a
+    name -> what is wrong with its folder), and the command that does it (and repairs)."""
+    why = "; ".join(f"{n} is damaged: {damaged[n]}" for n in names if n in (damaged or {}))
     return (
-        f"model{'s' if len(names) > 1 else ''} {', '.join(names)} not set up on this machine; set "
-        f"{'them' if len(names) > 1 else 'it'} up with: make models (or: attendout models setup {' '.join(names)})"
+        f"model{'s' if len(names) > 1 else ''} {', '.join(names)} not set up on this machine"
+        + (f" ({why})" if why else "")
+        + f"; set {'them' if len(names) > 1 else 'it'} up with: make models (or: attendout models setup "
+        f"{' '.join(names)})"
     )
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import TrainConfig
-from ..core.folder import CELL_FILE, RESULTS_FILE, CheckpointError, RunDir, StorageError
+from ..core.folder import CELL_FILE, RESULTS_FILE, CheckpointError, RunDir, StorageError, portable
 from ..run import check as raise_if_stopped
 from ..run import finetune
 from .claims import HEARTBEAT_S, Claim
@@ -81,7 +81,9 @@ def reuse_runs(cells: Sequence[Cell], store: ResultsStore, source: Path) -> list
         shutil.copytree(found, work)
         copied = RunDir(work)
         record = copied.read_cell() if copied.cell.exists() else {"fingerprint": cell.fingerprint}
-        record.update(cell=cell.key, task=cell.task.id, method=cell.method.id, reused_from=str(found))
+        record.update(
+            cell=cell.key, task=cell.task.id, method=cell.method.id, reused_from=portable(str(found))
+        )
         adopted = {"seed": cell.seed, "model": cell.model.id, "method_label": cell.method.label}
         with contextlib.suppress(OSError, ValueError, KeyError):  # a plain run's wall time: its training time
             adopted["wall_time_s"] = copied.read_results()["train_time_s"]
@@ -245,7 +247,7 @@ class BenchJob:
         if self.plan.models_to_set_up:
             from .plan import set_up_first
 
-            raise ExperimentError(set_up_first(self.plan.models_to_set_up))
+            raise ExperimentError(set_up_first(self.plan.models_to_set_up, self.plan.damaged))
         if self.plan.invalid:
             first = self.plan.invalid[0]
             raise ExperimentError(
@@ -395,7 +397,7 @@ def _cell_record(
     return {
         "cell": cell.key,
         "experiment": plan.experiment.name,
-        "experiment_file": str(plan.experiment.path),
+        "experiment_file": portable(str(plan.experiment.path)),
         "fingerprint": cell.fingerprint,
         "model": cell.model.id,
         "task": cell.task.id,

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core.folder import RunDir
+from ..core.folder import RunDir, portable
 from ..core.lock import Owner, process_start_time, this_host
 from .claims import (
     STALE_AFTER_S,
@@ -107,7 +107,7 @@ class ResultsStore(JobLog):
         # The manifest names the results folder's owner: the experiment itself, or the one whose folder it
         # shares (``results = ...``); cells are told apart by key and configuration fingerprint.
         owner = experiment.results_name
-        manifest = {"experiment": owner, "file": str(experiment.path), "budget": budget.overrides()}
+        manifest = {"experiment": owner, "file": portable(str(experiment.path)), "budget": budget.overrides()}
         path = self.root / "experiment.json"
         if not create_exclusive(path, json.dumps(manifest, indent=2) + "\n"):
             existing = self.manifest()

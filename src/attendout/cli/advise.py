@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -190,11 +191,15 @@ def main(argv: list[str]) -> int:
     """``attendout advise``: 0 when the stages ran; a stop (Ctrl-C, SIGTERM) is :func:`attendout.cli.main`'s."""
     import optuna
 
-    from ..advise.workers import advise_launched
+    from ..advise.workers import SearchUnfinishedError, advise_launched
 
     # --jobs, --launcher: where the search's workers and the confirmation's grid run (a SLURM array is
     # waited for, since the answer reads the whole confirmation); options that cannot act are refused first
     config, options = config_from_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    advise_launched(config, options)
+    try:
+        advise_launched(config, options)
+    except SearchUnfinishedError as error:  # a worker's own lines said why, above: one line here
+        print(f"attendout: error: {error}", file=sys.stderr)
+        return 1
     return 0

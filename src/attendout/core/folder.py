@@ -63,6 +63,8 @@ __all__ = [
     "describe_os_error",
     "os_error_remedy",
     "output_dir_failure",
+    "portable",
+    "relative_here",
     "load_checkpoint",
     "read_checkpoint",
     "recover_folder",
@@ -201,6 +203,28 @@ def _write_atomic(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def portable(text: str, data: bool = False) -> str:
+    """``text`` (a path, or a line that names paths) as a published file records it, naming no machine
+    (issue 69): an absolute path below the working folder relative to it; with ``data`` (a line that says
+    where data came from), one below the data root (``$ATTENDOUT_DATA``) relative to that first, the root
+    itself ``.``. Relative paths, other absolute ones and any other text are left as they are."""
+    roots = [os.environ.get("ATTENDOUT_DATA") if data else None, os.getcwd()]
+    for root in [os.path.abspath(r) for r in roots if r]:
+        if root != os.sep:
+            text = re.sub(
+                r"(?<![\w.~/-])" + re.escape(root) + r"""(/|(?=[\s,;:)'"]|$))""",
+                lambda m: "" if m[1] else ".",
+                text,
+            )
+    return text
+
+
+def relative_here(path: str) -> str:
+    """``path`` relative to the working folder where it is absolute: how a published file records a
+    folder that is read back from there (a run's ``data_dir``), naming no machine (issue 69)."""
+    return os.path.relpath(path) if os.path.isabs(path) else path
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

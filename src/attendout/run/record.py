@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from ..core.folder import portable, relative_here
 from .devices import environment
 
 if TYPE_CHECKING:
@@ -30,14 +31,20 @@ def config_record(
     config: TrainConfig, inputs: RunInputs, budget: tuple[int, int], device: Any, processes: int
 ) -> dict[str, Any]:
     """RUN_DIR/config.json: the full configuration, the task, the data's sizes and source, the model,
-    the budget in steps (``budget``: steps per epoch, total steps), the device and the versions."""
+    the budget in steps (``budget``: steps per epoch, total steps), the device and the versions. No path
+    names the machine: the run and data folders relative to the working folder, the data's source
+    relative to the data root (:func:`attendout.core.folder.portable`)."""
     steps_per_epoch, total_steps = budget
+    recorded = config.to_dict()  # its folders naming no machine (issue 69); read back from the same folder
+    if recorded.get("data_dir"):
+        recorded["data_dir"] = relative_here(recorded["data_dir"])
+    recorded["output_dir"] = portable(str(recorded["output_dir"]))
     return {
-        "config": config.to_dict(),
+        "config": recorded,
         "task": dataclasses.asdict(inputs.task),
-        "data_source": inputs.data_source,
+        "data_source": portable(inputs.data_source, data=True),
         "sizes": inputs.sizes(),
-        "model_description": inputs.model_description,
+        "model_description": portable(inputs.model_description),
         "truncation": inputs.truncation_summary(config.max_length),
         "model_dropout": inputs.method.model_dropout,
         "total_steps": total_steps,
@@ -69,8 +76,8 @@ def results_record(
         "method": config.method,
         "method_options": inputs.method.to_dict(),
         "model": config.model,
-        "model_description": inputs.model_description,
-        "data_source": inputs.data_source,
+        "model_description": portable(inputs.model_description),
+        "data_source": portable(inputs.data_source, data=True),
         "seed": config.seed,
         "data_seed": config.data_seed,
         "main_metric": inputs.task.metrics[0],
