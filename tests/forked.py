@@ -91,7 +91,9 @@ def _fresh_logging_and_warnings() -> None:
     for logger in logging.Logger.manager.loggerDict.values():
         for handler in getattr(logger, "handlers", ()):
             if type(handler) is logging.StreamHandler:
-                handler.setStream(sys.stderr)
+                handler.stream = (
+                    sys.stderr
+                )  # not setStream: it flushes the old one, which a test may have closed
     warnings.resetwarnings()
     for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
         warnings.filterwarnings("ignore", category=category)
