@@ -33,6 +33,7 @@ from attendout.methods import get_method_config
 from attendout.report.regime import EpochCurves
 from attendout.report.stats import detectable_difference, pooled_sd
 from conftest import toy_cli_args, toy_train_config
+from search_plans import search_plan
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -249,7 +250,7 @@ def plan_for(tmp_path, **overrides) -> SearchPlan:
         echo=lambda line: None,
     )
     values.update(overrides)
-    return SearchPlan(**values)
+    return search_plan(**values)
 
 
 def peaked(options, epoch):
@@ -370,7 +371,7 @@ def test_a_killed_search_resumes_without_rerunning_a_finished_trial(tmp_path, mo
 
 def test_a_trial_left_running_by_a_dead_process_is_queued_again(tmp_path):
     plan = plan_for(tmp_path, methods=("scores-dropout",))
-    storage = open_storage(plan.storage)
+    storage = open_storage(plan.study.storage_url)
     study = search_mod._study(plan, storage, "scores-dropout")
     trial = study.ask()
     trial.suggest_float("p", 0.02, 0.5, log=True)
@@ -398,9 +399,9 @@ def test_a_trial_left_running_by_a_dead_process_is_queued_again(tmp_path):
 
 def _running_elsewhere(plan, tmp_path):
     """A trial of ``plan``'s one method left RUNNING by another live process (a child that sleeps)."""
-    storage = open_storage(plan.storage)
-    study = search_mod._study(plan, storage, plan.methods[0])
-    trial, options = search_mod._ask(plan, study, plan.methods[0])
+    storage = open_storage(plan.study.storage_url)
+    study = search_mod._study(plan, storage, plan.study.methods[0])
+    trial, options = search_mod._ask(plan, study, plan.study.methods[0])
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     for key, value in {
         "host": this_host(),
@@ -468,7 +469,7 @@ def test_a_waiting_process_takes_over_the_trial_of_one_that_dies(tmp_path, monke
 
 def test_two_processes_on_one_study_draw_different_settings(tmp_path):
     plan = plan_for(tmp_path, methods=("addrop",))
-    storage = open_storage(plan.storage)
+    storage = open_storage(plan.study.storage_url)
     first = search_mod._study(plan, storage, "addrop")  # as two processes started at once open it
     second = search_mod._study(plan, storage, "addrop")
     drawn = [search_mod._ask(plan, study, "addrop")[1] for study in (first, second, first, second)]

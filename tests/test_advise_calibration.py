@@ -31,6 +31,7 @@ from attendout.advise.plan import MethodSearch, SearchPlan
 from attendout.advise.power import CONFIDENCE, comparison_sd, seeds_needed
 from attendout.advise.seeds import PILOT, auto_count
 from attendout.report.stats import detectable_difference, holm, paired_t_test
+from search_plans import search_plan
 
 #: one seed's paired difference on the evaluation split (CoLA-500 dev, MCC; see the module docstring)
 SD_DEV = 0.020
@@ -276,7 +277,7 @@ def simulated_search(rng, truth, seeds, sd, plain_sd=0.0):
 def plan(tmp_path, seeds: int) -> SearchPlan:
     from attendout.config import TrainConfig
 
-    return SearchPlan(
+    return search_plan(
         base=TrainConfig(task="file", train_file="unused.csv", progress=False),
         out=tmp_path,  # no plain runs under it: the simulated rows carry the paired differences
         storage="sqlite:///unused.db",

@@ -16,6 +16,7 @@ from attendout.advise.plan import SearchPlan
 from attendout.advise.search import run_search, search_results
 from attendout.advise.storage import open_storage
 from attendout.config import TrainConfig
+from search_plans import search_plan
 
 
 def fake_finetune(calls: list):
@@ -63,7 +64,7 @@ def plan_for(tmp_path, lines: list, **overrides) -> SearchPlan:
         echo=lines.append,
     )
     values.update(overrides)
-    return SearchPlan(**values)
+    return search_plan(**values)
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "grid"])
@@ -72,7 +73,7 @@ def test_two_workers_started_at_once_run_the_studys_budget_not_one_each(tmp_path
     monkeypatch.setattr(search_mod, "finetune", fake_finetune(calls))
     lines: list = []
     plan = plan_for(tmp_path, lines, sampler=sampler)
-    open_storage(plan.storage)  # the tables exist before the two race (that race is storage.py's)
+    open_storage(plan.study.storage_url)  # the tables exist before the two race (that race is storage.py's)
     both_counted = threading.Barrier(2, timeout=60)
     counted = search_mod._counted
     looks = threading.local()
@@ -107,7 +108,7 @@ def test_two_workers_started_at_once_run_the_studys_budget_not_one_each(tmp_path
     assert sum("given back" in line for line in lines) == 1
     import optuna
 
-    study = optuna.load_study(study_name="scores-dropout", storage=plan.storage)
+    study = optuna.load_study(study_name="scores-dropout", storage=plan.study.storage_url)
     waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     ran = [t.params for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
     assert len(ran) == 1 and all(t.system_attrs["fixed_params"] != ran[0] for t in waiting)  # not twice
@@ -120,7 +121,7 @@ def test_a_budget_larger_than_one_is_shared_too(tmp_path, monkeypatch):
     monkeypatch.setattr(search_mod, "finetune", fake_finetune(calls))
     lines: list = []
     plan = plan_for(tmp_path, lines, trials=3)
-    open_storage(plan.storage)
+    open_storage(plan.study.storage_url)
     workers = [threading.Thread(target=run_search, args=(plan,)) for _ in range(3)]
     for thread in workers:
         thread.start()
@@ -134,7 +135,7 @@ def study_file(tmp_path) -> Path:
     plan = plan_for(tmp_path, lines)
     import optuna
 
-    study = optuna.create_study(study_name="scores-dropout", storage=open_storage(plan.storage))
+    study = optuna.create_study(study_name="scores-dropout", storage=open_storage(plan.study.storage_url))
     for _ in range(40):
         trial = study.ask()
         trial.suggest_float("p", 0.0, 1.0)

@@ -16,7 +16,6 @@ import pytest
 from attendout.advise import verdict
 from attendout.advise.confirm import Confirmation, ConfirmRow
 from attendout.advise.objective import study_direction
-from attendout.advise.plan import SearchPlan
 from attendout.advise.regime import read_regime
 from attendout.advise.search import _study, search_results
 from attendout.advise.storage import open_storage
@@ -27,6 +26,7 @@ from attendout.report.regime import EpochCurves
 from attendout.report.render import to_csv, to_markdown
 from attendout.report.stats import bootstrap_difference
 from attendout.tasks.textmetrics import bleu
+from search_plans import search_plan
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -140,7 +140,7 @@ def test_fractions_are_shown_x100_and_generation_metrics_as_they_are():
 def test_advise_minimises_perplexity_and_takes_the_lowest_trial(tmp_path):
     assert study_direction("perplexity") == "minimize" and study_direction("loss") == "minimize"
     assert study_direction("bleu") == study_direction("mcc") == "maximize"
-    plan = SearchPlan(
+    plan = search_plan(
         base=TrainConfig(task="movie-reviews-lm", model="gpt2", model_init="scratch"),
         out=tmp_path,
         storage=f"sqlite:///{tmp_path / 'search.db'}",
@@ -150,7 +150,7 @@ def test_advise_minimises_perplexity_and_takes_the_lowest_trial(tmp_path):
         metric="perplexity",
         progress=False,
     )
-    study = _study(plan, open_storage(plan.storage), "attn-dropout")
+    study = _study(plan, open_storage(plan.study.storage_url), "attn-dropout")
     assert study.direction == optuna.study.StudyDirection.MINIMIZE
     for p, value in ((0.1, 150.0), (0.2, 120.0), (0.3, 180.0)):
         trial = study.ask()

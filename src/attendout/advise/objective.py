@@ -32,9 +32,9 @@ from ..core.folder import RunDir
 from ..report.comparison import metric_scale
 from ..report.stats import pooled_sd
 from ..tasks import higher_is_better
-from .plan import OBJECTIVES, MethodSearch, SearchPlan
+from .options import OBJECTIVES
+from .plan import MethodSearch, SearchPlan
 from .power import comparison_sd
-from .scales import plain_name
 
 __all__ = [
     "Measured",
@@ -62,7 +62,7 @@ def study_direction(metric: str, objective: str = "score") -> str:
 
 def objective_better(plan: SearchPlan) -> int:
     """+1 where a higher objective is better, -1 where lower is."""
-    return 1 if study_direction(plan.metric, plan.objective) == "maximize" else -1
+    return 1 if study_direction(plan.metric, plan.study.objective) == "maximize" else -1
 
 
 @dataclass(frozen=True)
@@ -87,10 +87,10 @@ def measured(run_dir: Path, metric: str) -> Measured:
 
 def score(plan: SearchPlan, run: Measured, ref: Measured | None) -> float:
     """One seed's objective (see OBJECTIVES)."""
-    if plan.objective == "score":
+    if plan.study.objective == "score":
         return run.best
     assert ref is not None
-    if plan.objective == "delta-loss":
+    if plan.study.objective == "delta-loss":
         return run.lowest_loss - ref.lowest_loss
     return run.best - ref.best
 
@@ -99,13 +99,13 @@ def score_at(
     plan: SearchPlan, validation: dict[str, float], ref: Measured | None, epoch: int
 ) -> float | None:
     """The objective at one epoch's validation (what the pruner sees); None where the reference has none."""
-    if plan.objective == "score":
+    if plan.study.objective == "score":
         return float(validation[plan.metric])
     assert ref is not None
     base = ref.by_epoch.get(epoch)
     if base is None:
         return None
-    key = "loss" if plan.objective == "delta-loss" else plan.metric
+    key = "loss" if plan.study.objective == "delta-loss" else plan.metric
     return float(validation[key]) - float(base[key])
 
 
@@ -114,7 +114,7 @@ def objective_name(plan: SearchPlan) -> str:
         "delta": f"Δ validation {plan.metric} vs none",
         "delta-loss": "Δ validation loss vs none",
         "score": f"validation {plan.metric}",
-    }[plan.objective]
+    }[plan.study.objective]
 
 
 def validations(run_dir: Path) -> list[dict[str, Any]]:
@@ -226,7 +226,7 @@ def search_noise(plan: SearchPlan, searches: dict[str, MethodSearch]) -> SearchN
                 reference[seed] = measured(run, plan.metric).best
     own = comparison_sd(table)
     return SearchNoise(
-        objective=plan.objective,
+        objective=plan.study.objective,
         metric=plan.metric,
         seeds=plan.seeds,
         sd=pooled_sd(sds, ns) if sds else float("nan"),
@@ -234,7 +234,7 @@ def search_noise(plan: SearchPlan, searches: dict[str, MethodSearch]) -> SearchN
         reference=reference,
         own_sd=own.sd,
         own_df=own.df,
-        plain=plain_name(plan.base.model_init),
+        plain=plan.study.plain,
     )
 
 
@@ -266,4 +266,4 @@ def _hermite_nodes():
 
 def reference_dir(plan: SearchPlan, seed: int) -> Path:
     """Plain fine-tuning's run at a search seed: every trial's score at that seed is paired with it."""
-    return plan.out / "search" / "none" / f"seed-{seed}"
+    return plan.study.out / "search" / "none" / f"seed-{seed}"

@@ -4,6 +4,7 @@ are :mod:`.study`'s."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,14 +13,27 @@ from typing import Any
 from ..bench import config_fingerprint
 from ..config import TrainConfig
 from ..typecheck import AT_LEAST_1, POSITIVE, Must, check_rules, one_of, option
-from .plan import OBJECTIVES, search_seeds
 from .scales import plain_name
 from .spaces import DEFAULT_METHODS, search_space
 
-__all__ = ["STAGES", "AdviseConfig"]
+__all__ = ["OBJECTIVES", "SEED_STRIDE", "STAGES", "AdviseConfig", "search_seeds"]
+
+#: the search seeds of ``repeats`` runs a trial: search_seed, search_seed + SEED_STRIDE, ...
+SEED_STRIDE = 1000
+#: what a trial's score is, by ``AdviseConfig.objective`` (see :mod:`.objective`'s docstring)
+OBJECTIVES = {
+    "delta": "the method's best validation {metric} minus {plain}'s at the same seed",
+    "delta-loss": "the method's lowest validation loss minus {plain}'s at the same seed",
+    "score": "the method's best validation {metric}",
+}
 
 STAGES = ("regime", "search", "confirm", "answer")
 _AT_LEAST_2 = Must(lambda value: value >= 2, "at least 2")
+
+
+def search_seeds(search_seed: int, repeats: int) -> tuple[int, ...]:
+    """The seeds every trial (and plain fine-tuning's reference) is trained at."""
+    return tuple(search_seed + SEED_STRIDE * r for r in range(repeats))
 
 
 @dataclass
@@ -201,6 +215,13 @@ class AdviseConfig:
         if self.regime_run is not None:
             return True
         return self.epochs is None if self.probe is None else self.probe
+
+    @property
+    def search_recipe(self) -> TrainConfig:
+        """The recipe as the regime and search stages run it: the evaluation splits are never encoded nor
+        scored (their files are still named, so that a file task does not carve an evaluation split out of
+        train); the search sets method and seed per trial."""
+        return dataclasses.replace(self.recipe, evaluate=False, save_model=False)
 
     @property
     def out(self) -> Path:

@@ -1,79 +1,52 @@
 """What a search shares and what it finds: the plan every trial of ``advise``'s search shares
-(:class:`SearchPlan`: recipe, budget, storage, sampler, objective, seeds) and one method's study after
-the search (:class:`MethodSearch`). Below both the objectives (:mod:`.objective`), which read a plan, and
-the search (:mod:`.search`), which runs one.
+(:class:`SearchPlan`: the study's options at the budget the regime stage chose) and one method's study
+after the search (:class:`MethodSearch`). Below both the objectives (:mod:`.objective`), which read a
+plan, and the search (:mod:`.search`), which runs one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+import dataclasses
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from ..config import TrainConfig
+from ..bench import config_fingerprint
+from .options import AdviseConfig, search_seeds
 from .spaces import grid_size
 
-__all__ = ["OBJECTIVES", "SEED_STRIDE", "MethodSearch", "SearchPlan", "search_seeds"]
-
-#: the search seeds of ``repeats`` runs a trial: search_seed, search_seed + SEED_STRIDE, ...
-SEED_STRIDE = 1000
-#: what a trial's score is, by ``SearchPlan.objective`` (see the module docstring)
-OBJECTIVES = {
-    "delta": "the method's best validation {metric} minus {plain}'s at the same seed",
-    "delta-loss": "the method's lowest validation loss minus {plain}'s at the same seed",
-    "score": "the method's best validation {metric}",
-}
-
-
-def search_seeds(search_seed: int, repeats: int) -> tuple[int, ...]:
-    """The seeds every trial (and plain fine-tuning's reference) is trained at."""
-    return tuple(search_seed + SEED_STRIDE * r for r in range(repeats))
+__all__ = ["MethodSearch", "SearchPlan"]
 
 
 @dataclass
 class SearchPlan:
-    """What every trial shares: the recipe, the budget, where trials go, how they are sampled."""
+    """What every trial shares: the study (its recipe, budget of trials, storage, sampler, objective,
+    seeds) and what the regime stage read: the epochs of every run, the batches of one and the metric."""
 
-    base: TrainConfig  # the recipe: task, model, data, optimiser (method and seed are set per trial)
-    out: Path
-    storage: str
-    methods: tuple[str, ...]
+    study: AdviseConfig
     epochs: int
     steps_per_epoch: int
     metric: str
-    trials: int = 8
-    hours: float | None = None
-    sampler: str = "tpe"
-    pruning: bool = True
-    search_seed: int = 0
-    repeats: int = 2  # seeds per trial (search_seeds)
-    objective: str = "delta"  # OBJECTIVES
-    recipe_key: str = ""  # the recipe's fingerprint (task, data, model): part of the sampler's seed
-    fixed_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> options not searched
-    stale_after: float = 900.0
-    poll: float = 30.0  # seconds between looks at trials other processes run, once this one has none left
-    progress: bool = True
-    echo: Callable[[str], None] = print
 
-    def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
-        if self.repeats < 1:
-            raise ValueError(f"repeats (seeds per trial) must be at least 1, got {self.repeats!r}")
+    @cached_property
+    def recipe_key(self) -> str:
+        """The recipe's fingerprint (task, data, model; not the evaluation files, which the search never
+        reads): part of the sampler's seed and of each study's identity."""
+        return config_fingerprint(dataclasses.replace(self.study.recipe, eval_files=None))
 
     @property
     def seeds(self) -> tuple[int, ...]:
-        return search_seeds(self.search_seed, self.repeats)
+        return search_seeds(self.study.search_seed, self.study.search_repeats)
 
     @property
     def paired(self) -> bool:
         """Whether a trial's score is a difference to plain fine-tuning (which is then trained per seed)."""
-        return self.objective != "score"
+        return self.study.objective != "score"
 
     def trials_of(self, method: str) -> int:
         """The trials ``method`` gets: ``trials``, or its whole grid if that is smaller (grid sampler)."""
-        return min(self.trials, grid_size(method)) if self.sampler == "grid" else self.trials
+        trials = self.study.trials
+        return min(trials, grid_size(method)) if self.study.sampler == "grid" else trials
 
 
 @dataclass

@@ -85,13 +85,13 @@ def _sampler(plan: SearchPlan, method: str, trial_number: int) -> Any:
     import optuna
 
     # hashed: numpy's legacy generator gives nearly equal first draws for small neighbouring seeds (0 and 3)
-    key = f"{plan.search_seed}/{plan.recipe_key}/{method}/{trial_number}".encode()
+    key = f"{plan.study.search_seed}/{plan.recipe_key}/{method}/{trial_number}".encode()
     seed = int.from_bytes(hashlib.sha256(key).digest()[:4], "little")
-    if plan.sampler == "grid":  # the grid's points are queued in the study (queue_grid); this is unused
+    if plan.study.sampler == "grid":  # the grid's points are queued in the study (queue_grid); this is unused
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(
         seed=seed,
-        n_startup_trials=max(1, min(TPE_STARTUP, plan.trials // 2)),
+        n_startup_trials=max(1, min(TPE_STARTUP, plan.study.trials // 2)),
         constant_liar=True,  # running trials (other processes) count as bad: TPE looks elsewhere
     )
 
@@ -103,23 +103,23 @@ def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
         optuna.pruners.MedianPruner(
             n_startup_trials=2, n_warmup_steps=max(1, math.ceil(plan.epochs * PRUNE_AFTER))
         )
-        if plan.pruning
+        if plan.study.pruning
         else optuna.pruners.NopPruner()
     )
     study = optuna.create_study(
         study_name=method,
         storage=storage,
-        direction=study_direction(plan.metric, plan.objective),
+        direction=study_direction(plan.metric, plan.study.objective),
         pruner=pruner,
         load_if_exists=True,
     )
-    if plan.sampler == "grid":
+    if plan.study.sampler == "grid":
         queue_grid(study, method, plan.trials_of(method))
     identity = {
         "epochs": plan.epochs,
-        "search_seed": plan.search_seed,
+        "search_seed": plan.study.search_seed,
         "metric": plan.metric,
-        "objective": plan.objective,
+        "objective": plan.study.objective,
         "seeds": list(plan.seeds),
         "recipe": plan.recipe_key,
     }
@@ -128,7 +128,7 @@ def _study(plan: SearchPlan, storage: Any, method: str) -> Any:
         study.set_user_attr("identity", identity)
     elif known != identity:
         raise ValueError(
-            f"the study {method!r} in {redacted(plan.storage)} was searched with {known}, not {identity}: use another "
+            f"the study {method!r} in {redacted(plan.study.storage_url)} was searched with {known}, not {identity}: use another "
             "--output-dir (or --storage) for another budget, seed, objective, recipe or metric"
         )
     return study
@@ -252,16 +252,18 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
     """Run the trials still missing (see the module docstring); return each method's best setting."""
     from tqdm.auto import tqdm
 
-    storage = open_storage(plan.storage, plan.echo)  # (says so if postgresql:// goes through psycopg 3)
-    studies = {m: _study(plan, storage, m) for m in plan.methods}
-    total = sum(plan.trials_of(m) for m in plan.methods)
-    done = sum(min(_counted(s, plan.stale_after), plan.trials_of(m)) for m, s in studies.items())
+    storage = open_storage(
+        plan.study.storage_url, plan.study.echo
+    )  # (says so if postgresql:// goes through psycopg 3)
+    studies = {m: _study(plan, storage, m) for m in plan.study.methods}
+    total = sum(plan.trials_of(m) for m in plan.study.methods)
+    done = sum(min(_counted(s, plan.study.stale_after), plan.trials_of(m)) for m, s in studies.items())
     bar = tqdm(
         total=total,
         initial=done,
         desc="advise: search",
         unit="trial",
-        disable=not plan.progress,
+        disable=not plan.study.progress,
         dynamic_ncols=True,
     )
     waiting = spent = False
@@ -270,12 +272,14 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
         while True:
             ran = False
             for method, study in studies.items():
-                reclaim_stale(study, storage, plan.stale_after, plan.echo)  # before counting: take it over
-                if spent or _counted(study, plan.stale_after) >= plan.trials_of(method):
+                reclaim_stale(
+                    study, storage, plan.study.stale_after, plan.study.echo
+                )  # before counting: take it over
+                if spent or _counted(study, plan.study.stale_after) >= plan.trials_of(method):
                     continue
-                if plan.hours is not None and _spent(studies) >= plan.hours * 3600:
-                    plan.echo(
-                        f"search: the time budget ({plan.hours:g} h of trials) is spent; "
+                if plan.study.hours is not None and _spent(studies) >= plan.study.hours * 3600:
+                    plan.study.echo(
+                        f"search: the time budget ({plan.study.hours:g} h of trials) is spent; "
                         "rerun with a larger --hours to go on"
                     )
                     spent = True
@@ -287,18 +291,18 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
                 continue
             # every trial is taken; the ones other processes still run may change a method's best, and
             # every process must confirm the same settings: wait for them (a dead one's trial comes back)
-            running = _running(studies, plan.stale_after)
+            running = _running(studies, plan.study.stale_after)
             if not running:
                 if spent or all(
-                    _counted(s, plan.stale_after, running=False) >= plan.trials_of(m)
+                    _counted(s, plan.study.stale_after, running=False) >= plan.trials_of(m)
                     for m, s in studies.items()
                 ):
                     break
                 continue  # a trial counted in the pass ended without a result since (its process died)
             if not waiting:
-                plan.echo(f"search: waiting for {running} running in another process before confirming")
+                plan.study.echo(f"search: waiting for {running} running in another process before confirming")
                 waiting = True
-            time.sleep(plan.poll)
+            time.sleep(plan.study.poll)
             raise_if_stopped()
     finally:
         bar.close()
@@ -309,11 +313,11 @@ def left_to_search(plan: SearchPlan) -> list[str]:
     """What the study's search still lacks, read from its storage (no training): ``"METHOD: K of N
     trials"`` for each method short of its trials, a trial still running not counted; none once every
     method has them or the time budget is spent (where :func:`run_search` stops)."""
-    storage = open_storage(plan.storage)
-    studies = {m: _study(plan, storage, m) for m in plan.methods}
-    if plan.hours is not None and _spent(studies) >= plan.hours * 3600:
+    storage = open_storage(plan.study.storage_url)
+    studies = {m: _study(plan, storage, m) for m in plan.study.methods}
+    if plan.study.hours is not None and _spent(studies) >= plan.study.hours * 3600:
         return []
-    done = {m: _counted(s, plan.stale_after, running=False) for m, s in studies.items()}
+    done = {m: _counted(s, plan.study.stale_after, running=False) for m, s in studies.items()}
     return [f"{m}: {n} of {plan.trials_of(m)} trials" for m, n in done.items() if n < plan.trials_of(m)]
 
 
@@ -347,9 +351,12 @@ def reference(plan: SearchPlan, seed: int, wait: bool = True) -> Measured | None
             return None
         if not RunDir(run_dir).finished:
             config = _seed_run(
-                plan, dataclasses.replace(plan.base, method="none", method_options={}), seed, run_dir
+                plan,
+                dataclasses.replace(plan.study.search_recipe, method="none", method_options={}),
+                seed,
+                run_dir,
             )
-            plan.echo(
+            plan.study.echo(
                 f"search: plain fine-tuning at search seed {seed}, the reference of every trial's score"
                 + (" (resumed)" if config.resume else "")
             )
@@ -363,19 +370,21 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
     import optuna
 
     raise_if_stopped()
-    with asking(plan.storage):  # (an SQLite file: one process at a time takes a queued trial)
+    with asking(plan.study.storage_url):  # (an SQLite file: one process at a time takes a queued trial)
         trial, options = _ask(plan, study, method)
-        within = _within_budget(study, trial, plan.trials_of(method), plan.stale_after)
+        within = _within_budget(study, trial, plan.trials_of(method), plan.study.stale_after)
         if not within:
             _give_back(study, trial, plan.trials_of(method))
     if not within:
-        plan.echo(
+        plan.study.echo(
             f"search {method}: trial {trial.number} given back: the study's {plan.trials_of(method)} trials "
             "are taken (another process asked at the same moment)"
         )
         return False
     resume_dir = trial.user_attrs.get("resume_dir")
-    trial_dir = Path(resume_dir) if resume_dir else plan.out / "search" / method / f"trial-{trial.number:03d}"
+    trial_dir = (
+        Path(resume_dir) if resume_dir else plan.study.out / "search" / method / f"trial-{trial.number:03d}"
+    )
     owner = Owner.this_process()
     attrs = {
         "host": owner.host,
@@ -388,7 +397,7 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
     what = f"{method} ({', '.join(f'{k} {shown(v)}' for k, v in options.items())})"
-    plan.echo(f"search {method}: trial {trial.number}: {what}" + (" resumed" if resume_dir else ""))
+    plan.study.echo(f"search {method}: trial {trial.number}: {what}" + (" resumed" if resume_dir else ""))
     by_seed: dict[str, float] = {}
     seconds = 0.0
     try:
@@ -404,14 +413,14 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
         shutil.rmtree(trial_dir / f"seed-{plan.seeds[0]}" / CHECKPOINT_DIR, ignore_errors=True)
         trial.set_user_attr("pruned", str(pruned))
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        plan.echo(f"search {method}: trial {trial.number} pruned: {pruned}")
+        plan.study.echo(f"search {method}: trial {trial.number} pruned: {pruned}")
         return True
     except TrainingError as error:  # NaN loss: this setting does not train; a result, not a bug
         for seed in plan.seeds:
             shutil.rmtree(trial_dir / f"seed-{seed}" / CHECKPOINT_DIR, ignore_errors=True)
         trial.set_user_attr("error", str(error))
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        plan.echo(f"search {method}: trial {trial.number} failed: {error}")
+        plan.study.echo(f"search {method}: trial {trial.number} failed: {error}")
         return True
     except BaseException:  # interrupted (Ctrl-C, SIGTERM) or a bug: queued again, resumed from its folders
         trial.set_user_attr("interrupted", True)
@@ -422,7 +431,7 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
     trial.set_user_attr("train_time_s", seconds)
     study.tell(trial, value)
     per_seed = ", ".join(f"{v:+.4f}" if plan.paired else f"{v:.4f}" for v in by_seed.values())
-    plan.echo(
+    plan.study.echo(
         f"search {method}: trial {trial.number}: {objective_name(plan)} {value:.4f}"
         + (f" (seeds: {per_seed})" if len(by_seed) > 1 else "")
     )
@@ -446,9 +455,9 @@ def _train_seed(
     import optuna
 
     recipe = dataclasses.replace(
-        plan.base,
+        plan.study.search_recipe,
         method=method,
-        method_options={**plan.fixed_options.get(method, {}), **options},
+        method_options={**plan.study.fixed_options.get(method, {}), **options},
         evaluate=False,  # the evaluation splits are never encoded nor scored in a trial
         save_model=False,
     )
@@ -511,7 +520,7 @@ def _seed_run(plan: SearchPlan, recipe: TrainConfig, seed: int, run_dir: Path) -
         seed=seed,
         output_dir=run_dir,
         steps_per_epoch=plan.steps_per_epoch,
-        progress=plan.progress,
+        progress=plan.study.progress,
     )
 
 
@@ -519,9 +528,9 @@ def search_results(plan: SearchPlan) -> dict[str, MethodSearch]:
     """Each method's trials and best setting, read from the storage (no training)."""
     from optuna.trial import TrialState
 
-    storage = open_storage(plan.storage)
+    storage = open_storage(plan.study.storage_url)
     out = {}
-    for method in plan.methods:
+    for method in plan.study.methods:
         study = _study(plan, storage, method)
         rows = []
         for t in study.get_trials(deepcopy=False):
@@ -544,7 +553,7 @@ def search_results(plan: SearchPlan) -> dict[str, MethodSearch]:
         best = max(complete, key=lambda r: (sign * r["value"], -r["number"]), default=None)
         out[method] = MethodSearch(
             method=method,
-            options=None if best is None else {**plan.fixed_options.get(method, {}), **best["params"]},
+            options=None if best is None else {**plan.study.fixed_options.get(method, {}), **best["params"]},
             value=None if best is None else best["value"],
             trial=None if best is None else best["number"],
             trials=rows,

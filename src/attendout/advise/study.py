@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..bench import config_fingerprint
 from ..config import TrainConfig, split_for_training
 from ..core.folder import LOG_FILE, RunDir, portable, write_json_atomic
 from ..core.lock import RunBusyError, RunLock
@@ -81,14 +80,6 @@ class Advice:
     files: dict[str, Path]
     noise: SearchNoise | None = None
     answered: bool = True  # False: the sentence says why no answer is possible
-
-
-def _search_recipe(recipe: TrainConfig) -> TrainConfig:
-    """The recipe as the regime and search stages run it: the evaluation splits are never encoded nor scored.
-
-    (Their files are still named, so that a file task does not carve an evaluation split out of train.)
-    """
-    return dataclasses.replace(recipe, evaluate=False, save_model=False)
 
 
 def _steps_per_epoch(recipe: TrainConfig) -> tuple[int, str]:
@@ -144,7 +135,7 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
         _wait_for_probe(config, run.path)
         if not run.finished:
             plain = epoch_run(
-                _search_recipe(config.recipe),
+                config.search_recipe,
                 epochs=config.regime_epochs,
                 seed=config.search_seed,
                 output_dir=run.path,
@@ -178,14 +169,14 @@ def advise(config: AdviseConfig) -> Advice:
         from .storage import open_storage
 
         open_storage(config.storage_url)
-    steps_per_epoch, metric = _steps_per_epoch(_search_recipe(config.recipe))
+    steps_per_epoch, metric = _steps_per_epoch(config.search_recipe)
     regime = run_regime(config, steps_per_epoch) if config.probes else None
     budget = regime.budget if regime is not None else int(config.epochs or 0)
     if regime is None:
         config.echo(
             f"advise: regime: not probed; the budget is the {budget} epoch(s) given (--probe reads it)"
         )
-    plan = _search_plan(config, budget, steps_per_epoch, metric)
+    plan = SearchPlan(config, budget, steps_per_epoch, metric)
     files: dict[str, Path] = {}
     if config.until == "regime":
         return Advice(regime, {}, None, regime.sentence if regime else "regime: not probed", None, files)
@@ -213,34 +204,7 @@ def search_plan(config: AdviseConfig) -> SearchPlan | None:
     if config.probes and not regime.is_file():
         return None
     budget = json.loads(regime.read_text())["budget"] if config.probes else config.epochs
-    return _search_plan(config, int(budget or 0), *_steps_per_epoch(_search_recipe(config.recipe)))
-
-
-def _search_plan(config: AdviseConfig, budget: int, steps_per_epoch: int, metric: str) -> SearchPlan:
-    """Stage 2's plan: the study's search options, at the budget the regime stage chose."""
-    return SearchPlan(
-        base=_search_recipe(config.recipe),
-        out=config.out,
-        storage=config.storage_url,
-        methods=tuple(config.methods),
-        epochs=budget,
-        steps_per_epoch=steps_per_epoch,
-        metric=metric,
-        trials=config.trials,
-        hours=config.hours,
-        sampler=config.sampler,
-        pruning=config.pruning,
-        search_seed=config.search_seed,
-        repeats=config.search_repeats,
-        objective=config.objective,
-        # the task, data and model, not the evaluation files: the search never reads those
-        recipe_key=config_fingerprint(dataclasses.replace(config.recipe, eval_files=None)),
-        fixed_options=dict(config.fixed_options),
-        stale_after=config.stale_after,
-        poll=config.poll,
-        progress=config.progress,
-        echo=config.echo,
-    )
+    return SearchPlan(config, int(budget or 0), *_steps_per_epoch(config.search_recipe))
 
 
 def _confirm(

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..advise import SEARCH_SPACES, AdviseConfig
-from ..advise.plan import search_seeds
+from ..advise.options import search_seeds
 from .flags import (
     add_dataclass_options,
     add_file_options,

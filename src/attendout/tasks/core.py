@@ -273,6 +273,21 @@ class LoadOptions:
     token_column: int | None = None  # token files (CoNLL columns): 0-based, negative from the end
     tag_column: int | None = None
 
+    def __post_init__(self) -> None:
+        """Paths as text and sequences as tuples, however they were given."""
+        kinds = {
+            "data_dir": str,
+            "train_file": str,
+            "text_columns": tuple,
+            "label_names": tuple,
+            "metrics": tuple,
+        }
+        for name, make in kinds.items():
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, make(getattr(self, name)))
+        if self.eval_files is not None:
+            object.__setattr__(self, "eval_files", {k: str(v) for k, v in self.eval_files.items()})
+
 
 # A loader reads the data of a task: (task, options) -> (task as loaded, data). The returned task
 # may differ from the registered one (e.g. fewer eval splits when an optional file is absent, or

@@ -387,24 +387,7 @@ def _check_token_columns(token_column: int, tag_column: int, columns: int | None
         )
 
 
-def load_task_data(
-    task: Task | str,
-    *,
-    data_dir: str | None = None,
-    hub: bool = False,
-    train_file: str | None = None,
-    eval_files: dict[str, str] | None = None,
-    text_columns: Sequence[str] | None = None,
-    label_column: str | None = None,
-    label_names: Sequence[str] | None = None,
-    file_format: str | None = None,
-    kind: str | None = None,
-    group_column: str | None = None,
-    metrics: Sequence[str] | None = None,
-    drop_bad_rows: bool = False,
-    token_column: int | None = None,
-    tag_column: int | None = None,
-) -> tuple[Task, TaskData]:
+def load_task_data(task: Task | str, **given: Any) -> tuple[Task, TaskData]:
     """Load a task's data; returns ``(task as loaded, data)``.
 
     The returned task can differ from the registered one: its ``eval_split_names`` are exactly the
@@ -412,7 +395,9 @@ def load_task_data(
     task gets its label names, text fields and metrics from the data and options. Use the returned
     task (``num_labels``, ``metrics``) to build the model and score it.
 
-    Extra keyword options (beyond the core interface): ``kind`` ("classification" or "regression",
+    ``given`` are :class:`~attendout.tasks.core.LoadOptions`' fields: where the data is (``data_dir``,
+    ``hub``, ``train_file``, ``eval_files``), how its files are read (``text_columns``, ``label_column``,
+    ``label_names``, ``file_format``), and ``kind`` ("classification" or "regression",
     for the ``"file"`` task), ``group_column`` (a column whose value groups examples, kept together
     by :func:`carve_validation`), ``metrics`` (replace the task's metrics; the first is the main one),
     ``drop_bad_rows`` (leave out rows of train_file/eval_files with an empty text or a blank label, with
@@ -421,34 +406,16 @@ def load_task_data(
     CoNLL-style token files; giving either makes the ``"file"`` task a token classification one).
     """
     resolved = get_task(task) if isinstance(task, str) else task
-    if (
-        kind is None
-        and resolved.name == FILE_TASK.name
-        and (token_column is not None or tag_column is not None)
-    ):
-        kind = TOKEN_CLASSIFICATION
-    if eval_files is not None:
-        check_eval_split_names(eval_files)
-    options = LoadOptions(
-        data_dir=None if data_dir is None else str(data_dir),
-        hub=hub,
-        train_file=None if train_file is None else str(train_file),
-        eval_files=None if eval_files is None else {k: str(v) for k, v in eval_files.items()},
-        text_columns=None if text_columns is None else tuple(text_columns),
-        label_column=label_column,
-        label_names=None if label_names is None else tuple(label_names),
-        file_format=file_format,
-        kind=kind,
-        group_column=group_column,
-        metrics=None if metrics is None else tuple(metrics),
-        drop_bad_rows=drop_bad_rows,
-        token_column=token_column,
-        tag_column=tag_column,
-    )
+    token_file = given.get("token_column") is not None or given.get("tag_column") is not None
+    if given.get("kind") is None and resolved.name == FILE_TASK.name and token_file:
+        given["kind"] = TOKEN_CLASSIFICATION
+    if given.get("eval_files") is not None:
+        check_eval_split_names(given["eval_files"])
+    options = LoadOptions(**given)
     if is_generation(resolved.kind):  # their loaders read files and columns themselves
         _check_generation_options(resolved, options)
         loaded, data = get_loader(resolved.name)(resolved, options)
-    elif train_file is not None or eval_files is not None or resolved.name == FILE_TASK.name:
+    elif options.train_file is not None or options.eval_files is not None or resolved.name == FILE_TASK.name:
         loaded, data = load_files(resolved, options)
     else:
         _refuse_file_options(resolved, options)
