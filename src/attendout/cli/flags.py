@@ -166,6 +166,18 @@ def add_threads(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
 
 
+def add_report_to(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--report-to``: the trackers the runs report to, named as transformers' ``report_to``."""
+    parser.add_argument(
+        "--report-to",
+        default="none",
+        metavar="TRACKERS",
+        help="report the runs to trackers: tensorboard, mlflow, wandb, trackio, all (every one installed) "
+        "or none (default), or a comma list; each is an extra (pip install 'attendout[mlflow]'). MLflow "
+        "writes to $MLFLOW_TRACKING_URI (default: sqlite:///mlflow.db here); see the trackers guide",
+    )
+
+
 def set_threads(threads: int | None) -> None:
     """torch.set_num_threads(threads), unless None; below 1 is an error naming ``--threads``."""
     if threads is not None:

@@ -1,0 +1,256 @@
+"""The trackers a run reports to (``--report-to``): TensorBoard, MLflow, Weights & Biases, Trackio,
+each behind the same small interface (:class:`Backend`).
+
+A backend opens one run of an experiment (or reopens it, by the id it gave before), takes scalars at a
+step, keeps files (MLflow's artifacts) and closes with the run's status. Its library is imported when the
+backend is made: one that is not installed is a :class:`TrackerError` naming the ``pip install`` that adds
+it. :meth:`Backend.check` finds an unreachable store or an unwritable folder before anything trains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.folder import describe_os_error
+
+__all__ = ["BACKENDS", "Backend", "Opening", "TrackerError", "make_backend"]
+
+#: every name of ``--report-to`` but ``all`` and ``none``, as transformers' ``report_to`` spells them
+BACKENDS = ("tensorboard", "mlflow", "wandb", "trackio")
+
+
+class TrackerError(ValueError):
+    """A tracker that cannot be used: not installed, unreachable, not writable (one line, before training)."""
+
+
+def _library(name: str, module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise TrackerError(
+            f"--report-to {name}: {name} is not installed; pip install 'attendout[{name}]'"
+        ) from None
+
+
+@dataclass
+class Opening:
+    """One run to open: its experiment (a TensorBoard folder holds one run), name, tags and parameters;
+    ``run_id``: the id a backend gave it before (resuming), else None."""
+
+    experiment: str
+    name: str
+    folder: Path  # where files of the run go (TensorBoard's events, W&B's and Trackio's local copies)
+    tags: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    run_id: str | None = None
+
+
+class Backend:
+    """One tracker's side of a run (see the module docstring); :meth:`open` returns the run's id."""
+
+    name = ""
+
+    def check(self, experiment: str) -> None:
+        """Refuse, with a :class:`TrackerError`, a store that cannot be reached or written."""
+
+    def open(self, run: Opening) -> str:
+        raise NotImplementedError
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        raise NotImplementedError
+
+    def keep(self, path: Path) -> None:
+        """Keep the file ``path`` with the run (only MLflow keeps files)."""
+
+    def summary(self, params: dict[str, str], metrics: dict[str, float]) -> None:
+        """The finished run's parameters beside its final metrics (TensorBoard's HParams table)."""
+
+    def close(self, status: str) -> None:
+        """``status``: "finished", "stopped" (resumable) or "failed"."""
+
+
+class TensorBoard(Backend):
+    """Event files under ``root/RUN_NAME`` (``tensorboard --logdir ROOT`` compares the runs)."""
+
+    name = "tensorboard"
+
+    def __init__(self, root: str) -> None:
+        self.writer_class = _library(self.name, "torch.utils.tensorboard").SummaryWriter
+        self.root = Path(root)
+        self.writer: Any = None
+
+    def check(self, experiment: str) -> None:
+        probe = self.root / f".attendout-probe-{os.getpid()}"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe.write_text("")
+            probe.unlink()
+        except OSError as error:
+            raise TrackerError(
+                f"--report-to tensorboard: cannot write its folder {self.root} ({describe_os_error(error)})"
+            ) from None
+
+    def open(self, run: Opening) -> str:
+        # afresh, a start at step 0 hides from TensorBoard whatever an older run left in the folder
+        purge = None if run.run_id else 0
+        self.writer = self.writer_class(str(run.folder), purge_step=purge, flush_secs=30)
+        if run.run_id is None:
+            table = "\n".join(f"| {k} | {v} |" for k, v in run.params.items())
+            self.writer.add_text("config", f"| option | value |\n|---|---|\n{table}", 0)
+        return str(run.folder)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()  # a killed run loses no step it told the tracker
+
+    def summary(self, params: dict[str, str], metrics: dict[str, float]) -> None:
+        from torch.utils.tensorboard.summary import hparams
+
+        for part in hparams(params, metrics):  # the HParams table, in this run's own folder
+            self.writer.file_writer.add_summary(part)
+
+    def close(self, status: str) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+_STATUS = {"finished": "FINISHED", "stopped": "KILLED", "failed": "FAILED"}
+
+
+class MLflow(Backend):
+    """Runs of an MLflow experiment in the store of ``uri`` (a server, or ``sqlite:///FILE``)."""
+
+    name = "mlflow"
+
+    def __init__(self, uri: str) -> None:
+        _library(self.name, "mlflow")
+        from mlflow.tracking import MlflowClient
+
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        self.run_id = ""
+
+    def experiment_id(self, experiment: str) -> str:
+        found = self.client.get_experiment_by_name(experiment)
+        if found is not None:
+            return found.experiment_id
+        location = None
+        if self.uri.startswith("sqlite:///"):  # artifacts beside the database, not in the working folder
+            location = (Path(self.uri[len("sqlite:///") :]).parent / "mlartifacts" / experiment).as_uri()
+        try:
+            return self.client.create_experiment(experiment, artifact_location=location)
+        except Exception:  # another worker made it first
+            return self.client.get_experiment_by_name(experiment).experiment_id
+
+    def check(self, experiment: str) -> None:
+        retries = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+        saved = {k: os.environ.get(k) for k in retries}
+        os.environ.update(retries)
+        try:
+            self.experiment_id(experiment)
+        except Exception as error:
+            said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise TrackerError(
+                f"--report-to mlflow: cannot use the MLflow tracking URI {self.uri} ({said[:300]}); "
+                "set MLFLOW_TRACKING_URI to a reachable server or a writable sqlite:///FILE"
+            ) from None
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    def open(self, run: Opening) -> str:
+        from mlflow.entities import Param, RunTag
+
+        if run.run_id:
+            self.run_id = run.run_id
+            self.client.update_run(self.run_id, status="RUNNING")
+            self.client.set_tag(self.run_id, "resumed", "true")
+            return self.run_id
+        made = self.client.create_run(self.experiment_id(run.experiment), run_name=run.name, tags=run.tags)
+        self.run_id = made.info.run_id
+        params = [Param(k, v[:6000]) for k, v in run.params.items()]
+        for i in range(0, len(params), 100):  # MLflow takes at most 100 parameters a call
+            self.client.log_batch(self.run_id, params=params[i : i + 100])
+        self.client.set_tag(self.run_id, "attendout.run_dir", str(run.folder))
+        return self.run_id
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()])
+
+    def keep(self, path: Path) -> None:
+        self.client.log_artifact(self.run_id, str(path))
+
+    def close(self, status: str) -> None:
+        if self.run_id:
+            self.client.set_terminated(self.run_id, _STATUS[status])
+
+
+class Wandb(Backend):
+    """A Weights & Biases run (``WANDB_MODE=offline`` keeps it on disk until ``wandb sync``)."""
+
+    name = "wandb"
+
+    def __init__(self, target: str) -> None:
+        self.wandb = _library(self.name, "wandb")
+        self.run: Any = None
+
+    def open(self, run: Opening) -> str:
+        self.run = self.wandb.init(
+            project=run.experiment, name=run.name, id=run.run_id, resume="allow" if run.run_id else None,
+            config=run.params, tags=[f"{k}={v}" for k, v in run.tags.items()][:64], dir=str(run.folder),
+            reinit="create_new",
+        )  # fmt: skip
+        return self.run.id
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log(metrics, step=step)
+
+    def close(self, status: str) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=0 if status == "finished" else 1)
+
+
+class Trackio(Backend):
+    """A Trackio run (local first: ``trackio show`` opens its dashboard)."""
+
+    name = "trackio"
+
+    def __init__(self, target: str) -> None:
+        self.trackio = _library(self.name, "trackio")
+        self.run: Any = None
+
+    def open(self, run: Opening) -> str:
+        resume = "must" if run.run_id else "never"
+        self.run = self.trackio.init(project=run.experiment, name=run.name, config=run.params, resume=resume)
+        return run.name
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log(metrics, step=step)
+
+    def close(self, status: str) -> None:
+        if self.run is not None:
+            with contextlib.suppress(AttributeError):
+                self.run.finish()
+
+
+_CLASSES: dict[str, type[Backend]] = {"tensorboard": TensorBoard, "mlflow": MLflow, "wandb": Wandb}
+_CLASSES["trackio"] = Trackio
+
+
+def make_backend(name: str, target: str) -> Backend:
+    """The backend ``name`` (one of :data:`BACKENDS`) over ``target``: TensorBoard's root folder, MLflow's
+    tracking URI (the others' own settings: ``WANDB_*``, ``TRACKIO_*``)."""
+    return _CLASSES[name](target)
