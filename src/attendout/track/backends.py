@@ -169,7 +169,7 @@ class MLflow(Backend):
                     os.environ[key] = value
 
     def open(self, run: Opening) -> str:
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param
 
         if run.run_id:
             self.run_id = run.run_id

@@ -132,7 +132,12 @@ class RunTracker(Listener):
     """Mirrors one run into the trackers of a :class:`Tracking` (see the module docstring)."""
 
     def __init__(
-        self, tracking: Tracking, name: str, tags: dict[str, str], also: Callable[..., None] | None, folder: Path
+        self,
+        tracking: Tracking,
+        name: str,
+        tags: dict[str, str],
+        also: Callable[..., None] | None,
+        folder: Path,
     ) -> None:
         self.tracking, self.name, self.tags, self.also, self.folder = tracking, name, tags, also, folder
         self.live: dict[str, Backend] = {}
@@ -157,7 +162,9 @@ class RunTracker(Listener):
         params = params_of(run_dir)
         for name in self.tracking.backends:
             folder = self.folder if name == "tensorboard" else run_dir
-            opening = Opening(self.tracking.experiment, self.name, folder, self.tags, params, self.ids.get(name))
+            opening = Opening(
+                self.tracking.experiment, self.name, folder, self.tags, params, self.ids.get(name)
+            )
             try:
                 backend = self.tracking.backend(name)
                 self.ids[name] = backend.open(opening)
@@ -165,7 +172,7 @@ class RunTracker(Listener):
             except Exception as error:
                 self._failed(name, error)
         self._save()
-        for record in RunDir(run_dir).read_log() if resumed_at is not None else []:
+        for record in RunDir(run_dir).log_records() if resumed_at is not None else []:
             self._send(record)  # what the kept log has and a killed run had not told the trackers
 
     def _save(self) -> None:
