@@ -118,7 +118,7 @@ def test_a_resumed_run_makes_no_duplicate_in_either_tracker(tiny_run, store):
 
     TrainingLoop(dataclasses.replace(config, resume=True), on_log=tracking.run("r")).fit()
     (run,) = store.search_runs([store.get_experiment_by_name("resumes").experiment_id])
-    assert run.info.status == "FINISHED" and run.data.tags["resumed"] == "true"
+    assert run.info.status == "FINISHED"
     history = store.get_metric_history(run.info.run_id, "train/loss")
     assert sorted(m.step for m in history) == list(range(1, 10))
     assert sorted(m.step for m in store.get_metric_history(run.info.run_id, "validation/accuracy")) == [
@@ -202,3 +202,27 @@ def test_a_tracker_failing_mid_run_warns_once_and_the_run_goes_on(tiny_run, monk
     assert results["eval"]["dev"]["accuracy"] >= 0
     warned = [r for r in caplog.records if "the tracker failed" in r.getMessage()]
     assert len(warned) == 1 and "disk full" in warned[0].getMessage()
+
+
+def test_an_advise_study_reads_as_its_regime_trials_confirmation_and_answer(tiny_run, store):
+    from attendout.advise import advise
+    from test_advise import tiny_study
+
+    out = tiny_run["tmp"] / "advice"
+    tracking = Tracking.of("mlflow", "study", out / "tensorboard")
+    advice = advise(tiny_study(tiny_run, out, tracking=tracking))
+    experiment = store.get_experiment_by_name("study")
+    runs = store.search_runs([experiment.experiment_id])
+    stages = sorted({r.data.tags["stage"] for r in runs})
+    assert stages == ["confirmation", "reference", "regime", "trial"]
+    trials = [r for r in runs if r.data.tags["stage"] == "trial"]
+    assert len(trials) == 2 * 2  # 2 trials x 2 search seeds
+    for run in trials:
+        assert "trial/objective" in run.data.metrics and "param.p" in run.data.tags
+        assert run.data.params["method_options/p"] == run.data.tags["param.p"]
+    confirmation = [r for r in runs if r.data.tags["stage"] == "confirmation"]
+    assert sorted((r.data.tags["method"], r.data.tags["seed"]) for r in confirmation) == [
+        ("none", "1"), ("none", "2"), ("scores-dropout", "1"), ("scores-dropout", "2"),
+    ]  # fmt: skip
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert experiment.tags["answer"] == advice.sentence

@@ -55,6 +55,7 @@ class SearchPlan:
     poll: float = 30.0  # seconds between looks at trials other processes run, once this one has none left
     progress: bool = True
     echo: Callable[[str], None] = print
+    tracking: Any = None  # --report-to: the attendout.track.Tracking of the study
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..advise import SEARCH_SPACES, AdviseConfig
@@ -14,6 +15,7 @@ from .flags import (
     add_dataclass_options,
     add_file_options,
     add_launch_options,
+    add_report_to,
     add_threads,
     dataclass_from_args,
     set_threads,
@@ -126,6 +128,7 @@ def advise_parser() -> argparse.ArgumentParser:
         "for several on a cluster: --storage postgresql://...); the confirmation's runs then go through the "
         "same launcher, and the answer is written here.",
     )
+    add_report_to(parser)
     return parser
 
 
@@ -177,7 +180,18 @@ def config_from_args(argv: list[str]) -> tuple[AdviseConfig, Any]:
         taken = set(search_seeds(args.search_seed, args.search_repeats))
         seeds = [s for s in range(1, count + len(taken) + 1) if s not in taken][:count]
     set_threads(args.threads)
-    given = {"recipe": recipe, "methods": methods, "fixed_options": fixed, "seeds": seeds}
+    from ..track import Tracking
+
+    # one experiment: the regime run, every trial's seeds, the confirmation's runs, the answer as a note
+    out = Path(args.output_dir).resolve()
+    tracking = Tracking.of(args.report_to, f"advise-{out.name}", out / "tensorboard")
+    given = {
+        "recipe": recipe,
+        "methods": methods,
+        "fixed_options": fixed,
+        "seeds": seeds,
+        "tracking": tracking,
+    }
     config = dataclass_from_args(
         AdviseConfig,  # every other field from the flag of its name
         {**vars(args), **given, "echo": lambda line: print(line, flush=True)},

@@ -74,6 +74,9 @@ class Backend:
     def close(self, status: str) -> None:
         """``status``: "finished", "stopped" (resumable) or "failed"."""
 
+    def note(self, experiment: str, key: str, text: str, folder: Path) -> None:
+        """A note on the whole experiment (TensorBoard: a text in the run ``folder``)."""
+
 
 class TensorBoard(Backend):
     """Event files under ``root/RUN_NAME`` (``tensorboard --logdir ROOT`` compares the runs)."""
@@ -119,6 +122,10 @@ class TensorBoard(Backend):
     def close(self, status: str) -> None:
         if self.writer is not None:
             self.writer.close()
+
+    def note(self, experiment: str, key: str, text: str, folder: Path) -> None:
+        with self.writer_class(str(folder)) as writer:
+            writer.add_text(key, text, 0)
 
 
 _STATUS = {"finished": "FINISHED", "stopped": "KILLED", "failed": "FAILED"}
@@ -174,7 +181,6 @@ class MLflow(Backend):
         if run.run_id:
             self.run_id = run.run_id
             self.client.update_run(self.run_id, status="RUNNING")
-            self.client.set_tag(self.run_id, "resumed", "true")
             return self.run_id
         made = self.client.create_run(self.experiment_id(run.experiment), run_name=run.name, tags=run.tags)
         self.run_id = made.info.run_id
@@ -196,6 +202,9 @@ class MLflow(Backend):
     def close(self, status: str) -> None:
         if self.run_id:
             self.client.set_terminated(self.run_id, _STATUS[status])
+
+    def note(self, experiment: str, key: str, text: str, folder: Path) -> None:
+        self.client.set_experiment_tag(self.experiment_id(experiment), key, text[:5000])
 
 
 class Wandb(Backend):

@@ -16,7 +16,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from .backends import BACKENDS, Backend, Opening, TrackerError, make_backend
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunTracker", "Tracking", "metrics_of", "params_of"]
+__all__ = ["RunTracker", "Tracking", "metrics_of", "params_of", "track_run"]
 
 _TRAIN = ("loss", "lr", "epoch", "steps_per_s", "examples_per_s")
 
@@ -74,6 +74,7 @@ class Tracking:
     experiment: str
     mlflow_uri: str = ""
     tensorboard_dir: str = ""
+    tags: dict[str, str] = field(default_factory=dict)  # given to every run (an advise stage)
 
     @classmethod
     def of(cls, report_to: str | None, experiment: str, tensorboard_dir: Path) -> Tracking | None:
@@ -117,7 +118,47 @@ class Tracking:
         ``tags``, its TensorBoard events in ``folder`` (default: TENSORBOARD_DIR/NAME); ``also``: a
         listener that gets every record first."""
         folder = folder or Path(self.tensorboard_dir) / name
-        return RunTracker(self, name, tags or {}, also, folder)
+        return RunTracker(self, name, {**self.tags, **(tags or {})}, also, folder)
+
+    def add(self, run_dir: Path, metrics: dict[str, float]) -> None:
+        """``metrics`` that come after the run of ``run_dir`` ended (an ``advise`` trial's objective), added
+        to its tracker runs (their ids in its tracking.json) at step 0."""
+        try:
+            ids = json.loads((Path(run_dir) / TRACKING_FILE).read_text())["ids"]
+        except (OSError, ValueError, KeyError):
+            return
+        for name in self.backends:
+            if name in ids:
+                folder = Path(ids[name]) if name == "tensorboard" else Path(run_dir)
+                try:
+                    backend = self.backend(name)
+                    backend.open(Opening(self.experiment, Path(run_dir).name, folder, run_id=ids[name]))
+                    backend.log(metrics, 0)
+                    backend.close("finished")
+                except Exception as error:
+                    _warn(name, error)
+
+    def note(self, key: str, text: str) -> None:
+        """A note on the whole experiment (``advise``'s answer): an MLflow experiment tag, a TensorBoard
+        text in the run ``KEY``."""
+        for name in self.backends:
+            try:
+                self.backend(name).note(self.experiment, key, text, Path(self.tensorboard_dir) / key)
+            except Exception as error:
+                _warn(name, error)
+
+
+def track_run(
+    tracking: Tracking | None, name: str, also: Callable[..., None] | None = None, **tags: str
+) -> Callable[..., None] | None:
+    """The listener of the run ``name`` with ``tags`` (and ``also`` first), or ``also`` without tracking."""
+    return also if tracking is None else tracking.run(name, tags, also)
+
+
+def _warn(name: str, error: BaseException) -> None:
+    said = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+    logger.warning("--report-to %s: the tracker failed (%s: %s); the run goes on without it", name,
+                   type(error).__name__, said)  # fmt: skip
 
 
 def _installed(name: str) -> bool:
@@ -147,8 +188,7 @@ class RunTracker(Listener):
 
     def _failed(self, name: str, error: BaseException) -> None:
         self.live.pop(name, None)
-        logger.warning("--report-to %s: the tracker failed (%s: %s); the run goes on without it", name,
-                       type(error).__name__, str(error).strip().splitlines()[0][:300] if str(error).strip() else "")  # fmt: skip
+        _warn(name, error)
 
     def start(self, run_dir: Path, resumed_at: int | None) -> None:
         self.state_file, self.live, self.seen = run_dir / TRACKING_FILE, {}, 0
