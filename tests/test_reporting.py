@@ -226,3 +226,22 @@ def test_an_advise_study_reads_as_its_regime_trials_confirmation_and_answer(tiny
     ]  # fmt: skip
     assert all(r.info.status == "FINISHED" for r in runs)
     assert experiment.tags["answer"] == advice.sentence
+
+
+def test_wandb_offline_keeps_one_run_across_a_resume(tiny_run, monkeypatch):
+    """W&B is not a dev extra (nothing to read its offline files back with here): run where it is installed."""
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tiny_run["tmp"] / "wandb"))
+    (tiny_run["tmp"] / "wandb").mkdir()
+    tracking = Tracking.of("wandb", "offline", tiny_run["tmp"] / "tb")
+    config = toy_train_config(tiny_run, max_steps=9, log_steps=1, eval_steps=3, checkpoint_steps=2)
+    with pytest.raises(RuntimeError, match="killed"):
+        TrainingLoop(config, on_log=KilledAfter(tracking.run("r"), 5)).fit()
+    import dataclasses
+    import json
+
+    TrainingLoop(dataclasses.replace(config, resume=True), on_log=tracking.run("r")).fit()
+    state = json.loads((tiny_run["tmp"] / "run" / "tracking.json").read_text())
+    folders = sorted(p.name for p in (tiny_run["tmp"] / "wandb" / "wandb").glob("offline-run-*"))
+    assert len(folders) == 2 and all(f.endswith(state["ids"]["wandb"]) for f in folders)  # one run, resumed

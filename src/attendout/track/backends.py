@@ -219,7 +219,8 @@ class Wandb(Backend):
     def open(self, run: Opening) -> str:
         self.run = self.wandb.init(
             project=run.experiment, name=run.name, id=run.run_id, resume="allow" if run.run_id else None,
-            config=run.params, tags=[f"{k}={v}" for k, v in run.tags.items()][:64], dir=str(run.folder),
+            config=run.params, tags=[f"{k}={v}"[:64] for k, v in run.tags.items()],
+            dir=os.environ.get("WANDB_DIR") or str(run.folder),  # its local files: in the run folder
             reinit="create_new",
         )  # fmt: skip
         return self.run.id
