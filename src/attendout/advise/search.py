@@ -342,8 +342,10 @@ def reference(plan: SearchPlan, seed: int, wait: bool = True) -> Measured | None
                 f"search: plain fine-tuning at search seed {seed}, the reference of every trial's score"
                 + (" (resumed)" if config.resume else "")
             )
-            name, seeded = f"search/reference/seed-{seed}", {"seed": str(seed)}
-            finetune(config, track_run(plan.tracking, name, stage="reference", method="none", **seeded))
+            tracked = track_run(
+                plan.tracking, f"search/reference/seed-{seed}", stage="reference", seed=str(seed)
+            )
+            finetune(config, tracked)
     return measured(run_dir, plan.metric)
 
 
@@ -412,9 +414,7 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
     trial.set_user_attr("train_time_s", seconds)
     study.tell(trial, value)
     for seed in plan.seeds if plan.tracking is not None else ():  # each seed's run: the trial's objective
-        plan.tracking.add(
-            trial_dir / f"seed-{seed}", {"trial/objective": value, "trial/seed_score": by_seed[str(seed)]}
-        )
+        plan.tracking.add(trial_dir / f"seed-{seed}", {"trial/objective": value})
     per_seed = ", ".join(f"{v:+.4f}" if plan.paired else f"{v:.4f}" for v in by_seed.values())
     plan.echo(
         f"search {method}: trial {trial.number}: {objective_name(plan)} {value:.4f}"

@@ -182,16 +182,11 @@ def config_from_args(argv: list[str]) -> tuple[AdviseConfig, Any]:
     set_threads(args.threads)
     from ..track import Tracking
 
-    # one experiment: the regime run, every trial's seeds, the confirmation's runs, the answer as a note
-    out = Path(args.output_dir).resolve()
-    tracking = Tracking.of(args.report_to, f"advise-{out.name}", out / "tensorboard")
-    given = {
-        "recipe": recipe,
-        "methods": methods,
-        "fixed_options": fixed,
-        "seeds": seeds,
-        "tracking": tracking,
-    }
+    given = {"recipe": recipe, "methods": methods, "fixed_options": fixed, "seeds": seeds}
+    out = Path(
+        args.output_dir
+    ).resolve()  # one experiment: regime, trials, confirmation, the answer as a note
+    given["tracking"] = Tracking.of(args.report_to, f"advise-{out.name}", out / "tensorboard")
     config = dataclass_from_args(
         AdviseConfig,  # every other field from the flag of its name
         {**vars(args), **given, "echo": lambda line: print(line, flush=True)},

@@ -267,10 +267,9 @@ def _tracker(argv: list[str], output_dir: str) -> Any:
 
     pre = argparse.ArgumentParser(add_help=False)
     add_report_to(pre)
-    out = Path(output_dir).resolve()
-    experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "attendout"
+    out, experiment = Path(output_dir).resolve(), os.environ.get("MLFLOW_EXPERIMENT_NAME") or "attendout"
     tracking = Tracking.of(pre.parse_known_args(argv)[0].report_to, experiment, out)
-    return None if tracking is None else tracking.run(out.name, folder=out / "tensorboard")
+    return tracking and tracking.run(out.name, folder=out / "tensorboard")
 
 
 def main(argv: list[str]) -> int:

@@ -168,14 +168,8 @@ def add_threads(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
 
 def add_report_to(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--report-to``: the trackers the runs report to, named as transformers' ``report_to``."""
-    parser.add_argument(
-        "--report-to",
-        default="none",
-        metavar="TRACKERS",
-        help="report the runs to trackers: tensorboard, mlflow, wandb, trackio, all (every one installed) "
-        "or none (default), or a comma list; each is an extra (pip install 'attendout[mlflow]'). MLflow "
-        "writes to $MLFLOW_TRACKING_URI (default: sqlite:///mlflow.db here); see the trackers guide",
-    )
+    said = "report the runs to tensorboard, mlflow, wandb, trackio, all (those installed) or none (default), or a comma list; each an extra (pip install 'attendout[mlflow]'); MLflow: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here"
+    parser.add_argument("--report-to", default="none", metavar="TRACKERS", help=said)
 
 
 def set_threads(threads: int | None) -> None:

@@ -16,7 +16,10 @@ __all__ = ["Listener", "as_listener"]
 
 class Listener:
     """A watcher of one run (main process only). The loop calls :meth:`start`, then the listener itself
-    with each record written to log.jsonl, then :meth:`end`. Each does nothing here."""
+    with each record written to log.jsonl, then :meth:`end`. Here, only the records go on, to ``on_log``."""
+
+    def __init__(self, on_log: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.on_log = on_log
 
     def start(self, run_dir: Path, resumed_at: int | None) -> None:
         """The run folder ``run_dir`` is taken and its config.json written; ``resumed_at``: the step of
@@ -24,22 +27,14 @@ class Listener:
 
     def __call__(self, record: dict[str, Any]) -> None:
         """A record just written to log.jsonl."""
+        if self.on_log is not None:
+            self.on_log(record)
 
     def end(self, status: str, results: dict[str, Any] | None = None) -> None:
         """The run ended: ``"finished"`` (``results``: results.json's), ``"stopped"`` (Ctrl-C or SIGTERM,
         resumable) or ``"failed"``."""
 
 
-class _Calling(Listener):
-    def __init__(self, on_log: Callable[[dict[str, Any]], None]) -> None:
-        self.on_log = on_log
-
-    def __call__(self, record: dict[str, Any]) -> None:
-        self.on_log(record)
-
-
 def as_listener(on_log: Callable[[dict[str, Any]], None] | None) -> Listener:
     """``on_log`` as a :class:`Listener` (None: one that does nothing)."""
-    if isinstance(on_log, Listener):
-        return on_log
-    return Listener() if on_log is None else _Calling(on_log)
+    return on_log if isinstance(on_log, Listener) else Listener(on_log)

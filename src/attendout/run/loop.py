@@ -39,7 +39,7 @@ from .devices import (
     shard,
 )
 from .interrupt import EvaluationStopped, Stopped, agreed, deferred
-from .listener import Listener, as_listener
+from .listener import as_listener
 from .record import config_record, kept_before_acting_warning, results_record
 from .runfolder import RunFolder, TrainState, checkpoint_config, single_class
 from .setup import budget, make_optimizer, set_up, wrap_model
@@ -57,9 +57,7 @@ class TrainingLoop:
     """One run's loop: the model, optimizer, schedule and method over the data of its set-up
     (:attr:`inputs`), writing through its run folder (:attr:`run`)."""
 
-    def __init__(
-        self, config: TrainConfig, on_log: Listener | Callable[[dict[str, Any]], None] | None = None
-    ):
+    def __init__(self, config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | None = None):
         self.config = c = config
         self.distributed, self.device = process_group(c.device)
         self.listener = as_listener(on_log)  # sees the start, every log.jsonl record and the end
@@ -156,17 +154,16 @@ class TrainingLoop:
     # training ---------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         """Train to the budget (or early stopping), then evaluate the best model; the results."""
-        main = self.run.is_main
         try:
             with deferred():  # Ctrl-C, SIGTERM: stop at the next whole step (:mod:`attendout.run.interrupt`)
                 results = self._fit()
         except BaseException as error:
-            if main:
+            if self.run.is_main:
                 self.listener.end("stopped" if isinstance(error, KeyboardInterrupt) else "failed")
             raise
         finally:
             self.run.release()  # finished, failed or interrupted: the folder is free again
-        if main:
+        if self.run.is_main:
             self.listener.end("finished", results)
         return results
 
@@ -374,9 +371,7 @@ class TrainingLoop:
         return results
 
 
-def finetune(
-    config: TrainConfig, on_log: Listener | Callable[[dict[str, Any]], None] | None = None
-) -> dict[str, Any]:
+def finetune(config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run one fine-tuning job described by ``config``; return the results (also in results.json).
 
     ``on_log`` is called with every record written to log.jsonl (training steps, validations, the

@@ -9,17 +9,17 @@ it. :meth:`Backend.check` finds an unreachable store or an unwritable folder bef
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from ..core.folder import describe_os_error
 
-__all__ = ["BACKENDS", "Backend", "Opening", "TrackerError", "make_backend"]
+__all__ = ["BACKENDS", "Backend", "Opening", "TrackerError", "first_line", "make_backend"]
 
 #: every name of ``--report-to`` but ``all`` and ``none``, as transformers' ``report_to`` spells them
 BACKENDS = ("tensorboard", "mlflow", "wandb", "trackio")
@@ -27,6 +27,12 @@ BACKENDS = ("tensorboard", "mlflow", "wandb", "trackio")
 
 class TrackerError(ValueError):
     """A tracker that cannot be used: not installed, unreachable, not writable (one line, before training)."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message (at most 300 characters), else its type's name."""
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else type(error).__name__
 
 
 def _library(name: str, module: str) -> Any:
@@ -59,11 +65,11 @@ class Backend:
     def check(self, experiment: str) -> None:
         """Refuse, with a :class:`TrackerError`, a store that cannot be reached or written."""
 
-    def open(self, run: Opening) -> str:
-        raise NotImplementedError
+    def open(self, run: Opening) -> str:  # type: ignore[empty-body]
+        """Open (or with ``run.run_id``, reopen) the run; its id."""
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        raise NotImplementedError
+        """``metrics`` at ``step``."""
 
     def keep(self, path: Path) -> None:
         """Keep the file ``path`` with the run (only MLflow keeps files)."""
@@ -103,10 +109,7 @@ class TensorBoard(Backend):
         # afresh, a start at step 0 hides from TensorBoard whatever an older run left in the folder
         purge = None if run.run_id else 0
         self.writer = self.writer_class(str(run.folder), purge_step=purge, flush_secs=30)
-        if run.run_id is None:
-            table = "\n".join(f"| {k} | {v} |" for k, v in run.params.items())
-            self.writer.add_text("config", f"| option | value |\n|---|---|\n{table}", 0)
-        return str(run.folder)
+        return str(run.folder)  # (the configuration: in the HParams summary of the finished run)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         for key, value in metrics.items():
@@ -157,23 +160,18 @@ class MLflow(Backend):
             return self.client.get_experiment_by_name(experiment).experiment_id
 
     def check(self, experiment: str) -> None:
-        retries = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-        saved = {k: os.environ.get(k) for k in retries}
-        os.environ.update(retries)
+        once = {
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+            "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+        }  # no minutes of retries
         try:
-            self.experiment_id(experiment)
+            with mock.patch.dict(os.environ, once):
+                self.experiment_id(experiment)
         except Exception as error:
-            said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise TrackerError(
-                f"--report-to mlflow: cannot use the MLflow tracking URI {self.uri} ({said[:300]}); "
+                f"--report-to mlflow: cannot use the MLflow tracking URI {self.uri} ({first_line(error)}); "
                 "set MLFLOW_TRACKING_URI to a reachable server or a writable sqlite:///FILE"
             ) from None
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
 
     def open(self, run: Opening) -> str:
         from mlflow.entities import Param
@@ -213,11 +211,11 @@ class Wandb(Backend):
     name = "wandb"
 
     def __init__(self, target: str) -> None:
-        self.wandb = _library(self.name, "wandb")
+        self.library = _library(self.name, self.name)
         self.run: Any = None
 
     def open(self, run: Opening) -> str:
-        self.run = self.wandb.init(
+        self.run = self.library.init(
             project=run.experiment, name=run.name, id=run.run_id, resume="allow" if run.run_id else None,
             config=run.params, tags=[f"{k}={v}"[:64] for k, v in run.tags.items()],
             dir=os.environ.get("WANDB_DIR") or str(run.folder),  # its local files: in the run folder
@@ -230,34 +228,26 @@ class Wandb(Backend):
 
     def close(self, status: str) -> None:
         if self.run is not None:
-            self.run.finish(exit_code=0 if status == "finished" else 1)
+            self.run.finish(**({"exit_code": int(status != "finished")} if self.name == "wandb" else {}))
 
 
-class Trackio(Backend):
+class Trackio(Wandb):
     """A Trackio run (local first: ``trackio show`` opens its dashboard)."""
 
     name = "trackio"
 
-    def __init__(self, target: str) -> None:
-        self.trackio = _library(self.name, "trackio")
-        self.run: Any = None
-
     def open(self, run: Opening) -> str:
         resume = "must" if run.run_id else "never"
-        self.run = self.trackio.init(project=run.experiment, name=run.name, config=run.params, resume=resume)
+        self.run = self.library.init(project=run.experiment, name=run.name, config=run.params, resume=resume)
         return run.name
 
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        self.run.log(metrics, step=step)
 
-    def close(self, status: str) -> None:
-        if self.run is not None:
-            with contextlib.suppress(AttributeError):
-                self.run.finish()
-
-
-_CLASSES: dict[str, type[Backend]] = {"tensorboard": TensorBoard, "mlflow": MLflow, "wandb": Wandb}
-_CLASSES["trackio"] = Trackio
+_CLASSES: dict[str, type[Backend]] = {
+    "tensorboard": TensorBoard,
+    "mlflow": MLflow,
+    "wandb": Wandb,
+    "trackio": Trackio,
+}
 
 
 def make_backend(name: str, target: str) -> Backend:

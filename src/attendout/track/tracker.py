@@ -12,6 +12,8 @@ and dropped: the run goes on.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -22,7 +24,7 @@ from typing import Any
 
 from ..core.folder import TRACKING_FILE, RunDir, write_json_atomic
 from ..run import Listener
-from .backends import BACKENDS, Backend, Opening, TrackerError, make_backend
+from .backends import BACKENDS, Backend, Opening, TrackerError, first_line, make_backend
 
 logger = logging.getLogger(__name__)
 
@@ -83,14 +85,11 @@ class Tracking:
         :class:`TrackerError` now, before anything trains. MLflow's URI is ``$MLFLOW_TRACKING_URI``, else
         MLflow's default (``sqlite:///mlflow.db`` in the working folder), made absolute."""
         names = [n.strip() for n in (report_to or "none").split(",") if n.strip()]
-        unknown = [n for n in names if n not in (*BACKENDS, "all", "none")]
-        if unknown:
-            raise TrackerError(
-                f"--report-to {report_to}: unknown tracker {unknown[0]!r}; "
-                f"give all, none or some of {', '.join(BACKENDS)} (comma-separated)"
-            )
+        for name in names:
+            if name not in (*BACKENDS, "all", "none"):
+                raise TrackerError(f"--report-to {report_to}: unknown tracker {name!r}; give all, none or some of {', '.join(BACKENDS)} (comma-separated)")  # fmt: skip
         if "all" in names:  # as transformers: every tracker installed
-            names = [n for n in BACKENDS if _installed(n)]
+            names = [n for n in BACKENDS if importlib.util.find_spec(n)]  # each imports as it is named
         chosen = tuple(dict.fromkeys(n for n in names if n != "none"))
         if not chosen:
             return None
@@ -107,13 +106,7 @@ class Tracking:
     def backend(self, name: str) -> Backend:
         return make_backend(name, self.tensorboard_dir if name == "tensorboard" else self.mlflow_uri)
 
-    def run(
-        self,
-        name: str,
-        tags: dict[str, str] | None = None,
-        also: Callable[[dict[str, Any]], None] | None = None,
-        folder: Path | None = None,
-    ) -> RunTracker:
+    def run(self, name: str, tags: dict | None = None, also: Callable | None = None, folder: Path | None = None) -> RunTracker:  # fmt: skip
         """A listener for ``finetune(config, on_log=...)`` that reports one run named ``name`` with
         ``tags``, its TensorBoard events in ``folder`` (default: TENSORBOARD_DIR/NAME); ``also``: a
         listener that gets every record first."""
@@ -148,37 +141,21 @@ class Tracking:
                 _warn(name, error)
 
 
-def track_run(
-    tracking: Tracking | None, name: str, also: Callable[..., None] | None = None, **tags: str
-) -> Callable[..., None] | None:
+def track_run(tracking: Tracking | None, name: str, also: Callable | None = None, **tags: str) -> Any:
     """The listener of the run ``name`` with ``tags`` (and ``also`` first), or ``also`` without tracking."""
     return also if tracking is None else tracking.run(name, tags, also)
 
 
 def _warn(name: str, error: BaseException) -> None:
-    said = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
-    logger.warning("--report-to %s: the tracker failed (%s: %s); the run goes on without it", name,
-                   type(error).__name__, said)  # fmt: skip
-
-
-def _installed(name: str) -> bool:
-    try:
-        make_backend(name, "")
-    except TrackerError:
-        return False
-    return True
+    said = f"{type(error).__name__}: {first_line(error)}"
+    logger.warning("--report-to %s: the tracker failed (%s); the run goes on without it", name, said)
 
 
 class RunTracker(Listener):
     """Mirrors one run into the trackers of a :class:`Tracking` (see the module docstring)."""
 
     def __init__(
-        self,
-        tracking: Tracking,
-        name: str,
-        tags: dict[str, str],
-        also: Callable[..., None] | None,
-        folder: Path,
+        self, tracking: Tracking, name: str, tags: dict, also: Callable | None, folder: Path
     ) -> None:
         self.tracking, self.name, self.tags, self.also, self.folder = tracking, name, tags, also, folder
         self.live: dict[str, Backend] = {}
@@ -193,18 +170,14 @@ class RunTracker(Listener):
     def start(self, run_dir: Path, resumed_at: int | None) -> None:
         self.state_file, self.live, self.seen = run_dir / TRACKING_FILE, {}, 0
         state: dict[str, Any] = {}
-        if resumed_at is not None and self.state_file.is_file():
-            try:
+        if resumed_at is not None:  # the ids to reopen, the records the trackers have
+            with contextlib.suppress(OSError, ValueError):
                 state = json.loads(self.state_file.read_text())
-            except (OSError, ValueError):
-                state = {}
         self.sent, self.ids = int(state.get("records", 0)), dict(state.get("ids", {}))
         params = params_of(run_dir)
         for name in self.tracking.backends:
             folder = self.folder if name == "tensorboard" else run_dir
-            opening = Opening(
-                self.tracking.experiment, self.name, folder, self.tags, params, self.ids.get(name)
-            )
+            opening = Opening(self.tracking.experiment, self.name, folder, self.tags, params, self.ids.get(name))  # fmt: skip
             try:
                 backend = self.tracking.backend(name)
                 self.ids[name] = backend.open(opening)
