@@ -43,9 +43,9 @@ def main(root: str, experiment: str = "trackers-demo") -> Path:
         reader = event_accumulator.EventAccumulator(str(cell), size_guidance={event_accumulator.SCALARS: 0})
         reader.Reload()
         tags = sorted(t for t in reader.Tags()["scalars"] if "/drop_rate/" in t)
-        for tag in tags:
+        for layer, tag in enumerate(tags):
             events = reader.Scalars(tag)
-            right.plot([e.step for e in events], [e.value for e in events], "-" if cell.name == "seed-1" else "--",
+            right.plot([e.step for e in events], [e.value for e in events], "-" if cell.name == "seed-1" else "--", color=f"C{layer}",
                        label=f"{tag.rsplit('/', 1)[-1]}, {cell.name}" if cell.name == "seed-1" else None)  # fmt: skip
     right.set(title="TensorBoard: scores dropout's realised rate per layer (p 0.2)", xlabel="step",
               ylabel="share of scores dropped")  # fmt: skip
