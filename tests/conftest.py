@@ -240,6 +240,19 @@ def snapshot(folder) -> dict[str, str] | None:
     }
 
 
+#: log.jsonl's timing of its training lines: measured, so never the same in two runs
+TIMING = ("steps_per_s", "examples_per_s")
+
+
+def log_numbers(run_dir) -> list[dict]:
+    """The records of RUN_DIR/log.jsonl without their timing (:data:`TIMING`): what a resumed run and an
+    uninterrupted one must agree on."""
+    import json
+
+    records = [json.loads(line) for line in (Path(run_dir) / "log.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in record.items() if k not in TIMING} for record in records]
+
+
 def write_sentiment_csv(path, n: int, seed: int = 0) -> str:
     """A learnable toy sentiment CSV: label 1 iff the text has more positive than negative words."""
     import random

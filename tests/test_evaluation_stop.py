@@ -17,6 +17,7 @@ from attendout.config import TrainConfig
 from attendout.core.folder import CHECKPOINT_DIR
 from attendout.run.interrupt import Stopped
 from attendout.run.loop import TrainingLoop, finetune
+from conftest import log_numbers
 
 SOURCES = [f"the {a} {b} on the {c}" for a in ("cat", "dog") for b in ("sat", "ran") for c in ("mat", "log")]
 TARGETS = [
@@ -72,7 +73,7 @@ def decoding_stops_at(monkeypatch, *, evaluation: int, batch: int, signum=signal
 
 
 def read_log(run) -> list[dict]:
-    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    return log_numbers(run)
 
 
 def same_as_whole(tmp_path, results, whole) -> None:

@@ -10,7 +10,7 @@ from attendout.core.folder import CHECKPOINT_DIR, CHECKPOINT_FILE
 from attendout.core.optim import TrainingError
 from attendout.run.loop import TrainingLoop, finetune
 from attendout.run.runfolder import RunExistsError
-from conftest import toy_train_config
+from conftest import log_numbers, toy_train_config
 
 KILL_AT = 5  # the step after which the "killed" run stops; its last checkpoint is at step 4
 
@@ -44,7 +44,7 @@ def run_config(tiny_run, name: str, method: str, options: dict, **overrides):
 
 
 def read_log(run_dir) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    return log_numbers(run_dir)
 
 
 # Every registered method, with options that make it act in these 9 steps.

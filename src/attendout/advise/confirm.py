@@ -262,9 +262,10 @@ def run_confirmation(
     progress: bool = True,
     echo: Callable[[str], None] = print,
     poll: float = 30.0,
+    tracking: Any = None,
 ) -> None:
     """Train the confirmation's missing cells (finished ones are kept; cells of a changed setting rerun),
-    then wait for the ones other processes still run."""
+    then wait for the ones other processes still run; ``tracking``: where each run reports (--report-to)."""
     from tqdm.auto import tqdm
 
     store = ResultsStore(root)
@@ -292,6 +293,11 @@ def run_confirmation(
         dynamic_ncols=True,
     )
 
+    confirming = None
+    if tracking is not None:  # each cell a run of the study's experiment, under TENSORBOARD/confirm
+        folder = str(Path(tracking.tensorboard_dir) / "confirm")
+        confirming = dataclasses.replace(tracking, tensorboard_dir=folder, tags={"stage": "confirmation"})
+
     def listen(line: str) -> None:
         raise_if_stopped()  # a stop that landed where it was swallowed
         if ": done in" in line or ": FAILED" in line:
@@ -303,7 +309,7 @@ def run_confirmation(
 
     try:
         while True:
-            summary = run_cells(plan, store, rerun_stale=True, echo=listen)
+            summary = run_cells(plan, store, rerun_stale=True, echo=listen, tracking=confirming)
             if summary.failed:
                 raise RuntimeError(
                     f"confirm: {len(summary.failed)} run(s) failed (first: {summary.failed[0]}); see "

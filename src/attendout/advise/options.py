@@ -161,6 +161,7 @@ class AdviseConfig:
     poll: float = 30.0  # seconds between looks at the trials other processes run (search)
     progress: bool = option(True, "progress bars with ETA (stderr)")
     echo: Callable[[str], None] = print
+    tracking: Any = None  # --report-to: the attendout.track.Tracking every run of the study reports to
     command: str = ""  # the command line that made the study, for advice.md
 
     def __post_init__(self) -> None:

@@ -48,6 +48,7 @@ from ..core.lock import Owner, exclusive
 from ..core.optim import TrainingError
 from ..run import check as raise_if_stopped
 from ..run import finetune
+from ..track import track_run
 from .objective import (
     Measured,
     measured,
@@ -360,7 +361,10 @@ def reference(plan: SearchPlan, seed: int, wait: bool = True) -> Measured | None
                 f"search: plain fine-tuning at search seed {seed}, the reference of every trial's score"
                 + (" (resumed)" if config.resume else "")
             )
-            finetune(config)
+            tracked = track_run(
+                plan.study.tracking, f"search/reference/seed-{seed}", stage="reference", seed=str(seed)
+            )
+            finetune(config, tracked)
     return measured(run_dir, plan.metric)
 
 
@@ -430,6 +434,10 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
     value = sum(by_seed.values()) / len(by_seed)
     trial.set_user_attr("train_time_s", seconds)
     study.tell(trial, value)
+    for seed in (
+        plan.seeds if plan.study.tracking is not None else ()
+    ):  # each seed's run: the trial's objective
+        plan.study.tracking.add(trial_dir / f"seed-{seed}", {"trial/objective": value})
     per_seed = ", ".join(f"{v:+.4f}" if plan.paired else f"{v:.4f}" for v in by_seed.values())
     plan.study.echo(
         f"search {method}: trial {trial.number}: {objective_name(plan)} {value:.4f}"
@@ -486,7 +494,10 @@ def _train_seed(
         if "validation" in record:
             report(record)
 
-    results = finetune(config, on_log)
+    tags = {"stage": "trial", "method": method, "trial": str(trial.number), "seed": str(seed)}
+    tags.update({f"param.{k}": str(v) for k, v in options.items()})
+    name = f"search/{method}/trial-{trial.number:03d}/seed-{seed}"
+    results = finetune(config, track_run(plan.study.tracking, name, on_log, **tags))
     return float(results.get("train_time_s") or 0.0)
 
 

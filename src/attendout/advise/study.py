@@ -47,6 +47,7 @@ from ..core.lock import RunBusyError, RunLock
 from ..report.render import kept_before_acting_sentence
 from ..run import check as raise_if_stopped
 from ..run import finetune, load_data
+from ..track import track_run
 from .answer import Verdict, verdict
 from .confirm import (
     Confirmation,
@@ -144,7 +145,7 @@ def run_regime(config: AdviseConfig, steps_per_epoch: int) -> RegimeReading:
             )
             resumed = " (resumed)" if plain.resume else ""
             config.echo(f"advise: regime: {config.plain} for {config.regime_epochs} epochs{resumed}")
-            finetune(plain)
+            finetune(plain, track_run(config.tracking, "regime", stage="regime", method="none"))
     if not run.log.is_file():
         raise ValueError(f"--regime-run {run.path} is not a run directory (it has no {LOG_FILE})")
     state = run.state()
@@ -194,7 +195,10 @@ def advise(config: AdviseConfig) -> Advice:
     confirmation = _confirm(config, plan, searches, tuned)
     if config.until == "confirm":
         return Advice(regime, searches, confirmation, "confirmed; run the answer stage", None, files, noise)
-    return _answer(config, plan, regime, searches, noise, confirmation, tuned)
+    advice = _answer(config, plan, regime, searches, noise, confirmation, tuned)
+    if config.tracking is not None:  # the answer, as a note on the study's experiment
+        config.tracking.note("answer", advice.sentence)
+    return advice
 
 
 def search_plan(config: AdviseConfig) -> SearchPlan | None:
@@ -233,6 +237,7 @@ def _confirm(
             reuse=config.reuse_runs,
             progress=config.progress,
             echo=config.echo,
+            tracking=config.tracking,
         )
         return read_confirmation(experiment, config.out / "confirm", tuned, config.alpha)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..track import Tracking
 from .claims import HEARTBEAT_S, STALE_AFTER_S
 from .plan import GridPlan
 from .runner import BenchJob
@@ -39,6 +40,7 @@ class CellTask:
     heartbeat: float = HEARTBEAT_S
     rerun_stale: bool = False
     retry_out_of_memory: bool = False
+    tracking: Tracking | None = None  # --report-to: where the cell reports (the same for every worker)
 
     @classmethod
     def of(cls, job: BenchJob, key: str, prefix: str = "", **options: Any) -> CellTask:
@@ -51,6 +53,7 @@ class CellTask:
             stale_after=job.store.stale_after,
             heartbeat=job.heartbeat,
             rerun_stale=job.rerun_stale,
+            tracking=job.tracking,
             **options,
         )
 
@@ -68,6 +71,7 @@ class CellTask:
             rerun_stale=self.rerun_stale,
             heartbeat=self.heartbeat,
             retry_out_of_memory=self.retry_out_of_memory,
+            tracking=self.tracking,
         )
         summary = job.run_cell(cells[0], self.prefix or self.key)
         sys.stdout.flush()

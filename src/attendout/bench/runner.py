@@ -27,6 +27,7 @@ from ..config import TrainConfig
 from ..core.folder import CELL_FILE, RESULTS_FILE, CheckpointError, RunDir, StorageError, portable
 from ..run import check as raise_if_stopped
 from ..run import finetune
+from ..track import Tracking
 from .claims import HEARTBEAT_S, Claim
 from .plan import GridPlan
 from .spec import Cell, ExperimentError, config_fingerprint
@@ -209,6 +210,7 @@ class BenchJob:
     train: Callable[..., dict[str, Any]] = finetune
     launcher: Launcher | None = None
     retry_out_of_memory: bool = False  # a launcher's worker: a run out of GPU memory is kept to retry
+    tracking: Tracking | None = None  # --report-to: each cell a run of the grid's experiment
     summary: RunSummary = field(default_factory=RunSummary)
 
     def run(self) -> RunSummary:
@@ -311,7 +313,11 @@ class BenchJob:
             resume=resume,
             checkpoint_steps=config.checkpoint_steps or config.eval_steps,  # at every validation
         )
-        listener = self._progress(prefix, self.plan.steps.get(cell.key), started, resumed_at or 0)
+        listener: Any = self._progress(prefix, self.plan.steps.get(cell.key), started, resumed_at or 0)
+        if self.tracking is not None:
+            tags = {"model": cell.model.id, "task": cell.task.id, "method": cell.method.id, "cell": cell.key}
+            tags.update(seed=str(cell.seed), method_label=cell.method.label)
+            listener = self.tracking.run(cell.key, tags, also=listener)
         try:
             try:
                 results = self.train(run, listener)

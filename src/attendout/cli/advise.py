@@ -7,6 +7,7 @@ import argparse
 import shlex
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..advise import SEARCH_SPACES, AdviseConfig
@@ -15,6 +16,7 @@ from .flags import (
     add_dataclass_options,
     add_file_options,
     add_launch_options,
+    add_report_to,
     add_threads,
     dataclass_from_args,
     set_threads,
@@ -127,6 +129,7 @@ def advise_parser() -> argparse.ArgumentParser:
         "for several on a cluster: --storage postgresql://...); the confirmation's runs then go through the "
         "same launcher, and the answer is written here.",
     )
+    add_report_to(parser)
     return parser
 
 
@@ -178,7 +181,13 @@ def config_from_args(argv: list[str]) -> tuple[AdviseConfig, Any]:
         taken = set(search_seeds(args.search_seed, args.search_repeats))
         seeds = [s for s in range(1, count + len(taken) + 1) if s not in taken][:count]
     set_threads(args.threads)
+    from ..track import Tracking
+
     given = {"recipe": recipe, "methods": methods, "fixed_options": fixed, "seeds": seeds}
+    out = Path(
+        args.output_dir
+    ).resolve()  # one experiment: regime, trials, confirmation, the answer as a note
+    given["tracking"] = Tracking.of(args.report_to, f"advise-{out.name}", out / "tensorboard")
     config = dataclass_from_args(
         AdviseConfig,  # every other field from the flag of its name
         {**vars(args), **given, "echo": lambda line: print(line, flush=True)},

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .flags import (
     add_launch_options,
+    add_report_to,
     add_threads,
     dataclass_from_args,
     experiment_parser,
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cell_running(parser)
     _add_results_handling(parser)
     add_launch_options(parser)
+    add_report_to(parser)
     return parser
 
 
@@ -171,6 +173,10 @@ def main(argv: list[str]) -> int:
                 raise ExperimentError(f"--reuse-runs {source}: no such folder")
             for key in reuse_runs([c for c in plan.shard_cells if c.config is not None], store, Path(source)):
                 print(f"{key}: reused the finished run of the same configuration in {source}")
-    summary = run_cells(plan, store, rerun_stale=args.rerun_stale, launcher=launcher)
+    from ..track import Tracking
+
+    # one experiment named after the grid; TensorBoard's events under RESULTS/tensorboard/CELL
+    tracking = Tracking.of(args.report_to, experiment.name, Path(root) / "tensorboard")
+    summary = run_cells(plan, store, rerun_stale=args.rerun_stale, launcher=launcher, tracking=tracking)
     print(f"bench {experiment.name} shard {shard[0]}/{shard[1]}: {summary.line()}")
     return 1 if summary.failed else 0

@@ -12,11 +12,13 @@ import io
 import os
 import shlex
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .flags import (
     add_dataclass_options,
     add_file_options,
+    add_report_to,
     add_threads,
     set_threads,
     task_defaults_unset,
@@ -59,6 +61,7 @@ def parser_for(method: str | None) -> argparse.ArgumentParser:
         "`attendout advise` writes as its answer): its values are the defaults that other flags override",
     )
     add_threads(parser)
+    add_report_to(parser)
     if method in METHODS:
         cls = METHODS[method]
         group = parser.add_argument_group(
@@ -257,13 +260,25 @@ def go_on(argv: list[str], resumable: bool) -> str:
     return "to go on: " + shlex.join(again if "--resume" in argv else [*again, "--resume"])
 
 
+def _tracker(argv: list[str], output_dir: str) -> Any:
+    """The listener of ``--report-to`` (None: none), checked before anything trains: an MLflow run in
+    ``$MLFLOW_EXPERIMENT_NAME`` (default: attendout), TensorBoard's events in OUTPUT_DIR/tensorboard."""
+    from ..track import Tracking
+
+    pre = argparse.ArgumentParser(add_help=False)
+    add_report_to(pre)
+    out, experiment = Path(output_dir).resolve(), os.environ.get("MLFLOW_EXPERIMENT_NAME") or "attendout"
+    tracking = Tracking.of(pre.parse_known_args(argv)[0].report_to, experiment, out)
+    return tracking and tracking.run(out.name, folder=out / "tensorboard")
+
+
 def main(argv: list[str]) -> int:
     from ..report.results import format_results, format_truncation
     from ..run import finetune
 
     config, threads = config_from_args(argv)
     set_threads(threads)
-    results = finetune(config)
+    results = finetune(config, _tracker(argv, config.output_dir))
     if os.environ.get("RANK", "0") != "0":  # torchrun / accelerate launch: the main process reports
         return 0
     print(f"\n{results['task']} | method {results['method']} | {results['model_description']}")

@@ -166,6 +166,12 @@ def add_threads(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
 
 
+def add_report_to(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--report-to``: the trackers the runs report to, named as transformers' ``report_to``."""
+    said = "report the runs to tensorboard, mlflow, wandb, trackio, all (those installed) or none (default), or a comma list; each an extra (pip install 'attendout[mlflow]'); MLflow: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here"
+    parser.add_argument("--report-to", default="none", metavar="TRACKERS", help=said)
+
+
 def set_threads(threads: int | None) -> None:
     """torch.set_num_threads(threads), unless None; below 1 is an error naming ``--threads``."""
     if threads is not None:

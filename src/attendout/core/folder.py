@@ -80,6 +80,7 @@ __all__ = [
 RESULTS_FILE = "results.json"  # the final metrics, written last: its presence means the run finished
 RUN_CONFIG_FILE = "config.json"  # the run's settings, task, data sizes, versions (not a model's config.json)
 LOG_FILE = "log.jsonl"  # one JSON record a line: logged steps, validations, the final evaluation
+TRACKING_FILE = "tracking.json"  # --report-to: the trackers' run ids, how many records they were given
 CELL_FILE = "cell.json"  # a bench cell's record (attendout.bench): fingerprint, cell key, wall time
 PREDICTIONS_DIR = "predictions"  # SPLIT.jsonl per evaluation split (SPLIT.jsonl.gz in a published cell)
 MODEL_DIR = "model"  # the best model, saved whole (save_model_atomic)

@@ -6,6 +6,7 @@
   checkpoints, resume, predictions, results); :mod:`.record`: what a run records of itself.
 * :mod:`.interrupt`: a stop at the next whole step (Ctrl-C, SIGTERM) or evaluation batch.
 * :mod:`.devices`: where a run computes.
+* :mod:`.listener`: what the loop tells whoever watches a run (the trackers of ``--report-to``).
 
 The run folder's format (its files' names and readers, files written whole, where a run stands, who owns
 it), the optimiser's pieces and the limits sit on the ground floor, :mod:`attendout.core`, which every floor

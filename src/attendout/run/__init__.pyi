@@ -15,6 +15,7 @@ from .devices import (
     shard,
 )
 from .interrupt import EvaluationStopped, Stopped, agreed, check, deferred, handling, requested
+from .listener import Listener, as_listener
 from .loop import TrainingLoop, finetune
 from .record import config_record, results_record
 from .runfolder import (

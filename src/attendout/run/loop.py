@@ -39,6 +39,7 @@ from .devices import (
     shard,
 )
 from .interrupt import EvaluationStopped, Stopped, agreed, deferred
+from .listener import as_listener
 from .record import config_record, kept_before_acting_warning, results_record
 from .runfolder import RunFolder, TrainState, checkpoint_config, single_class
 from .setup import budget, make_optimizer, set_up, wrap_model
@@ -59,7 +60,8 @@ class TrainingLoop:
     def __init__(self, config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | None = None):
         self.config = c = config
         self.distributed, self.device = process_group(c.device)
-        self.run = RunFolder(c, self.distributed, on_log)  # refuses a folder that cannot take the run
+        self.listener = as_listener(on_log)  # sees the start, every log.jsonl record and the end
+        self.run = RunFolder(c, self.distributed, self.listener)  # refuses a folder that cannot take the run
         self.inputs = inputs = set_up(c, self.device, self.run.is_main)
         self.task, self.model, self.tokenizer = inputs.task, inputs.model, inputs.tokenizer
         self.train_set, self.validation_set = inputs.train_set, inputs.validation_set
@@ -80,6 +82,7 @@ class TrainingLoop:
         self.running: list[Any] = []  # losses since the last log line
         self.elapsed_before = 0.0  # training seconds before a resume
         self.started: float | None = None  # when fit() began
+        self.pace = [0, 0, 0.0]  # since the last log line: steps, examples, seconds in train_step
         # Only now, with data and model loaded and the method applied, touch the run folder.
         with self.run.taking():
             checkpoint = self.run.take(self.device)
@@ -94,6 +97,8 @@ class TrainingLoop:
                     self.distributed.world_size,
                 )  # fmt: skip
             )
+        if self.run.is_main:
+            self.listener.start(self.run.path, self.run.resumed_at)
 
     def context(self) -> LoopContext:
         """What the loop gives a method (see :mod:`attendout.contract`)."""
@@ -151,9 +156,16 @@ class TrainingLoop:
         """Train to the budget (or early stopping), then evaluate the best model; the results."""
         try:
             with deferred():  # Ctrl-C, SIGTERM: stop at the next whole step (:mod:`attendout.run.interrupt`)
-                return self._fit()
+                results = self._fit()
+        except BaseException as error:
+            if self.run.is_main:
+                self.listener.end("stopped" if isinstance(error, KeyboardInterrupt) else "failed")
+            raise
         finally:
             self.run.release()  # finished, failed or interrupted: the folder is free again
+        if self.run.is_main:
+            self.listener.end("finished", results)
+        return results
 
     def _fit(self) -> dict[str, Any]:
         c = self.config
@@ -187,7 +199,10 @@ class TrainingLoop:
         c = self.config
         self.strategy.set_progress(self.state.step / self.total_steps)
         lr = self.scheduler.get_last_lr()[0]
+        began = time.perf_counter()
         self.running.append(self.train_step(batch))
+        rows, seconds = len(next(iter(batch.values()))), time.perf_counter() - began
+        self.pace = [self.pace[0] + 1, self.pace[1] + rows, self.pace[2] + seconds]
         self.state.step += 1
         bar.update(1)
         if self.state.step % c.log_steps == 0 or self.state.step == self.total_steps:
@@ -195,9 +210,11 @@ class TrainingLoop:
             self.running.clear()
             bar.set_postfix(loss=f"{loss:.4f}")
             epoch = self.epoch_progress
-            self.run.log(
-                {"step": self.state.step, "epoch": epoch, "loss": loss, "lr": lr, **self.strategy.stats()}
-            )
+            steps, examples, seconds = self.pace
+            self.pace = [0, 0, 0.0]
+            pace = {"steps_per_s": steps / seconds, "examples_per_s": examples / seconds} if seconds else {}
+            record = {"step": self.state.step, "epoch": epoch, "loss": loss, "lr": lr}
+            self.run.log({**record, **self.strategy.stats(), **pace})
         if c.eval_steps and self.state.step % c.eval_steps == 0:
             self.validate()
         due = c.checkpoint_steps and self.state.step % c.checkpoint_steps == 0
@@ -358,6 +375,8 @@ def finetune(config: TrainConfig, on_log: Callable[[dict[str, Any]], None] | Non
     """Run one fine-tuning job described by ``config``; return the results (also in results.json).
 
     ``on_log`` is called with every record written to log.jsonl (training steps, validations, the
-    final evaluation): ``attendout bench`` prints its progress from the validation records.
+    final evaluation): ``attendout bench`` prints its progress from the validation records. A
+    :class:`~attendout.run.listener.Listener` also hears the run's start and end (the trackers of
+    :mod:`attendout.track` are listeners).
     """
     return TrainingLoop(config, on_log).fit()

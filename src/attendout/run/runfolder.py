@@ -57,6 +57,7 @@ from ..core.folder import (
     PREDICTIONS_DIR,
     RESULTS_FILE,
     RUN_CONFIG_FILE,
+    TRACKING_FILE,
     CheckpointError,
     RunDir,
     StorageError,
@@ -113,7 +114,7 @@ CHECKPOINT_FOLDERS = (CHECKPOINT_DIR, f".{CHECKPOINT_DIR}.tmp", f".{CHECKPOINT_D
 #: What a run writes in its directory (with the temporary names of its folders written whole), results.json
 #: first: removed when a run starts afresh there, so that no older file passes for this run's.
 RUN_OUTPUTS = (RESULTS_FILE, RUN_CONFIG_FILE, LOG_FILE, PREDICTIONS_DIR, MODEL_DIR, f".{MODEL_DIR}.tmp")
-RUN_OUTPUTS += (f".{MODEL_DIR}.old", *CHECKPOINT_FOLDERS)
+RUN_OUTPUTS += (f".{MODEL_DIR}.old", TRACKING_FILE, *CHECKPOINT_FOLDERS)
 
 
 class RunExistsError(FileExistsError):
