@@ -706,7 +706,7 @@ def test_a_cli_run_records_the_tasks_settings_and_an_explicit_value_wins(monkeyp
     class Captured(Exception):
         pass
 
-    def capture(config):
+    def capture(config, on_log=None):
         raise Captured(config)
 
     monkeypatch.setattr("attendout.run.finetune", capture)

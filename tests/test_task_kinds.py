@@ -491,7 +491,7 @@ def test_cli_applies_a_tasks_own_defaults_unless_told_otherwise(monkeypatch):
     class Seen(Exception):
         pass
 
-    def fake(config):
+    def fake(config, on_log=None):
         seen["c"] = config
         raise Seen  # stop before any data is read (a Ctrl-C would be a stop the command reports)
 
