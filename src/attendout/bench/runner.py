@@ -27,7 +27,7 @@ from ..config import TrainConfig
 from ..core.folder import CELL_FILE, RESULTS_FILE, CheckpointError, RunDir, StorageError, portable
 from ..run import check as raise_if_stopped
 from ..run import finetune
-from ..track import Tracking
+from ..track import Tracking, track_run
 from .claims import HEARTBEAT_S, Claim
 from .plan import GridPlan
 from .spec import Cell, ExperimentError, config_fingerprint
@@ -313,11 +313,11 @@ class BenchJob:
             resume=resume,
             checkpoint_steps=config.checkpoint_steps or config.eval_steps,  # at every validation
         )
-        listener: Any = self._progress(prefix, self.plan.steps.get(cell.key), started, resumed_at or 0)
-        if self.tracking is not None:
-            tags = {"model": cell.model.id, "task": cell.task.id, "method": cell.method.id, "cell": cell.key}
-            tags.update(seed=str(cell.seed), method_label=cell.method.label)
-            listener = self.tracking.run(cell.key, tags, also=listener)
+        listener = track_run(
+            self.tracking, cell.key, self._progress(prefix, self.plan.steps.get(cell.key), started, resumed_at or 0),
+            model=cell.model.id, task=cell.task.id, method=cell.method.id, cell=cell.key, seed=str(cell.seed),
+            method_label=cell.method.label,
+        )  # fmt: skip
         try:
             try:
                 results = self.train(run, listener)
