@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.attendout-installed
 
-.PHONY: setup models demo test test-all test-slow test-matrix lint bench docs docs-serve
+.PHONY: setup models demo test test-all test-processes test-slow test-matrix lint bench docs docs-serve
 
 setup: $(STAMP)
 
@@ -41,6 +41,12 @@ demo: $(STAMP)
 TEST_WORKERS ?= auto
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+
+# The tests of several fresh interpreters working together (marked `processes`: --jobs workers, SLURM
+# through submitit, torchrun, two advise workers on one PostgreSQL study): one at a time, as each already
+# keeps both cores busy; about 4 minutes. CI runs them in a step of their own.
+test-processes: $(STAMP)
+	$(BIN)/python -m pytest -n 0 -m processes
 
 # The long tests only (every method killed at every kill point: tests/test_faults.py, about 9 minutes).
 test-slow: $(STAMP)

@@ -63,6 +63,7 @@ def search_runs(out: Path) -> dict[str, bool]:
     }
 
 
+@pytest.mark.processes
 def test_advise_jobs_2_runs_two_search_trials_at_once_each_once(tiny_run, capsys, monkeypatch):
     out = tiny_run["tmp"] / "jobs"
     hold_the_first_two_runs(
@@ -106,6 +107,7 @@ def test_advise_jobs_2_confirms_once_and_searches_as_a_serial_study(tiny_run, ca
     assert [v for _, v in parallel] == pytest.approx([v for _, v in alone], abs=1e-6)
 
 
+@pytest.mark.processes
 def test_ctrl_c_stops_every_search_worker_and_prints_one_command_that_goes_on(tiny_run, monkeypatch):
     out = tiny_run["tmp"] / "stopped"
     hold = tiny_run["tmp"] / "hook"

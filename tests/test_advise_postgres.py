@@ -70,6 +70,7 @@ def database():
             connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.mark.processes
 @needs_server
 def test_two_workers_started_at_once_on_one_postgresql_study_write_one_answer(tiny_run, database):
     out = tiny_run["tmp"] / "advice"

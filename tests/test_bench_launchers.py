@@ -232,6 +232,7 @@ with interrupt.handling(), interrupt.deferred():
     assert done.stderr.count("SIGTERM: stopping after this step") == 1
 
 
+@pytest.mark.processes
 def test_ctrl_c_stops_every_worker_with_a_checkpoint_and_prints_one_resume_command(tiny_run, monkeypatch):
     path = write_experiment(tiny_run, seeds=(1,), max_steps=100)
     root = tiny_run["tmp"] / "results"
@@ -325,6 +326,7 @@ def serial_table(path: Path, tmp: Path, capsys) -> str:
     return table
 
 
+@pytest.mark.processes
 @needs_submitit
 def test_a_grid_submitted_through_submitit_reads_as_the_serial_one_and_a_rerun_submits_nothing(
     tiny_run, one_thread, capsys
@@ -371,6 +373,7 @@ def test_a_grid_through_a_local_ray_instance_runs_two_cells_at_once_and_reads_as
         assert_complete_cell(ray / key, 8)
 
 
+@pytest.mark.processes
 @needs_submitit
 def test_a_slurm_task_preempted_by_sigusr2_is_requeued_and_resumes_from_its_checkpoint(tiny_run, capsys):
     steps = 100
@@ -396,6 +399,7 @@ def test_a_slurm_task_preempted_by_sigusr2_is_requeued_and_resumes_from_its_chec
     assert "stopped by SIGUSR2 at step" in logs and "Requeued job" in logs
 
 
+@pytest.mark.processes
 def test_advise_confirmation_runs_through_the_launcher_its_command_sets(tiny_run):
     """``attendout advise --jobs 2`` runs its confirmation grid inside ``launching(...)``: run_cells takes it."""
     from attendout.advise.confirm import run_confirmation

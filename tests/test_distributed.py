@@ -15,6 +15,9 @@ import torch
 from attendout.run.loop import TrainingLoop
 from conftest import no_dropout, save_tiny_model_dir, toy_cli_args, toy_train_config
 
+# Two torchrun launches of 2 fresh processes each: a step of its own in CI (marker `processes`).
+pytestmark = pytest.mark.processes
+
 WORKER = Path(__file__).with_name("distributed_worker.py")
 ATTENDOUT = Path(sys.executable).with_name("attendout")
 

@@ -28,12 +28,16 @@ def heavy_modules_after(code: str) -> list[str]:
     return [m for m in out.stdout.strip().splitlines()[-1].removeprefix("heavy:").split(",") if m]
 
 
-def test_importing_the_loop_leaves_the_attention_hook_for_a_run():
+def test_importing_the_loop_leaves_the_attention_hook_and_scipy_for_a_run():
     # the hook imports transformers' attention code (seconds); a bench or advise worker imports the loop
-    # before it says which run it starts, and tests time their stops by that line
-    code = "import attendout.run.loop, sys\nprint('hook:', 'attendout.attention.hook' in sys.modules)"
+    # before it says which run it starts, and tests time their stops by that line. scipy (1.5 s of CPU)
+    # waits for a statistic: a run that prints its results table (finetune, every bench cell) needs none
+    code = (
+        "import attendout.run.loop, attendout.report.results, sys\n"
+        "print('hook:', 'attendout.attention.hook' in sys.modules, 'scipy:', 'scipy' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip().endswith("hook: False"), out.stdout + out.stderr[-2000:]
+    assert out.stdout.strip().endswith("hook: False scipy: False"), out.stdout + out.stderr[-2000:]
 
 
 def test_import_attendout_and_the_cli_help_import_no_heavy_package():

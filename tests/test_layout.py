@@ -11,6 +11,7 @@ break the style.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import re
 import sys
@@ -44,7 +45,15 @@ def _load(name: str):
 
 graph_tool = _load("import_graph")
 style_tool = _load("import_style")
-MODULES = graph_tool.read_package(ROOT)
+
+
+@functools.cache
+def package_modules() -> dict:
+    """The package's modules as the import graph reads them (read once, by the first test that asks: not
+    at collection, where every pytest-xdist worker would pay for it)."""
+    return graph_tool.read_package(ROOT)
+
+
 circles = graph_tool.loops
 
 
@@ -53,13 +62,13 @@ def describe(circle: frozenset[str], graph: dict[str, set[str]]) -> str:
 
 
 def test_the_checks_see_the_package():
-    graph = graph_tool.module_graph(MODULES)
+    graph = graph_tool.module_graph(package_modules())
     assert {"attendout", "attendout.run.loop", "attendout.attention.hook"} <= graph.keys()
     assert "attendout.attention.paths" in graph["attendout.attention.hook"]
     # a name imported through a lazy __init__ is an arrow to the module that defines it
-    assert graph_tool.home(MODULES, "attendout.run", "finetune") == "attendout.run.loop"
-    assert graph_tool.home(MODULES, "attendout", "AttentionCall") == "attendout.attention.call"
-    assert graph_tool.home(MODULES, "attendout.methods", "apply") == "attendout.methods.base"
+    assert graph_tool.home(package_modules(), "attendout.run", "finetune") == "attendout.run.loop"
+    assert graph_tool.home(package_modules(), "attendout", "AttentionCall") == "attendout.attention.call"
+    assert graph_tool.home(package_modules(), "attendout.methods", "apply") == "attendout.methods.base"
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
 
 
@@ -94,7 +103,7 @@ def test_the_floors_name_every_top_level_package_and_module():
 
 
 def _violations(*rules: str) -> list[str]:
-    return [str(v) for v in style_tool.violations(ROOT, MODULES) if v.rule in rules]
+    return [str(v) for v in style_tool.violations(ROOT, package_modules()) if v.rule in rules]
 
 
 def test_no_module_imports_a_private_name_of_another():
@@ -140,11 +149,11 @@ def test_the_style_fixer_rewrites_both_ways(tmp_path):
 
 def test_the_attention_modules_import_only_those_above_them():
     """attention/__init__'s docstring lists its modules in order, "each imports only those above it"."""
-    doc = ast.get_docstring(MODULES["attendout.attention"].tree)
+    doc = ast.get_docstring(package_modules()["attendout.attention"].tree)
     order = list(dict.fromkeys(re.findall(r":mod:`~?(attendout\.attention\.\w+)`", doc)))
-    inside = {m for m in MODULES if m.startswith("attendout.attention.")}
+    inside = {m for m in package_modules() if m.startswith("attendout.attention.")}
     assert set(order) == inside, f"listed: {order}; modules: {sorted(inside)}"
-    graph = graph_tool.module_graph(MODULES)
+    graph = graph_tool.module_graph(package_modules())
     for index, module in enumerate(order):
         below = graph[module] & inside - set(order[:index])
         assert not below, f"{module} imports {sorted(below)}, listed after it"
@@ -153,7 +162,7 @@ def test_the_attention_modules_import_only_those_above_them():
 def test_the_hook_imports_no_family_route():
     """DeBERTa's route lives in attention/ but registers itself: the hook's modules never import it, and
     it imports only the hook's modules and the loop contract."""
-    graph = graph_tool.module_graph(MODULES)
+    graph = graph_tool.module_graph(package_modules())
     route = "attendout.attention.deberta"
     attention = {m for m in graph if m == "attendout.attention" or m.startswith("attendout.attention.")}
     for module in attention - {route}:
@@ -165,7 +174,7 @@ def test_every_module_says_its_one_idea():
     """A docstring whose first line starts the module's one idea (a phrase, not a blank or a word), and
     a backstop on length: a module past MAX_LINES holds more than one idea."""
     missing, long = [], {}
-    for info in MODULES.values():
+    for info in package_modules().values():
         doc = ast.get_docstring(info.tree)
         first = doc.splitlines()[0].strip() if doc else ""
         if len(first.split()) < 3:
@@ -182,7 +191,7 @@ def test_only_the_loop_takes_the_loop():
     (a parameter ``loop`` untyped, typed ``Any`` or ``TrainingLoop``) to read or set its attributes; a
     method gets the :class:`~attendout.contract.LoopContext`, a record gets the values it records."""
     taking = []
-    for info in MODULES.values():
+    for info in package_modules().values():
         if info.path == ROOT / "run" / "loop.py":
             continue
         for node in ast.walk(info.tree):
@@ -204,7 +213,7 @@ def test_the_root_holds_packages_and_a_few_modules():
 
 def test_no_module_imports_the_package_init():
     reaching = []
-    for module, info in MODULES.items():
+    for module, info in package_modules().items():
         if module == PACKAGE:
             continue
         for imp in info.imports:
@@ -221,7 +230,7 @@ def test_the_trace_from_p_to_the_mask_is_where_it_says():
     """experiments/import_graph.py counts the hops of ``--p`` from a trace kept by hand: each function
     of it must still be where the trace names it, and the trace no longer than this layout made it (24 hops
     before the method's config was made once and the loop used ``prepare``; 19 after)."""
-    assert not graph_tool.check_trace(MODULES)
+    assert not graph_tool.check_trace(package_modules())
     count, calls, files = graph_tool.hops()
     assert calls < count and 0 < files <= len(graph_tool.P_TO_MASK)
     assert count <= 19, (
@@ -281,7 +290,7 @@ def test_a_package_writes_its_names_once_in_its_stub():
     import warnings
 
     hand_kept, unattached = [], []
-    for info in MODULES.values():
+    for info in package_modules().values():
         if not info.is_package:
             continue
         hand_kept += [f"{info.path.relative_to(SRC)}: {what}" for what in _hand_kept_names(info)]
@@ -290,7 +299,7 @@ def test_a_package_writes_its_names_once_in_its_stub():
             unattached.append(f"{info.path.relative_to(SRC)}: a stub without attach_stub, or the other way")
     assert not hand_kept, "write the names once, in the package's __init__.pyi:\n" + "\n".join(hand_kept)
     assert not unattached, "\n".join(unattached)
-    stubbed = {module: info for module, info in MODULES.items() if info.lazy}
+    stubbed = {module: info for module, info in package_modules().items() if info.lazy}
     assert {"attendout", "attendout.methods", "attendout.run", "attendout.tasks"} <= stubbed.keys()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -1,6 +1,7 @@
 """The statistics of the comparison tables: paired t-test, Holm, bootstrap, detectable difference.
 
-All functions are plain numpy/scipy on arrays; :mod:`attendout.report.comparison` feeds them result files.
+All functions are plain numpy/scipy on arrays (scipy imported where used, so that a run printing its table starts
+without it); :mod:`attendout.report.comparison` feeds them result files.
 
 * :func:`paired_t_test`: a method against the baseline over the seeds both ran (seed s of the method
   paired with seed s of the baseline: same data, same seed of the head initialisation), two-sided.
@@ -32,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize, special, stats
 
 from ..tasks import METRICS, higher_is_better
 from ..tasks.metrics import METRIC_KINDS, SEQUENCE_METRICS, from_counts, sequence_counts, sequences_array
@@ -79,6 +79,8 @@ def paired_t_test(a: Sequence[float], b: Sequence[float]) -> PairedTest:
     With fewer than 2 pairs, or differences that are all equal, ``t`` and ``p`` are NaN: there is no
     spread to test against, and such a comparison is left out of the Holm family.
     """
+    from scipy import special
+
     x = np.asarray(a, dtype=np.float64)
     y = np.asarray(b, dtype=np.float64)
     if x.shape != y.shape or x.ndim != 1:
@@ -386,6 +388,8 @@ def _detectable_per_sd(n: int, alpha: float, power: float) -> float:
     """:func:`detectable_difference` at ``sd == 1``: the noncentrality depends on delta / sd only, so
     the answer scales with sd, and one root per (n, alpha, power) serves every sd (a study asks for the
     same few thousands of times)."""
+    from scipy import optimize
+
     df = n - 1
     critical = t_critical(alpha, df)
     se = 1 / np.sqrt(n)
@@ -409,6 +413,8 @@ def t_critical(level: float, df: float) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def _t_quantile(q: float, df: float) -> float:
+    from scipy import stats
+
     return float(stats.t.ppf(q, df))
 
 
@@ -419,6 +425,8 @@ _QUADRATURE = np.polynomial.legendre.leggauss(512)
 def _chi_nodes(df: int) -> tuple[np.ndarray, np.ndarray]:
     """Gauss-Legendre nodes over the quantiles u of V ~ chi-square(df): (sqrt(V(u) / df), weights);
     cached per df (read-only arrays: a caller cannot change the cache)."""
+    from scipy import stats
+
     x, w = _QUADRATURE
     u = (x + 1) / 2
     nodes, weights = np.sqrt(stats.chi2.ppf(u, df) / df), w / 2
@@ -437,6 +445,8 @@ def t_test_power(
     quantiles of V (a bounded integrand on [0, 1], Gauss-Legendre with 512 nodes). scipy's ``nct``
     gives NaN for the large noncentralities that few seeds and a Holm-corrected level need.
     """
+    from scipy import special
+
     s, w = nodes if nodes is not None else _chi_nodes(df)
     value = np.sum(
         w * (special.ndtr(noncentrality - critical * s) + special.ndtr(-noncentrality - critical * s))
@@ -447,6 +457,8 @@ def t_test_power(
 def detectable_from_examples(ses: Sequence[float], alpha: float = 0.05, power: float = 0.8) -> float:
     """The smallest difference the evaluation examples' noise alone lets a two-sided z-test detect:
     (z(1 - alpha/2) + z(power)) times the median of the bootstrap standard errors ``ses`` (NaN if none)."""
+    from scipy import stats
+
     if not len(ses):
         return float("nan")
     z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)

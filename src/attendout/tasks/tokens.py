@@ -48,6 +48,7 @@ Lengths of the train sentences in word pieces of the packaged MiniLM's tokenizer
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -362,9 +363,10 @@ _PTB_TOKEN = re.compile(r"\(|\)|[^ \t\n\r\f\v()]+")  # words hold any but ASCII 
 def _parse_mrg(text: str, where: str) -> list[tuple[list[str], list[str], list[int]]]:
     """The tagged words of each tree of one ``.mrg`` file: ``(words, tags, lines)`` with traces."""
     tokens = [(m.group(), m.start()) for m in _PTB_TOKEN.finditer(text)]
+    newlines = [m.start() for m in re.finditer("\n", text)]
 
-    def line_of(offset: int) -> int:
-        return text.count("\n", 0, offset) + 1
+    def line_of(offset: int) -> int:  # counting the newlines before each word took most of a read
+        return bisect.bisect_left(newlines, offset) + 1
 
     sentences: list[tuple[list[str], list[str], list[int]]] = []
     current: tuple[list[str], list[str], list[int]] = ([], [], [])
