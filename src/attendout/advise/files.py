@@ -25,8 +25,6 @@ from .regime import RegimeReading, Trend
 from .scales import CHANCE_POINTS, describe_amount, points
 from .spaces import Choice, describe, search_space
 
-__all__ = ["advice_figure", "advice_markdown", "write_setting"]
-
 
 def advice_markdown(
     title: str,

@@ -64,8 +64,6 @@ from .plan import MethodSearch, SearchPlan
 from .spaces import queue_grid, shown, suggest
 from .storage import asking, open_storage, redacted
 
-__all__ = ["left_to_search", "run_search", "search_results"]
-
 logger = logging.getLogger(__name__)
 
 #: the fraction of the budget a trial always runs before the pruner may stop it

@@ -42,8 +42,6 @@ from .search import left_to_search
 from .storage import open_storage, redacted
 from .study import Advice, advise, search_plan
 
-__all__ = ["SearchUnfinishedError", "SearchWorker", "advise_launched", "check_storage", "search_workers"]
-
 
 def search_workers(options: LaunchOptions) -> int:
     """How many search workers the launch options ask for: ``--jobs`` here, ``--max-parallel`` (else 1)

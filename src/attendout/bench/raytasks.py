@@ -24,8 +24,6 @@ from .celltask import CellTask
 from .runner import BenchJob, MissingExtraError
 from .spec import Cell
 
-__all__ = ["RayLauncher", "need_ray"]
-
 
 def need_ray() -> Any:
     """The ray module, or a :class:`~attendout.bench.runner.MissingExtraError` (an ImportError) that says

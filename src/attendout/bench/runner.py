@@ -33,20 +33,6 @@ from .plan import GridPlan
 from .spec import Cell, ExperimentError, config_fingerprint
 from .store import ResultsStore, compact_predictions, has_checkpoint
 
-__all__ = [
-    "BenchJob",
-    "Launcher",
-    "LauncherUnavailableError",
-    "MissingExtraError",
-    "RunSummary",
-    "current_launcher",
-    "is_out_of_memory",
-    "launching",
-    "reuse_runs",
-    "run_cells",
-]
-
-
 # --------------------------------------------------------------------------------------------------
 # Reusing finished runs
 

@@ -61,17 +61,6 @@ from ..config import NEUTRAL_OPTIONS, TrainConfig
 from ..methods import METHODS, settle_for_task
 from ..tasks import DataError, get_task
 
-__all__ = [
-    "Budget",
-    "Cell",
-    "Experiment",
-    "ExperimentError",
-    "MethodSpec",
-    "ModelSpec",
-    "TaskSpec",
-    "config_fingerprint",
-]
-
 #: TrainConfig fields an experiment file may not set in [training] or a task: the grid sets them.
 RESERVED_TRAINING_KEYS = frozenset(
     {

@@ -18,21 +18,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "TASK_DEFAULT_OPTIONS",
-    "add_dataclass_options",
-    "add_file_options",
-    "add_threads",
-    "dataclass_from_args",
-    "experiment_parser",
-    "load_grid",
-    "parse_eval_files",
-    "quiet_transformers",
-    "set_threads",
-    "task_defaults_unset",
-    "train_config",
-]
-
 #: Options some tasks give their own defaults (attendout.tasks.defaults.TASK_DEFAULTS).
 TASK_DEFAULT_OPTIONS = ("batch_size", "learning_rate", "max_length")
 

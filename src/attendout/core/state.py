@@ -27,15 +27,6 @@ from .lock import RunLock
 if TYPE_CHECKING:
     from .folder import RunDir
 
-__all__ = [
-    "FINISHED",
-    "RUN_KINDS",
-    "STOPPED",
-    "UNFINISHED",
-    "CheckpointStatus",
-    "RunState",
-    "read_state",
-]
 
 FINISHED, STOPPED, UNFINISHED = "finished", "stopped", "unfinished"
 #: The kinds of :class:`RunState`, in the order :meth:`RunDir.state` tells them apart.

@@ -23,8 +23,6 @@ from torch import nn
 from ..tasks import Examples
 from .batches import IGNORE_INDEX, Batches, padded_labels
 
-__all__ = ["GenerationOptions", "LMEncoded", "Seq2SeqEncoded", "score_unigram_floor"]
-
 
 class LMEncoded(Batches):
     """Documents as one token stream cut into blocks (see the module docstring)."""

@@ -24,14 +24,6 @@ from torch import nn
 
 from ..tasks import LM, SEQ2SEQ
 
-__all__ = [
-    "IGNORE_INDEX",
-    "generation_kind",
-    "label_log_likelihood",
-    "predicted_token_target",
-    "scored_positions",
-]
-
 IGNORE_INDEX = -100
 
 

@@ -62,13 +62,6 @@ from .base import (
 )
 from .generative import GenerationPredictor, generation_kind
 
-__all__ = [
-    "Predictions",
-    "Predictor",
-    "read_inputs",
-    "write_predictions",
-]
-
 
 @dataclass(frozen=True)
 class Predictions:

@@ -47,8 +47,6 @@ from .base import (
     write_rows_atomic,
 )
 
-__all__ = ["GenerationPredictor", "Generations", "generation_kind", "predict_main", "read_sources"]
-
 
 def generation_kind(model_dir: str | os.PathLike) -> str | None:
     """``"lm"`` or ``"seq2seq"`` for a folder holding a causal LM or an encoder-decoder (by its config's

@@ -42,19 +42,6 @@ from .stats import (
     pooled_sd,
 )
 
-__all__ = [
-    "Comparison",
-    "ComparisonTable",
-    "Detectable",
-    "Row",
-    "RunRecord",
-    "build_table",
-    "collect_runs",
-    "direction",
-    "majority_floor",
-    "metric_scale",
-]
-
 SIGNIFICANCE = ((0.01, "**"), (0.05, "*"))
 
 #: Metrics reported in a unit of their own (perplexity per token, BLEU, chrF and ROUGE on 0-100, the

@@ -31,8 +31,6 @@ def _axis_label(metric: str, prefix: str = "") -> str:
     return f"{prefix}{metric}{unit}" + ("" if higher_is_better(metric) else " (lower is better)")
 
 
-__all__ = ["bar_chart", "convergence_curves", "delta_chart", "method_colour"]
-
 BASELINE_COLOUR = "0.55"
 #: matplotlib's tab10 without its grey (C7), which is the baseline's
 _PALETTE = tuple(f"C{i}" for i in range(10) if i != 7)

@@ -19,17 +19,6 @@ from ..tasks import higher_is_better
 from .comparison import Comparison, ComparisonTable, Detectable, Row, RunRecord, direction, metric_scale
 from .stats import BootstrapInterval
 
-__all__ = [
-    "CSV_COLUMNS",
-    "format_interval",
-    "format_value",
-    "kept_before_acting_sentence",
-    "markdown_table",
-    "protocol_lines",
-    "to_csv",
-    "to_markdown",
-]
-
 # --------------------------------------------------------------------------------------------------
 # Markdown
 

@@ -26,31 +26,6 @@ import numpy as np
 from .base import CLASSIFICATION, KINDS, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
 from .metrics import METRICS, check_metric
 
-__all__ = [
-    "ChoiceExamples",
-    "TokenExamples",
-    "Examples",
-    "LoadOptions",
-    "Task",
-    "TaskData",
-    "TaskLoader",
-    "carve_validation",
-    "compute_metrics",
-    "default_metrics",
-    "get_loader",
-    "get_task",
-    "known_kinds",
-    "list_tasks",
-    "name_key",
-    "register_kind",
-    "register_task",
-    "split_data",
-    "stable_unit_hash",
-    "subsample",
-    "task_of",
-]
-
-
 # --------------------------------------------------------------------------------------------------
 # Task kinds (the built-in ones: :data:`attendout.tasks.base.KINDS`)
 

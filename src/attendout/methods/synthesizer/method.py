@@ -42,17 +42,6 @@ from .variants import CROSS_ATTENTION_CAVEAT, is_mixture
 if TYPE_CHECKING:
     from .config import SynthesizerConfig
 
-__all__ = [
-    "FORMAT_VERSION",
-    "MODEL_TYPE",
-    "MODULE_NAME",
-    "WEIGHTS_NAME",
-    "SequenceTooLongError",
-    "Synthesizer",
-    "get_synthesizer",
-    "save_synthesized",
-    "synthesize",
-]
 
 #: The attribute of the model that holds the synthesizer parameters.
 MODULE_NAME = "attendout_synthesizer"
