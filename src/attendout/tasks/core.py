@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -362,9 +363,7 @@ def carve_validation(
                 "{fraction}) takes whole groups: it needs at least 2 groups, one on each side"
             )
         shuffled = [names[i] for i in rng.permutation(len(names))]
-        sizes: dict[str, int] = {}
-        for g in examples.groups:
-            sizes[g] = sizes.get(g, 0) + 1
+        sizes = Counter(examples.groups)
         cumulative = np.cumsum([sizes[g] for g in shuffled])[:-1]  # k+1 groups in validation
         k = int(np.argmin(np.abs(cumulative - target)))
         val_groups = set(shuffled[: k + 1])
