@@ -432,9 +432,8 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
     value = sum(by_seed.values()) / len(by_seed)
     trial.set_user_attr("train_time_s", seconds)
     study.tell(trial, value)
-    for seed in (
-        plan.seeds if plan.study.tracking is not None else ()
-    ):  # each seed's run: the trial's objective
+    # each seed's run: the trial's objective
+    for seed in plan.seeds if plan.study.tracking is not None else ():
         plan.study.tracking.add(trial_dir / f"seed-{seed}", {"trial/objective": value})
     per_seed = ", ".join(f"{v:+.4f}" if plan.paired else f"{v:.4f}" for v in by_seed.values())
     plan.study.echo(

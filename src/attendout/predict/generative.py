@@ -427,10 +427,8 @@ def predict_main(predictor: GenerationPredictor, args: Any) -> int:
     if args.output:
         check_output_path(args.output)  # before any work: a wrong extension fails at once
     if args.prompt is not None:
-        examples, what = (
-            Examples(text_a=list(args.prompt), text_b=None, labels=None),
-            f"{len(args.prompt)} prompt(s)",
-        )
+        examples = Examples(text_a=list(args.prompt), text_b=None, labels=None)
+        what = f"{len(args.prompt)} prompt(s)"
     elif args.split is not None:
         examples = predictor.split(args.split, data_dir=args.data_dir)
         what = f"split {args.split!r} ({len(examples)} examples)"
