@@ -211,10 +211,8 @@ class ComparisonTable:
         return best
 
     def row(self, model_id: str, task_id: str, split: str, method_id: str) -> Row | None:
-        for row in self.rows:
-            if (row.model.id, row.task.id, row.split, row.method.id) == (model_id, task_id, split, method_id):
-                return row
-        return None
+        key = (model_id, task_id, split, method_id)
+        return next((r for r in self.rows if (r.model.id, r.task.id, r.split, r.method.id) == key), None)
 
     def model_description(self, model: ModelSpec) -> str:
         """How the finished runs of ``model`` describe it (their results' or config's model_description: the
