@@ -251,9 +251,8 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
     """Run the trials still missing (see the module docstring); return each method's best setting."""
     from tqdm.auto import tqdm
 
-    storage = open_storage(
-        plan.study.storage_url, plan.study.echo
-    )  # (says so if postgresql:// goes through psycopg 3)
+    # (says so if postgresql:// goes through psycopg 3)
+    storage = open_storage(plan.study.storage_url, plan.study.echo)
     studies = {m: _study(plan, storage, m) for m in plan.study.methods}
     total = sum(plan.trials_of(m) for m in plan.study.methods)
     done = sum(min(_counted(s, plan.study.stale_after), plan.trials_of(m)) for m, s in studies.items())
@@ -271,9 +270,8 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
         while True:
             ran = False
             for method, study in studies.items():
-                reclaim_stale(
-                    study, storage, plan.study.stale_after, plan.study.echo
-                )  # before counting: take it over
+                # before counting: take it over
+                reclaim_stale(study, storage, plan.study.stale_after, plan.study.echo)
                 if spent or _counted(study, plan.study.stale_after) >= plan.trials_of(method):
                     continue
                 if plan.study.hours is not None and _spent(studies) >= plan.study.hours * 3600:
@@ -283,7 +281,7 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
                     )
                     spent = True
                     continue
-                if _run_trial(plan, storage, study, method):
+                if _run_trial(plan, study, method):
                     bar.update(1)
                     ran = True
             if ran:
@@ -366,7 +364,7 @@ def reference(plan: SearchPlan, seed: int, wait: bool = True) -> Measured | None
     return measured(run_dir, plan.metric)
 
 
-def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
+def _run_trial(plan: SearchPlan, study: Any, method: str) -> bool:
     """Ask a trial and run it; False where another process took the study's last trial at the same
     moment (the trial is given back, :func:`_within_budget`)."""
     import optuna

@@ -126,9 +126,8 @@ def add_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
 def parse_eval_files(values: list[str] | None) -> dict[str, str] | None:
     """``--eval-file SPLIT=PATH`` values as {split: path}; a split named twice, or named ``train`` or
     ``validation`` (the run's own splits: :func:`attendout.tasks.loading.check_eval_split_names`), is refused."""
-    from ..tasks.loading import (
-        check_eval_split_names,
-    )  # here: the CLI's --help stays free of the data readers
+    # here: the CLI's --help stays free of the data readers
+    from ..tasks.loading import check_eval_split_names
 
     if not values:
         return None

@@ -97,7 +97,6 @@ def predicted_token_target(
     scored = targets != IGNORE_INDEX  # (B, T)
     if predicted is None:
         predicted = logits.detach().argmax(-1)  # (B, T)
-    cross_entropy = nn.functional.cross_entropy(
-        logits.float().transpose(1, 2), predicted, reduction="none"
-    )  # (B, T)
+    # shape (B, T)
+    cross_entropy = nn.functional.cross_entropy(logits.float().transpose(1, 2), predicted, reduction="none")
     return -(cross_entropy * scored).sum() / scored.sum().clamp(min=1), predicted

@@ -186,9 +186,8 @@ class ComparisonTable:
     n_resamples: int
     family_size: int  # comparisons with a p-value (the Holm family)
     planned_comparisons: int  # comparisons the full grid makes (invalid cells included)
-    floors: dict[tuple[str, str, str], float] = field(
-        default_factory=dict
-    )  # (model, task, split) -> majority
+    # (model, task, split) -> majority
+    floors: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
     def floor(self, model_id: str, task_id: str, split: str) -> float | None:
         """The score of always predicting the split's most frequent label (None: unknown or regression)."""
