@@ -326,11 +326,9 @@ def _score_rows(
                 if floor is not None:
                     floors[(model.id, task.id, split)] = floor
                 for method in experiment.methods:
-                    row = Row(model=model, task=task, split=split, method=method, metric=metric or "?")
-                    row.invalid = _invalid_reason(invalid, model, task, method)
-                    if metric is not None:
-                        row.values = _seed_scores(task_runs, method, split, metric)
-                    rows.append(row)
+                    values = {} if metric is None else _seed_scores(task_runs, method, split, metric)
+                    why = _invalid_reason(invalid, model, task, method)
+                    rows.append(Row(model, task, split, method, metric or "?", values, invalid=why))
     return rows, floors
 
 
