@@ -225,13 +225,12 @@ def _running(studies: dict[str, Any], stale_after: float) -> str:
     """The trials still running in a live process, named (``"attendout trial 7"``), or "" if none."""
     from optuna.trial import TrialState
 
-    names = [
+    return ", ".join(
         f"{method} trial {t.number}"
         for method, study in studies.items()
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if _alive(t, stale_after)
-    ]
-    return ", ".join(names)
+    )
 
 
 def _spent(studies: dict[str, Any]) -> float:

@@ -223,11 +223,10 @@ class Budget:
             "epochs": "ep",
             "max_steps": "steps",
         }
-        parts = [
-            f"{short[k]}{v:g}" if isinstance(v, float) else f"{short[k]}{v}"
+        return "".join(
+            f"-{short[k]}{v:g}" if isinstance(v, float) else f"-{short[k]}{v}"
             for k, v in self.overrides().items()
-        ]
-        return "".join(f"-{p}" for p in parts)
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Budget:
