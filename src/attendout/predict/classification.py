@@ -439,8 +439,7 @@ def write_predictions(
     The format follows the extension: ``.jsonl``, ``.csv`` or ``.tsv``. The file appears complete or
     not at all.
     """
-    rows = prediction_rows(predictions, examples, label_names=label_names)
-    return write_rows_atomic(path, rows)
+    return write_rows_atomic(path, prediction_rows(predictions, examples, label_names=label_names))
 
 
 def prediction_rows(
