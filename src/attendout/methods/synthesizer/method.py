@@ -122,10 +122,7 @@ class Synthesizer(AttentionMethod):
             )
         if self.l_max is None:
             self.l_max = int(config.max_position_embeddings)
-        if self.config.rank > self.l_max and "factorized" in self.config.variant:
-            raise ValueError(
-                f"{self.name}: rank must be at most l_max ({self.l_max}), got {self.config.rank!r}"
-            )
+        self.resolved_config()  # the config's own checks at this l_max (a factorized rank beyond it)
         reference = next(model.parameters())
         self.modules = nn.ModuleDict(
             {
