@@ -360,7 +360,7 @@ def carve_validation(
         if len(names) < 2:
             raise DataError(
                 f"{what}: its {n} examples are in {len(names)} group(s), and a validation split ({option} "
-                "{fraction}) takes whole groups: it needs at least 2 groups, one on each side"
+                f"{fraction}) takes whole groups: it needs at least 2 groups, one on each side"
             )
         shuffled = [names[i] for i in rng.permutation(len(names))]
         sizes = Counter(examples.groups)
