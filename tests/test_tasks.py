@@ -616,6 +616,13 @@ def test_carve_validation_keeps_groups_together() -> None:
         assert len(train) + len(val) == 200 and len(val) == 50  # 5 groups of 10
     assert carve_validation(ex, 0.25, seed=0) == carve_validation(ex, 0.25, seed=0)
     assert carve_validation(ex, 0.25, seed=0)[1].groups != carve_validation(ex, 0.25, seed=1)[1].groups
+    one_group = make_examples(10, groups=1)
+    with pytest.raises(
+        DataError,
+        match=r"train.csv: its 10 examples are in 1 group\(s\), and a validation split "
+        r"\(--validation-split 0.25\) takes whole groups",
+    ):
+        carve_validation(one_group, 0.25, seed=0, what="train.csv", option="--validation-split")
 
 
 def test_split_checks_count_train_eval_overlap(caplog: pytest.LogCaptureFixture) -> None:

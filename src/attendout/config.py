@@ -26,18 +26,7 @@ from .tasks import LM, SEQ2SEQ, Examples, TaskData, carve_validation, check_trai
 from .tasks.defaults import task_defaults
 from .typecheck import AT_LEAST_0, AT_LEAST_1, POSITIVE, Must, check_fields, one_of, option
 
-__all__ = [
-    "DEVICE_TYPES",
-    "NEUTRAL_OPTIONS",
-    "RESUME_MUST_MATCH",
-    "TrainConfig",
-    "check_device_name",
-    "split_for_training",
-]
-
-#: How texts longer than max_length are cut (``truncation``; :mod:`attendout.encoding.classification` cuts them).
-#: The device types a ``device`` setting may name (besides "auto").
-DEVICE_TYPES = ("cpu", "cuda", "mps")
+#: The device names a ``device`` setting may give (besides "auto"): cpu, cuda or mps, with an optional index.
 _DEVICE_NAME = re.compile(r"(cpu|cuda|mps)(?::(0|[1-9][0-9]*))?")
 
 #: The TrainConfig fields that are not part of a run's recipe, each with why: they leave its numbers

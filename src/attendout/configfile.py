@@ -33,8 +33,6 @@ from typing import Any
 from .methods import MethodConfig, get_method_config
 from .typecheck import check_values
 
-__all__ = ["dumps_toml", "load_config", "load_config_file", "save_config"]
-
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 

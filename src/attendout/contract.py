@@ -31,16 +31,6 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-__all__ = [
-    "EDITS_KWARG",
-    "Distributed",
-    "EvalSource",
-    "ForwardEdits",
-    "LoopContext",
-    "MakeOptimizer",
-    "StepInfo",
-]
-
 #: The forward keyword argument that carries one forward's attention edits to the hook.
 EDITS_KWARG = "attendout_edits"
 

@@ -75,8 +75,6 @@ from .methods import METHODS, MethodConfig, TrainingStrategy, get_method_config,
 from .methods.registry import check_options
 from .run import Stopped, agreed, deferred, requested
 
-__all__ = ["CollatedSource", "Seq2SeqTrainer", "Trainer"]
-
 logger = logging.getLogger(__name__)
 
 

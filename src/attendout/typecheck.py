@@ -28,21 +28,6 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = [
-    "AT_LEAST_0",
-    "AT_LEAST_1",
-    "POSITIVE",
-    "Must",
-    "OptionTypeError",
-    "check_fields",
-    "check_rules",
-    "check_values",
-    "expected_type",
-    "matches",
-    "one_of",
-    "option",
-]
-
 
 class OptionTypeError(ValueError, TypeError):
     """A value of the wrong type for a config field (the message names where, the field, the type, the value)."""

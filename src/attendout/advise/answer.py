@@ -45,14 +45,6 @@ from .power import seeds_range
 from .regime import UNKNOWN, Trend
 from .scales import chance_margin, default_detect, describe_amount, in_metric_units, is_relative, points
 
-__all__ = [
-    "Verdict",
-    "format_p",
-    "gain",
-    "hurting",
-    "verdict",
-]
-
 
 @dataclass(frozen=True)
 class Verdict:

@@ -44,17 +44,6 @@ from .power import CONFIDENCE, Noise, pooled_df
 from .scales import plain_name
 from .spaces import describe
 
-__all__ = [
-    "ConfirmRow",
-    "Confirmation",
-    "confirm_experiment",
-    "plain_name",
-    "read_confirmation",
-    "reused",
-    "run_confirmation",
-    "split_floor",
-]
-
 
 @dataclass(frozen=True)
 class ConfirmRow:

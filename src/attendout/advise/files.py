@@ -25,8 +25,6 @@ from .regime import RegimeReading, Trend
 from .scales import CHANCE_POINTS, describe_amount, points
 from .spaces import Choice, describe, search_space
 
-__all__ = ["advice_figure", "advice_markdown", "write_setting"]
-
 
 def advice_markdown(
     title: str,
@@ -49,7 +47,7 @@ def advice_markdown(
         lines += [caveat, ""]
     lines += [f"- {line}" for line in provenance]
     lines += _confirmation_section(confirmation)
-    lines += _search_section(searches, noise, confirmation.metric)
+    lines += _search_section(searches, noise)
     lines += _regime_section(regime, trend, confirmation.plain)
     lines += ["## Files", ""] + [f"- `{name}`: {what}" for name, what in files.items()]
     lines += ["", "## Commands", "", "```", *commands, "```", ""]
@@ -158,7 +156,7 @@ def _kept_steps(c: Confirmation) -> list[str]:
     ]
 
 
-def _search_section(searches: dict[str, MethodSearch], noise: SearchNoise | None, m: str) -> list[str]:
+def _search_section(searches: dict[str, MethodSearch], noise: SearchNoise | None) -> list[str]:
     lines = [
         "## Search (validation split carved from train; the settings were chosen on these scores)",
         "",

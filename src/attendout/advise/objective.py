@@ -36,21 +36,6 @@ from .options import OBJECTIVES
 from .plan import MethodSearch, SearchPlan
 from .power import comparison_sd
 
-__all__ = [
-    "Measured",
-    "SearchNoise",
-    "chance_to_find",
-    "measured",
-    "objective_better",
-    "objective_name",
-    "reference_dir",
-    "score",
-    "score_at",
-    "search_noise",
-    "study_direction",
-    "validations",
-]
-
 
 def study_direction(metric: str, objective: str = "score") -> str:
     """Optuna's direction for ``objective`` on a validation ``metric``: "maximize", or "minimize" where lower

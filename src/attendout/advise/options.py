@@ -16,8 +16,6 @@ from ..typecheck import AT_LEAST_1, POSITIVE, Must, check_rules, one_of, option
 from .scales import plain_name
 from .spaces import DEFAULT_METHODS, search_space
 
-__all__ = ["OBJECTIVES", "SEED_STRIDE", "STAGES", "AdviseConfig", "search_seeds"]
-
 #: the search seeds of ``repeats`` runs a trial: search_seed, search_seed + SEED_STRIDE, ...
 SEED_STRIDE = 1000
 #: what a trial's score is, by ``AdviseConfig.objective`` (see :mod:`.objective`'s docstring)

@@ -15,8 +15,6 @@ from ..bench import config_fingerprint
 from .options import AdviseConfig, search_seeds
 from .spaces import grid_size
 
-__all__ = ["MethodSearch", "SearchPlan"]
-
 
 @dataclass
 class SearchPlan:

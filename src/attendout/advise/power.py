@@ -34,16 +34,6 @@ from scipy import stats
 
 from ..report.stats import t_critical, t_test_power
 
-__all__ = [
-    "CONFIDENCE",
-    "SHARED_CORRELATION",
-    "Noise",
-    "comparison_sd",
-    "pooled_df",
-    "seeds_needed",
-    "seeds_range",
-]
-
 #: the confidence of the upper bound on the noise at which every power claim is made
 CONFIDENCE = 0.9
 #: the correlation of two methods' paired differences through the plain runs they share (equal run noise)

@@ -36,17 +36,6 @@ from ..report.comparison import metric_scale
 from ..report.regime import EpochCurves
 from ..tasks import higher_is_better
 
-__all__ = [
-    "FLAT",
-    "LEARNING",
-    "UNKNOWN",
-    "RegimeReading",
-    "Trend",
-    "choose_budget",
-    "read_regime",
-    "read_trend",
-]
-
 #: the validation loss must climb this much above its low to count as rising (curves are noisy)
 LOSS_RISE = 0.02
 #: a validation score this close to the best counts as the peak (the first such epoch is the peak)

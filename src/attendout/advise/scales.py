@@ -17,18 +17,6 @@ from __future__ import annotations
 from ..report.comparison import metric_scale
 from ..tasks import higher_is_better
 
-__all__ = [
-    "CHANCE_POINTS",
-    "DETECT_POINTS",
-    "chance_margin",
-    "default_detect",
-    "describe_amount",
-    "in_metric_units",
-    "is_relative",
-    "plain_name",
-    "points",
-]
-
 #: the default smallest gain a user cares about: 2 points (or 2%)
 DETECT_POINTS = 2.0
 #: plain training within this many points (or per cent) of the chance floor is at chance

@@ -64,8 +64,6 @@ from .plan import MethodSearch, SearchPlan
 from .spaces import queue_grid, shown, suggest
 from .storage import asking, open_storage, redacted
 
-__all__ = ["left_to_search", "run_search", "search_results"]
-
 logger = logging.getLogger(__name__)
 
 #: the fraction of the budget a trial always runs before the pruner may stop it
@@ -227,13 +225,12 @@ def _running(studies: dict[str, Any], stale_after: float) -> str:
     """The trials still running in a live process, named (``"attendout trial 7"``), or "" if none."""
     from optuna.trial import TrialState
 
-    names = [
+    return ", ".join(
         f"{method} trial {t.number}"
         for method, study in studies.items()
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if _alive(t, stale_after)
-    ]
-    return ", ".join(names)
+    )
 
 
 def _spent(studies: dict[str, Any]) -> float:
@@ -253,9 +250,8 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
     """Run the trials still missing (see the module docstring); return each method's best setting."""
     from tqdm.auto import tqdm
 
-    storage = open_storage(
-        plan.study.storage_url, plan.study.echo
-    )  # (says so if postgresql:// goes through psycopg 3)
+    # (says so if postgresql:// goes through psycopg 3)
+    storage = open_storage(plan.study.storage_url, plan.study.echo)
     studies = {m: _study(plan, storage, m) for m in plan.study.methods}
     total = sum(plan.trials_of(m) for m in plan.study.methods)
     done = sum(min(_counted(s, plan.study.stale_after), plan.trials_of(m)) for m, s in studies.items())
@@ -273,9 +269,8 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
         while True:
             ran = False
             for method, study in studies.items():
-                reclaim_stale(
-                    study, storage, plan.study.stale_after, plan.study.echo
-                )  # before counting: take it over
+                # before counting: take it over
+                reclaim_stale(study, storage, plan.study.stale_after, plan.study.echo)
                 if spent or _counted(study, plan.study.stale_after) >= plan.trials_of(method):
                     continue
                 if plan.study.hours is not None and _spent(studies) >= plan.study.hours * 3600:
@@ -285,7 +280,7 @@ def run_search(plan: SearchPlan) -> dict[str, MethodSearch]:
                     )
                     spent = True
                     continue
-                if _run_trial(plan, storage, study, method):
+                if _run_trial(plan, study, method):
                     bar.update(1)
                     ran = True
             if ran:
@@ -368,7 +363,7 @@ def reference(plan: SearchPlan, seed: int, wait: bool = True) -> Measured | None
     return measured(run_dir, plan.metric)
 
 
-def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
+def _run_trial(plan: SearchPlan, study: Any, method: str) -> bool:
     """Ask a trial and run it; False where another process took the study's last trial at the same
     moment (the trial is given back, :func:`_within_budget`)."""
     import optuna
@@ -434,9 +429,8 @@ def _run_trial(plan: SearchPlan, storage: Any, study: Any, method: str) -> bool:
     value = sum(by_seed.values()) / len(by_seed)
     trial.set_user_attr("train_time_s", seconds)
     study.tell(trial, value)
-    for seed in (
-        plan.seeds if plan.study.tracking is not None else ()
-    ):  # each seed's run: the trial's objective
+    # each seed's run: the trial's objective
+    for seed in plan.seeds if plan.study.tracking is not None else ():
         plan.study.tracking.add(trial_dir / f"seed-{seed}", {"trial/objective": value})
     per_seed = ", ".join(f"{v:+.4f}" if plan.paired else f"{v:.4f}" for v in by_seed.values())
     plan.study.echo(

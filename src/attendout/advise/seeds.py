@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from .confirm import Confirmation
     from .plan import MethodSearch, SearchPlan
 
-__all__ = ["PILOT", "auto_count", "fresh_seeds", "seconds_per_run"]
 
 #: the fresh seeds of ``--seeds auto``'s pilot (the fewest a confirmation can have that measures its noise)
 PILOT = 5

@@ -39,18 +39,6 @@ from typing import Any
 
 from ..methods import METHODS
 
-__all__ = [
-    "Choice",
-    "DEFAULT_METHODS",
-    "Range",
-    "SEARCH_SPACES",
-    "grid_of",
-    "queue_grid",
-    "search_space",
-    "shown",
-    "suggest",
-]
-
 
 @dataclass(frozen=True)
 class Range:

@@ -22,8 +22,6 @@ from typing import Any
 
 from ..core.lock import exclusive
 
-__all__ = ["DRIVERS", "asking", "open_storage", "with_driver"]
-
 #: URL scheme -> how to install a driver SQLAlchemy finds for it
 DRIVERS = {
     "postgresql": "pip install 'psycopg[binary]' (psycopg 3, taken for postgresql:// when psycopg2 is "

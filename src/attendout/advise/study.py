@@ -59,14 +59,12 @@ from .confirm import (
 )
 from .files import advice_figure, advice_markdown, write_setting
 from .objective import SearchNoise, search_noise
-from .options import STAGES, AdviseConfig
+from .options import AdviseConfig
 from .plan import MethodSearch, SearchPlan
 from .regime import RegimeReading, read_regime
 from .search import epoch_run, run_search
 from .seeds import choose as choose_seeds
 from .trend import plain_trend
-
-__all__ = ["STAGES", "AdviseConfig", "Advice", "advise", "search_plan"]
 
 
 @dataclass

@@ -14,8 +14,6 @@ if TYPE_CHECKING:
     from .options import AdviseConfig
     from .plan import SearchPlan
 
-__all__ = ["plain_trend"]
-
 
 def _reference_curve(plan: SearchPlan) -> dict[int, float]:
     """Plain fine-tuning's validation score by epoch, averaged over the search seeds' reference runs."""

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..bench.jobs import Worker, divide_threads, relay, start_worker, stop_workers
 from ..bench.launch import LaunchOptions, make_launcher
-from ..bench.raytasks import RayLauncher, need_ray
+from ..bench.raytasks import RayLauncher, need_ray, run_task
 from ..bench.runner import launching
 from ..bench.slurm import SlurmLauncher, preemptible
 from ..run import Stopped
@@ -41,8 +41,6 @@ from .options import STAGES, AdviseConfig
 from .search import left_to_search
 from .storage import open_storage, redacted
 from .study import Advice, advise, search_plan
-
-__all__ = ["SearchUnfinishedError", "SearchWorker", "advise_launched", "check_storage", "search_workers"]
 
 
 def search_workers(options: LaunchOptions) -> int:
@@ -177,11 +175,6 @@ def _search_on_slurm(config: AdviseConfig, count: int, launcher: SlurmLauncher) 
     _after_failed(config, failed)
 
 
-def _run(task: SearchWorker) -> dict[str, Any]:
-    """The Ray task: one search worker."""
-    return task()
-
-
 def _search_on_ray(config: AdviseConfig, count: int, launcher: RayLauncher) -> None:
     """``count`` workers as Ray tasks (on ``--address``, or a Ray instance started here); waits for them."""
     ray = need_ray()
@@ -194,7 +187,7 @@ def _search_on_ray(config: AdviseConfig, count: int, launcher: RayLauncher) -> N
     try:
         remote = ray.remote(
             num_cpus=launcher.cpus_per_run, num_gpus=launcher.gpus_per_run, max_retries=launcher.max_retries
-        )(_run)
+        )(run_task)
         refs = [remote.remote(task) for task in tasks]
         where = launcher.address or "a Ray instance started here"
         config.echo(

@@ -24,21 +24,6 @@ from ..contract import ForwardEdits
 from .families import Family
 from .masks import bernoulli_drop
 
-__all__ = [
-    "AttentionCall",
-    "AttentionEdit",
-    "AttentionMethod",
-    "AttentionRecorder",
-    "CombinedEdits",
-    "MethodHost",
-    "RandomDrops",
-    "RateMeter",
-    "combine_edits",
-    "own_edit",
-    "query_rows",
-    "rewrites_scores",
-]
-
 
 @dataclass
 class AttentionCall:

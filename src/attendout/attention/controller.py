@@ -20,20 +20,6 @@ from ..contract import EDITS_KWARG, ForwardEdits
 from .call import AttentionEdit, AttentionMethod, AttentionRecorder, own_edit, rewrites_scores
 from .families import Family, UnsupportedModelError, is_causal, query_key_distance
 
-__all__ = [
-    "Acting",
-    "Controller",
-    "ROUTES",
-    "Route",
-    "acting_on",
-    "get_controller",
-    "hold_forward_edits",
-    "layer_key_valid",
-    "register_route",
-    "release_hooks",
-    "route_of",
-]
-
 
 @dataclass
 class _Slot:

@@ -42,8 +42,6 @@ from .call import AttentionCall, AttentionRecorder, combine_edits
 from .controller import Controller, acting_on, hold_forward_edits, register_route, release_hooks
 from .paths import allowed_keys, no_key_rows_zero, uniform_weights
 
-__all__ = ["install_hooks", "remove_hooks"]
-
 
 @dataclass
 class _Pending:

@@ -21,18 +21,6 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = [
-    "FAMILIES",
-    "Family",
-    "UnsupportedModelError",
-    "causal_mask",
-    "family_of",
-    "is_causal",
-    "query_key_distance",
-    "stack_sizes",
-    "supported_model_types",
-]
-
 
 class UnsupportedModelError(ValueError):
     """The model's attention cannot be reached by the hook."""

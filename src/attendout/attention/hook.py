@@ -25,8 +25,6 @@ from .call import AttentionCall, combine_edits, rewrites_scores
 from .controller import Acting, Controller, acting_on, get_controller, route_of
 from .families import Family, UnsupportedModelError, causal_mask, family_of, is_causal, stack_sizes
 
-__all__ = ["HOOK_NAME", "attendout_attention", "edited_attention", "install", "uninstall"]
-
 HOOK_NAME = "attendout"
 
 

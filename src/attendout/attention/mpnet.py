@@ -36,8 +36,6 @@ from torch import nn
 from .controller import Controller, acting_on, hold_forward_edits, register_route, release_hooks
 from .hook import edited_attention
 
-__all__ = ["install_hooks", "remove_hooks"]
-
 
 def install_hooks(controller: Controller) -> None:
     """Give every attention module of an MPNet model its instance forward; hold each forward's edits."""

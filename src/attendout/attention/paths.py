@@ -20,20 +20,6 @@ from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_f
 
 from .call import AttentionCall, AttentionMethod, CombinedEdits, query_rows
 
-__all__ = [
-    "BLOCK_BYTES",
-    "allowed_keys",
-    "attention_probs",
-    "empty_rows",
-    "filled_softmax",
-    "fills_in_place",
-    "masked_sdpa",
-    "no_key_rows_zero",
-    "per_head",
-    "per_query_head",
-    "uniform_weights",
-]
-
 
 def per_query_head(call: AttentionCall, states: torch.Tensor) -> torch.Tensor:
     """Grouped-query key or value heads repeated to one per query head (the explicit softmax needs them)."""

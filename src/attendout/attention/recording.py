@@ -16,8 +16,6 @@ from torch import nn
 from .call import AttentionRecorder
 from .hook import install
 
-__all__ = ["record_attention"]
-
 
 @contextmanager
 def record_attention(

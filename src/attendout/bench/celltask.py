@@ -24,8 +24,6 @@ from .runner import BenchJob
 from .spec import ExperimentError
 from .store import ResultsStore
 
-__all__ = ["CellTask"]
-
 
 @dataclass
 class CellTask:

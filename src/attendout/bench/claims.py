@@ -18,18 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "HEARTBEAT_S",
-    "STALE_AFTER_S",
-    "Claim",
-    "ClaimInfo",
-    "create_exclusive",
-    "read_claim",
-    "remove_aside",
-    "take_over",
-    "unreadable_and_old",
-]
-
 HEARTBEAT_S = 30.0  # the claim's mtime is refreshed this often while its cell trains
 STALE_AFTER_S = 900.0  # a claim from another host is stale after this long without a heartbeat
 _UNREADABLE_GRACE_S = 60.0  # an unreadable claim younger than this is assumed to be being written

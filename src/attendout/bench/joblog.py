@@ -13,8 +13,6 @@ from typing import Any
 from ..core.folder import write_json_atomic
 from .spec import Cell
 
-__all__ = ["JobLog"]
-
 
 class JobLog:
     """``ROOT/.bench/`` of one results root (``bench_root``), written by this process (``host``, ``pid``):

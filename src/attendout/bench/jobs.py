@@ -41,8 +41,6 @@ from .runner import BenchJob
 from .spec import Cell
 from .worker import PARENT_VARIABLE, RESULT_MARKER
 
-__all__ = ["LocalJobs", "Worker", "divide_threads", "relay", "start_worker", "stop_workers"]
-
 
 def divide_threads(jobs: int, threads: int | None = None, cpus: int | None = None) -> int:
     """Torch threads per run: ``threads`` if given, else the CPUs divided among ``jobs`` runs (at least 1)."""

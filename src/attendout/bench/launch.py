@@ -28,8 +28,6 @@ from .raytasks import RayLauncher, need_ray
 from .runner import Launcher
 from .slurm import SlurmLauncher, need_slurm, need_submitit
 
-__all__ = ["LaunchOptions", "available_cpus", "make_launcher"]
-
 logger = logging.getLogger(__name__)
 
 #: The counts among the launch options (each the option of its flag), with their least value.

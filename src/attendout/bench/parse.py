@@ -29,8 +29,6 @@ from .spec import (
     TaskSpec,
 )
 
-__all__ = ["find_experiment", "load_experiment"]
-
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 #: The keys of [experiment], with their types (seeds: a non-empty list of integers, none repeated).
 _EXPERIMENT_KEYS = {

@@ -20,16 +20,6 @@ from ..config import TrainConfig
 from .spec import Budget, Cell, Experiment, ExperimentError
 from .store import ResultsStore
 
-__all__ = [
-    "CellCheck",
-    "GridPlan",
-    "format_listing",
-    "set_up_first",
-    "parse_selection",
-    "parse_shard",
-    "prepare_cells",
-]
-
 
 def parse_shard(text: str | None) -> tuple[int, int]:
     """``"k/n"`` (1 <= k <= n) -> (k, n); None -> (1, 1)."""

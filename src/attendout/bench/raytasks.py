@@ -17,14 +17,13 @@ tasks: it is the driver of its Ray job.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .celltask import CellTask
 from .runner import BenchJob, MissingExtraError
 from .spec import Cell
-
-__all__ = ["RayLauncher", "need_ray"]
 
 
 def need_ray() -> Any:
@@ -39,8 +38,9 @@ def need_ray() -> Any:
     return ray
 
 
-def _run(task: CellTask) -> dict[str, list[str]]:
-    """The Ray task: one cell."""
+def run_task(task: Callable[[], Any]) -> Any:
+    """The Ray task: one cell (a :class:`~attendout.bench.celltask.CellTask`), or one of advise's search
+    workers: whatever task it is given, called."""
     return task()
 
 
@@ -79,7 +79,7 @@ class RayLauncher:
     def _run(self, ray: Any, job: BenchJob, todo: list[tuple[int, Cell]], total: int) -> None:
         remote = ray.remote(
             num_cpus=self.cpus_per_run, num_gpus=self.gpus_per_run, max_retries=self.max_retries
-        )(_run)
+        )(run_task)
         where = self.address or "a Ray instance started here"
         job.echo(
             f"ray: {len(todo)} cell(s) as tasks on {where}, each {self.cpus_per_run} CPU(s) "

@@ -33,20 +33,6 @@ from .plan import GridPlan
 from .spec import Cell, ExperimentError, config_fingerprint
 from .store import ResultsStore, compact_predictions, has_checkpoint
 
-__all__ = [
-    "BenchJob",
-    "Launcher",
-    "LauncherUnavailableError",
-    "MissingExtraError",
-    "RunSummary",
-    "current_launcher",
-    "is_out_of_memory",
-    "launching",
-    "reuse_runs",
-    "run_cells",
-]
-
-
 # --------------------------------------------------------------------------------------------------
 # Reusing finished runs
 
@@ -204,9 +190,8 @@ class BenchJob:
     store: ResultsStore
     rerun_stale: bool = False
     heartbeat: float = HEARTBEAT_S
-    echo: Callable[[str], None] = functools.partial(
-        print, flush=True
-    )  # a worker's lines reach its parent now
+    # a worker's lines reach its parent now
+    echo: Callable[[str], None] = functools.partial(print, flush=True)
     train: Callable[..., dict[str, Any]] = finetune
     launcher: Launcher | None = None
     retry_out_of_memory: bool = False  # a launcher's worker: a run out of GPU memory is kept to retry

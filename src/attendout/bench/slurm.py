@@ -37,8 +37,6 @@ from .celltask import CellTask
 from .runner import BenchJob, LauncherUnavailableError, MissingExtraError
 from .spec import Cell
 
-__all__ = ["SlurmCell", "SlurmLauncher", "need_slurm", "need_submitit", "preemptible"]
-
 T = TypeVar("T")
 
 #: SLURM states of a job that will still run (or runs): its cell is not submitted again

@@ -61,17 +61,6 @@ from ..config import NEUTRAL_OPTIONS, TrainConfig
 from ..methods import METHODS, settle_for_task
 from ..tasks import DataError, get_task
 
-__all__ = [
-    "Budget",
-    "Cell",
-    "Experiment",
-    "ExperimentError",
-    "MethodSpec",
-    "ModelSpec",
-    "TaskSpec",
-    "config_fingerprint",
-]
-
 #: TrainConfig fields an experiment file may not set in [training] or a task: the grid sets them.
 RESERVED_TRAINING_KEYS = frozenset(
     {
@@ -234,11 +223,10 @@ class Budget:
             "epochs": "ep",
             "max_steps": "steps",
         }
-        parts = [
-            f"{short[k]}{v:g}" if isinstance(v, float) else f"{short[k]}{v}"
+        return "".join(
+            f"-{short[k]}{v:g}" if isinstance(v, float) else f"-{short[k]}{v}"
             for k, v in self.overrides().items()
-        ]
-        return "".join(f"-{p}" for p in parts)
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Budget:

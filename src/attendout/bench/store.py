@@ -60,13 +60,6 @@ from .claims import (
 from .joblog import JobLog
 from .spec import Budget, Cell, Experiment, ExperimentError
 
-__all__ = [
-    "ResultsStore",
-    "compact_predictions",
-    "default_results_root",
-    "read_predictions",
-]
-
 GITIGNORE = ".work/\n.claims/\n.bench/\nmodel/\n"
 
 

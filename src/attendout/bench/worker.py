@@ -27,8 +27,6 @@ import sys
 from ..run import Stopped, handling
 from ..run.interrupt import request_once
 
-__all__ = ["PARENT_VARIABLE", "RESULT_MARKER", "ToParent", "main"]
-
 RESULT_MARKER = "@attendout-cell-result"
 PARENT_VARIABLE = "ATTENDOUT_JOBS_PARENT"  # the parent's pid: a worker whose parent is gone stops
 

@@ -143,9 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(error, _loaded(("attendout.core.optim", "TrainingError"))):
             print(f"attendout: training failed: {error}", file=sys.stderr)
             return 1
-        if isinstance(
-            error, OSError
-        ):  # a file that cannot be read or written: a full disk, a path through a file
+        # a file that cannot be read or written: a full disk, a path through a file
+        if isinstance(error, OSError):
             from ..core.folder import describe_os_error
 
             print(f"attendout: error: {describe_os_error(error)}", file=sys.stderr)

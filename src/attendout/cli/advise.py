@@ -184,9 +184,8 @@ def config_from_args(argv: list[str]) -> tuple[AdviseConfig, Any]:
     from ..track import Tracking
 
     given = {"recipe": recipe, "methods": methods, "fixed_options": fixed, "seeds": seeds}
-    out = Path(
-        args.output_dir
-    ).resolve()  # one experiment: regime, trials, confirmation, the answer as a note
+    # one experiment: regime, trials, confirmation, the answer as a note
+    out = Path(args.output_dir).resolve()
     given["tracking"] = Tracking.of(args.report_to, f"advise-{out.name}", out / "tensorboard")
     config = dataclass_from_args(
         AdviseConfig,  # every other field from the flag of its name

@@ -18,21 +18,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "TASK_DEFAULT_OPTIONS",
-    "add_dataclass_options",
-    "add_file_options",
-    "add_threads",
-    "dataclass_from_args",
-    "experiment_parser",
-    "load_grid",
-    "parse_eval_files",
-    "quiet_transformers",
-    "set_threads",
-    "task_defaults_unset",
-    "train_config",
-]
-
 #: Options some tasks give their own defaults (attendout.tasks.defaults.TASK_DEFAULTS).
 TASK_DEFAULT_OPTIONS = ("batch_size", "learning_rate", "max_length")
 
@@ -141,9 +126,8 @@ def add_file_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
 def parse_eval_files(values: list[str] | None) -> dict[str, str] | None:
     """``--eval-file SPLIT=PATH`` values as {split: path}; a split named twice, or named ``train`` or
     ``validation`` (the run's own splits: :func:`attendout.tasks.loading.check_eval_split_names`), is refused."""
-    from ..tasks.loading import (
-        check_eval_split_names,
-    )  # here: the CLI's --help stays free of the data readers
+    # here: the CLI's --help stays free of the data readers
+    from ..tasks.loading import check_eval_split_names
 
     if not values:
         return None

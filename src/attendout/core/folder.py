@@ -40,42 +40,6 @@ from .lock import LOCK_FILE
 from .optim import TrainingError
 from .state import CheckpointStatus, RunState, read_state
 
-__all__ = [
-    "CELL_FILE",
-    "CHECKPOINT_DIR",
-    "CHECKPOINT_FILE",
-    "CHECKPOINT_FORMAT",
-    "CHECKPOINT_SUMMARY",
-    "LOG_FILE",
-    "MANIFEST",
-    "MODEL_DIR",
-    "PREDICTIONS_DIR",
-    "READABLE_FORMATS",
-    "RESULTS_FILE",
-    "RUN_CONFIG_FILE",
-    "CheckpointError",
-    "OutputDirError",
-    "RunDir",
-    "StorageError",
-    "check_output_dir",
-    "checkpoint_status",
-    "sha256_of",
-    "describe_os_error",
-    "os_error_remedy",
-    "output_dir_failure",
-    "portable",
-    "relative_here",
-    "load_checkpoint",
-    "read_checkpoint",
-    "recover_folder",
-    "save_model_atomic",
-    "verify_folder",
-    "write_checkpoint",
-    "write_folder_atomic",
-    "write_json_atomic",
-    "write_text_atomic",
-]
-
 # The files of a run directory (:class:`RunDir` names them in a folder)
 RESULTS_FILE = "results.json"  # the final metrics, written last: its presence means the run finished
 RUN_CONFIG_FILE = "config.json"  # the run's settings, task, data sizes, versions (not a model's config.json)

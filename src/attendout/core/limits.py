@@ -36,8 +36,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["POSITIONS", "LimitError", "check_length", "check_lengths", "position_limit"]
-
 logger = logging.getLogger(__name__)
 
 #: How each supported family encodes positions (see the module docstring). A family added to

@@ -21,17 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "LOCK_FILE",
-    "Owner",
-    "RunBusyError",
-    "RunLock",
-    "exclusive",
-    "pid_alive",
-    "process_start_time",
-    "this_host",
-]
-
 LOCK_FILE = ".attendout.lock"
 _HELD: dict[str, int] = {}  # lock files this process holds: real path -> open descriptor
 

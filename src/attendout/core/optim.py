@@ -17,16 +17,6 @@ from torch import nn
 
 from ..contract import LoopContext
 
-__all__ = [
-    "TrainingError",
-    "adamw",
-    "concat_batches",
-    "linear_schedule",
-    "micro_batches",
-    "param_groups",
-    "update",
-]
-
 
 class TrainingError(RuntimeError):
     """Training cannot go on (NaN loss, ...). Files already written stay as they were."""

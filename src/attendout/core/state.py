@@ -27,15 +27,6 @@ from .lock import RunLock
 if TYPE_CHECKING:
     from .folder import RunDir
 
-__all__ = [
-    "FINISHED",
-    "RUN_KINDS",
-    "STOPPED",
-    "UNFINISHED",
-    "CheckpointStatus",
-    "RunState",
-    "read_state",
-]
 
 FINISHED, STOPPED, UNFINISHED = "finished", "stopped", "unfinished"
 #: The kinds of :class:`RunState`, in the order :meth:`RunDir.state` tells them apart.
@@ -158,12 +149,11 @@ class RunState:
             return "it kept no model"
         if self.best_step is None:
             return "its model is of a step its files do not say"
+        said = f"its model is of step {self.best_step}"
         if self.finished:
-            return f"its model is of step {self.best_step}"
+            return said
         last = (self.settings or {}).get("model_selection") == "last"
-        return (
-            f"its model is of step {self.best_step} ({'the latest validated' if last else 'the best so far'})"
-        )
+        return f"{said} ({'the latest validated' if last else 'the best so far'})"
 
     def to_dict(self) -> dict[str, Any]:
         """What an output made with this run's model records of it (``run_state``)."""

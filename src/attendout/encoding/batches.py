@@ -15,8 +15,6 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-__all__ = ["IGNORE_INDEX", "Batches", "padded_labels"]
-
 IGNORE_INDEX = -100  # the label of a position the loss ignores (padding, a word's later pieces)
 
 

@@ -42,16 +42,6 @@ from .batches import IGNORE_INDEX, Batches, padded_labels
 from .lm_seq2seq import GenerationOptions, LMEncoded, Seq2SeqEncoded
 from .truncation import TRUNCATIONS, head_tail_sizes
 
-__all__ = [
-    "ChoiceEncoded",
-    "Encoded",
-    "TokenEncoded",
-    "Windows",
-    "encode",
-    "predict_batches",
-    "truncation_summary",
-]
-
 
 def _rows(enc: Any, count: int) -> list[dict[str, list[int]]]:
     """The first ``count`` examples of a tokenizer's output, one ``{name: ids}`` each."""

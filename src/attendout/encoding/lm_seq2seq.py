@@ -23,8 +23,6 @@ from torch import nn
 from ..tasks import Examples
 from .batches import IGNORE_INDEX, Batches, padded_labels
 
-__all__ = ["GenerationOptions", "LMEncoded", "Seq2SeqEncoded", "score_unigram_floor"]
-
 
 class LMEncoded(Batches):
     """Documents as one token stream cut into blocks (see the module docstring)."""
@@ -119,9 +117,8 @@ def score_unigram_floor(train: Batches, *evaluated: Batches) -> None:
 def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """(B, L-1) negative log-likelihood of each next token (0 where the label is ignored)."""
     shifted = labels[:, 1:]
-    nll = nn.functional.cross_entropy(
-        logits[:, :-1].transpose(1, 2), shifted.clamp(min=0), reduction="none"
-    )  # (B, L-1)
+    # shape (B, L-1)
+    nll = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), shifted.clamp(min=0), reduction="none")
     return nll.masked_fill(shifted == IGNORE_INDEX, 0.0)
 
 

@@ -4,8 +4,6 @@ checks its truncation here without importing torch."""
 
 from __future__ import annotations
 
-__all__ = ["TRUNCATIONS", "head_tail_sizes"]
-
 #: How a text longer than max_length is cut (see :mod:`attendout.encoding.classification`).
 TRUNCATIONS = ("auto", "head-tail", "head", "sliding")
 

@@ -14,16 +14,6 @@ from typing import Any, ClassVar
 from ..core.limits import LimitError
 from ..typecheck import Must, check_fields, option
 
-__all__ = [
-    "INTEGER_AT_LEAST_1",
-    "PROBABILITY",
-    "PROBABILITY_OR_ONE",
-    "MethodConfig",
-    "check_probability",
-    "layers_field",
-    "parse_layers",
-]
-
 
 def parse_layers(value: Any) -> list[int] | None:
     """``None``/"all" -> None; "0,2,5" or [0, 2, 5] -> [0, 2, 5]."""

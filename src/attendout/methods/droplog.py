@@ -11,8 +11,6 @@ import numpy as np
 
 from ..core.folder import LOG_FILE, RunDir
 
-__all__ = ["DROP_PROB_KEY", "EXPLORED_PROB_KEY", "DropPattern", "read_drop_pattern"]
-
 #: Log key of a layer's mean drop probability at the policy's mean rate (paper 001 Figure 3; what the
 #: Generator has learned): DROP_PROB_KEY.format(layer=i).
 DROP_PROB_KEY = "attendout/drop_prob/L{layer}"

@@ -8,8 +8,6 @@ from functools import partial
 
 from ..attention import AttentionCall, AttentionEdit, AttentionMethod, RandomDrops, RateMeter
 
-__all__ = ["ScoresDropout"]
-
 
 class ScoresDropout(AttentionMethod):
     name = "scores-dropout"

@@ -24,14 +24,6 @@ from torch import nn
 
 from ..tasks import LM, SEQ2SEQ
 
-__all__ = [
-    "IGNORE_INDEX",
-    "generation_kind",
-    "label_log_likelihood",
-    "predicted_token_target",
-    "scored_positions",
-]
-
 IGNORE_INDEX = -100
 
 
@@ -105,7 +97,6 @@ def predicted_token_target(
     scored = targets != IGNORE_INDEX  # (B, T)
     if predicted is None:
         predicted = logits.detach().argmax(-1)  # (B, T)
-    cross_entropy = nn.functional.cross_entropy(
-        logits.float().transpose(1, 2), predicted, reduction="none"
-    )  # (B, T)
+    # shape (B, T)
+    cross_entropy = nn.functional.cross_entropy(logits.float().transpose(1, 2), predicted, reduction="none")
     return -(cross_entropy * scored).sum() / scored.sum().clamp(min=1), predicted

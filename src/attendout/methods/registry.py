@@ -22,17 +22,6 @@ from typing import Any
 
 from .config import MethodConfig
 
-__all__ = [
-    "METHODS",
-    "check_options",
-    "get_method_config",
-    "list_methods",
-    "method_parts",
-    "register_method",
-    "settle_for_task",
-    "unregister_method",
-]
-
 #: name -> the method's config class (its options); the other parts are in :data:`_PARTS`
 METHODS: dict[str, type[MethodConfig]] = {}
 

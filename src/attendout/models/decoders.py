@@ -26,16 +26,6 @@ from .loading import ModelNotFoundError, check_finite, check_model_folder, load_
 from .size import ScratchSize
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
-__all__ = [
-    "AUTO_CLASSES",
-    "INITS",
-    "SCRATCH_ARCHITECTURES",
-    "ScratchSize",
-    "end_of_sequence",
-    "load_for_generation",
-    "scratch_config",
-]
-
 logger = logging.getLogger(__name__)
 
 INITS = ("pretrained", "scratch")

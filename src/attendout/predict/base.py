@@ -28,19 +28,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "OUTPUT_FORMATS",
-    "BasePredictor",
-    "PredictError",
-    "UnfinishedRunError",
-    "check_finished",
-    "check_output_path",
-    "run_settings",
-    "run_split",
-    "task_from_settings",
-    "write_rows",
-    "write_rows_atomic",
-]
 
 #: The formats of an output file, by its extension.
 OUTPUT_FORMATS = (".jsonl", ".csv", ".tsv")

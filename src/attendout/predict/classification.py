@@ -62,13 +62,6 @@ from .base import (
 )
 from .generative import GenerationPredictor, generation_kind
 
-__all__ = [
-    "Predictions",
-    "Predictor",
-    "read_inputs",
-    "write_predictions",
-]
-
 
 @dataclass(frozen=True)
 class Predictions:
@@ -446,8 +439,7 @@ def write_predictions(
     The format follows the extension: ``.jsonl``, ``.csv`` or ``.tsv``. The file appears complete or
     not at all.
     """
-    rows = prediction_rows(predictions, examples, label_names=label_names)
-    return write_rows_atomic(path, rows)
+    return write_rows_atomic(path, prediction_rows(predictions, examples, label_names=label_names))
 
 
 def prediction_rows(

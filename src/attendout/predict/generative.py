@@ -47,8 +47,6 @@ from .base import (
     write_rows_atomic,
 )
 
-__all__ = ["GenerationPredictor", "Generations", "generation_kind", "predict_main", "read_sources"]
-
 
 def generation_kind(model_dir: str | os.PathLike) -> str | None:
     """``"lm"`` or ``"seq2seq"`` for a folder holding a causal LM or an encoder-decoder (by its config's
@@ -429,10 +427,8 @@ def predict_main(predictor: GenerationPredictor, args: Any) -> int:
     if args.output:
         check_output_path(args.output)  # before any work: a wrong extension fails at once
     if args.prompt is not None:
-        examples, what = (
-            Examples(text_a=list(args.prompt), text_b=None, labels=None),
-            f"{len(args.prompt)} prompt(s)",
-        )
+        examples = Examples(text_a=list(args.prompt), text_b=None, labels=None)
+        what = f"{len(args.prompt)} prompt(s)"
     elif args.split is not None:
         examples = predictor.split(args.split, data_dir=args.data_dir)
         what = f"split {args.split!r} ({len(examples)} examples)"

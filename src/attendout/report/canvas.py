@@ -8,8 +8,6 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-__all__ = ["panel_grid", "save_png"]
-
 
 def panel_grid(
     count: int, width: float, height: float, top: float = 0.0, per_row: int = 3

@@ -42,19 +42,6 @@ from .stats import (
     pooled_sd,
 )
 
-__all__ = [
-    "Comparison",
-    "ComparisonTable",
-    "Detectable",
-    "Row",
-    "RunRecord",
-    "build_table",
-    "collect_runs",
-    "direction",
-    "majority_floor",
-    "metric_scale",
-]
-
 SIGNIFICANCE = ((0.01, "**"), (0.05, "*"))
 
 #: Metrics reported in a unit of their own (perplexity per token, BLEU, chrF and ROUGE on 0-100, the
@@ -199,9 +186,8 @@ class ComparisonTable:
     n_resamples: int
     family_size: int  # comparisons with a p-value (the Holm family)
     planned_comparisons: int  # comparisons the full grid makes (invalid cells included)
-    floors: dict[tuple[str, str, str], float] = field(
-        default_factory=dict
-    )  # (model, task, split) -> majority
+    # (model, task, split) -> majority
+    floors: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
     def floor(self, model_id: str, task_id: str, split: str) -> float | None:
         """The score of always predicting the split's most frequent label (None: unknown or regression)."""
@@ -224,10 +210,8 @@ class ComparisonTable:
         return best
 
     def row(self, model_id: str, task_id: str, split: str, method_id: str) -> Row | None:
-        for row in self.rows:
-            if (row.model.id, row.task.id, row.split, row.method.id) == (model_id, task_id, split, method_id):
-                return row
-        return None
+        key = (model_id, task_id, split, method_id)
+        return next((r for r in self.rows if (r.model.id, r.task.id, r.split, r.method.id) == key), None)
 
     def model_description(self, model: ModelSpec) -> str:
         """How the finished runs of ``model`` describe it (their results' or config's model_description: the
@@ -342,11 +326,9 @@ def _score_rows(
                 if floor is not None:
                     floors[(model.id, task.id, split)] = floor
                 for method in experiment.methods:
-                    row = Row(model=model, task=task, split=split, method=method, metric=metric or "?")
-                    row.invalid = _invalid_reason(invalid, model, task, method)
-                    if metric is not None:
-                        row.values = _seed_scores(task_runs, method, split, metric)
-                    rows.append(row)
+                    values = {} if metric is None else _seed_scores(task_runs, method, split, metric)
+                    why = _invalid_reason(invalid, model, task, method)
+                    rows.append(Row(model, task, split, method, metric or "?", values, invalid=why))
     return rows, floors
 
 

@@ -23,8 +23,6 @@ from ..core.folder import LOG_FILE, RESULTS_FILE, RUN_CONFIG_FILE, RunDir
 from ..tasks import higher_is_better
 from .canvas import save_png
 
-__all__ = ["convergence_figure", "group_runs", "main_metric", "read_log", "validation_curve"]
-
 
 def convergence_figure(
     groups: dict[str, list[Path]], out: Path, metric: str | None = None, title: str = ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,11 +19,11 @@ from matplotlib.figure import Figure
 
 from ..tasks import higher_is_better
 from .canvas import panel_grid, save_png
-from .comparison import ComparisonTable, metric_scale
+from .comparison import ComparisonTable, Row, metric_scale
 from .curves import convergence_figure
 
 if TYPE_CHECKING:
-    from ..bench import ModelSpec, TaskSpec
+    from ..bench import MethodSpec, ModelSpec, TaskSpec
 
 
 def _axis_label(metric: str, prefix: str = "") -> str:
@@ -30,8 +31,6 @@ def _axis_label(metric: str, prefix: str = "") -> str:
     unit = " ×100" if metric_scale(metric) != 1 else ""
     return f"{prefix}{metric}{unit}" + ("" if higher_is_better(metric) else " (lower is better)")
 
-
-__all__ = ["bar_chart", "convergence_curves", "delta_chart", "method_colour"]
 
 BASELINE_COLOUR = "0.55"
 #: matplotlib's tab10 without its grey (C7), which is the baseline's
@@ -47,27 +46,16 @@ def method_colour(number: int, is_baseline: bool) -> str:
 def bar_chart(table: ComparisonTable, out: str | Path) -> Path:
     """Write a PNG with one panel per model, task and split (fractions ×100); returns ``out``."""
     e = table.experiment
-    panels = [
-        (model, task, split)
-        for model in e.models
-        for task in e.tasks
-        for split in table.splits(model, task)
-        if any(
-            (row := table.row(model.id, task.id, split, m.id)) is not None and row.values for m in e.methods
-        )
-    ]  # panels with at least one finished cell
+    panels = _panels(table, lambda method, row: bool(row.values))  # panels with at least one finished cell
     if not panels:
         raise ValueError(f"no finished cell of {e.name} in {table.root} to draw bars of")
     fig, axes = panel_grid(len(panels), max(4.0, 0.55 * len(e.methods) + 1.5), 3.6, 0.6)
-    for ax, (model, task, split) in zip(axes, panels, strict=True):
-        metric = next((r.metric for r in table.rows if r.model.id == model.id and r.task.id == task.id), "")
+    for ax, (model, task, split, found) in zip(axes, panels, strict=True):
+        metric = found[0][2].metric  # one metric a model and task
         k = metric_scale(metric)
         labels, means, stds, marks, colors, counts = [], [], [], [], [], []
         base_mean = math.nan
-        for number, method in enumerate(e.methods):
-            row = table.row(model.id, task.id, split, method.id)
-            if row is None or not row.values:
-                continue
+        for number, method, row in found:
             labels.append(method.label)
             means.append(k * row.mean)
             stds.append(k * row.std if math.isfinite(row.std) else 0.0)
@@ -126,27 +114,18 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
     Holm marks. The baseline is the line at 0. Returns ``out``.
     """
     e = table.experiment
-    others = [(number, m) for number, m in enumerate(e.methods) if m.id != e.baseline]
-    panels = []
-    for model in e.models:
-        for task in e.tasks:
-            for split in table.splits(model, task):
-                found = [
-                    (number, m, row)
-                    for number, m in others
-                    if (row := table.row(model.id, task.id, split, m.id)) is not None
-                    and row.comparison is not None
-                    and row.comparison.test.n >= 1
-                ]
-                if found:
-                    panels.append((model, task, split, found))
+    others = [m for m in e.methods if m.id != e.baseline]
+    panels = _panels(
+        table,
+        lambda m, row: m.id != e.baseline and row.comparison is not None and row.comparison.test.n >= 1,
+    )
     if not panels:
         raise ValueError(
             f"no method of {e.name} has finished cells paired with {e.baseline!r} (the same seeds) in {table.root}: "
             "no difference to draw"
         )
     # long method labels are wrapped, and each panel leaves room for its own labels beside the axis
-    wrapped = [textwrap.wrap(m.label, LABEL_WIDTH) or [""] for _, m in others]
+    wrapped = [textwrap.wrap(m.label, LABEL_WIDTH) or [""] for m in others]
     label_lines = max(len(lines) for lines in wrapped)
     label_chars = max(len(line) for lines in wrapped for line in lines)
     width = 3.0 + 0.065 * label_chars
@@ -180,6 +159,26 @@ def delta_chart(table: ComparisonTable, out: str | Path) -> Path:
         "* / **: Holm-corrected paired t-test p < 0.05 / 0.01"
     )
     return _save(fig, caption, 14, out)
+
+
+def _panels(
+    table: ComparisonTable, keep: Callable[[MethodSpec, Row], bool]
+) -> list[tuple[ModelSpec, TaskSpec, str, list[tuple[int, MethodSpec, Row]]]]:
+    """``(model, task, split, rows)`` of each panel: the rows of the split that ``keep`` takes, each
+    ``(the method's number in the experiment, the method, the row)``; a split with none has no panel."""
+    e = table.experiment
+    panels = []
+    for model in e.models:
+        for task in e.tasks:
+            for split in table.splits(model, task):
+                found = [
+                    (number, m, row)
+                    for number, m in enumerate(e.methods)
+                    if (row := table.row(model.id, task.id, split, m.id)) is not None and keep(m, row)
+                ]
+                if found:
+                    panels.append((model, task, split, found))
+    return panels
 
 
 def _panel_title(ax: Any, table: ComparisonTable, model: ModelSpec, task: TaskSpec, split: str) -> None:

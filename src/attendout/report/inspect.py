@@ -21,8 +21,6 @@ from torch import nn
 from ..core.folder import RunDir
 from ..methods.addrop import attribute, candidate_region, sample_drops
 
-__all__ = ["Inspection", "inspect_text", "plot_inspection"]
-
 
 @dataclass
 class Inspection:

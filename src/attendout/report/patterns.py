@@ -23,8 +23,6 @@ from ..methods.droplog import read_drop_pattern
 from .canvas import panel_grid, save_png
 from .curves import option_details
 
-__all__ = ["is_attendout_run", "is_control_run", "pair_controls", "panel_labels", "pattern_figure"]
-
 
 def pattern_figure(run_dirs: Sequence[Path], out: Path, title: str = "") -> Path:
     """Write a PNG with one panel per AttendOut run (its control dashed beside it): drop probability

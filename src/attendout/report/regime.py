@@ -22,8 +22,6 @@ from ..tasks import higher_is_better
 from .canvas import panel_grid, save_png
 from .curves import main_metric, read_log
 
-__all__ = ["EpochCurves", "epoch_curves", "regime_figure", "regime_summary", "run_task_id"]
-
 
 @dataclass
 class EpochCurves:

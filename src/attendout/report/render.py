@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,17 +19,6 @@ from ..bench import ModelSpec, TaskSpec
 from ..tasks import higher_is_better
 from .comparison import Comparison, ComparisonTable, Detectable, Row, RunRecord, direction, metric_scale
 from .stats import BootstrapInterval
-
-__all__ = [
-    "CSV_COLUMNS",
-    "format_interval",
-    "format_value",
-    "kept_before_acting_sentence",
-    "markdown_table",
-    "protocol_lines",
-    "to_csv",
-    "to_markdown",
-]
 
 # --------------------------------------------------------------------------------------------------
 # Markdown
@@ -56,11 +46,8 @@ def _p(value: float) -> str:
 
 
 def _column_title(task: TaskSpec, split: str, metric: str) -> str:
-    return (
-        f"{task.label} {split} ({metric})"
-        if higher_is_better(metric)
-        else f"{task.label} {split} ({metric} ↓)"
-    )
+    arrow = "" if higher_is_better(metric) else " ↓"
+    return f"{task.label} {split} ({metric}{arrow})"
 
 
 def protocol_lines(table: ComparisonTable) -> list[str]:
@@ -352,9 +339,7 @@ def _detectable_section(table: ComparisonTable) -> list[str]:
 
 def _invalid_section(table: ComparisonTable) -> list[str]:
     """The cells that cannot run, counted by reason."""
-    reasons: dict[str, int] = {}
-    for reason in table.invalid.values():
-        reasons[reason] = reasons.get(reason, 0) + 1
+    reasons = Counter(table.invalid.values())
     return [
         "",
         "## Invalid cells (not run)",
@@ -379,11 +364,9 @@ def _score_cell(row: Row | None, n_seeds: int, best: bool = False) -> str:
     if not row.values:
         return "invalid" if row.invalid else "–"
     m = row.metric
-    text = (
-        format_value(row.mean, m)
-        if row.n < 2
-        else f"{format_value(row.mean, m)} ± {format_value(row.std, m)}"
-    )
+    text = format_value(row.mean, m)
+    if row.n >= 2:
+        text += f" ± {format_value(row.std, m)}"
     if best:
         text = f"**{text}**"
     if row.n != n_seeds:

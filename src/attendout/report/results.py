@@ -7,8 +7,6 @@ from typing import Any
 
 from .render import markdown_table
 
-__all__ = ["format_results", "format_truncation"]
-
 
 def format_truncation(results: dict[str, Any]) -> str | None:
     """One line on how many examples were longer than max_length and how they were cut (None if none)."""

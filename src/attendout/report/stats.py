@@ -37,24 +37,6 @@ import numpy as np
 from ..tasks import METRICS, higher_is_better
 from ..tasks.metrics import METRIC_KINDS, SEQUENCE_METRICS, from_counts, sequence_counts, sequences_array
 
-__all__ = [
-    "TEXT_METRICS",
-    "BootstrapInterval",
-    "ChanceFloor",
-    "PairedTest",
-    "bootstrap_difference",
-    "chance_floor",
-    "copy_floor",
-    "detectable_difference",
-    "detectable_from_examples",
-    "holm",
-    "holm_family",
-    "majority_score",
-    "paired_t_test",
-    "pooled_sd",
-    "t_test_power",
-]
-
 
 @dataclass(frozen=True)
 class PairedTest:

@@ -22,8 +22,6 @@ from pathlib import Path
 from .comparison import ComparisonTable
 from .render import to_csv, to_markdown
 
-__all__ = ["write_report"]
-
 
 def write_report(
     table: ComparisonTable,

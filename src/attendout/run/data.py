@@ -10,8 +10,6 @@ from __future__ import annotations
 from ..config import TrainConfig
 from ..tasks import Task, TaskData, load_task_data
 
-__all__ = ["load_data"]
-
 
 def load_data(config: TrainConfig) -> tuple[Task, TaskData]:
     """The task and its data, from the sources ``config`` names."""

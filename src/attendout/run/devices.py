@@ -22,26 +22,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import DEVICE_TYPES, check_device_name
+from ..config import check_device_name
 from ..contract import Distributed
 from ..version import __version__
-
-__all__ = [
-    "DEVICE_TYPES",
-    "autocast_dtype",
-    "available_devices",
-    "check_batches_fit_processes",
-    "check_device_name",
-    "data_parallel",
-    "environment",
-    "mixed_precision",
-    "pick_device",
-    "process_group",
-    "rng_state",
-    "set_rng_state",
-    "set_seed",
-    "shard",
-]
 
 
 def set_seed(seed: int) -> None:

@@ -29,17 +29,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "EvaluationStopped",
-    "Stopped",
-    "agreed",
-    "check",
-    "deferred",
-    "handling",
-    "request_once",
-    "requested",
-]
-
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _requested: list[int] = []

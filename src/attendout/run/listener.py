@@ -11,8 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Listener", "as_listener"]
-
 
 class Listener:
     """A watcher of one run (main process only). The loop calls :meth:`start`, then the listener itself

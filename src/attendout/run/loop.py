@@ -46,8 +46,6 @@ from .setup import budget, make_optimizer, set_up, wrap_model
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TrainingLoop", "finetune"]
-
 
 #: The loop's parts with a state of their own, each saved in a checkpoint under its name.
 _STATEFUL = ("model", "optimizer", "scheduler", "scaler", "strategy")

@@ -18,14 +18,6 @@ if TYPE_CHECKING:
     from .runfolder import TrainState
     from .setup import RunInputs
 
-__all__ = [
-    "acted_after_kept",
-    "config_record",
-    "kept_before_acting",
-    "kept_before_acting_warning",
-    "results_record",
-]
-
 
 def config_record(
     config: TrainConfig, inputs: RunInputs, budget: tuple[int, int], device: Any, processes: int

@@ -78,22 +78,6 @@ from ..core.state import CheckpointStatus
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "RUN_OUTPUTS",
-    "RunExistsError",
-    "RunFolder",
-    "TrainState",
-    "check_run_dir",
-    "checkpoint_config",
-    "find_checkpoint",
-    "prepare_run_dir",
-    "read_resumable",
-    "remove_checkpoint",
-    "setting_up",
-    "single_class",
-    "write_split_predictions",
-]
-
 
 @dataclass
 class TrainState:

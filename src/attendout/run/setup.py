@@ -31,17 +31,6 @@ from .devices import data_parallel, set_seed
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "RunInputs",
-    "budget",
-    "encode_examples",
-    "load_model",
-    "make_optimizer",
-    "say",
-    "set_up",
-    "wrap_model",
-]
-
 
 def load_model(config: TrainConfig, task: Task, train: Examples) -> tuple[Any, Any, str]:
     """(model, tokenizer, description) for ``task``: a pretrained encoder with the task's head, or for the

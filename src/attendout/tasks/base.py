@@ -6,19 +6,6 @@ defined here once: their names, what a label is for each (:data:`KINDS`) and whi
 
 from __future__ import annotations
 
-__all__ = [
-    "CLASSIFICATION",
-    "LM",
-    "MULTIPLE_CHOICE",
-    "REGRESSION",
-    "SEQ2SEQ",
-    "TOKEN_CLASSIFICATION",
-    "GENERATION_KINDS",
-    "KINDS",
-    "DataError",
-    "is_generation",
-]
-
 
 class DataError(ValueError):
     """A bad input: missing file, malformed line, unknown label, unknown task, empty split...

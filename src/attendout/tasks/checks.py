@@ -22,8 +22,6 @@ from numbers import Integral
 from .base import DataError
 from .core import ChoiceExamples, Examples, TaskData, TokenExamples
 
-__all__ = ["check_training_splits", "input_key", "overlap_counts"]
-
 logger = logging.getLogger(__name__)
 
 

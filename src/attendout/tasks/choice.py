@@ -52,18 +52,6 @@ from .core import ChoiceExamples, LoadOptions, Task, TaskData, register_task, sp
 from .hub import HUB_SPLITS, hub_columns, hub_only, hub_splits, load_hub
 from .readers import check_file, data_root, find_folder, log_dropped, reading
 
-__all__ = [
-    "ARC_CHALLENGE",
-    "ARC_EASY",
-    "ARC_HUB",
-    "SWAG",
-    "SWAG_HUB",
-    "answer_index",
-    "load_arc",
-    "load_swag",
-    "read_arc_csv",
-]
-
 ARC_HUB = "allenai/ai2_arc"
 ARC_OPTIONS = 4  # option fields in the CSV files
 ARC_FIELDS = ("question", "A", "B", "C", "D", "answer")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,31 +26,6 @@ import numpy as np
 
 from .base import CLASSIFICATION, KINDS, MULTIPLE_CHOICE, REGRESSION, TOKEN_CLASSIFICATION, DataError
 from .metrics import METRICS, check_metric
-
-__all__ = [
-    "ChoiceExamples",
-    "TokenExamples",
-    "Examples",
-    "LoadOptions",
-    "Task",
-    "TaskData",
-    "TaskLoader",
-    "carve_validation",
-    "compute_metrics",
-    "default_metrics",
-    "get_loader",
-    "get_task",
-    "known_kinds",
-    "list_tasks",
-    "name_key",
-    "register_kind",
-    "register_task",
-    "split_data",
-    "stable_unit_hash",
-    "subsample",
-    "task_of",
-]
-
 
 # --------------------------------------------------------------------------------------------------
 # Task kinds (the built-in ones: :data:`attendout.tasks.base.KINDS`)
@@ -384,12 +360,10 @@ def carve_validation(
         if len(names) < 2:
             raise DataError(
                 f"{what}: its {n} examples are in {len(names)} group(s), and a validation split ({option} "
-                "{fraction}) takes whole groups: it needs at least 2 groups, one on each side"
+                f"{fraction}) takes whole groups: it needs at least 2 groups, one on each side"
             )
         shuffled = [names[i] for i in rng.permutation(len(names))]
-        sizes: dict[str, int] = {}
-        for g in examples.groups:
-            sizes[g] = sizes.get(g, 0) + 1
+        sizes = Counter(examples.groups)
         cumulative = np.cumsum([sizes[g] for g in shuffled])[:-1]  # k+1 groups in validation
         k = int(np.argmin(np.abs(cumulative - target)))
         val_groups = set(shuffled[: k + 1])

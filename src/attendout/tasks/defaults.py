@@ -12,8 +12,6 @@ from typing import Any
 from .base import DataError
 from .core import get_task
 
-__all__ = ["TASK_DEFAULTS", "task_defaults"]
-
 #: Recipe defaults of the tasks whose sizes the global defaults do not fit, applied to the options a user
 #: leaves unset (by ``attendout finetune`` and :meth:`TrainConfig.for_task`; an experiment file sets its
 #: own). Token and multiple-choice tasks: batch 8 at lr 1e-4 (measured with the offline MiniLM, 500

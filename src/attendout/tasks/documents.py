@@ -33,16 +33,6 @@ from .hub import hub_columns, hub_only, load_hub
 from .readers import zip_texts
 from .tokens import find_nltk_zip
 
-__all__ = [
-    "IMDB",
-    "IMDB_HUB",
-    "MOVIE_REVIEWS",
-    "MOVIE_REVIEWS_SPLITS",
-    "load_imdb",
-    "load_movie_reviews",
-    "read_movie_reviews",
-]
-
 SENTIMENT = ("neg", "pos")
 MOVIE_REVIEWS_ZIP = "movie_reviews.zip"
 MOVIE_REVIEWS_SPLITS = {"train": (0, 799), "dev": (800, 899), "test": (900, 999)}  # cv numbers, inclusive

@@ -28,8 +28,6 @@ from .core import Examples, LoadOptions, Task, TaskData, carve_validation, name_
 from .hub import hub_columns, hub_splits, load_hub
 from .readers import RawTable, data_root, read_file, to_examples
 
-__all__ = ["GLUE_SPECS", "HUB_DATASET", "GlueSpec", "load_glue", "read_glue_file"]
-
 logger = logging.getLogger(__name__)
 
 HUB_DATASET = "nyu-mll/glue"

@@ -9,8 +9,6 @@ from typing import Any
 from .base import DataError
 from .core import LoadOptions, Task
 
-__all__ = ["HUB_SPLITS", "hub_columns", "hub_only", "hub_splits", "import_datasets", "load_hub"]
-
 #: our split -> the hub's (our "dev" is the hub's "validation": that name is the run's carved split)
 HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 

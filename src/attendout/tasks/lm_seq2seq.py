@@ -51,19 +51,6 @@ from .readers import EXTENSIONS, data_root, detect_format, read_file
 from .tokens import find_nltk_zip
 from .utf8 import not_utf8
 
-__all__ = [
-    "LM_FILE_TASK",
-    "MOVIE_REVIEWS_LM",
-    "MULTI30K",
-    "MULTI30K_EN_FR",
-    "SEQ2SEQ_FILE_TASK",
-    "Seq2SeqExamples",
-    "read_documents",
-    "read_lines",
-    "read_parallel",
-    "text_format",
-]
-
 logger = logging.getLogger(__name__)
 
 TRANSLATION_METRICS = ("bleu", "chrf")  # a seq2seq task may ask for rouge1, rouge2, rougeL (--metrics)

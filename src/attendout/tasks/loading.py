@@ -63,15 +63,6 @@ from .readers import (
 )
 from .tokens import ENTITY_METRICS, TaggedSentences, iob_label_names, is_iob, read_conll, to_token_examples
 
-__all__ = [
-    "DEFAULT_TASK",
-    "FILE_TASK",
-    "RESERVED_SPLIT_NAMES",
-    "check_eval_split_names",
-    "load_files",
-    "load_task_data",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Split names a run gives its own splits (the training split, and validation carved from it for model

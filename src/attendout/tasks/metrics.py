@@ -22,28 +22,6 @@ import numpy as np
 
 from .base import DataError
 
-__all__ = [
-    "METRICS",
-    "LOWER_IS_BETTER",
-    "METRIC_KINDS",
-    "accuracy",
-    "better",
-    "check_metric",
-    "entities",
-    "entity_f1",
-    "entity_precision",
-    "entity_recall",
-    "f1",
-    "higher_is_better",
-    "iob_parts",
-    "mcc",
-    "metric_fits",
-    "pearson",
-    "register_metric",
-    "spearman",
-    "token_accuracy",
-]
-
 Metric = Callable[[Any, Any], float]
 
 

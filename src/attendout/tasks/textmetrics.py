@@ -22,8 +22,6 @@ import numpy as np
 from .base import LM, SEQ2SEQ, DataError
 from .metrics import register_metric
 
-__all__ = ["bleu", "chrf", "perplexity", "rouge"]
-
 
 def _texts(predictions: Any, references: Any, name: str) -> tuple[list[str], list[str]]:
     hyps, refs = [str(p) for p in predictions], [str(r) for r in references]

@@ -61,26 +61,6 @@ from .hub import HUB_SPLITS, first_line, hub_columns, hub_splits, import_dataset
 from .metrics import iob_parts
 from .readers import check_file, data_root, find_folder, reading, zip_texts
 
-__all__ = [
-    "CONLL2003",
-    "CONLL2003_FILES",
-    "CONLL2003_TAGS",
-    "ENTITY_METRICS",
-    "PTB_POS",
-    "PTB_SPLITS",
-    "PTB_TAGS",
-    "TaggedSentences",
-    "find_nltk_zip",
-    "iob1_to_iob2",
-    "iob_label_names",
-    "is_iob",
-    "load_conll2003",
-    "load_ptb_pos",
-    "read_conll",
-    "read_ptb_zip",
-    "to_token_examples",
-]
-
 DOCSTART = "-DOCSTART-"
 _ASCII_SPACE = " \t\n\r\f\v"  # what separates the fields of a column file
 _FIELD_SEPARATOR = re.compile(r"[ \t\n\r\f\v]+")

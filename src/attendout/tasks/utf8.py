@@ -16,8 +16,6 @@ from pathlib import Path
 
 from .base import DataError
 
-__all__ = ["COMPRESSED", "not_utf8", "not_utf8_bytes"]
-
 #: how a compressed data file is opened, by its suffix (every reader of attendout.tasks reads these)
 COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}
 

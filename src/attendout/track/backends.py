@@ -19,8 +19,6 @@ from unittest import mock
 
 from ..core.folder import describe_os_error
 
-__all__ = ["BACKENDS", "Backend", "Opening", "TrackerError", "first_line", "make_backend"]
-
 #: every name of ``--report-to`` but ``all`` and ``none``, as transformers' ``report_to`` spells them
 BACKENDS = ("tensorboard", "mlflow", "wandb", "trackio")
 

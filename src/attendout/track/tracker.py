@@ -28,7 +28,6 @@ from .backends import BACKENDS, Backend, Opening, TrackerError, first_line, make
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunTracker", "Tracking", "metrics_of", "params_of", "track_run"]
 
 _TRAIN = ("loss", "lr", "epoch", "steps_per_s", "examples_per_s")
 

@@ -28,17 +28,6 @@ from ...contract import ForwardEdits
 from ..nexttoken import generation_kind, predicted_token_target
 from .settings import ATTRIBUTIONS, IG_FORMS, ROUNDINGS
 
-__all__ = [
-    "Attribution",
-    "attribute",
-    "candidate_count",
-    "candidate_region",
-    "modes_restored",
-    "random_drops",
-    "sample_drops",
-]
-
-
 # --------------------------------------------------------------------------------------------------
 # Masks: pure functions
 # --------------------------------------------------------------------------------------------------

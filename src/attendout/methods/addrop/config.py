@@ -13,8 +13,6 @@ from . import settings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ADDropConfig"]
-
 
 @dataclass
 class ADDropConfig(MethodConfig):

@@ -16,8 +16,6 @@ from torch import nn
 from ...attention import get_controller
 from ...attention.families import stack_sizes
 
-__all__ = ["attended_keys", "stack_layers"]
-
 
 def attended_keys(model: nn.Module, batch: Mapping[str, torch.Tensor], layer: int) -> torch.Tensor:
     """(B, 1, Lq, Lk) bool: the non-padding keys of each query row of ``layer``.

@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ADDrop"]
-
 
 class ADDrop(AttentionMethod):
     """AD-DROP's part in the hook: a guard, plus the masks and statistics of :meth:`prepare`.

@@ -13,23 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = [
-    "ALL_LAYER_TASKS",
-    "ATTRIBUTIONS",
-    "AUTHORS_DEFAULTS",
-    "CROSS_TUNING",
-    "DROPPINGS",
-    "ENCODER_LAYERS",
-    "IG_FORMS",
-    "RD_SAMPLINGS",
-    "ROUNDINGS",
-    "STARTS",
-    "TASK_LAYERS",
-    "TASK_SETTINGS",
-    "task_layers",
-    "task_settings",
-]
-
 ATTRIBUTIONS = ("ga", "iga", "aa", "rd")
 ROUNDINGS = ("ceil", "round")
 IG_FORMS = ("authors", "textbook")

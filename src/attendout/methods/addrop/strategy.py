@@ -18,8 +18,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ADDropStrategy", "addrop_active"]
-
 
 def addrop_active(step: int, steps_per_epoch: int, cross_tuning: str, period: int, start: str) -> bool:
     """Whether AD-DROP acts at training step ``step`` (0-based) under cross-tuning (002 §2.4).

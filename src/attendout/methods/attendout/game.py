@@ -27,19 +27,6 @@ import torch
 from ...tasks import compute_metrics
 from ...tasks.metrics import sequences_array
 
-__all__ = [
-    "GameOutcome",
-    "GameScores",
-    "attacker_leads",
-    "attacker_probability",
-    "batch_scores",
-    "collect_scores",
-    "perplexity",
-    "pick_winner",
-    "sample_rewards",
-    "score_gap",
-]
-
 #: The reward kinds: the gold label's log-probability, 0/1 correctness, and the task's main metric.
 LOGPROB, CORRECT, METRIC = "logprob", "correct", "metric"
 

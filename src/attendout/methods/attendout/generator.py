@@ -36,15 +36,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = [
-    "Generator",
-    "GeneratorSample",
-    "MovingAverageBaseline",
-    "gumbel_drop",
-    "reinforce_loss",
-    "unit_mask",
-]
-
 
 def unit_mask(token_valid: torch.Tensor) -> torch.Tensor:
     """(B, L) bool of real tokens -> (B, L, L) bool of units: (query, key) pairs of two real tokens."""

@@ -11,8 +11,6 @@ from ...attention import AttentionMethod
 if TYPE_CHECKING:
     from .config import AttendOutConfig
 
-__all__ = ["MaskSlot", "mask_slot"]
-
 
 class MaskSlot(AttentionMethod):
     """The Attacker's end of the hook: a guard that every training forward brings its masks.

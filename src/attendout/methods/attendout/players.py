@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["embedding_block", "make_generator", "masked_layers", "validation_source"]
-
 
 def embedding_block(model: nn.Module) -> nn.Module:
     """The module whose output the Generator reads: the encoder's embedding block (token, position and

@@ -34,7 +34,6 @@ from .generator import Generator, GeneratorSample, MovingAverageBaseline, reinfo
 if TYPE_CHECKING:
     from .config import AttendOutConfig
 
-__all__ = ["GeneratorPolicy", "RunningStats", "rate_log_prob"]
 
 #: Adam's moment decays for the rate logits. The rate's gradient (R - b) eps / sigma is heavy-tailed (a
 #: product of two normal-ish numbers); with the usual beta2 0.999 one large game sets Adam's step size

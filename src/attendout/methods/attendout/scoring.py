@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from ...contract import LoopContext
     from ...tasks import Task
 
-__all__ = ["score_classifier", "score_generation"]
-
 
 @torch.no_grad()
 def score_classifier(

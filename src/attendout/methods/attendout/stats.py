@@ -16,8 +16,6 @@ import torch
 from ..droplog import DROP_PROB_KEY, EXPLORED_PROB_KEY
 from .generator import GeneratorSample
 
-__all__ = ["StepStatistics"]
-
 
 class StepStatistics:
     """Sums of the drop probabilities per layer (``drop_sums`` over ``drop_steps`` steps) and the values

@@ -77,7 +77,6 @@ from .stats import StepStatistics
 if TYPE_CHECKING:
     from .config import AttendOutConfig
 
-__all__ = ["AttendOutStrategy", "CachedAction", "copy_optimizer_state"]
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 

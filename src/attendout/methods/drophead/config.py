@@ -8,8 +8,6 @@ from ...typecheck import Must, option
 from ..config import PROBABILITY, MethodConfig, check_probability, layers_field
 from ..schedules import Knots, check_knots, parse_knots
 
-__all__ = ["SCHEDULES", "DropHeadConfig", "v_schedule"]
-
 SCHEDULES = ("v", "fixed")
 
 

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from ...typecheck import option
 from ..config import PROBABILITY_OR_ONE, MethodConfig, layers_field
 
-__all__ = ["AttnLayerDropConfig", "LayerDropConfig"]
-
 
 @dataclass
 class LayerDropConfig(MethodConfig):

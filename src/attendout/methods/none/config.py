@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 from ..config import MethodConfig
 
-__all__ = ["NoneConfig"]
-
 
 @dataclass
 class NoneConfig(MethodConfig):

@@ -8,8 +8,6 @@ from ...typecheck import option
 from ..config import INTEGER_AT_LEAST_1, PROBABILITY_OR_ONE, MethodConfig, layers_field
 from ..schedules import Knots, check_knots, knots_from_run, parse_floats, parse_knots, slopes_from_run
 
-__all__ = ["ScheduledConfig"]
-
 
 @dataclass
 class ScheduledConfig(MethodConfig):

@@ -48,13 +48,6 @@ from .method import (
 if TYPE_CHECKING:
     from .config import SynthesizerConfig
 
-__all__ = [
-    "is_synthesized_checkpoint",
-    "load_model",
-    "load_synthesized",
-    "load_synthesized_weights",
-]
-
 
 def is_synthesized_checkpoint(path: str | os.PathLike) -> bool:
     """Whether the folder ``path`` holds a checkpoint written by :func:`save_synthesized`."""

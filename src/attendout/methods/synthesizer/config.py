@@ -19,8 +19,6 @@ from .variants import (
     is_mixture,
 )
 
-__all__ = ["INITS", "SynthesizerConfig"]
-
 INITS = ("exact", "paper")
 FACTORIZED_VARIANTS = ("factorized-dense", "factorized-random")
 

@@ -70,15 +70,6 @@ from .variants import (
     is_mixture,
 )
 
-__all__ = [
-    "DenseLogits",
-    "FactorizedDenseLogits",
-    "FactorizedRandomLogits",
-    "RandomLogits",
-    "SynthesizerLayer",
-    "glorot_limit",
-]
-
 
 def glorot_limit(shape: tuple[int, ...]) -> float:
     """The bound of TensorFlow's ``glorot_uniform`` for a variable of ``shape``: sqrt(6 / (fan_in +

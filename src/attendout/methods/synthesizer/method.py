@@ -42,17 +42,6 @@ from .variants import CROSS_ATTENTION_CAVEAT, is_mixture
 if TYPE_CHECKING:
     from .config import SynthesizerConfig
 
-__all__ = [
-    "FORMAT_VERSION",
-    "MODEL_TYPE",
-    "MODULE_NAME",
-    "WEIGHTS_NAME",
-    "SequenceTooLongError",
-    "Synthesizer",
-    "get_synthesizer",
-    "save_synthesized",
-    "synthesize",
-]
 
 #: The attribute of the model that holds the synthesizer parameters.
 MODULE_NAME = "attendout_synthesizer"
@@ -133,10 +122,7 @@ class Synthesizer(AttentionMethod):
             )
         if self.l_max is None:
             self.l_max = int(config.max_position_embeddings)
-        if self.config.rank > self.l_max and "factorized" in self.config.variant:
-            raise ValueError(
-                f"{self.name}: rank must be at most l_max ({self.l_max}), got {self.config.rank!r}"
-            )
+        self.resolved_config()  # the config's own checks at this l_max (a factorized rank beyond it)
         reference = next(model.parameters())
         self.modules = nn.ModuleDict(
             {

@@ -17,8 +17,6 @@ from .method import MODULE_NAME, save_synthesized
 if TYPE_CHECKING:
     from .config import SynthesizerConfig
 
-__all__ = ["SynthesizerStrategy"]
-
 
 class SynthesizerStrategy(TrainingStrategy):
     """Synthesize the loaded model, train its new parameters at their own learning rate, and save

@@ -4,20 +4,6 @@ is made from these alone."""
 
 from __future__ import annotations
 
-__all__ = [
-    "BASE_VARIANTS",
-    "CROSS_ATTENTION_CAVEAT",
-    "CROSS_ATTENTION_REFUSED",
-    "MIXINGS",
-    "MIX_SUFFIX",
-    "OFFICIAL_RANK",
-    "RANDOM_INITS",
-    "RANDOM_VARIANTS",
-    "VARIANTS",
-    "base_variant",
-    "is_mixture",
-]
-
 BASE_VARIANTS = ("dense", "factorized-dense", "random", "factorized-random")
 #: the forms of a mixture's weight (see the module docstring)
 MIXINGS = ("layer", "head", "sum")
