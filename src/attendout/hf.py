@@ -75,6 +75,9 @@ from .methods import METHODS, MethodConfig, TrainingStrategy, get_method_config,
 from .methods.registry import check_options
 from .run import Stopped, agreed, deferred, requested
 
+# a documented module (docs/reference/hf.md): its public names, in the order the reference lists them
+__all__ = ["CollatedSource", "Seq2SeqTrainer", "Trainer"]
+
 logger = logging.getLogger(__name__)
 
 
