@@ -44,7 +44,7 @@ test: $(STAMP)
 
 # The tests of several fresh interpreters working together (marked `processes`: --jobs workers, SLURM
 # through submitit, torchrun, two advise workers on one PostgreSQL study): one at a time, as each already
-# keeps both cores busy; about 4 minutes. CI runs them in a step of their own.
+# keeps both cores busy; about 5 minutes. CI runs them in a step of their own.
 test-processes: $(STAMP)
 	$(BIN)/python -m pytest -n 0 -m processes
 
