@@ -305,15 +305,20 @@ def write_sentiment_csv(path, n: int, seed: int = 0) -> str:
     return str(path)
 
 
+def make_tiny_run(folder: Path) -> dict:
+    """Paths of a tiny model folder and train/dev CSVs written in ``folder`` (its ``"tmp"``)."""
+    return {
+        "model": save_tiny_model_dir(folder / "model"),
+        "train": write_sentiment_csv(folder / "train.csv", 96, seed=0),
+        "dev": write_sentiment_csv(folder / "dev.csv", 24, seed=1),
+        "tmp": folder,
+    }
+
+
 @pytest.fixture
 def tiny_run(tmp_path):
     """Paths of a tiny model folder and train/dev CSVs."""
-    return {
-        "model": save_tiny_model_dir(tmp_path / "model"),
-        "train": write_sentiment_csv(tmp_path / "train.csv", 96, seed=0),
-        "dev": write_sentiment_csv(tmp_path / "dev.csv", 24, seed=1),
-        "tmp": tmp_path,
-    }
+    return make_tiny_run(tmp_path)
 
 
 def toy_train_config(tiny_run, **overrides):

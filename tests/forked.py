@@ -10,7 +10,8 @@ as :mod:`subprocess` reports it).
 
 What a fork cannot show, a fresh interpreter still does: the tests of the console entry point and of
 imports that an environment variable selects start real processes. Plain ``transformers`` loading a
-checkpoint without attendout runs in a child of a process that never imported attendout (tests/plain.py).
+checkpoint without attendout, and attendout's first import, run in a child of a process that never imported
+attendout (tests/plain.py).
 """
 
 from __future__ import annotations

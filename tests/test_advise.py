@@ -32,7 +32,7 @@ from attendout.core.lock import process_start_time, this_host
 from attendout.methods import get_method_config
 from attendout.report.regime import EpochCurves
 from attendout.report.stats import detectable_difference, pooled_sd
-from conftest import toy_cli_args, toy_train_config
+from conftest import make_tiny_run, toy_cli_args, toy_train_config
 from search_plans import search_plan
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -536,14 +536,28 @@ def test_the_search_never_reads_the_evaluation_split(tiny_run, monkeypatch):
     assert dev_size not in encoded  # only train and the validation split carved from it were encoded
 
 
-def test_a_trial_killed_mid_training_resumes_to_the_uninterrupted_score(tiny_run, monkeypatch):
+@pytest.fixture(scope="module")
+def finished_study(tmp_path_factory):
+    """One tiny study run to its answer (``advice`` under its tiny run's folder), for the tests that read it
+    or start another study beside it: each tiny study trains 11 runs. Tests that use it change none of its
+    files but those a rerun writes again."""
+    run = make_tiny_run(tmp_path_factory.mktemp("finished-study"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(run["tmp"])  # the folders it records are named from here (issue 69, class 8)
+        advice = advise(tiny_study(run, run["tmp"] / "advice"))
+    return run, advice
+
+
+def test_a_trial_killed_mid_training_resumes_to_the_uninterrupted_score(finished_study, monkeypatch):
+    tiny_run, uninterrupted = finished_study
+
     def values(study_dir):
         return [
             (t["params"], t["value"])
             for t in advise(tiny_study(tiny_run, study_dir, until="search")).searches["scores-dropout"].trials
         ]
 
-    whole = values(tiny_run["tmp"] / "whole")
+    whole = [(t["params"], t["value"]) for t in uninterrupted.searches["scores-dropout"].trials]
     real = search_mod.finetune
     seen = {"validations": 0}
 
@@ -571,10 +585,10 @@ def test_a_trial_killed_mid_training_resumes_to_the_uninterrupted_score(tiny_run
     assert "validation" in log  # the first trial's folder was resumed, not replaced
 
 
-def test_advise_end_to_end_writes_its_answer_and_a_rerun_trains_nothing(tiny_run, monkeypatch):
-    monkeypatch.chdir(tiny_run["tmp"])  # the folders it records are named from here (issue 69, class 8)
+def test_advise_end_to_end_writes_its_answer_and_a_rerun_trains_nothing(finished_study, monkeypatch):
+    tiny_run, advice = finished_study
+    monkeypatch.chdir(tiny_run["tmp"])  # where the study ran: the folders it records are named from there
     out = tiny_run["tmp"] / "advice"
-    advice = advise(tiny_study(tiny_run, out))
     for name in ("advice.md", "advice.png", "advice.toml", "search.db", "confirm.toml", "regime.json"):
         assert (out / name).is_file(), name
     assert json.loads((out / "regime.json").read_text())["run"] == "advice/regime"
@@ -600,6 +614,28 @@ def test_advise_end_to_end_writes_its_answer_and_a_rerun_trains_nothing(tiny_run
     monkeypatch.setattr(loop.TrainingLoop, "fit", lambda self: pytest.fail("a finished run trained again"))
     again = advise(tiny_study(tiny_run, out))
     assert again.sentence == advice.sentence
+
+
+def test_the_confirmation_reuses_finished_runs_of_the_same_configuration(finished_study):
+    tiny_run, mine = finished_study
+    first = tiny_run["tmp"] / "advice"
+    second = tiny_run["tmp"] / "second"  # another study of the same recipe: its none runs are the first's
+    theirs = advise(tiny_study(tiny_run, second, until="confirm", reuse_runs=str(first / "confirm")))
+    for seed in (1, 2):
+        record = json.loads(next((second / "confirm").rglob(f"none/seed-{seed}/cell.json")).read_text())
+        assert record["reused_from"].startswith(str(first / "confirm"))
+        original = next((first / "confirm").rglob(f"none/seed-{seed}/results.json")).read_text()
+        assert next((second / "confirm").rglob(f"none/seed-{seed}/results.json")).read_text() == original
+    # a copied run was timed elsewhere: no time ratio against it (the first study timed its own runs)
+    assert all(r.cost is not None and r.cost > 0 for r in mine.confirmation.rows)
+    assert theirs.confirmation.rows and all(r.cost is None for r in theirs.confirmation.rows)
+    # runs copied in are not fresh to the second study: its table and its answer say so (issue 57)
+    assert mine.confirmation.fresh and not theirs.confirmation.fresh
+    assert {k.split("/")[-2:][0] for k in theirs.confirmation.reused} >= {"none"}
+    answer = advise(tiny_study(tiny_run, second, reuse_runs=str(first / "confirm")))
+    text = (second / "advice.md").read_text()
+    assert "**Runs not fresh to this study:**" in text and f"{len(theirs.confirmation.reused)} of its" in text
+    assert "fresh seeds" not in text.split("## Search")[0] and "not fresh to this study" in answer.sentence
 
 
 def test_a_study_whose_plain_run_learns_nothing_answers_chance_not_a_method(tiny_run):
@@ -726,28 +762,6 @@ def test_seeds_auto_runs_a_pilot_and_takes_the_count_that_detects_the_gain_at_it
     assert len(one) == PILOT
     assert "no noise" in json.loads((tmp_path / "d" / "seeds.json").read_text())["why"]
     assert chosen(tmp_path / "e", seeds=(7, 8)) == (7, 8)  # given seeds are kept as given
-
-
-def test_the_confirmation_reuses_finished_runs_of_the_same_configuration(tiny_run):
-    first = tiny_run["tmp"] / "first"
-    mine = advise(tiny_study(tiny_run, first, until="confirm"))
-    second = tiny_run["tmp"] / "second"  # another study of the same recipe: its none runs are the first's
-    theirs = advise(tiny_study(tiny_run, second, until="confirm", reuse_runs=str(first / "confirm")))
-    for seed in (1, 2):
-        record = json.loads(next((second / "confirm").rglob(f"none/seed-{seed}/cell.json")).read_text())
-        assert record["reused_from"].startswith(str(first / "confirm"))
-        original = next((first / "confirm").rglob(f"none/seed-{seed}/results.json")).read_text()
-        assert next((second / "confirm").rglob(f"none/seed-{seed}/results.json")).read_text() == original
-    # a copied run was timed elsewhere: no time ratio against it (the first study timed its own runs)
-    assert all(r.cost is not None and r.cost > 0 for r in mine.confirmation.rows)
-    assert theirs.confirmation.rows and all(r.cost is None for r in theirs.confirmation.rows)
-    # runs copied in are not fresh to the second study: its table and its answer say so (issue 57)
-    assert mine.confirmation.fresh and not theirs.confirmation.fresh
-    assert {k.split("/")[-2:][0] for k in theirs.confirmation.reused} >= {"none"}
-    answer = advise(tiny_study(tiny_run, second, reuse_runs=str(first / "confirm")))
-    text = (second / "advice.md").read_text()
-    assert "**Runs not fresh to this study:**" in text and f"{len(theirs.confirmation.reused)} of its" in text
-    assert "fresh seeds" not in text.split("## Search")[0] and "not fresh to this study" in answer.sentence
 
 
 def test_a_rerun_with_another_recipe_is_refused(tiny_run):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import attendout.run.loop as train
+import plain
 from attendout.cli import main
 from attendout.run.runfolder import single_class
 from conftest import toy_cli_args, toy_train_config
@@ -75,7 +76,7 @@ def test_every_public_name_is_still_there_after_a_lazy_import():
         "from attendout.attention.controller import ROUTES\n"
         "assert 'deberta' in ROUTES  # a lazy name's first use registers DeBERTa's route\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = plain.run(code)  # a process that has not imported attendout yet
     assert out.returncode == 0, out.stderr[-2000:]
     import attendout
 

@@ -13,7 +13,7 @@ import plain
 from attendout.attention import AttentionEdit, AttentionMethod
 from attendout.config import TrainConfig
 from attendout.core.optim import TrainingError
-from attendout.methods import MethodConfig, register_method
+from attendout.methods import MethodConfig, register_method, unregister_method
 from attendout.run.loop import TrainingLoop, finetune
 from attendout.run.runfolder import RunExistsError
 from conftest import toy_train_config
@@ -128,10 +128,16 @@ class _Poison(AttentionMethod):
         return None
 
 
-register_method("test-nan-after", _NanAfter, _Poison)
+@pytest.fixture
+def nan_after():
+    """The test-only method, registered for one test (registered at import, it joined every test that lists
+    the methods when this module was collected first)."""
+    register_method("test-nan-after", _NanAfter, _Poison)
+    yield
+    unregister_method("test-nan-after")
 
 
-def test_nan_loss_stops_with_a_clear_error_and_keeps_the_best_checkpoint(tiny_run):
+def test_nan_loss_stops_with_a_clear_error_and_keeps_the_best_checkpoint(tiny_run, nan_after):
     with pytest.raises(TrainingError, match=r"loss is nan at step 3"):
         finetune(config(tiny_run, method="test-nan-after", method_options={}, eval_steps=1))
     run = tiny_run["tmp"] / "run"
