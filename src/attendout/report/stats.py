@@ -98,10 +98,7 @@ def holm(pvalues: Sequence[float]) -> np.ndarray:
     if m == 0:
         return out
     order = valid[np.argsort(p[valid], kind="stable")]
-    running = 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[index]))
-        out[index] = running
+    out[order] = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * p[order]))
     return out
 
 
@@ -530,10 +527,7 @@ def _tags_by_frequency(labels: np.ndarray) -> np.ndarray:
 
 def _tag_everywhere(labels: np.ndarray, tag: Any) -> np.ndarray:
     """Per-example tag lists of ``tag`` alone, as long as those of ``labels``."""
-    constant = np.empty(len(labels), dtype=object)
-    for i, row in enumerate(labels):
-        constant[i] = [tag] * len(row)
-    return constant
+    return sequences_array([[tag] * len(row) for row in labels])
 
 
 def pooled_sd(sds: Sequence[float], ns: Sequence[int]) -> float:
