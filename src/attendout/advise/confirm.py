@@ -17,6 +17,7 @@ import dataclasses
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,15 +268,15 @@ def run_confirmation(
         store.prepare(experiment, Budget())
         for key in reuse_runs(cells, store, Path(reuse)):
             echo(f"confirm: {key}: reused a finished run of the same configuration from {reuse}")
-    done = sum(1 for c in cells if store.status(c)[0] == "done")
-    stale = sum(1 for c in cells if store.status(c)[0] == "stale")
-    if stale:
+    states = Counter(store.status(c)[0] for c in cells)
+    if states["stale"]:
         echo(
-            f"confirm: {stale} finished cell(s) were of an earlier setting (the search went on); they are rerun"
+            f"confirm: {states['stale']} finished cell(s) were of an earlier setting (the search went on); "
+            "they are rerun"
         )
     bar = tqdm(
         total=len(cells),
-        initial=done,
+        initial=states["done"],
         desc="advise: confirm",
         unit="run",
         disable=not progress,
