@@ -423,8 +423,8 @@ def _walls(table: ComparisonTable) -> dict[str, float]:
     return {m: sum(v) / len(v) for m, v in by_method.items()}
 
 
-def _json(confirmation: Confirmation) -> dict[str, Any]:
-    return {
+def dumps(confirmation: Confirmation) -> str:
+    record = {
         "split": confirmation.split,
         "metric": confirmation.metric,
         "seeds": list(confirmation.seeds),
@@ -439,7 +439,4 @@ def _json(confirmation: Confirmation) -> dict[str, Any]:
         "reused": list(confirmation.reused),
         "rows": [dataclasses.asdict(r) for r in confirmation.rows],
     }
-
-
-def dumps(confirmation: Confirmation) -> str:
-    return json.dumps(_json(confirmation), indent=2, default=str)
+    return json.dumps(record, indent=2, default=str)
