@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bench import Budget, Experiment, ResultsStore, load_experiment, prepare_cells, run_cells
+from ..bench.parse import default_id
 from ..bench.runner import reuse_runs
 from ..bench.spec import RESERVED_TRAINING_KEYS
 from ..config import NEUTRAL_OPTIONS, TrainConfig
@@ -176,11 +176,6 @@ class Confirmation:
         )
 
 
-def _id(text: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9._+=-]", "-", text.rstrip("/").split("/")[-1]).lstrip("-._+=")
-    return cleaned or "model"
-
-
 def confirm_experiment(
     base: TrainConfig,
     tuned: dict[str, dict[str, Any]],
@@ -226,8 +221,10 @@ def confirm_experiment(
             "tuning": tuning,
         },
         "training": training,
-        "models": [{"id": _id(base.model), "name": base.model, "label": model_label or base.model}],
-        "tasks": [{"id": _id(base.task), "name": base.task}],
+        "models": [
+            {"id": default_id(base.model) or "model", "name": base.model, "label": model_label or base.model}
+        ],
+        "tasks": [{"id": default_id(base.task) or "model", "name": base.task}],
         "methods": methods,
     }
 
