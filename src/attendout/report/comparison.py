@@ -344,13 +344,8 @@ def _seed_scores(
     task_runs: Sequence[RunRecord], method: MethodSpec, split: str, metric: str
 ) -> dict[int, float]:
     """seed -> ``metric`` on ``split`` of ``method``'s finished runs (of one model and task) that report it."""
-    values: dict[int, float] = {}
-    for run in task_runs:
-        if run.cell.method.id == method.id:
-            value = run.score(split, metric)
-            if value is not None:
-                values[run.cell.seed] = value
-    return values
+    scores = {run.cell.seed: run.score(split, metric) for run in task_runs if run.cell.method.id == method.id}
+    return {seed: value for seed, value in scores.items() if value is not None}
 
 
 def _compare(
