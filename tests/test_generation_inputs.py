@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
+import plain
 from attendout.config import TrainConfig
 from attendout.core.limits import LimitError
 from attendout.run.loop import finetune
@@ -83,10 +82,7 @@ print(json.dumps(out))
 def test_the_saved_scratch_tokenizer_gives_every_text_back_in_plain_transformers(files, tmp_path, kind):
     finetune(tiny(tmp_path, kind))
     model = tmp_path / "run" / "model"
-    done = subprocess.run(
-        [sys.executable, "-c", PLAIN, str(model), json.dumps(ROUND_TRIP)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+    done = plain.run(PLAIN, str(model), json.dumps(ROUND_TRIP), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["ours"] == []  # loaded with transformers alone

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 
+import plain
 from attendout.cli import main
 from attendout.config import TrainConfig
 from attendout.predict.base import PredictError
@@ -214,9 +213,7 @@ def test_the_checkpoints_load_in_plain_transformers_with_the_trained_models_logi
         print(json.dumps(out))
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120
-    )
+    done = plain.run(script, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     for name in ("lm", "seq2seq"):

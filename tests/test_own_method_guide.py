@@ -213,21 +213,22 @@ def test_register_method_binds_a_name_once_and_unregister_frees_it(keyed_dropout
     attendout.register_method(NAME, config, method)  # as the fixture left it
 
 
-def test_attendout_methods_imports_the_modules_the_environment_names(tmp_path):
+def test_attendout_methods_imports_the_modules_the_environment_names(tmp_path, monkeypatch, capsys):
     import subprocess
 
     (tmp_path / "keyed_dropout.py").write_text(example_code())
     env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path), "ATTENDOUT_METHODS": "keyed_dropout"}
-    run = [sys.executable, "-m", "attendout.cli", "methods"]
+    run = [sys.executable, "-m", "attendout.cli", "methods"]  # a user's process: its own interpreter
     listed = subprocess.run(run, capture_output=True, text=True, env=env, timeout=300)
     assert listed.returncode == 0, listed.stderr
     assert any(line.startswith("keyed-dropout ") and "p=0.1" in line for line in listed.stdout.splitlines())
-    plain = subprocess.run(
-        run, capture_output=True, text=True, env={**env, "ATTENDOUT_METHODS": ""}, timeout=300
-    )
-    assert "keyed-dropout" not in plain.stdout  # only what the variable names joins
-    missing = subprocess.run(
-        run, capture_output=True, text=True, env={**env, "ATTENDOUT_METHODS": "keyed_dropout, no_such_module"}
-    )
-    assert missing.returncode == 2
-    assert "ATTENDOUT_METHODS names module 'no_such_module', which cannot be imported" in missing.stderr
+    # Here, in this process: what an empty variable imports, and a module that is not there
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "keyed_dropout", raising=False)
+    monkeypatch.setenv("ATTENDOUT_METHODS", "")
+    assert main(["methods"]) == 0
+    assert "keyed_dropout" not in sys.modules  # only what the variable names joins
+    monkeypatch.setenv("ATTENDOUT_METHODS", "json, no_such_module")  # json: imports, registers nothing
+    assert main(["methods"]) == 2
+    err = capsys.readouterr().err
+    assert "ATTENDOUT_METHODS names module 'no_such_module', which cannot be imported" in err

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -14,6 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForMultipleChoice, AutoModelForTokenClassification
 
+import plain
 from attendout.config import TrainConfig
 from attendout.encoding.classification import (
     ChoiceEncoded,
@@ -292,18 +291,8 @@ def test_saved_models_give_the_same_logits_in_plain_transformers(model_dir, tmp_
     model = trainer.strategy.eval_model().eval()
     with torch.no_grad():
         ours = model(**batch).logits
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            PLAIN,
-            kind,
-            str(saved),
-            json.dumps({k: v.tolist() for k, v in batch.items()}),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
+    out = plain.run(
+        PLAIN, kind, str(saved), json.dumps({k: v.tolist() for k, v in batch.items()}), check=True
     )
     theirs = torch.tensor(json.loads(out.stdout))
     torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import attendout
+import plain
 from attendout.attention import AttentionEdit, AttentionMethod
 from attendout.config import TrainConfig
 from attendout.core.optim import TrainingError
@@ -88,16 +87,10 @@ def test_checkpoint_gives_the_same_logits_in_plain_transformers(tiny_run):
     trainer.model.eval()
     with torch.no_grad():
         expected = trainer.model(**batch).logits
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            LOAD_AND_PREDICT,
-            str(tiny_run["tmp"] / "run" / "model"),
-            json.dumps({k: v.tolist() for k, v in batch.items()}),
-        ],
-        capture_output=True,
-        text=True,
+    out = plain.run(
+        LOAD_AND_PREDICT,
+        str(tiny_run["tmp"] / "run" / "model"),
+        json.dumps({k: v.tolist() for k, v in batch.items()}),
         check=True,
     )
     # Another process, with torch's default thread count instead of the suite's: a reduction split over
