@@ -317,6 +317,15 @@ def left_to_search(plan: SearchPlan) -> list[str]:
     return [f"{m}: {n} of {plan.trials_of(m)} trials" for m, n in done.items() if n < plan.trials_of(m)]
 
 
+def _ask(plan: SearchPlan, study: Any, method: str) -> tuple[Any, dict[str, float]]:
+    """A new trial (a queued one first: its options are fixed) and its options."""
+    trial = study.ask()
+    # options are drawn at suggest time, by a sampler seeded with this trial's number: unique in the study,
+    # so two processes on it never draw alike (a trial count read before asking may be stale in one)
+    study.sampler = _sampler(plan, method, trial.number)
+    return trial, suggest(trial, method)
+
+
 def references(plan: SearchPlan) -> None:
     """Train plain fine-tuning's missing reference runs, first those no other process is training (so
     that two processes at once train two seeds), then wait for the rest."""
@@ -361,11 +370,7 @@ def _run_trial(plan: SearchPlan, study: Any, method: str) -> bool:
 
     raise_if_stopped()
     with asking(plan.study.storage_url):  # (an SQLite file: one process at a time takes a queued trial)
-        trial = study.ask()  # a queued one first: its options are fixed
-        # options are drawn at suggest time, by a sampler seeded with this trial's number: unique in the study,
-        # so two processes on it never draw alike (a trial count read before asking may be stale in one)
-        study.sampler = _sampler(plan, method, trial.number)
-        options = suggest(trial, method)
+        trial, options = _ask(plan, study, method)
         within = _within_budget(study, trial, plan.trials_of(method), plan.study.stale_after)
         if not within:
             _give_back(study, trial, plan.trials_of(method))
