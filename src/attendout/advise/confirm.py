@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..bench import Budget, Experiment, ResultsStore, load_experiment, prepare_cells, run_cells
+from ..bench.parse import default_id
 from ..bench.runner import reuse_runs
 from ..bench.spec import RESERVED_TRAINING_KEYS
 from ..config import NEUTRAL_OPTIONS, TrainConfig
@@ -175,11 +176,6 @@ class Confirmation:
         )
 
 
-def _id(text: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9._+=-]", "-", text.rstrip("/").split("/")[-1]).lstrip("-._+=")
-    return cleaned or "model"
-
-
 def confirm_experiment(
     base: TrainConfig,
     tuned: dict[str, dict[str, Any]],
@@ -225,8 +221,10 @@ def confirm_experiment(
             "tuning": tuning,
         },
         "training": training,
-        "models": [{"id": _id(base.model), "name": base.model, "label": model_label or base.model}],
-        "tasks": [{"id": _id(base.task), "name": base.task}],
+        "models": [
+            {"id": default_id(base.model) or "model", "name": base.model, "label": model_label or base.model}
+        ],
+        "tasks": [{"id": default_id(base.task) or "model", "name": base.task}],
         "methods": methods,
     }
 
@@ -267,15 +265,15 @@ def run_confirmation(
         store.prepare(experiment, Budget())
         for key in reuse_runs(cells, store, Path(reuse)):
             echo(f"confirm: {key}: reused a finished run of the same configuration from {reuse}")
-    done = sum(1 for c in cells if store.status(c)[0] == "done")
-    stale = sum(1 for c in cells if store.status(c)[0] == "stale")
-    if stale:
+    states = Counter(store.status(c)[0] for c in cells)
+    if states["stale"]:
         echo(
-            f"confirm: {stale} finished cell(s) were of an earlier setting (the search went on); they are rerun"
+            f"confirm: {states['stale']} finished cell(s) were of an earlier setting (the search went on); "
+            "they are rerun"
         )
     bar = tqdm(
         total=len(cells),
-        initial=done,
+        initial=states["done"],
         desc="advise: confirm",
         unit="run",
         disable=not progress,
@@ -422,8 +420,8 @@ def _walls(table: ComparisonTable) -> dict[str, float]:
     return {m: sum(v) / len(v) for m, v in by_method.items()}
 
 
-def _json(confirmation: Confirmation) -> dict[str, Any]:
-    return {
+def dumps(confirmation: Confirmation) -> str:
+    record = {
         "split": confirmation.split,
         "metric": confirmation.metric,
         "seeds": list(confirmation.seeds),
@@ -438,7 +436,4 @@ def _json(confirmation: Confirmation) -> dict[str, Any]:
         "reused": list(confirmation.reused),
         "rows": [dataclasses.asdict(r) for r in confirmation.rows],
     }
-
-
-def dumps(confirmation: Confirmation) -> str:
-    return json.dumps(_json(confirmation), indent=2, default=str)
+    return json.dumps(record, indent=2, default=str)

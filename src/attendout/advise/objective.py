@@ -203,12 +203,8 @@ def search_noise(plan: SearchPlan, searches: dict[str, MethodSearch]) -> SearchN
                 row = [by_seed.get(seed, by_seed.get(str(seed))) for seed in plan.seeds]
                 if all(v is not None for v in row):
                     table.append([float(v) for v in row])
-    reference = {}
-    if plan.paired:
-        for seed in plan.seeds:
-            run = reference_dir(plan, seed)
-            if RunDir(run).finished:
-                reference[seed] = measured(run, plan.metric).best
+    runs = {seed: reference_dir(plan, seed) for seed in plan.seeds} if plan.paired else {}
+    reference = {seed: measured(run, plan.metric).best for seed, run in runs.items() if RunDir(run).finished}
     own = comparison_sd(table)
     return SearchNoise(
         objective=plan.study.objective,

@@ -44,6 +44,12 @@ _EXPERIMENT_KEYS = {
 _TOP_LEVEL = ("experiment", "training", "models", "tasks", "methods")
 
 
+def default_id(name: str) -> str:
+    """The id an entry named ``name`` (a model's path or hub id, a task) takes when it gives none: the
+    name's last part, other characters than an id's replaced by ``-`` ("" where nothing is left)."""
+    return re.sub(r"[^A-Za-z0-9._+=-]", "-", name.rstrip("/").split("/")[-1]).lstrip("-._+=")
+
+
 def find_experiment(name_or_path: str | Path, search_dir: str | Path = "experiments") -> Path:
     """An experiment file from a path, or from a name looked up as ``search_dir/NAME.toml``."""
     path = Path(name_or_path)
@@ -161,8 +167,7 @@ class _Parser:
         name = entry.get("name")
         if not isinstance(name, str) or not name:
             raise self.error(f"{where} name = {name!r}", "must be a non-empty string")
-        default_id = re.sub(r"[^A-Za-z0-9._+=-]", "-", name.rstrip("/").split("/")[-1]).lstrip("-._+=")
-        entry_id = entry.get("id", default_id)
+        entry_id = entry.get("id", default_id(name))
         if not isinstance(entry_id, str) or not _ID.match(entry_id):
             raise self.error(
                 f"{where} id = {entry_id!r}",

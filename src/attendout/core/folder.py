@@ -292,13 +292,11 @@ def sha256_of(path: Path) -> str:
 
 def write_manifest(folder: Path, **extra: Any) -> None:
     """``folder/manifest.json``: the size and sha256 of every file in ``folder`` (written last)."""
-    files = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name != MANIFEST:
-            files[path.relative_to(folder).as_posix()] = {
-                "bytes": path.stat().st_size,
-                "sha256": sha256_of(path),
-            }
+    files = {
+        path.relative_to(folder).as_posix(): {"bytes": path.stat().st_size, "sha256": sha256_of(path)}
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != MANIFEST
+    }
     write_json_atomic(folder / MANIFEST, {**extra, "written_by": f"attendout {__version__}", "files": files})
 
 

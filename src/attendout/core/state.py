@@ -33,7 +33,7 @@ FINISHED, STOPPED, UNFINISHED = "finished", "stopped", "unfinished"
 RUN_KINDS = (FINISHED, STOPPED, UNFINISHED)
 
 
-def _read_dict(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``; {} if it is missing, unreadable or not an object."""
     try:
         data = json.loads(path.read_text())
@@ -175,17 +175,17 @@ def read_state(run: RunDir, checkpoint: CheckpointStatus, summary: Path) -> RunS
     """
     model = run.model_dir.is_dir()
     if run.results.is_file():
-        results = _read_dict(run.results)
+        results = read_json_object(run.results)
         total = _int(results.get("total_steps"))
         early = results.get("stopped_early")
         step = _int(early.get("step")) if isinstance(early, dict) else total
         return RunState(run.path, FINISHED, step, total, _int(results.get("best_step")), model, checkpoint)
-    settings = _read_dict(run.config)
+    settings = read_json_object(run.config)
     total = _int(settings.get("total_steps"))
     logged, best_logged = _logged_steps(run.log)
     kind, step, best = UNFINISHED, logged, best_logged
     if checkpoint.resumable:
-        saved = _read_dict(summary)
+        saved = read_json_object(summary)
         total = _int(saved.get("total_steps")) or total
         kind, step, best = STOPPED, checkpoint.step, _int(saved.get("best_step"))
         if best_logged is not None and (best is None or best_logged > best):

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..tasks.hub import first_line
 from .offline import model_folder, not_set_up, offline_model, repair_hint
 
 logger = logging.getLogger(__name__)
@@ -277,7 +278,7 @@ def check_model_folder(folder: str | os.PathLike) -> None:
                 file.keys()
         except (SafetensorError, OSError) as error:
             raise ModelFileError(
-                f"model file {weights} is truncated or corrupt ({_first_line(error)}); {REPAIR}"
+                f"model file {weights} is truncated or corrupt ({first_line(error)}); {REPAIR}"
             ) from None
 
 
@@ -289,11 +290,6 @@ def check_finite(model: nn.Module, source: str) -> None:
                 f"model {source}: the weight {name} holds NaN or infinite values (the weights file is corrupt, "
                 f"or was saved from a diverged run); {REPAIR}"
             )
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 def _unreadable_weights(error: BaseException) -> bool:
@@ -407,17 +403,17 @@ def _loading_errors(name: str, local: bool) -> Iterator[None]:
     except OSError as error:
         if local:
             raise ModelNotFoundError(
-                f"could not load model {name!r} ({_first_line(error)}); {REPAIR}"
+                f"could not load model {name!r} ({first_line(error)}); {REPAIR}"
             ) from None
         raise ModelNotFoundError(
-            f"could not load model {name!r} ({error.__class__.__name__}: {str(error).splitlines()[0]}); "
+            f"could not load model {name!r} ({first_line(error)}); "
             f"offline, use a local folder or the packaged default --model minilm"
         ) from error
     except Exception as error:
         if not _unreadable_weights(error):
             raise
         raise ModelFileError(
-            f"the weights of model {name!r} are truncated or corrupt ({_first_line(error)}); {REPAIR}"
+            f"the weights of model {name!r} are truncated or corrupt ({first_line(error)}); {REPAIR}"
         ) from None
 
 

@@ -22,6 +22,7 @@ from ..core.state import RunState
 from ..encoding import Encoded, predict_batches
 from ..run import autocast_dtype, load_data, pick_device
 from ..tasks import Examples, Task
+from ..tasks.hub import first_line
 
 if TYPE_CHECKING:
     from torch import nn
@@ -259,9 +260,7 @@ def load_model_folder(
 
 
 def _cannot_load(model_dir: Path, error: Exception) -> PredictError:
-    return PredictError(
-        f"cannot load the model in {model_dir} ({type(error).__name__}: {str(error).splitlines()[0]})"
-    )
+    return PredictError(f"cannot load the model in {model_dir} ({first_line(error)})")
 
 
 def write_rows(handle: Any, rows: list[dict[str, Any]], fmt: str) -> None:

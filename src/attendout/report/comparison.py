@@ -16,7 +16,6 @@ a unit of their own (perplexity, BLEU, chrF, ROUGE) as they are (:func:`metric_s
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ import numpy as np
 from ..bench import Budget, Cell, Experiment, MethodSpec, ModelSpec, ResultsStore, TaskSpec
 from ..bench.store import read_predictions
 from ..core.folder import RunDir
+from ..core.state import read_json_object
 from ..tasks import METRICS, better, higher_is_better
 from ..tasks.metrics import sequences_array
 from .stats import (
@@ -254,8 +254,8 @@ def collect_runs(
             cell=cell,
             path=run.path,
             results=run.read_results(),
-            config=_read_json(run.config),
-            record=_read_json(run.cell),
+            config=read_json_object(run.config),
+            record=read_json_object(run.cell),
         )
     return runs, status, invalid
 
@@ -344,13 +344,8 @@ def _seed_scores(
     task_runs: Sequence[RunRecord], method: MethodSpec, split: str, metric: str
 ) -> dict[int, float]:
     """seed -> ``metric`` on ``split`` of ``method``'s finished runs (of one model and task) that report it."""
-    values: dict[int, float] = {}
-    for run in task_runs:
-        if run.cell.method.id == method.id:
-            value = run.score(split, metric)
-            if value is not None:
-                values[run.cell.seed] = value
-    return values
+    scores = {run.cell.seed: run.score(split, metric) for run in task_runs if run.cell.method.id == method.id}
+    return {seed: value for seed, value in scores.items() if value is not None}
 
 
 def _compare(
@@ -397,13 +392,6 @@ def majority_floor(runs: Sequence[RunRecord], split: str, metric: str) -> float 
             continue
         return majority_score(metric, stored[1])
     return None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def _main_metric(runs: Sequence[RunRecord], task: TaskSpec) -> str | None:
@@ -469,12 +457,8 @@ def _detectable(
     columns: dict[tuple[str, str, str], list[Row]] = {}
     for row in rows:
         columns.setdefault((row.model.id, row.task.id, row.split), []).append(row)
-    for first, *_ in columns.values():
-        group = [
-            r.comparison
-            for r in columns[(first.model.id, first.task.id, first.split)]
-            if r.comparison is not None
-        ]
+    for first, *rest in columns.values():
+        group = [r.comparison for r in (first, *rest) if r.comparison is not None]
         sd = pooled_sd([c.test.sd for c in group], [c.test.n for c in group])
         intervals = [c.bootstrap for c in group if c.bootstrap is not None]
         n_examples = intervals[0].n_examples if intervals else None

@@ -92,11 +92,10 @@ def _varying_options(described: list[tuple[Path, str, dict, str]]) -> dict[Path,
     for _, method, options, _ in described:
         for key, value in options.items():
             values.setdefault(method, {}).setdefault(key, set()).add(json.dumps(value, sort_keys=True))
-    details = {}
-    for run, method, options, _ in described:
-        varying = [k for k, seen in values.get(method, {}).items() if len(seen) > 1]
-        details[run] = ", ".join(f"{k}={options.get(k)}" for k in varying)
-    return details
+    return {
+        run: ", ".join(f"{k}={options.get(k)}" for k, seen in values.get(method, {}).items() if len(seen) > 1)
+        for run, method, options, _ in described
+    }
 
 
 def _method_and_task(run_dir: Path) -> tuple[str, dict, str]:

@@ -71,9 +71,7 @@ def paired_t_test(a: Sequence[float], b: Sequence[float]) -> PairedTest:
         )
     d = x - y
     n = len(d)
-    if n == 0:
-        return PairedTest(0, float("nan"), float("nan"), float("nan"), float("nan"))
-    mean = float(d.mean())
+    mean = float(d.mean()) if n else float("nan")
     if n < 2:
         return PairedTest(n, mean, float("nan"), float("nan"), float("nan"))
     sd = float(d.std(ddof=1))
@@ -98,10 +96,7 @@ def holm(pvalues: Sequence[float]) -> np.ndarray:
     if m == 0:
         return out
     order = valid[np.argsort(p[valid], kind="stable")]
-    running = 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[index]))
-        out[index] = running
+    out[order] = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * p[order]))
     return out
 
 
@@ -317,8 +312,7 @@ def score_from_statistics(metric: str, totals: np.ndarray) -> np.ndarray:
 
 
 def _is_class_index(y: np.ndarray, runs: list[np.ndarray]) -> bool:
-    arrays = [y, *runs]
-    return all(np.issubdtype(a.dtype, np.integer) and (a.size == 0 or a.min() >= 0) for a in arrays)
+    return all(np.issubdtype(a.dtype, np.integer) and (a.size == 0 or a.min() >= 0) for a in [y, *runs])
 
 
 def _confusion_metric(name: str, c: np.ndarray) -> np.ndarray:
@@ -530,18 +524,11 @@ def _tags_by_frequency(labels: np.ndarray) -> np.ndarray:
 
 def _tag_everywhere(labels: np.ndarray, tag: Any) -> np.ndarray:
     """Per-example tag lists of ``tag`` alone, as long as those of ``labels``."""
-    constant = np.empty(len(labels), dtype=object)
-    for i, row in enumerate(labels):
-        constant[i] = [tag] * len(row)
-    return constant
+    return sequences_array([[tag] * len(row) for row in labels])
 
 
 def pooled_sd(sds: Sequence[float], ns: Sequence[int]) -> float:
     """sqrt(sum (n_i - 1) sd_i^2 / sum (n_i - 1)) over the finite entries with n_i >= 2 (NaN if none)."""
-    num = 0.0
-    den = 0
-    for sd, n in zip(sds, ns, strict=True):
-        if n >= 2 and np.isfinite(sd):
-            num += (n - 1) * sd * sd
-            den += n - 1
-    return float(np.sqrt(num / den)) if den else float("nan")
+    pooled = [(n - 1, sd) for sd, n in zip(sds, ns, strict=True) if n >= 2 and np.isfinite(sd)]
+    den = sum(df for df, _ in pooled)
+    return float(np.sqrt(sum(df * sd * sd for df, sd in pooled) / den)) if den else float("nan")

@@ -256,14 +256,10 @@ def write_split_predictions(
     each example's ``source`` text where given (the copy-the-source floor of ``advise`` reads it).
     """
     with_scores = kind not in ("token_classification", "seq2seq")
-    if scores is None:
-        scores = [None] * len(preds)
-    rows = (_as_list(preds), _as_list(scores), _as_list(labels))
+    scores = [None] * len(preds) if scores is None else _as_list(scores)
     lines = []
-    for i, (p, s, y) in enumerate(zip(*rows, strict=True)):
-        row = {"index": i, "prediction": p, "label": y, "score": s}
-        if not with_scores:
-            del row["score"]
+    for i, (p, s, y) in enumerate(zip(_as_list(preds), scores, _as_list(labels), strict=True)):
+        row = {"index": i, "prediction": p, "label": y, **({"score": s} if with_scores else {})}
         if sources is not None:
             row["source"] = sources[i]
         lines.append(json.dumps(row) + "\n")

@@ -43,7 +43,7 @@ no labels and is not loaded).
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -81,16 +81,8 @@ SWAG = replace(
 )
 
 
-@dataclass(frozen=True)
-class _ArcSpec:
-    prefix: str  # file name prefix: arc_easy, arc_challenge
-    hub_config: str
-
-
-_ARC_SPECS = {
-    ARC_EASY.name: _ArcSpec("arc_easy", "ARC-Easy"),
-    ARC_CHALLENGE.name: _ArcSpec("arc_challenge", "ARC-Challenge"),
-}
+#: The hub config of each ARC task (its files are named after the task: arc_easy_train.csv, ...)
+_ARC_HUB_CONFIGS = {ARC_EASY.name: "ARC-Easy", ARC_CHALLENGE.name: "ARC-Challenge"}
 
 
 def answer_index(answer: str) -> int | None:
@@ -166,13 +158,13 @@ def read_arc_csv(path: str | Path, *, split: str, task: str, drop_bad_rows: bool
     return ChoiceExamples(text_a=questions, text_b=None, labels=labels, choices=choices)
 
 
-def _load_arc_hub(task: Task, spec: _ArcSpec) -> tuple[Task, TaskData]:
-    names = (ARC_HUB, spec.hub_config)
+def _load_arc_hub(task: Task) -> tuple[Task, TaskData]:
+    names = (ARC_HUB, _ARC_HUB_CONFIGS[task.name])
     dataset_dict = load_hub(*names)
     splits = {split: hub for split, hub in HUB_SPLITS.items() if split != "test" or "test" in dataset_dict}
     parts: dict[str, ChoiceExamples] = {}
     for split, dataset in hub_splits(dataset_dict, names, splits).items():
-        where = f"hub {ARC_HUB} {spec.hub_config} {splits[split]}"
+        where = f"hub {' '.join(names)} {splits[split]}"
         questions: list[str] = []
         options_of: list[list[str]] = []
         labels: list[int] = []
@@ -195,20 +187,20 @@ def _load_arc_hub(task: Task, spec: _ArcSpec) -> tuple[Task, TaskData]:
             examples, choices=[o + [""] * (count - len(o)) for o in examples.choices or []]
         )
     task = replace(task, choices=count, eval_split_names=tuple(split for split in parts if split != "train"))
-    return split_data(task, parts, f"hub {ARC_HUB} {spec.hub_config} (options padded to {count})")
+    return split_data(task, parts, f"hub {' '.join(names)} (options padded to {count})")
 
 
 def load_arc(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
     """Loader of ``arc-easy`` and ``arc-challenge`` (see the module docstring)."""
-    spec = _ARC_SPECS[task.name]
     if options.hub:
-        return _load_arc_hub(task, spec)
+        return _load_arc_hub(task)
+    prefix = task.name.replace("-", "_")  # arc_easy, arc_challenge
     needs = (
-        f"task {task.name!r} needs data_dir=<folder with {spec.prefix}_train.csv> (or the "
+        f"task {task.name!r} needs data_dir=<folder with {prefix}_train.csv> (or the "
         "ATTENDOUT_DATA environment variable), or hub=True to download it"
     )
     root = data_root(options.data_dir, "arc", needs)
-    first = f"{spec.prefix}_train.csv"
+    first = f"{prefix}_train.csv"
     folder = find_folder(root, task.name, first, "arc")
     if folder is None:
         raise DataError(
@@ -216,7 +208,7 @@ def load_arc(task: Task, options: LoadOptions) -> tuple[Task, TaskData]:
         )
     parts = {
         split: read_arc_csv(
-            folder / f"{spec.prefix}_{split}.csv",
+            folder / f"{prefix}_{split}.csv",
             split=split,
             task=task.name,
             drop_bad_rows=options.drop_bad_rows,

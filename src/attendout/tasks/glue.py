@@ -19,6 +19,7 @@ GLUE files' ``0``/``1`` labels are class indices in that same order.
 from __future__ import annotations
 
 import logging
+import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -50,17 +51,13 @@ class GlueSpec:
     optional_splits: tuple[str, ...] = field(default=())  # eval splits whose file may be absent
 
 
-_PAIR = ("sentence1", "sentence2")
-_NLI2 = ("entailment", "not_entailment")
-
-
 def _spec(
     name: str,
     folder: str,
     *,
-    label_names: tuple[str, ...] | None,
     description: str,
-    text_fields: tuple[str, ...] = _PAIR,
+    label_names: tuple[str, ...] | None = None,
+    text_fields: tuple[str, ...] = ("sentence1", "sentence2"),
     metrics: tuple[str, ...] = ("accuracy",),
     text_columns: tuple[str, ...] | None = None,
     label_column: str = "label",
@@ -94,90 +91,17 @@ def _spec(
     )
 
 
-GLUE_SPECS: dict[str, GlueSpec] = {
-    spec.task.name: spec
-    for spec in [
-        _spec(
-            "cola",
-            "CoLA",
-            text_fields=("sentence",),
-            label_names=("unacceptable", "acceptable"),
-            metrics=("mcc",),
-            description="CoLA: is the sentence grammatically acceptable (Matthews correlation)",
-            column_names=("source", "label", "mark", "sentence"),
-            eval_splits=("dev", "dev_ood"),
-            optional_splits=("dev_ood",),
-        ),
-        _spec(
-            "sst2",
-            "SST-2",
-            text_fields=("sentence",),
-            label_names=("negative", "positive"),
-            description="SST-2: binary sentiment of movie-review phrases (accuracy)",
-        ),
-        _spec(
-            "mrpc",
-            "MRPC",
-            label_names=("not_equivalent", "equivalent"),
-            metrics=("f1", "accuracy"),
-            description="MRPC: are the two news sentences paraphrases (F1 of 'equivalent', accuracy)",
-            text_columns=("#1 String", "#2 String"),
-            label_column="Quality",
-        ),
-        _spec(
-            "qnli",
-            "QNLI",
-            text_fields=("question", "sentence"),
-            label_names=_NLI2,
-            description="QNLI: does the sentence answer the question (accuracy)",
-        ),
-        _spec(
-            "mnli",
-            "MNLI",
-            text_fields=("premise", "hypothesis"),
-            label_names=("entailment", "neutral", "contradiction"),
-            description="MNLI: premise/hypothesis entailment, 3 classes (accuracy, matched and mismatched)",
-            text_columns=_PAIR,
-            label_column="gold_label",
-            eval_splits=("dev_matched", "dev_mismatched"),
-            hub_splits={
-                "train": "train",
-                "dev_matched": "validation_matched",
-                "dev_mismatched": "validation_mismatched",
-            },
-        ),
-        _spec(
-            "rte",
-            "RTE",
-            label_names=_NLI2,
-            description="RTE: does sentence1 entail sentence2 (accuracy)",
-        ),
-        _spec(
-            "stsb",
-            "STS-B",
-            label_names=None,
-            metrics=("pearson", "spearman"),
-            description="STS-B: semantic similarity of two sentences, 0 to 5 (Pearson, Spearman)",
-            label_column="score",
-            label_range=(0.0, 5.0),
-        ),
-        _spec(
-            "qqp",
-            "QQP",
-            text_fields=("question1", "question2"),
-            label_names=("not_duplicate", "duplicate"),
-            metrics=("f1", "accuracy"),
-            description="QQP: are the two Quora questions duplicates (F1 of 'duplicate', accuracy)",
-            label_column="is_duplicate",
-        ),
-        _spec(
-            "wnli",
-            "WNLI",
-            label_names=("not_entailment", "entailment"),
-            description="WNLI: Winograd-schema entailment (accuracy)",
-        ),
-    ]
-}
+def _read_specs() -> dict[str, GlueSpec]:
+    """The GLUE tasks of ``glue_tasks.toml`` (data beside this module), by name; its lists as tuples."""
+    table = tomllib.loads((Path(__file__).parent / "glue_tasks.toml").read_text(encoding="utf-8"))
+    return {
+        name: _spec(name, **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+        for name, fields in table.items()
+    }
+
+
+#: The GLUE tasks by name, with their files' layout (``glue_tasks.toml``).
+GLUE_SPECS: dict[str, GlueSpec] = _read_specs()
 
 
 def _find_folder(spec: GlueSpec, data_dir: str | Path) -> Path:

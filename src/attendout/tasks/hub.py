@@ -24,10 +24,10 @@ def import_datasets() -> Any:
         ) from None
 
 
-def first_line(error: Exception) -> str:
-    """``error`` as ``Type: its first line``, for a one-line message."""
+def first_line(error: BaseException) -> str:
+    """``error`` as ``Type: its first line`` (``Type`` alone where it has no message), for a one-line message."""
     text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def load_hub(*names: str) -> Any:

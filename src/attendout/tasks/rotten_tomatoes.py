@@ -95,12 +95,8 @@ def drop_repeated_texts(raw: RawTable) -> RawTable:
     ambiguous = {text for text, labels in labels_of.items() if len(labels) > 1}
     if ambiguous:
         logger.info("rotten-tomatoes: dropping %d texts labelled both fresh and rotten", len(ambiguous))
-    seen: set[str] = set()
-    keep = []
-    for text in texts:
-        keep.append(text not in seen and text not in ambiguous)
-        seen.add(text)
-    return raw.filter(keep)
+    first = {text: row for row, text in reversed(list(enumerate(texts)))}  # each text's first row
+    return raw.filter([first[text] == row and text not in ambiguous for row, text in enumerate(texts)])
 
 
 def split_films(films: set[str] | list[str]) -> dict[str, str]:
