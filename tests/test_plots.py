@@ -101,6 +101,22 @@ def test_runs_are_grouped_by_method_and_averaged(runs, tmp_path):
     assert steps.tolist() == [10, 20, 30] and values[0] == pytest.approx(0.32)
 
 
+def test_a_long_title_wraps_inside_the_figure(runs, tmp_path, saved_figures):
+    # a grid's curves are titled by their model (where it has several), task and what the band means: past
+    # 75 characters the title ran over both edges of the figure
+    title = (
+        "SmolLM2-135M (4-bit GGUF, dequantized; offline), CoLA (full, 8,038 train): validation (carved from "
+        "train), mean ± std over seeds"
+    )
+    convergence_figure({"none": runs[:3], "attendout": runs[3:]}, tmp_path / "x.png", title=title)
+    (figure,) = saved_figures
+    (ax,) = panels(figure)
+    drawn = ax.title.get_text()
+    assert "\n" in drawn and " ".join(drawn.split()) == title  # wrapped, every word kept
+    box = ax.title.get_window_extent()  # where savefig drew it
+    assert 0 <= box.x0 and box.x1 <= figure.bbox.width, (box, figure.bbox)
+
+
 def test_convergence_figure_errors_name_the_problem(runs, tmp_path):
     odd = fake_run(tmp_path / "odd", "none", 1, steps=(15, 25))
     with pytest.raises(ValueError, match="group 'none': its runs share no evaluation step"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,12 @@ def panel_grid(
     for ax in axes[count:]:
         ax.set_visible(False)
     return fig, axes[:count]
+
+
+def fitted(text: str, fig: Figure, chars_per_inch: float) -> str:
+    """``text`` wrapped into lines of at most ``chars_per_inch`` times ``fig``'s width in characters, so that
+    a title or caption stays inside the figure."""
+    return textwrap.fill(text, width=int(chars_per_inch * fig.get_figwidth()))
 
 
 def save_png(fig: Figure, out: str | Path, dpi: int) -> Path:

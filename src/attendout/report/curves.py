@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from ..core.folder import LOG_FILE, RESULTS_FILE, RUN_CONFIG_FILE, RunDir
 from ..tasks import higher_is_better
-from .canvas import save_png
+from .canvas import fitted, save_png
 
 
 def convergence_figure(
@@ -54,7 +54,9 @@ def convergence_figure(
         ax.set_ylabel(f"validation {metric} (lower is better)")
         if metric == "perplexity":
             ax.set_yscale("log")
-    ax.set_title(title or f"Convergence (validation {metric}, mean ± std over runs)")
+    ax.set_title(
+        fitted(title or f"Convergence (validation {metric}, mean ± std over runs)", fig, 8), fontsize=10
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     return save_png(fig, out, 150)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from matplotlib.figure import Figure
 
 from ..tasks import higher_is_better
-from .canvas import panel_grid, save_png
+from .canvas import fitted, panel_grid, save_png
 from .comparison import ComparisonTable, Row, metric_scale
 from .curves import convergence_figure
 
@@ -189,7 +189,7 @@ def _panel_title(ax: Any, table: ComparisonTable, model: ModelSpec, task: TaskSp
 
 def _save(fig: Figure, caption: str, chars_per_inch: int, out: str | Path) -> Path:
     """``fig`` under its ``caption`` (wrapped at ``chars_per_inch`` of its width) as a PNG at ``out``."""
-    fig.suptitle(textwrap.fill(caption, width=int(chars_per_inch * fig.get_figwidth())), fontsize=9)
+    fig.suptitle(fitted(caption, fig, chars_per_inch), fontsize=9)
     return save_png(fig, out, 130)
 
 
