@@ -8,10 +8,11 @@ entry point a fresh one would (``python SCRIPT ARGS`` or ``python -m MODULE ARGS
 dies and exits as that command does; its exit status is the command's (minus N when killed by signal N,
 as :mod:`subprocess` reports it).
 
-What a fork cannot show, a fresh interpreter still does: the tests of the console entry point and of
-imports that an environment variable selects start real processes. Plain ``transformers`` loading a
-checkpoint without attendout, and attendout's first import, run in a child of a process that never imported
-attendout (tests/plain.py).
+What a fork of the test process cannot show runs in a child of a process that never imported attendout
+(tests/plain.py): plain ``transformers`` loading a checkpoint, attendout's first import, ``python -m
+attendout.cli`` as a user runs it, the modules ``ATTENDOUT_METHODS`` names. A fresh interpreter is left for
+what must not have torch or transformers imported (the start-up import checks), and for the workers the
+product starts itself.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Scripts run in a Python that has imported torch and transformers but never attendout.
 
-A test that a saved checkpoint or tokenizer works in plain ``transformers``, or of what attendout's first
-(lazy) import gives, runs a script in a process that has not imported attendout. A fresh interpreter for each such script spends about 5 s of CPU
+A test that a saved checkpoint or tokenizer works in plain ``transformers``, of what attendout's first
+(lazy) import gives, or of ``python -m attendout.cli`` as a user's own process runs it, runs a script in a
+process that has not imported attendout. A fresh interpreter for each such script spends about 5 s of CPU
 importing torch and transformers. Here one clean process per test worker, started on first use, imports
 them once; each script then runs in a child forked from it, with its own ``sys.argv``, environment,
 working folder and output files, so no script sees what another imported. The clean process imports

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+import plain
 from attendout.cli import main
 from conftest import toy_cli_args
 
@@ -17,16 +16,12 @@ def finetune_args(tiny_run, *extra):
 
 
 def test_cli_smoke_run_in_a_subprocess(tiny_run):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attendout.cli",
-            *finetune_args(tiny_run, "--method", "scheduled", "--start", "0.5", "--slopes", "-0.5"),
-        ],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
+    # `python -m attendout.cli ARGS` in a process of its own that has not imported attendout (plain.py's
+    # clean process has torch and transformers imported; the fresh interpreters of `make test-processes`
+    # start the console script itself)
+    out = plain.run(
+        "import runpy; runpy.run_module('attendout.cli', run_name='__main__', alter_sys=True)",
+        *finetune_args(tiny_run, "--method", "scheduled", "--start", "0.5", "--slopes", "-0.5"),
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "| split | accuracy | f1 |" in out.stdout and "| dev |" in out.stdout

@@ -18,6 +18,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 import attendout
+import plain
 from attendout.cli import main
 from attendout.methods import METHODS
 from attendout.typecheck import OptionTypeError
@@ -214,12 +215,11 @@ def test_register_method_binds_a_name_once_and_unregister_frees_it(keyed_dropout
 
 
 def test_attendout_methods_imports_the_modules_the_environment_names(tmp_path, monkeypatch, capsys):
-    import subprocess
-
     (tmp_path / "keyed_dropout.py").write_text(example_code())
-    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path), "ATTENDOUT_METHODS": "keyed_dropout"}
-    run = [sys.executable, "-m", "attendout.cli", "methods"]  # a user's process: its own interpreter
-    listed = subprocess.run(run, capture_output=True, text=True, env=env, timeout=300)
+    # a user's process, which has not imported attendout: `attendout methods` with the module on its path
+    monkeypatch.setenv("ATTENDOUT_METHODS", "keyed_dropout")
+    user = f"import runpy, sys; sys.path.insert(0, {str(tmp_path)!r}); runpy.run_module('attendout.cli', run_name='__main__')"
+    listed = plain.run(user, "methods")
     assert listed.returncode == 0, listed.stderr
     assert any(line.startswith("keyed-dropout ") and "p=0.1" in line for line in listed.stdout.splitlines())
     # Here, in this process: what an empty variable imports, and a module that is not there
