@@ -128,3 +128,13 @@ def run(script: str, *args: str, cwd=None, timeout: float = 300, check: bool = F
     if check:
         done.check_returncode()
     return done
+
+
+def attendout(*args: str, path=None, timeout: float = 300):
+    """``python -m attendout.cli ARGS`` (``path``: a folder put first on ``sys.path``, as ``PYTHONPATH`` would
+    in a fresh interpreter) in a child of the clean process: a :class:`subprocess.CompletedProcess`."""
+    first = "" if path is None else f"sys.path.insert(0, {str(path)!r}); "
+    script = (
+        f"import runpy, sys; {first}runpy.run_module('attendout.cli', run_name='__main__', alter_sys=True)"
+    )
+    return run(script, *args, timeout=timeout)

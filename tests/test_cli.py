@@ -19,9 +19,8 @@ def test_cli_smoke_run_in_a_subprocess(tiny_run):
     # `python -m attendout.cli ARGS` in a process of its own that has not imported attendout (plain.py's
     # clean process has torch and transformers imported; the fresh interpreters of `make test-processes`
     # start the console script itself)
-    out = plain.run(
-        "import runpy; runpy.run_module('attendout.cli', run_name='__main__', alter_sys=True)",
-        *finetune_args(tiny_run, "--method", "scheduled", "--start", "0.5", "--slopes", "-0.5"),
+    out = plain.attendout(
+        *finetune_args(tiny_run, "--method", "scheduled", "--start", "0.5", "--slopes", "-0.5")
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "| split | accuracy | f1 |" in out.stdout and "| dev |" in out.stdout

@@ -218,8 +218,7 @@ def test_attendout_methods_imports_the_modules_the_environment_names(tmp_path, m
     (tmp_path / "keyed_dropout.py").write_text(example_code())
     # a user's process, which has not imported attendout: `attendout methods` with the module on its path
     monkeypatch.setenv("ATTENDOUT_METHODS", "keyed_dropout")
-    user = f"import runpy, sys; sys.path.insert(0, {str(tmp_path)!r}); runpy.run_module('attendout.cli', run_name='__main__')"
-    listed = plain.run(user, "methods")
+    listed = plain.attendout("methods", path=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert any(line.startswith("keyed-dropout ") and "p=0.1" in line for line in listed.stdout.splitlines())
     # Here, in this process: what an empty variable imports, and a module that is not there
