@@ -323,6 +323,64 @@ def test_published_cells_keep_compact_predictions_that_the_table_reads(tmp_path)
     assert read_predictions(folder, "test") is None
 
 
+def _finished_at(root: Path, walls: dict[str, float]) -> None:
+    """Give the finished seed-1 cells these wall times (method -> s), as a slower machine would have taken."""
+    for method, wall in walls.items():
+        record = root / "tiny-bert" / "toy" / method / "seed-1" / "cell.json"
+        record.write_text(json.dumps({**json.loads(record.read_text()), "wall_time_s": wall}))
+
+
+def test_the_time_left_is_each_methods_own_and_a_checkpoint_leaves_only_its_steps(
+    tiny_run, one_thread, capsys, monkeypatch
+):
+    """Methods differ in cost (AttendOut about twice plain fine-tuning), and a resumed cell has only its
+    remaining steps to run: the dry run's estimate and --jobs' progress line say so, where a mean over
+    every finished cell and whole cells would not."""
+    from attendout.bench.jobs import LocalJobs, Worker
+    from attendout.bench.plan import prepare_cells
+    from attendout.bench.runner import BenchJob
+
+    path = write_experiment(tiny_run, seeds=(1, 2), max_steps=8)
+    root = tiny_run["tmp"] / "results"
+    assert main(["bench", str(path), "--results", str(root), "--seeds", "1"]) == 0
+    _finished_at(root, {"none": 100.0, "scores-dropout": 300.0})
+    stopped = "tiny-bert/toy/scores-dropout/seed-2"  # a checkpoint at step 4 of 8
+    monkeypatch.setattr(
+        ResultsStore, "resumable", lambda self, cell: (True, 4) if cell.key == stopped else (False, None)
+    )
+    capsys.readouterr()
+    assert main(["bench", str(path), "--results", str(root), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "resumes at step 4; " in out
+    # none seed 2 whole (100 s) and scores-dropout seed 2 from step 4 of 8 (300 s / 2): 250 s
+    assert "estimated time left for this shard: 4.2 min of one job" in out, out
+
+    store = ResultsStore(root)
+    job = BenchJob(prepare_cells(load_experiment(path), Budget()), store)
+    cells = job.plan.cells
+    none_2, scores_2 = (
+        next(c for c in cells if c.key == f"tiny-bert/toy/{m}/seed-2") for m in ("none", "scores-dropout")
+    )
+    jobs = LocalJobs(jobs=2)
+    # scores-dropout seed 2 resumed from step 4 and has run 60 s of its 150; none seed 2 waits
+    worker = Worker(scores_2, "", None, time.time() - 60, None)  # type: ignore[arg-type]
+    line = jobs._progress(job, cells, [worker], [none_2], {stopped: 4})
+    assert line.startswith("grid: 2 done, 1 running, 1 left; the last ends in about 1.7 min (2 at once)"), (
+        line
+    )
+    # one run at a time: none seed 2 starts when scores-dropout ends (90 s + 100 s)
+    line = LocalJobs(jobs=1)._progress(job, cells, [worker], [none_2], {stopped: 4})
+    assert "the last ends in about 3.2 min (1 at once)" in line, line
+    # a method with no finished cell takes its task's mean: scores-dropout then 200 s, 100 s from its
+    # checkpoint, and none 200 s; with nothing of the task finished, the line gives no time
+    _finished_at(root, {"none": 200.0})
+    (root / "tiny-bert" / "toy" / "scores-dropout" / "seed-1" / "results.json").unlink()
+    line = LocalJobs(jobs=1)._progress(job, cells, [], [scores_2, none_2], {})
+    assert line == "grid: 1 done, 0 running, 2 left; the last ends in about 5.0 min (1 at once)", line
+    (root / "tiny-bert" / "toy" / "none" / "seed-1" / "results.json").unlink()
+    assert jobs._progress(job, cells, [], [scores_2, none_2], {}) == "grid: 0 done, 0 running, 2 left"
+
+
 def test_experiments_sharing_a_results_folder_run_a_common_cell_once(tiny_run, one_thread, capsys):
     first = write_experiment(tiny_run, seeds=(1,), max_steps=2)
     text = first.read_text()

@@ -11,8 +11,10 @@ same results root and claims as a serial ``bench``. So:
   failure: it goes back to the queue and starts again (from its checkpoint, if it wrote one) once
   another run has ended and freed its memory. Only a run out of memory with no other run beside it
   fails;
-* after each cell, one line for the whole grid: cells done / running / left and the time left,
-  from the mean time of the cells finished in this grid;
+* after each cell, one line for the whole grid: cells done / running / left and when the last one
+  ends, from the finished cells' times per task and method (:mod:`attendout.bench.eta`): a running cell
+  has its expected time less what it has run (from its checkpoint, where it resumed), and the cells to
+  do start, in order, as runs end;
 * Ctrl-C (or SIGTERM) in the parent is passed to every worker (they run in sessions of their own, so
   the terminal's signal reaches only the parent, once): each stops at its next whole step with a
   checkpoint and releases its claim; the parent then raises
@@ -37,6 +39,7 @@ from typing import IO, Any
 
 from ..run import Stopped
 from .celltask import CellTask
+from .eta import CellTimes, duration, finish_time
 from .runner import BenchJob
 from .spec import Cell
 from .worker import PARENT_VARIABLE, RESULT_MARKER
@@ -149,7 +152,7 @@ class LocalJobs:
             f"({os.cpu_count()} CPUs here); {len(todo)} of {total} cells to run"
         )
         running: list[Worker] = []
-        finished_times: list[float] = []
+        resumed_at: dict[str, int | None] = {}  # cell -> the checkpoint's step it started from
         waiting_for_memory: dict[str, int] = {}  # cell -> runs ended when it ran out of memory
         ended = 0
         try:
@@ -158,6 +161,7 @@ class LocalJobs:
                 while ready and len(running) < self.jobs:
                     cell = ready.pop(0)
                     todo.remove(cell)
+                    resumed_at[cell.key] = job.store.resumable(cell)[1]
                     prefix = BenchJob.prefix(cell, positions[cell.key], total)
                     running.append(self._start(job, cell, prefix, threads))
                 self._relay(job, running)
@@ -184,9 +188,7 @@ class LocalJobs:
                         outcome = {k: v for k, v in outcome.items() if k != "out_of_memory"}
                     if outcome is not None:
                         job.summary.add(outcome)
-                        if outcome.get("trained"):
-                            finished_times.append(time.time() - worker.started)
-                    job.echo(self._progress(job, cells, running, todo, finished_times))
+                    job.echo(self._progress(job, cells, running, todo, resumed_at))
         except KeyboardInterrupt as error:
             stop_workers(running, Stopped.of(error), self._lines, job.echo)
             raise
@@ -200,7 +202,12 @@ class LocalJobs:
         relay(self._lines, job.echo, self.poll if running else 0)
 
     def _progress(
-        self, job: BenchJob, cells: list[Cell], running: list[Worker], todo: list[Cell], times: list[float]
+        self,
+        job: BenchJob,
+        cells: list[Cell],
+        running: list[Worker],
+        todo: list[Cell],
+        resumed_at: dict[str, int | None],
     ) -> str:
         done = {c.key for c in cells if job.store.status(c)[0] == "done"}
         active = [w for w in running if w.item.key not in done]  # a published cell's worker is ending
@@ -208,10 +215,17 @@ class LocalJobs:
         line = f"grid: {len(done)} done, {len(active)} running, {len(todo)} left"
         if failed:
             line += f", {failed} failed"
-        if times and (todo or active):
-            mean = sum(times) / len(times)
-            left = mean * (len(todo) + 0.5 * len(active)) / self.jobs
-            line += f"; about {left / 60:.1f} min left ({mean / 60:.1f} min a cell, {self.jobs} at once)"
+        times = CellTimes.of(cells, job.store)
+        steps = job.plan.steps
+        now = time.time()
+        running_left: list[float | None] = []
+        for worker in active:
+            left = times.left(worker.item, resumed_at.get(worker.item.key), steps.get(worker.item.key))
+            running_left.append(None if left is None else max(0.0, left - (now - worker.started)))
+        todo_left = [times.left(c, job.store.resumable(c)[1], steps.get(c.key)) for c in todo]
+        end = finish_time(running_left, todo_left, self.jobs)
+        if (todo or active) and end is not None:
+            line += f"; the last ends in about {duration(end)} ({self.jobs} at once)"
         return line
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import TrainConfig
+from .eta import CellTimes, duration
 from .spec import Budget, Cell, Experiment, ExperimentError
 from .store import ResultsStore
 
@@ -307,7 +307,7 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
     width = max((len(c.key) for c in plan.cells), default=10)
     lines.append(f"{'#':>4}  {'shard':<6} {'status':<8} {'cell':<{width}}  detail")
     counts: Counter[str] = Counter()
-    times = _finished_times(plan.cells, store)
+    times = CellTimes.of(plan.cells, store)
     left: list[float | None] = []  # the estimated time of each unfinished cell of the shard (None: unknown)
     for cell in plan.cells:
         status, detail = store.status(cell)
@@ -316,12 +316,13 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
             counts[status] += 1
         if not detail and cell.config is not None:
             detail = _cell_summary(cell, plan.steps.get(cell.key))
-        if status in ("todo", "failed"):
+        step = None
+        if status in ("todo", "failed", "running"):
             resumable, step = store.resumable(cell)
-            if resumable:
+            if resumable and status != "running":
                 detail = f"resumes at step {step if step is not None else '?'}; {detail}"
         if mine and status in ("todo", "failed", "stale", "running"):
-            left.append(times.get(cell.task.id))
+            left.append(times.left(cell, step, plan.steps.get(cell.key)))
         shard = plan.shard_label(cell)
         lines.append(
             f"{cell.index + 1:>4}  {shard:<6} {status.upper() if status == 'invalid' else status:<8} {cell.key:<{width}}  {detail}"
@@ -337,7 +338,8 @@ def format_listing(plan: GridPlan, store: ResultsStore) -> tuple[str, dict[str, 
         lines.append(f"before training: {set_up_first(plan.models_to_set_up, plan.damaged)}")
     if None not in left and sum(left):
         lines.append(
-            f"estimated time left for this shard: {sum(left) / 3600:.1f} h (mean time of finished cells per task)"
+            f"estimated time left for this shard: {duration(sum(left))} of one job (the mean time of the finished "
+            "cells of each task and method; a resumed cell its steps left)"
         )
     return "\n".join(lines), counts
 
@@ -363,13 +365,3 @@ def _cell_summary(cell: Cell, steps: int | None) -> str:
         budget += f" ({steps} steps)"
     train = "" if c.max_train_samples is None else f", {c.max_train_samples} train examples"
     return f"{cell.method.describe()}; {budget}, lr {c.learning_rate:g}{train}"
-
-
-def _finished_times(cells: Iterable[Cell], store: ResultsStore) -> dict[str, float]:
-    """Mean wall time of the finished cells, per task id."""
-    totals: dict[str, list[float]] = {}
-    for cell in cells:
-        record = store.record(cell)
-        if record is not None and isinstance(record.get("wall_time_s"), (int, float)):
-            totals.setdefault(cell.task.id, []).append(float(record["wall_time_s"]))
-    return {task: sum(v) / len(v) for task, v in totals.items()}
