@@ -29,6 +29,24 @@ def pytest_sessionstart(session) -> None:
 
 
 @pytest.fixture(autouse=True)
+def suite_threads():
+    """Each test starts with the suite's torch thread count (ATTENDOUT_TEST_THREADS), whatever the test
+    before it set: a command run in this process with ``--threads 1`` (``main(["bench", ..., "--threads",
+    "1"])``) sets torch's count for the whole process, and every later test of the worker would have run
+    on one thread, so that `make test-matrix`'s setting of 2 held only until the first such test. Reset
+    after each test too, so that the count the summary reports is the suite's."""
+    _suite_threads()
+    yield
+    _suite_threads()
+
+
+def _suite_threads() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != int(TEST_THREADS):
+        torch.set_num_threads(int(TEST_THREADS))
+
+
+@pytest.fixture(autouse=True)
 def python_signal_defaults():
     """Each test starts with Python's own SIGINT and SIGTERM handling, whatever pytest inherited.
 
