@@ -62,11 +62,10 @@ def finish_time(running: list[float | None], todo: list[float | None], jobs: int
     runs at once)."""
     if None in running or None in todo:
         return None
-    slots = sorted(t for t in running if t is not None)
-    slots += [0.0] * max(0, jobs - len(slots))
+    slots = [*running, *[0.0] * max(0, jobs - len(running))]
     heapq.heapify(slots)
     for seconds in todo:
-        heapq.heappush(slots, heapq.heappop(slots) + (seconds or 0.0))
+        heapq.heappush(slots, heapq.heappop(slots) + seconds)
     return max(slots, default=0.0)
 
 
