@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import re
 import runpy
+import shutil
 import signal
 import socket
 import subprocess
@@ -794,6 +795,57 @@ options = { layers = "all", start = "addrop" }
     text = (root / "report" / "table.md").read_text()
     flagged = [line for line in text.splitlines() if "from before the method first acted" in line]
     assert len(flagged) == 1 and "addrop-late: 1 of 1 cells" in flagged[0]
+
+
+def test_the_table_says_when_a_method_scores_the_same_at_every_seed(tiny_run):
+    """SmolLM2's plain fine-tuning has no dropout and no new head: its 3 seeds were one run, and the table's
+    significant Δ was about the other methods' draws in that run. The protocol says so of a method whose
+    seeds agree (to 1e-6: a resumed run differs in the last digits), and of no method whose seeds differ."""
+    from attendout.bench import prepare_cells, run_cells
+
+    experiment = load_experiment(write_experiment(tiny_run, seeds=(1, 2, 3)))
+    plan = prepare_cells(experiment, Budget(), check_data=False)
+    root = tiny_run["tmp"] / "results"
+
+    def fake_train(config, invariant: str):
+        score = 0.5 if config.method == invariant else 0.5 + 0.01 * config.seed
+        if config.seed == 3:
+            score *= 1 + 1e-8
+        out = Path(config.output_dir)
+        out.mkdir(parents=True)
+        results = {"main_metric": "accuracy", "eval": {"dev": {"accuracy": score, "loss": 0.7}}}
+        (out / "results.json").write_text(json.dumps(results))
+        (out / "log.jsonl").write_text(json.dumps({"step": 4, "validation": {"accuracy": score}}) + "\n")
+        saved = {"config": dataclasses.asdict(config), "total_steps": 8, "sizes": {"train": 32}}
+        (out / "config.json").write_text(json.dumps(saved, default=str))
+        return results
+
+    def protocol(invariant: str) -> list[str]:
+        shutil.rmtree(root, ignore_errors=True)
+        run_cells(
+            plan, ResultsStore(root), echo=lambda line: None, train=lambda c, on_log: fake_train(c, invariant)
+        )
+        assert (
+            main(
+                [
+                    "table",
+                    str(tiny_run["tmp"] / "tiny.toml"),
+                    "--results",
+                    str(root),
+                    "--out",
+                    str(root / "r"),
+                ]
+            )
+            == 0
+        )
+        text = (root / "r" / "table.md").read_text()
+        return [line for line in text.splitlines() if "scores the same at all" in line]
+
+    flagged = protocol("none")
+    assert len(flagged) == 1 and flagged[0].startswith("- **none scores the same at all 3 seeds on toy")
+    flagged = protocol("scores-dropout")
+    assert len(flagged) == 1 and flagged[0].startswith("- **scores-dropout")
+    assert protocol("neither") == []
 
 
 def test_a_published_seq2seq_cell_keeps_its_sources_and_the_copy_floor_is_read_from_the_grid(tmp_path):
