@@ -803,7 +803,8 @@ def test_the_table_says_when_a_method_scores_the_same_at_every_seed(tiny_run):
     seeds agree (to 1e-6: a resumed run differs in the last digits), and of no method whose seeds differ."""
     from attendout.bench import prepare_cells, run_cells
 
-    experiment = load_experiment(write_experiment(tiny_run, seeds=(1, 2, 3)))
+    path = write_experiment(tiny_run, seeds=(1, 2, 3))
+    experiment = load_experiment(path)
     plan = prepare_cells(experiment, Budget(), check_data=False)
     root = tiny_run["tmp"] / "results"
 
@@ -825,19 +826,7 @@ def test_the_table_says_when_a_method_scores_the_same_at_every_seed(tiny_run):
         run_cells(
             plan, ResultsStore(root), echo=lambda line: None, train=lambda c, on_log: fake_train(c, invariant)
         )
-        assert (
-            main(
-                [
-                    "table",
-                    str(tiny_run["tmp"] / "tiny.toml"),
-                    "--results",
-                    str(root),
-                    "--out",
-                    str(root / "r"),
-                ]
-            )
-            == 0
-        )
+        assert main(["table", str(path), "--results", str(root), "--out", str(root / "r")]) == 0
         text = (root / "r" / "table.md").read_text()
         return [line for line in text.splitlines() if "scores the same at all" in line]
 

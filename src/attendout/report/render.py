@@ -84,29 +84,26 @@ def protocol_lines(table: ComparisonTable) -> list[str]:
     lines.append(_cells_line(table, runs))
     lines.append(_scores_line(table, baseline.label))
     lines += _before_acting_lines(runs)
-    lines += _seed_invariant_lines(runs)
+    lines += _seed_invariant_lines(table)
     return lines
 
 
-def _seed_invariant_lines(runs: list[RunRecord]) -> list[str]:
+def _seed_invariant_lines(table: ComparisonTable) -> list[str]:
     """A protocol line for each method that scores the same at every seed of a model and task: nothing in
     its runs varies with the seed (a model without dropout that gains no new head, as a decoder fine-tuned
     on language modelling), so the seeds test the other methods' own randomness in one training run, not
     what another data order or sample would do. Same to 1e-6 (relative): a resumed run may differ in the
     last digits."""
-    groups: dict[tuple[str, str, str], list[RunRecord]] = {}
-    for run in runs:
-        groups.setdefault((run.cell.model.id, run.cell.task.id, run.cell.method.id), []).append(run)
+    groups: dict[tuple[str, str, str], list[Row]] = {}
+    for row in table.rows:
+        groups.setdefault((row.model.id, row.task.id, row.method.id), []).append(row)
     lines = []
-    for group in groups.values():
-        first, *others = [_numbers(run.results.get("eval", {})) for run in group]
-        if not others or not first:
-            continue
-        if all(math.isclose(o.get(k, math.nan), v, rel_tol=1e-6) for o in others for k, v in first.items()):
-            cell = group[0].cell
+    for rows in groups.values():
+        if all(row.n >= 2 for row in rows) and all(_one_value(row.values.values()) for row in rows):
+            row = rows[0]
             lines.append(
-                f"- **{cell.method.label} scores the same at all {len(group)} seeds on {cell.task.label} "
-                f"({cell.model.label})**: nothing in its runs varies with the seed (as in a model without "
+                f"- **{row.method.label} scores the same at all {row.n} seeds on {row.task.label} "
+                f"({row.model.label})**: nothing in its runs varies with the seed (as in a model without "
                 "dropout that gains no new head), so its seeds repeat one run, and a paired difference with "
                 "it measures the other method's own randomness in that one training run, not what another "
                 "data order or sample would do."
@@ -114,15 +111,9 @@ def _seed_invariant_lines(runs: list[RunRecord]) -> list[str]:
     return lines
 
 
-def _numbers(scores: dict[str, Any]) -> dict[tuple[str, str], float]:
-    """Every (split, metric) number of a run's ``eval`` results."""
-    return {
-        (split, metric): float(value)
-        for split, values in scores.items()
-        if isinstance(values, dict)
-        for metric, value in values.items()
-        if isinstance(value, (int, float)) and math.isfinite(value)
-    }
+def _one_value(values: Iterable[float]) -> bool:
+    first, *others = values
+    return all(math.isclose(value, first, rel_tol=1e-6) for value in others)
 
 
 def _before_acting_lines(runs: list[RunRecord]) -> list[str]:
